@@ -1,0 +1,314 @@
+"""Configuration (DESIGN §7): one YAML file, validated; `GPUEVENTS_<SECTION>__<KEY>` overrides; secrets never in YAML."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from gpuevents.durations import Duration
+from gpuevents.yamlpos import Located, LocatedError, YamlDoc, parse_scalar, parse_yaml
+
+ENV_PREFIX = "GPUEVENTS_"
+SECRET_KEYS = frozenset({"token", "password", "secret", "bot_token", "nkey_seed", "jwt"})
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# ---------------------------------------------------------------- nats
+class TlsConfig(_Section):
+    ca_file: Path | None = None
+    cert_file: Path | None = None
+    key_file: Path | None = None
+
+
+class EmbeddedServerConfig(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(4222, ge=0, le=65535, description="0 picks a free port")
+    data_dir: Path = Path(".gpuevents/nats")
+    binary: Path | None = None
+
+
+class StreamsConfig(_Section):
+    events_max_age: Duration = 7 * 86400
+    audit_max_age: Duration = 90 * 86400
+    dlq_max_age: Duration = 7 * 86400
+    replicas: int = Field(1, ge=1, le=5)
+
+
+class NatsConfig(_Section):
+    url: str | list[str] | None = Field(None, description="unset: `up` starts an embedded server")
+    creds_file: Path | None = None
+    tls: TlsConfig = TlsConfig()
+    embedded: EmbeddedServerConfig = EmbeddedServerConfig()
+    streams: StreamsConfig = StreamsConfig()
+    kv_bucket: str = "gpuevents-state"
+    connect_timeout: Duration = 5
+    reconnect_wait: Duration = 2
+    publish_buffer: int = Field(10_000, ge=0, description="events kept while NATS is unreachable")
+    publish_timeout: Duration = 5
+
+    @property
+    def servers(self) -> list[str]:
+        if self.url is None:
+            return []
+        return [self.url] if isinstance(self.url, str) else list(self.url)
+
+
+# ---------------------------------------------------------------- agent
+class ThresholdsConfig(_Section):
+    idle_util_pct: float = Field(5, ge=0, le=100)
+    active_samples: int = Field(3, ge=1)
+    hot_temp_c: float = 85
+    hot_clear_c: float = 80
+    memory_full_pct: float = Field(95, ge=0, le=100)
+
+
+class KubeletConfig(_Section):
+    url: str | None = Field(None, description="e.g. https://127.0.0.1:10250; unset: no pod lookup")
+    token_file: Path | None = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
+    ca_file: Path | None = None
+    insecure_skip_verify: bool = False
+    refresh: Duration = 30
+
+
+class AttributionConfig(_Section):
+    default_domain: str | None = Field(None, description="owner = <user>@<domain> when nothing else says")
+    owner_pod_label: str | None = None
+    owner_pod_annotation: str | None = None
+    team_pod_label: str | None = None
+    cmdline_max: int = Field(1024, ge=16)
+    kubelet: KubeletConfig = KubeletConfig()
+
+
+class SimulationConfig(_Section):
+    scenario: str = "mixed"
+    nodes: int = Field(1, ge=1)
+    gpus_per_node: int = Field(8, ge=1, le=64)
+    seed: int = 1
+    speedup: float = Field(1.0, gt=0)
+
+
+class AgentKillConfig(_Section):
+    max_per_minute: int = Field(10, ge=0)
+    default_grace: Duration = 30
+
+
+class AgentConfig(_Section):
+    node_name: str = Field(default_factory=socket.gethostname)
+    labels: dict[str, str] = Field(default_factory=dict)
+    sampler: Literal["auto", "nvml", "simulated"] = "auto"
+    sample_interval: Duration = 1
+    snapshot_interval: Duration = 15
+    thresholds: ThresholdsConfig = ThresholdsConfig()
+    attribution: AttributionConfig = AttributionConfig()
+    kill: AgentKillConfig = AgentKillConfig()
+    metrics_port: int | None = Field(None, ge=0, le=65535, description="dcgm-compatible /metrics")
+    simulation: SimulationConfig = SimulationConfig()
+
+    @field_validator("sample_interval", "snapshot_interval")
+    @classmethod
+    def _positive(cls, v: float) -> float:
+        if v <= 0:
+            raise ValueError("must be greater than 0s")
+        return v
+
+
+# ---------------------------------------------------------------- engine
+class LimitConfig(_Section):
+    max_per_hour: int | None = Field(None, ge=0)
+    max_fleet_pct: float | None = Field(None, ge=0, le=100)
+
+
+class EngineConfig(_Section):
+    rules: list[Path] = Field(default_factory=list, description="rule files or directories")
+    tick: Duration = 30
+    timezone: str = "UTC"
+    dry_run: bool = False
+    offline_grace: Duration = 600
+    limits: dict[str, LimitConfig] = Field(default_factory=dict, description="per action type")
+    lease_ttl: Duration = 10
+    consumer: str = "gpuevents-engine"
+    metrics_port: int | None = Field(None, ge=0, le=65535)
+    dashboard_port: int | None = Field(None, ge=0, le=65535)
+    usage_db: Path = Path(".gpuevents/usage.sqlite")
+    usage_retention: Duration = 90 * 86400
+    runners: int = Field(1, ge=0, description="action runners in the engine process")
+
+    @field_validator("timezone")
+    @classmethod
+    def _tz(cls, v: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(v)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown timezone {v!r}; use an IANA name like Asia/Shanghai") from None
+        return v
+
+
+# ---------------------------------------------------------------- actions
+class SlackConfig(_Section):
+    token_env: str = "SLACK_BOT_TOKEN"
+    token_file: Path | None = None
+    base_url: str | None = Field(None, description="Slack Web API base; for tests and proxies")
+    digest_window: Duration = 0
+    snooze_hint: bool = True
+
+    def token(self) -> str | None:
+        """The bot token from the environment, else the token file; never from YAML."""
+        value = os.environ.get(self.token_env)
+        if value:
+            return value.strip()
+        if self.token_file is not None and self.token_file.exists():
+            return self.token_file.read_text().strip() or None
+        return None
+
+
+class KubernetesConfig(_Section):
+    kubeconfig: Path | None = None
+    context: str | None = None
+    in_cluster: bool | None = Field(None, description="unset: in-cluster when running in a pod")
+
+
+class SlurmConfig(_Section):
+    scontrol: Path = Path("scontrol")
+
+
+class RetryConfig(_Section):
+    max_attempts: int = Field(5, ge=1)
+    backoff: Duration = 2
+    backoff_max: Duration = 300
+
+
+class ActionsConfig(_Section):
+    slack: SlackConfig = SlackConfig()
+    kubernetes: KubernetesConfig = KubernetesConfig()
+    slurm: SlurmConfig = SlurmConfig()
+    retry: RetryConfig = RetryConfig()
+    timeout: Duration = 30
+    command_output_max: int = Field(4096, ge=0)
+
+
+# ---------------------------------------------------------------- protect, costs
+class ProtectConfig(_Section):
+    users: list[str] = Field(default_factory=lambda: ["root"])
+    node_labels: dict[str, str] = Field(default_factory=dict)
+    process_patterns: list[str] = Field(default_factory=list, description="fnmatch on the name")
+    namespaces: list[str] = Field(default_factory=lambda: ["kube-system"])
+
+
+class GpuCost(_Section):
+    price: float = Field(ge=0, description="purchase price per GPU")
+    depreciation_years: float = Field(4, gt=0)
+    rated_power_w: float = Field(300, ge=0)
+
+
+class CostsConfig(_Section):
+    currency: str = "USD"
+    energy_price_kwh: float = Field(0.12, ge=0)
+    pue: float = Field(1.0, ge=1)
+    models: dict[str, GpuCost] = Field(default_factory=dict, description="by GPU model name, substring match")
+    default: GpuCost = GpuCost(price=25000, depreciation_years=4, rated_power_w=700)
+    team_label: str = "team"
+
+
+# ---------------------------------------------------------------- all
+class Config(_Section):
+    cluster: str = "default"
+    nats: NatsConfig = NatsConfig()
+    agent: AgentConfig = Field(default_factory=AgentConfig)
+    engine: EngineConfig = EngineConfig()
+    actions: ActionsConfig = ActionsConfig()
+    owners: dict[str, str] = Field(default_factory=dict, description="user -> email or chat handle")
+    protect: ProtectConfig = ProtectConfig()
+    costs: CostsConfig = CostsConfig()
+
+    @model_validator(mode="after")
+    def _cluster_name(self) -> Config:
+        if not self.cluster:
+            raise ValueError("cluster must not be empty")
+        return self
+
+
+def _find_secrets(data: Any, path: tuple[str | int, ...] = ()) -> list[tuple[str | int, ...]]:
+    found: list[tuple[str | int, ...]] = []
+    if isinstance(data, Mapping):
+        for k, v in data.items():
+            if isinstance(k, str) and k.lower() in SECRET_KEYS:
+                found.append((*path, k))
+            found.extend(_find_secrets(v, (*path, k)))
+    elif isinstance(data, list):
+        for i, v in enumerate(data):
+            found.extend(_find_secrets(v, (*path, i)))
+    return found
+
+
+def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> list[str]:
+    """Merge `GPUEVENTS_<SECTION>__<KEY>=value` into `data`; returns the variables used."""
+    used = []
+    for name in sorted(env):
+        if not name.startswith(ENV_PREFIX):
+            continue
+        keys = [k.lower() for k in name[len(ENV_PREFIX) :].split("__") if k]
+        if not keys:
+            continue
+        target: dict[str, Any] = data
+        for k in keys[:-1]:
+            nxt = target.get(k)
+            if not isinstance(nxt, dict):
+                nxt = {}
+                target[k] = nxt
+            target = nxt
+        target[keys[-1]] = parse_scalar(env[name])
+        used.append(name)
+    return used
+
+
+def load_config(
+    path: str | Path | None = None, env: Mapping[str, str] | None = None
+) -> Config:
+    """Read, override from the environment, validate. Errors: LocatedError (`file:line: key: problem`)."""
+    env = os.environ if env is None else env
+    if path is None:
+        doc = YamlDoc(file="<defaults>", data={})
+    else:
+        p = Path(path)
+        try:
+            text = p.read_text()
+        except OSError as e:
+            raise LocatedError([Located(str(p), 1, f"cannot read config: {e.strerror}")]) from None
+        doc = parse_yaml(text, str(p))
+    data = doc.data if doc.data is not None else {}
+    if not isinstance(data, dict):
+        raise LocatedError([doc.locate((), "a config file is a mapping of sections (cluster, nats, agent, ...)")])
+    secrets = _find_secrets(data)
+    if secrets:
+        raise LocatedError(
+            [
+                doc.locate(s, f"{'.'.join(map(str, s))}: secrets never go in the config file; "
+                "use the environment (e.g. SLACK_BOT_TOKEN) or a *_file key")
+                for s in secrets
+            ]
+        )
+    used = _apply_env(data, env)
+    try:
+        return Config.model_validate(data)
+    except ValidationError as e:
+        problems = doc.validation_problems(e)
+        env_keys = {"__".join(n[len(ENV_PREFIX):].lower().split("__")): n for n in used}
+        fixed = []
+        for p, err in zip(problems, e.errors(), strict=True):
+            dotted = "__".join(str(x) for x in err["loc"] if isinstance(x, str))
+            if dotted in env_keys:
+                fixed.append(Located(f"env {env_keys[dotted]}", 0, p.message))
+            else:
+                fixed.append(p)
+        raise LocatedError(fixed) from None
+

@@ -1,0 +1,223 @@
+"""The event contract (DESIGN §2): CloudEvents envelope, one model per payload, JSON on the wire."""
+
+from __future__ import annotations
+
+import os
+import time as _time
+from datetime import UTC, datetime
+from typing import Annotated, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+GpuEventType = Literal["gpu.idle", "gpu.active", "gpu.hot", "gpu.memory_full", "gpu.lost"]
+ProcessEventType = Literal["process.started", "process.ended"]
+AgentEventType = Literal["agent.started", "agent.stopping"]
+EventType = Literal[
+    "node.snapshot",
+    "gpu.idle",
+    "gpu.active",
+    "gpu.hot",
+    "gpu.memory_full",
+    "gpu.lost",
+    "gpu.xid",
+    "process.started",
+    "process.ended",
+    "agent.started",
+    "agent.stopping",
+]
+EVENT_TYPES: tuple[str, ...] = EventType.__args__  # type: ignore[attr-defined]
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+
+def new_id(now_ms: int | None = None) -> str:
+    """A ULID: 48 bits of milliseconds then 80 random bits, Crockford base32, sortable by time."""
+    ms = int(_time.time() * 1000) if now_ms is None else now_ms
+    value = (ms << 80) | int.from_bytes(os.urandom(10), "big")
+    out = []
+    for _ in range(26):
+        out.append(_CROCKFORD[value & 31])
+        value >>= 5
+    return "".join(reversed(out))
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class NodeInfo(_Model):
+    """A node as the agent sees it; `online` and `last_seen` are set by the engine."""
+
+    name: str
+    cluster: str = "default"
+    labels: dict[str, str] = Field(default_factory=dict)
+    gpu_count: int = 0
+    gpus_busy: int = 0
+    gpus_idle: int = 0
+    online: bool = True
+    last_seen: datetime | None = None
+    cordoned: bool | None = None
+    driver_version: str | None = None
+    hostname: str | None = None
+
+
+class GpuInfo(_Model):
+    """One GPU (or MIG instance). `pids` are the processes on it; the engine exposes them as `processes`."""
+
+    node: str
+    index: int
+    uuid: str = ""
+    model: str | None = None
+    util_pct: float | None = None
+    mem_used_mib: float | None = None
+    mem_total_mib: float | None = None
+    mem_pct: float | None = None
+    temp_c: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    fan_pct: float | None = None
+    ecc_uncorrected: int | None = None
+    idle: bool = False
+    idle_since: datetime | None = None
+    idle_for_s: float | None = None
+    pids: list[int] = Field(default_factory=list)
+    owners: list[str] = Field(default_factory=list)
+    owner: str | None = None
+    mig_parent: str | None = None
+    lost: bool = False
+
+
+class GpuXid(GpuInfo):
+    """A GPU that reported an XID error."""
+
+    xid: int
+
+
+class ProcessInfo(_Model):
+    """A process that holds a GPU; identified by `pid` and `create_time` together."""
+
+    node: str
+    pid: int
+    name: str = ""
+    cmdline: str = ""
+    user: str | None = None
+    uid: int | None = None
+    owner: str | None = None
+    create_time: datetime
+    age_s: float | None = None
+    ppid: int | None = None
+    gpus: list[int] = Field(default_factory=list)
+    gpu_mem_mib: float | None = None
+    gpu_util_pct: float | None = None
+    container_id: str | None = None
+    pod_uid: str | None = None
+    pod: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class NodeSnapshot(_Model):
+    """The whole node at one instant."""
+
+    node: NodeInfo
+    gpus: list[GpuInfo] = Field(default_factory=list)
+    processes: list[ProcessInfo] = Field(default_factory=list)
+
+
+class AgentInfo(_Model):
+    node: str
+    version: str = ""
+    sampler: str = ""
+    hostname: str | None = None
+    pid: int | None = None
+    sample_interval_s: float | None = None
+    snapshot_interval_s: float | None = None
+
+
+class _Envelope(_Model):
+    specversion: Literal["1.0"] = "1.0"
+    id: str = Field(default_factory=new_id)
+    source: str
+    cluster: str = "default"
+    time: datetime
+
+    @property
+    def node(self) -> str:
+        """The node name from `source` (`node/<name>`)."""
+        return self.source.removeprefix("node/")
+
+
+class SnapshotEvent(_Envelope):
+    type: Literal["node.snapshot"] = "node.snapshot"
+    data: NodeSnapshot
+
+
+class GpuEvent(_Envelope):
+    type: GpuEventType
+    data: GpuInfo
+
+
+class GpuXidEvent(_Envelope):
+    type: Literal["gpu.xid"] = "gpu.xid"
+    data: GpuXid
+
+
+class ProcessEvent(_Envelope):
+    type: ProcessEventType
+    data: ProcessInfo
+
+
+class AgentEvent(_Envelope):
+    type: AgentEventType
+    data: AgentInfo
+
+
+Event = Annotated[
+    SnapshotEvent | GpuEvent | GpuXidEvent | ProcessEvent | AgentEvent,
+    Field(discriminator="type"),
+]
+_EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+
+def decode_event(raw: bytes | str) -> Event:
+    """Parse one event from JSON; raises pydantic.ValidationError on a malformed one."""
+    return _EVENT_ADAPTER.validate_json(raw)
+
+
+def event_from_obj(obj: object) -> Event:
+    """Validate an already-decoded JSON object as an event."""
+    return _EVENT_ADAPTER.validate_python(obj)
+
+
+def encode_event(event: Event) -> bytes:
+    return event.model_dump_json(exclude_none=False).encode()
+
+
+def make_event(
+    type_: str,
+    node: str,
+    data: BaseModel,
+    *,
+    cluster: str = "default",
+    time: datetime | None = None,
+    id: str | None = None,
+) -> Event:
+    """Build an envelope around `data` for `node`."""
+    t = time or datetime.now(UTC)
+    obj: dict[str, object] = {
+        "type": type_,
+        "source": f"node/{node}",
+        "cluster": cluster,
+        "time": t,
+        "data": data,
+    }
+    if id is not None:
+        obj["id"] = id
+    else:
+        obj["id"] = new_id(int(t.timestamp() * 1000))
+    return _EVENT_ADAPTER.validate_python(obj)
+
+
+def dumps(obj: object) -> bytes:
+    """orjson with the options used everywhere on the wire."""
+    return orjson.dumps(obj, option=orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC)

@@ -1,0 +1,95 @@
+"""NATS subjects and stream names (DESIGN §2), with a reversible escape for tokens that are not valid."""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+PREFIX = "gpuevents"
+STREAM_EVENTS = "GPUEVENTS"
+STREAM_ACTIONS = "GPUEVENTS_ACT"
+STREAM_AUDIT = "GPUEVENTS_AUDIT"
+STREAM_DLQ = "GPUEVENTS_DLQ"
+KV_BUCKET = "gpuevents-state"
+
+EVENTS_ALL = f"{PREFIX}.evt.>"
+ACTIONS_ALL = f"{PREFIX}.act.>"
+AUDIT_ALL = f"{PREFIX}.audit.>"
+DLQ_ALL = f"{PREFIX}.dlq.>"
+
+# Kept as they are: letters, digits, '-' and '_'. Everything else, '%' included, becomes %XX of its
+# UTF-8 bytes, so any name maps to exactly one token and back.
+_SAFE = re.compile(r"[A-Za-z0-9_\-]")
+_ESCAPED = re.compile(r"((?:%[0-9A-F]{2})+)")
+
+
+class SubjectError(ValueError):
+    """A subject that is not one of ours."""
+
+
+def escape_token(name: str) -> str:
+    """`name` as one valid subject token; `unescape_token` reverses it."""
+    if name == "":
+        raise SubjectError("a subject token cannot be empty")
+    out: list[str] = []
+    for ch in name:
+        if _SAFE.fullmatch(ch):
+            out.append(ch)
+        else:
+            out.extend(f"%{b:02X}" for b in ch.encode("utf-8"))
+    return "".join(out)
+
+
+def unescape_token(token: str) -> str:
+    return _ESCAPED.sub(lambda m: bytes.fromhex(m.group(1).replace("%", "")).decode("utf-8"), token)
+
+
+class EventSubject(NamedTuple):
+    cluster: str
+    node: str
+    type: str
+
+
+def event_subject(cluster: str, node: str, event_type: str) -> str:
+    """`gpuevents.evt.<cluster>.<node>.<type>`; the type keeps its own dots (`gpu.idle`)."""
+    return f"{PREFIX}.evt.{escape_token(cluster)}.{escape_token(node)}.{event_type}"
+
+
+def node_events_filter(cluster: str, node: str) -> str:
+    return f"{PREFIX}.evt.{escape_token(cluster)}.{escape_token(node)}.>"
+
+
+def parse_event_subject(subject: str) -> EventSubject:
+    parts = subject.split(".")
+    if len(parts) < 5 or parts[0] != PREFIX or parts[1] != "evt":
+        raise SubjectError(f"not an event subject: {subject!r}")
+    return EventSubject(unescape_token(parts[2]), unescape_token(parts[3]), ".".join(parts[4:]))
+
+
+def command_subject(cluster: str, node: str, verb: str) -> str:
+    """`gpuevents.cmd.<cluster>.<node>.<verb>`: request/reply to one agent."""
+    return f"{PREFIX}.cmd.{escape_token(cluster)}.{escape_token(node)}.{escape_token(verb)}"
+
+
+def node_commands_filter(cluster: str, node: str) -> str:
+    return f"{PREFIX}.cmd.{escape_token(cluster)}.{escape_token(node)}.*"
+
+
+def action_subject(action_type: str) -> str:
+    """`gpuevents.act.<type>`; plugin types keep their dots (`acme.preempt`)."""
+    return f"{PREFIX}.act.{'.'.join(escape_token(p) for p in action_type.split('.'))}"
+
+
+def audit_subject(rule: str) -> str:
+    return f"{PREFIX}.audit.{escape_token(rule)}"
+
+
+def function_subject(name: str) -> str:
+    return f"{PREFIX}.fn.{'.'.join(escape_token(p) for p in name.split('.'))}"
+
+
+def dlq_subject(original: str) -> str:
+    """Where a malformed message from `original` goes: `gpuevents.dlq.<original without prefix>`."""
+    rest = original.removeprefix(f"{PREFIX}.")
+    tokens = [t for t in rest.split(".") if t] or ["unknown"]
+    return f"{PREFIX}.dlq." + ".".join(tokens)

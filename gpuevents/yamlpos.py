@@ -1,0 +1,128 @@
+"""YAML loading that remembers the line of every key, so errors can say `file:line: key: problem`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+Path = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class Located:
+    """A problem at a place in a file."""
+
+    file: str
+    line: int
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line > 0 else self.file
+        return f"{where}: {self.message}"
+
+
+class LocatedError(Exception):
+    """One or more located problems; `str()` lists them a line each."""
+
+    def __init__(self, problems: Sequence[Located]) -> None:
+        self.problems = list(problems)
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+
+@dataclass
+class YamlDoc:
+    """A parsed YAML document and the line (1-based) of every path in it."""
+
+    file: str
+    data: Any
+    lines: dict[Path, int] = field(default_factory=dict)
+
+    def line_of(self, path: Iterable[str | int]) -> int:
+        """Line of `path`, or of its nearest ancestor that has one."""
+        p = tuple(path)
+        while p:
+            if p in self.lines:
+                return self.lines[p]
+            p = p[:-1]
+        return self.lines.get((), 1)
+
+    def locate(self, path: Iterable[str | int], message: str) -> Located:
+        return Located(self.file, self.line_of(path), message)
+
+    def validation_problems(
+        self, err: ValidationError, prefix: Path = (), show_key: bool = True
+    ) -> list[Located]:
+        """Pydantic errors as located problems; `prefix` is where the validated object sits."""
+        out = []
+        for e in err.errors():
+            loc = tuple(x for x in e["loc"] if not (isinstance(x, str) and x.startswith("function-")))
+            full = prefix + loc
+            key = ".".join(str(x) for x in full if isinstance(x, str))
+            msg = _message(e)
+            out.append(self.locate(full, f"{key}: {msg}" if show_key and key else msg))
+        return out
+
+
+def _message(e: Any) -> str:
+    msg = str(e["msg"])
+    if e["type"] == "extra_forbidden":
+        return "unknown key; check its spelling against the documentation"
+    if e["type"] == "missing":
+        return "is required"
+    for prefix in ("Value error, ", "Assertion failed, "):
+        msg = msg.removeprefix(prefix)
+    return msg
+
+
+class _Loader(yaml.SafeLoader):
+    pass
+
+
+def parse_yaml(text: str, file: str) -> YamlDoc:
+    """Parse `text`; a syntax error becomes a LocatedError with the line YAML reports."""
+    try:
+        node = yaml.compose(text, Loader=_Loader)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        line = mark.line + 1 if mark else 1
+        raise LocatedError([Located(file, line, f"invalid YAML: {e.problem or e}")]) from None
+    doc = YamlDoc(file=file, data=None)
+    if node is None:
+        return doc
+    constructor = _Loader("")
+    doc.data = _build(node, (), doc, constructor)
+    return doc
+
+
+def _build(node: yaml.Node, path: Path, doc: YamlDoc, c: yaml.SafeLoader) -> Any:
+    doc.lines.setdefault(path, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        out: dict[Any, Any] = {}
+        c.flatten_mapping(node)
+        for k_node, v_node in node.value:
+            key = c.construct_object(k_node, deep=True)
+            if not isinstance(key, str | int | float | bool) or key is None:
+                raise LocatedError([Located(doc.file, k_node.start_mark.line + 1, "keys must be plain scalars")])
+            if key in out:
+                raise LocatedError(
+                    [Located(doc.file, k_node.start_mark.line + 1, f"{key}: duplicate key")]
+                )
+            kpath = (*path, str(key))
+            doc.lines[kpath] = k_node.start_mark.line + 1
+            out[str(key) if isinstance(key, str) else key] = _build(v_node, kpath, doc, c)
+        return out
+    if isinstance(node, yaml.SequenceNode):
+        return [_build(item, (*path, i), doc, c) for i, item in enumerate(node.value)]
+    return c.construct_object(node, deep=True)
+
+
+def parse_scalar(text: str) -> Any:
+    """A value from an environment variable, read as YAML (`true`, `5`, `[a, b]`, `2h`)."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
