@@ -1,0 +1,1 @@
+"""Actions: one registry for built-ins and plugins, and the runner that executes requests safely."""

@@ -1,0 +1,70 @@
+"""The action protocol: what every action (built-in or plugin) declares and how it is run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict
+
+from gpuevents.records import ActionRequest, EntityKind
+
+if TYPE_CHECKING:
+    from gpuevents.config import Config
+
+ALL_KINDS: frozenset[EntityKind] = frozenset({"node", "gpu", "process"})
+
+
+class ActionParams(BaseModel):
+    """Base of every action's parameters; `type` is the discriminator."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    type: str
+
+
+def no_escape(text: str) -> str:
+    return text
+
+
+class ActionResult(BaseModel):
+    """What `run` returns: `ok`, or `failed`/`refused` with the reason, plus details for the audit."""
+
+    status: Literal["ok", "failed", "refused"] = "ok"
+    detail: str = ""
+    data: dict[str, Any] = {}
+
+
+class TransientError(Exception):
+    """Worth retrying (a 5xx, a timeout, a lost connection); `delay` overrides the backoff."""
+
+    def __init__(self, message: str, delay: float | None = None) -> None:
+        super().__init__(message)
+        self.delay = delay
+
+
+class PermanentError(Exception):
+    """Retrying will not help (a 4xx, an unknown user, a bad parameter)."""
+
+
+@dataclass
+class ActionContext:
+    """Everything an action may use while it runs."""
+
+    request: ActionRequest
+    params: ActionParams
+    config: Config
+    services: dict[str, Any] = field(default_factory=dict)  # bus, kv, http session, clients
+    attempt: int = 1
+
+
+class Action(Protocol):
+    """An action type. Built-ins and plugins are the same: classes with these attributes."""
+
+    type: ClassVar[str]
+    params: ClassVar[type[ActionParams]]
+    entity_kinds: ClassVar[frozenset[EntityKind]]
+    destructive: ClassVar[bool]
+    escape: ClassVar[Callable[[str], str]]
+
+    async def run(self, ctx: ActionContext) -> ActionResult: ...

@@ -1,0 +1,82 @@
+"""One registry for every action type: built-ins register on import, plugins through entry points."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable
+from importlib.metadata import entry_points
+from typing import Any, TypeVar
+
+from actions.protocol import Action, ActionParams
+
+log = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "gpuevents.actions"
+BUILTIN_MODULES: tuple[str, ...] = ()  # filled as built-ins land, e.g. "actions.builtin.log"
+
+_registry: dict[str, type[Any]] = {}
+_loaded = False
+
+A = TypeVar("A")
+
+
+class UnknownActionError(KeyError):
+    def __init__(self, type_: str) -> None:
+        super().__init__(type_)
+        self.type = type_
+
+    def __str__(self) -> str:
+        known = ", ".join(sorted(_registry)) or "none"
+        return f"unknown action type {self.type!r}; known types: {known}"
+
+
+def register(cls: type[A]) -> type[A]:
+    """Class decorator: make `cls` the action for `cls.type`."""
+    type_ = getattr(cls, "type", None)
+    if not isinstance(type_, str) or not type_:
+        raise TypeError(f"{cls.__name__} needs a non-empty `type`")
+    params = getattr(cls, "params", None)
+    if not (isinstance(params, type) and issubclass(params, ActionParams)):
+        raise TypeError(f"{cls.__name__}.params must be an ActionParams subclass")
+    previous = _registry.get(type_)
+    if previous is not None and previous is not cls:
+        raise ValueError(f"action type {type_!r} is registered twice ({previous.__name__}, {cls.__name__})")
+    _registry[type_] = cls
+    return cls
+
+
+def load() -> None:
+    """Import the built-ins and every plugin of the entry-point group, once."""
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    for module in BUILTIN_MODULES:
+        importlib.import_module(module)
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            obj = ep.load()
+        except Exception as e:
+            log.error("action plugin %s (%s) failed to load: %s", ep.name, ep.value, e)
+            continue
+        if isinstance(obj, type) and obj not in _registry.values():
+            register(obj)
+
+
+def get(type_: str) -> type[Action]:
+    load()
+    try:
+        return _registry[type_]
+    except KeyError:
+        raise UnknownActionError(type_) from None
+
+
+def types() -> list[str]:
+    load()
+    return sorted(_registry)
+
+
+def escape_for(type_: str) -> Callable[[str], str]:
+    """How values from the machine are escaped when rendered into this action's parameters."""
+    return get(type_).escape  # type: ignore[return-value]
