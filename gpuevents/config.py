@@ -102,6 +102,11 @@ class AgentKillConfig(_Section):
 
 class AgentConfig(_Section):
     node_name: str = Field(default_factory=socket.gethostname)
+
+    @field_validator("node_name", mode="before")
+    @classmethod
+    def _default_name(cls, v: object) -> object:
+        return socket.gethostname() if v is None or v == "" else v
     labels: dict[str, str] = Field(default_factory=dict)
     sampler: Literal["auto", "nvml", "simulated"] = "auto"
     sample_interval: Duration = 1

@@ -1,0 +1,571 @@
+"""The bus: the one module that imports nats-py — connection, streams, buffered publishing, consumers, KV, request/reply."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import os
+import random
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import nats
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext, api
+
+from gpuevents import subjects as S
+from gpuevents.config import NatsConfig
+from gpuevents.events import Event, encode_event
+
+log = logging.getLogger(__name__)
+
+DUPLICATE_WINDOW_S = 120.0
+_PUBLISH_BATCH = 256
+
+
+class BusError(Exception):
+    """A bus operation failed."""
+
+
+class BusTimeout(BusError):
+    pass
+
+
+class BusNoResponders(BusError):
+    pass
+
+
+class KvExists(BusError):
+    """`create` of a key that is already there."""
+
+
+class KvWrongRevision(BusError):
+    """`update` whose `last` revision is not the current one."""
+
+
+@dataclass
+class BusStats:
+    published: int = 0
+    dropped: int = 0
+    reconnects: int = 0
+    disconnects: int = 0
+    publish_retries: int = 0
+
+    buffered: int = 0
+
+
+@dataclass(frozen=True)
+class KvEntry:
+    key: str
+    value: bytes
+    revision: int
+
+
+class Kv:
+    """A JetStream key-value bucket; `create` and `update(last=)` are the compare-and-set tools."""
+
+    def __init__(self, kv: Any) -> None:
+        self._kv = kv
+
+    async def get(self, key: str) -> KvEntry | None:
+        try:
+            e = await self._kv.get(key)
+        except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
+            return None
+        if e.value is None:
+            return None
+        return KvEntry(key, e.value, e.revision or 0)
+
+    async def put(self, key: str, value: bytes) -> int:
+        return int(await self._kv.put(key, value))
+
+    async def create(self, key: str, value: bytes) -> int:
+        try:
+            return int(await self._kv.create(key, value))
+        except nats.js.errors.KeyWrongLastSequenceError:
+            raise KvExists(key) from None
+        except nats.js.errors.APIError as e:
+            if e.err_code == 10071:  # wrong last sequence
+                raise KvExists(key) from None
+            raise
+
+    async def update(self, key: str, value: bytes, last: int) -> int:
+        try:
+            return int(await self._kv.update(key, value, last=last))
+        except nats.js.errors.KeyWrongLastSequenceError:
+            raise KvWrongRevision(key) from None
+        except nats.js.errors.APIError as e:
+            if e.err_code == 10071:
+                raise KvWrongRevision(key) from None
+            raise
+
+    async def delete(self, key: str) -> None:
+        try:
+            await self._kv.delete(key)
+        except nats.js.errors.KeyNotFoundError:
+            pass
+
+    async def keys(self, prefix: str = "") -> list[str]:
+        """Keys starting with `prefix` (a whole-token prefix such as `incident.`)."""
+        return [e.key for e in await self._scan(prefix, meta_only=True)]
+
+    async def items(self, prefix: str = "") -> list[KvEntry]:
+        """Current entries under `prefix`, in one pass over the bucket."""
+        return await self._scan(prefix, meta_only=False)
+
+    async def _scan(self, prefix: str, meta_only: bool) -> list[KvEntry]:
+        watcher = await self._kv.watch(f"{prefix}>" if prefix else ">", ignore_deletes=True,
+                                       meta_only=meta_only)
+        out: list[KvEntry] = []
+        try:
+            async for e in watcher:
+                if e is None:
+                    break
+                if e.operation is None and e.key.startswith(prefix):
+                    out.append(KvEntry(e.key, e.value or b"", e.revision or 0))
+        finally:
+            await watcher.stop()
+        return out
+
+
+class Delivery:
+    """One message from a durable consumer, with its acknowledgements."""
+
+    __slots__ = ("_msg", "data", "headers", "num_delivered", "stream_seq", "subject", "time")
+
+    def __init__(self, msg: Msg) -> None:
+        self._msg = msg
+        self.subject: str = msg.subject
+        self.data: bytes = msg.data
+        self.headers: dict[str, str] = dict(msg.headers or {})
+        md = msg.metadata
+        self.num_delivered: int = md.num_delivered or 1
+        self.stream_seq: int = md.sequence.stream if md.sequence else 0
+        self.time: datetime | None = md.timestamp
+
+    async def ack(self) -> None:
+        await _ack_call(self._msg.ack())
+
+    async def nak(self, delay: float | None = None) -> None:
+        await _ack_call(self._msg.nak(delay=delay))
+
+    async def term(self) -> None:
+        await _ack_call(self._msg.term())
+
+    async def in_progress(self) -> None:
+        await _ack_call(self._msg.in_progress())
+
+
+async def _ack_call(coro: Awaitable[Any]) -> None:
+    try:
+        await coro
+    except nats.errors.MsgAlreadyAckdError:
+        pass
+    except (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError) as e:
+        # Lost with the connection: JetStream redelivers after ack_wait, which consumers tolerate.
+        log.warning("acknowledgement lost with the connection: %s", e)
+
+
+class Consumer:
+    """A durable pull consumer. A fetch that times out means "no work", not an error."""
+
+    def __init__(self, sub: JetStreamContext.PullSubscription, stream: str, durable: str) -> None:
+        self._sub = sub
+        self.stream = stream
+        self.durable = durable
+
+    async def fetch(self, batch: int = 256, timeout: float = 1.0) -> list[Delivery]:
+        try:
+            msgs = await self._sub.fetch(batch, timeout=timeout)
+        except (TimeoutError, nats.errors.TimeoutError):
+            return []
+        except (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError):
+            await asyncio.sleep(min(timeout, 0.5))  # the connection is coming back; don't spin
+            return []
+        return [Delivery(m) for m in msgs]
+
+    async def pending(self) -> int:
+        info = await self._sub.consumer_info()
+        return int(info.num_pending or 0) + int(info.num_ack_pending or 0)
+
+    async def close(self) -> None:
+        try:
+            await self._sub.unsubscribe()
+        except (nats.errors.ConnectionClosedError, nats.errors.BadSubscriptionError):
+            pass
+
+
+@dataclass(frozen=True)
+class StoredMsg:
+    subject: str
+    data: bytes
+    seq: int
+    time: datetime | None
+
+
+def _tls_context(cfg: NatsConfig) -> ssl.SSLContext | None:
+    t = cfg.tls
+    if t.ca_file is None and t.cert_file is None:
+        return None
+    ctx = ssl.create_default_context(cafile=str(t.ca_file) if t.ca_file else None)
+    if t.cert_file is not None:
+        ctx.load_cert_chain(str(t.cert_file), str(t.key_file) if t.key_file else None)
+    return ctx
+
+
+class Bus:
+    """A connection to NATS and JetStream for one gpuevents process."""
+
+    def __init__(self, config: NatsConfig, *, name: str = "gpuevents") -> None:
+        if not config.servers:
+            raise BusError(
+                "nats.url is not set: `gpuevents up` starts an embedded server; other commands "
+                "need nats.url (or GPUEVENTS_NATS__URL) pointing at your NATS servers"
+            )
+        self.config = config
+        self.name = name
+        self.stats = BusStats()
+        self._nc: Client | None = None
+        self._js: JetStreamContext | None = None
+        self._kv: Kv | None = None
+        self._buffer: collections.deque[tuple[str, bytes, str]] = collections.deque()
+        self._wake = asyncio.Event()
+        self._connected = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closing = False
+
+    # ------------------------------------------------------------ connection
+    @property
+    def connected(self) -> bool:
+        return self._nc is not None and self._nc.is_connected
+
+    async def __aenter__(self) -> Bus:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def connect(self, *, wait: bool = True) -> None:
+        """Connect; with `wait=False`, connect in the background while publishing buffers."""
+        self._spawn(self._publisher(), "publisher")
+        if wait:
+            await self._connect_forever()
+        else:
+            self._spawn(self._connect_forever(), "connect")
+
+    async def _connect_forever(self) -> None:
+        delay = 0.2
+        while not self._closing:
+            try:
+                await self._connect_once()
+                return
+            except (TimeoutError, OSError, nats.errors.Error) as e:
+                log.warning("cannot reach NATS at %s (%s); retrying in %.1fs",
+                            ", ".join(self.config.servers), e or type(e).__name__, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.config.reconnect_wait * 4 or 5.0)
+
+    async def _connect_once(self) -> None:
+        cfg = self.config
+        opts: dict[str, Any] = {
+            "servers": cfg.servers,
+            "name": self.name,
+            "allow_reconnect": True,
+            "max_reconnect_attempts": -1,
+            "reconnect_time_wait": cfg.reconnect_wait,
+            "connect_timeout": cfg.connect_timeout,
+            "error_cb": self._on_error,
+            "disconnected_cb": self._on_disconnected,
+            "reconnected_cb": self._on_reconnected,
+            "tls": _tls_context(cfg),
+        }
+        if cfg.creds_file is not None:
+            opts["user_credentials"] = str(cfg.creds_file)
+        if os.environ.get("NATS_USER"):
+            opts["user"] = os.environ["NATS_USER"]
+            opts["password"] = os.environ.get("NATS_PASSWORD", "")
+        if os.environ.get("NATS_TOKEN"):
+            opts["token"] = os.environ["NATS_TOKEN"]
+        nc = await nats.connect(**opts)
+        self._nc = nc
+        self._js = nc.jetstream(timeout=cfg.publish_timeout)
+        self._connected.set()
+        self._wake.set()
+        log.info("connected to NATS at %s", nc.connected_url.netloc if nc.connected_url else "?")
+
+    async def _on_error(self, e: Exception) -> None:
+        log.debug("nats: %s", e)
+
+    async def _on_disconnected(self) -> None:
+        self.stats.disconnects += 1
+        if not self._closing:
+            log.warning("disconnected from NATS; buffering and reconnecting")
+
+    async def _on_reconnected(self) -> None:
+        self.stats.reconnects += 1
+        log.info("reconnected to NATS; draining %d buffered events", len(self._buffer))
+        self._wake.set()
+
+    def _nats(self) -> Client:
+        if self._nc is None:
+            raise BusError("not connected to NATS yet")
+        return self._nc
+
+    def _jetstream(self) -> JetStreamContext:
+        if self._js is None:
+            raise BusError("not connected to NATS yet")
+        return self._js
+
+    async def close(self, flush_timeout: float = 5.0) -> None:
+        """Drain what is buffered (bounded wait), then close."""
+        if self._buffer and self.connected:
+            await self.flush(flush_timeout)
+        self._closing = True
+        for t in list(self._tasks):
+            t.cancel()
+        for t in list(self._tasks):
+            try:
+                await t
+            except asyncio.CancelledError:
+                pass
+        if self._nc is not None and not self._nc.is_closed:
+            try:
+                await asyncio.wait_for(self._nc.drain(), timeout=flush_timeout)
+            except (TimeoutError, nats.errors.Error):
+                await self._nc.close()
+        if self._buffer:
+            log.warning("closing with %d events not delivered", len(self._buffer))
+
+    def _spawn(self, coro: Awaitable[None], what: str) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+
+        def done(t: asyncio.Task[None]) -> None:
+            self._tasks.discard(t)
+            if not t.cancelled() and t.exception() is not None:
+                log.error("bus task %s finished unexpectedly: %r", what, t.exception())
+
+        task.add_done_callback(done)
+
+    # ------------------------------------------------------------ streams
+    async def ensure_streams(self) -> None:
+        """Create or update GPUEVENTS, GPUEVENTS_ACT, GPUEVENTS_AUDIT, GPUEVENTS_DLQ and the KV bucket."""
+        st = self.config.streams
+        common = {"storage": api.StorageType.FILE, "num_replicas": st.replicas,
+                  "duplicate_window": DUPLICATE_WINDOW_S}
+        wanted = [
+            api.StreamConfig(name=S.STREAM_EVENTS, subjects=[S.EVENTS_ALL], max_age=st.events_max_age,
+                             description="gpuevents: events from node agents", **common),
+            api.StreamConfig(name=S.STREAM_ACTIONS, subjects=[S.ACTIONS_ALL],
+                             retention=api.RetentionPolicy.WORK_QUEUE,
+                             description="gpuevents: action requests (work queue)", **common),
+            api.StreamConfig(name=S.STREAM_AUDIT, subjects=[S.AUDIT_ALL], max_age=st.audit_max_age,
+                             description="gpuevents: audit records", **common),
+            api.StreamConfig(name=S.STREAM_DLQ, subjects=[S.DLQ_ALL], max_age=st.dlq_max_age,
+                             description="gpuevents: malformed messages", **common),
+        ]
+        jsm = self._jetstream()
+        for cfg in wanted:
+            try:
+                await jsm.stream_info(cfg.name)
+                await jsm.update_stream(cfg)
+            except nats.js.errors.NotFoundError:
+                await jsm.add_stream(cfg)
+        await self.kv()
+
+    async def stream_info(self, stream: str) -> api.StreamInfo:
+        return await self._jetstream().stream_info(stream)
+
+    # ------------------------------------------------------------ publishing
+    def publish_event(self, event: Event) -> None:
+        """Queue `event` for JetStream; never blocks. When the buffer is full the oldest is dropped."""
+        subject = S.event_subject(event.cluster, event.node, event.type)
+        self.publish_buffered(subject, encode_event(event), event.id)
+
+    def publish_buffered(self, subject: str, payload: bytes, msg_id: str) -> None:
+        limit = self.config.publish_buffer
+        if limit and len(self._buffer) >= limit:
+            self._buffer.popleft()
+            self.stats.dropped += 1
+            if self.stats.dropped == 1 or self.stats.dropped % 1000 == 0:
+                log.warning("publish buffer full (%d); dropped %d events so far", limit, self.stats.dropped)
+        self._buffer.append((subject, payload, msg_id))
+        self.stats.buffered = len(self._buffer)
+        self._idle.clear()
+        self._wake.set()
+
+    async def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until every buffered event is stored; False if `timeout` passed first."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+            return True
+        except TimeoutError:
+            return False
+
+    async def _publisher(self) -> None:
+        backoff = 0.1
+        while True:
+            if not self._buffer:
+                self._idle.set()
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            if not self.connected:
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), 1.0)
+                except TimeoutError:
+                    pass
+                continue
+            batch = [self._buffer.popleft() for _ in range(min(_PUBLISH_BATCH, len(self._buffer)))]
+            results = await asyncio.gather(
+                *(self._publish_one(s, p, i) for s, p, i in batch), return_exceptions=True
+            )
+            failed = [item for item, r in zip(batch, results, strict=True) if r is not None]
+            self.stats.published += len(batch) - len(failed)
+            if failed:
+                self.stats.publish_retries += len(failed)
+                self._buffer.extendleft(reversed(failed))
+                self.stats.buffered = len(self._buffer)
+                await asyncio.sleep(backoff * (1 + random.random()))  # backoff while NATS recovers
+                backoff = min(backoff * 2, 2.0)
+            else:
+                backoff = 0.1
+            self.stats.buffered = len(self._buffer)
+
+    async def _publish_one(self, subject: str, payload: bytes, msg_id: str) -> Exception | None:
+        try:
+            await self._jetstream().publish(
+                subject, payload, headers={"Nats-Msg-Id": msg_id}, timeout=self.config.publish_timeout
+            )
+            return None
+        except (TimeoutError, nats.errors.Error, BusError, OSError) as e:
+            return e
+
+    async def js_publish(self, subject: str, payload: bytes, *, msg_id: str | None = None,
+                         timeout: float | None = None) -> int:
+        """Publish to JetStream and wait for the ack; the stream sequence, or BusError."""
+        headers = {"Nats-Msg-Id": msg_id} if msg_id else None
+        try:
+            ack = await self._jetstream().publish(subject, payload, headers=headers,
+                                                  timeout=timeout or self.config.publish_timeout)
+        except nats.js.errors.NoStreamResponseError:
+            raise BusNoResponders(f"no stream stores {subject}") from None
+        except (TimeoutError, nats.errors.TimeoutError):
+            raise BusTimeout(f"JetStream publish to {subject} timed out") from None
+        except nats.errors.Error as e:
+            raise BusError(f"JetStream publish to {subject} failed: {e}") from e
+        return int(ack.seq)
+
+    async def publish_core(self, subject: str, payload: bytes) -> None:
+        await self._nats().publish(subject, payload)
+
+    # ------------------------------------------------------------ request/reply
+    async def request(self, subject: str, payload: bytes, timeout: float) -> bytes:
+        try:
+            msg = await self._nats().request(subject, payload, timeout=timeout)
+        except nats.errors.NoRespondersError:
+            raise BusNoResponders(f"nobody answers on {subject}") from None
+        except (TimeoutError, nats.errors.TimeoutError):
+            raise BusTimeout(f"no answer on {subject} within {timeout:.1f}s") from None
+        return msg.data
+
+    async def serve(self, subject: str, handler: Callable[[bytes, str], Awaitable[bytes]],
+                    queue: str | None = None) -> Any:
+        """Answer requests on `subject`; a handler that raises answers `{"error": ...}`."""
+
+        async def cb(msg: Msg) -> None:
+            try:
+                reply = await handler(msg.data, msg.subject)
+            except Exception as e:
+                log.exception("handler for %s failed", msg.subject)
+                reply = b'{"error": %s}' % repr(f"{type(e).__name__}: {e}").replace("'", '"').encode()
+            if msg.reply:
+                await msg.respond(reply)
+
+        return await self._nats().subscribe(subject, queue=queue or "", cb=cb)
+
+    async def subscribe(self, subject: str, handler: Callable[[Msg], Awaitable[None]],
+                        queue: str | None = None) -> Any:
+        return await self._nats().subscribe(subject, queue=queue or "", cb=handler)
+
+    # ------------------------------------------------------------ consumers
+    async def consumer(self, stream: str, durable: str, filter_subjects: str | Sequence[str], *,
+                       ack_wait: float = 30.0, max_deliver: int = -1,
+                       max_ack_pending: int = 20_000) -> Consumer:
+        """A durable pull consumer with explicit acks; created if absent, bound if present."""
+        filters = [filter_subjects] if isinstance(filter_subjects, str) else list(filter_subjects)
+        cfg = api.ConsumerConfig(
+            durable_name=durable,
+            ack_policy=api.AckPolicy.EXPLICIT,
+            ack_wait=ack_wait,
+            max_deliver=max_deliver,
+            max_ack_pending=max_ack_pending,
+            deliver_policy=api.DeliverPolicy.ALL,
+        )
+        if len(filters) > 1:
+            cfg.filter_subjects = filters
+        sub = await self._jetstream().pull_subscribe(
+            filters[0], durable=durable, stream=stream, config=cfg,
+            pending_msgs_limit=max(max_ack_pending, 1024),
+        )
+        return Consumer(sub, stream, durable)
+
+    async def replay(self, stream: str, filter_subject: str, since: datetime | None = None,
+                     batch: int = 512) -> AsyncIterator[StoredMsg]:
+        """Every stored message of `stream` on `filter_subject` (from `since`), oldest first."""
+        js = self._jetstream()
+        try:
+            info = await js.stream_info(stream, subjects_filter=None)
+        except nats.js.errors.NotFoundError:
+            return
+        if not info.state.messages:
+            return
+        cfg = api.ConsumerConfig(ack_policy=api.AckPolicy.NONE, inactive_threshold=30.0,
+                                 deliver_policy=api.DeliverPolicy.ALL, mem_storage=True)
+        if since is not None:
+            cfg.deliver_policy = api.DeliverPolicy.BY_START_TIME
+            cfg.opt_start_time = since.astimezone(UTC).isoformat().replace("+00:00", "Z")
+        sub = await js.pull_subscribe(filter_subject, stream=stream, config=cfg)
+        try:
+            while True:
+                try:
+                    msgs = await sub.fetch(batch, timeout=1.0)
+                except (TimeoutError, nats.errors.TimeoutError):
+                    return
+                for m in msgs:
+                    md = m.metadata
+                    yield StoredMsg(m.subject, m.data, md.sequence.stream if md.sequence else 0,
+                                    md.timestamp)
+                if msgs and (msgs[-1].metadata.num_pending or 0) == 0:
+                    return
+        finally:
+            try:
+                await sub.unsubscribe()
+            except nats.errors.Error:
+                pass
+
+    # ------------------------------------------------------------ key-value
+    async def kv(self) -> Kv:
+        """The `gpuevents-state` bucket (config nats.kv_bucket), created when absent."""
+        if self._kv is None:
+            js = self._jetstream()
+            bucket = self.config.kv_bucket
+            try:
+                handle = await js.key_value(bucket)
+            except nats.js.errors.BucketNotFoundError:
+                handle = await js.create_key_value(
+                    bucket=bucket, history=1, replicas=self.config.streams.replicas,
+                    description="gpuevents: incidents, snoozes, leases, idempotency keys")
+            self._kv = Kv(handle)
+        return self._kv
