@@ -1,0 +1,67 @@
+"""The engine's side of rollups: feed snapshots in, write hourly buckets to SQLite now and then."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from datetime import datetime
+
+from gpuevents.config import Config
+from gpuevents.costs import CostModel
+from gpuevents.events import SnapshotEvent
+from rules.visibility.rollup import TeamResolver, UsageAggregator
+from rules.visibility.store import UsageStore
+
+log = logging.getLogger(__name__)
+
+PRUNE_EVERY_S = 3600.0
+
+
+class UsageRecorder:
+    """Aggregates in memory (`observe`, cheap, no I/O); `flush` writes and prunes in a worker thread.
+
+    A crash loses at most what came since the last flush; the engine flushes on its tick.
+    """
+
+    def __init__(self, aggregator: UsageAggregator, store: UsageStore, retention_s: float) -> None:
+        self.aggregator = aggregator
+        self.store = store
+        self.retention_s = retention_s
+        self._lock = asyncio.Lock()
+        self._pruned_at: float | None = None
+
+    @classmethod
+    def from_config(cls, config: Config, teams: Mapping[str, str] | None = None) -> UsageRecorder:
+        """`teams` maps an owner or user to a team, for processes and nodes without a team label."""
+        costs = CostModel(config.costs)
+        resolver = TeamResolver(team_label=config.costs.team_label, owners=config.owners, teams=teams or {})
+        aggregator = UsageAggregator(
+            snapshot_interval=config.agent.snapshot_interval,
+            teams=resolver,
+            rated_power_w=lambda model: costs.gpu_cost(model).rated_power_w,
+        )
+        return cls(aggregator, UsageStore(config.engine.usage_db), config.engine.usage_retention)
+
+    def observe(self, event: SnapshotEvent, now: datetime) -> None:
+        self.aggregator.observe(event, now)
+
+    def flush_sync(self, now: datetime) -> None:
+        """Count up to `now`, write what was counted, prune past the retention once an hour."""
+        self.aggregator.settle(now)
+        batch = self.aggregator.drain()
+        if batch:
+            self.store.add(batch)
+        t = now.timestamp()
+        if self._pruned_at is None or t - self._pruned_at >= PRUNE_EVERY_S:
+            removed = self.store.prune(t - self.retention_s)
+            self._pruned_at = t
+            if removed:
+                log.info("usage rollups: pruned %d buckets older than the retention", removed)
+
+    async def flush(self, now: datetime) -> None:
+        async with self._lock:
+            await asyncio.to_thread(self.flush_sync, now)
+
+    def close(self) -> None:
+        self.store.close()

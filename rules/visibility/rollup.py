@@ -1,0 +1,254 @@
+"""Pure usage aggregation: node snapshots → hourly GPU-seconds (busy, held idle, free) and energy."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict
+
+from gpuevents.events import GpuInfo, NodeSnapshot, ProcessInfo, SnapshotEvent
+
+HOUR = 3600
+NO_TEAM = ""
+UNALLOCATED = ""
+
+
+class UsageKey(BaseModel):
+    """One hourly bucket of one GPU for one owner (`""`: nobody) in one team (`""`: none)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    hour: int  # epoch seconds of the bucket start, UTC
+    cluster: str
+    node: str
+    gpu: int
+    owner: str
+    team: str
+
+
+class UsageAmounts(BaseModel):
+    """GPU-seconds by state, utilization-seconds and energy; added up across intervals."""
+
+    model: str = ""
+    busy_s: float = 0.0
+    held_s: float = 0.0
+    free_s: float = 0.0
+    util_s: float = 0.0  # Σ util_pct × seconds, over the seconds where util was known
+    util_known_s: float = 0.0
+    busy_kwh: float = 0.0
+    held_kwh: float = 0.0
+    free_kwh: float = 0.0
+
+
+class IdleJobKey(BaseModel):
+    """One process (or pod) holding an idle GPU, in one hourly bucket."""
+
+    model_config = ConfigDict(frozen=True)
+
+    hour: int
+    cluster: str
+    node: str
+    gpu: int
+    job: str  # stable: `pod:<ns/name>` or `pid:<pid>@<create time>`
+
+
+class IdleJobAmounts(BaseModel):
+    name: str = ""  # what people recognise: the pod, else the process name and pid
+    owner: str = ""
+    team: str = ""
+    model: str = ""
+    held_s: float = 0.0
+    held_kwh: float = 0.0
+
+
+class UsageBatch(BaseModel):
+    """What one drain of the aggregator hands to the store."""
+
+    usage: list[tuple[UsageKey, UsageAmounts]] = []
+    idle_jobs: list[tuple[IdleJobKey, IdleJobAmounts]] = []
+
+    def __bool__(self) -> bool:
+        return bool(self.usage or self.idle_jobs)
+
+
+@dataclass
+class TeamResolver:
+    """Who a process belongs to (owner) and which team: label on the process, on the node, then the map."""
+
+    team_label: str = "team"
+    owners: Mapping[str, str] = field(default_factory=dict)  # user -> owner (config `owners`)
+    teams: Mapping[str, str] = field(default_factory=dict)  # owner or user -> team
+
+    def owner_of(self, process: ProcessInfo) -> str:
+        if process.owner:
+            return process.owner
+        if process.user:
+            return self.owners.get(process.user, process.user)
+        return "unknown"
+
+    def team_of(self, owner: str, process: ProcessInfo | None, node_labels: Mapping[str, str]) -> str:
+        if process is not None and process.labels.get(self.team_label):
+            return process.labels[self.team_label]
+        if node_labels.get(self.team_label):
+            return node_labels[self.team_label]
+        if owner in self.teams:
+            return self.teams[owner]
+        if process is not None and process.user and process.user in self.teams:
+            return self.teams[process.user]
+        return NO_TEAM
+
+
+@dataclass
+class _NodeMark:
+    """The last snapshot of a node, and how far its state has been counted."""
+
+    snapshot: NodeSnapshot
+    at: float
+    counted_until: float
+
+
+def _job_of(process: ProcessInfo) -> tuple[str, str]:
+    if process.pod:
+        return f"pod:{process.pod}", process.pod
+    key = f"pid:{process.pid}@{process.create_time.timestamp():.0f}"
+    return key, f"{process.name or 'process'} (pid {process.pid})"
+
+
+class UsageAggregator:
+    """Adds up what each node's snapshots say, time-weighted, into hourly buckets held in memory.
+
+    A snapshot describes its node from its own time until the node's next snapshot, but for at
+    most `max_gap` seconds: an outage is not counted as hours of anything. Time comes from the
+    events (so a replay gives the same totals); `now` only guards against clocks in the future.
+    """
+
+    def __init__(
+        self,
+        *,
+        snapshot_interval: float = 15.0,
+        gap_intervals: float = 3.0,
+        teams: TeamResolver | None = None,
+        rated_power_w: Callable[[str | None], float] | None = None,
+    ) -> None:
+        self.max_gap = snapshot_interval * gap_intervals
+        self.teams = teams or TeamResolver()
+        self.rated_power_w = rated_power_w or (lambda _model: 0.0)
+        self._nodes: dict[tuple[str, str], _NodeMark] = {}
+        self._usage: dict[UsageKey, UsageAmounts] = {}
+        self._jobs: dict[IdleJobKey, IdleJobAmounts] = {}
+
+    def observe(self, event: SnapshotEvent, now: datetime) -> None:
+        """Count the node's previous state up to this snapshot, then remember this one."""
+        at = min(event.time.timestamp(), now.timestamp())
+        key = (event.cluster, event.data.node.name or event.node)
+        mark = self._nodes.get(key)
+        if mark is not None:
+            if at <= mark.at:
+                return  # a redelivered or out-of-order snapshot: already counted
+            self._count(key[0], mark, min(at, mark.at + self.max_gap))
+        self._nodes[key] = _NodeMark(snapshot=event.data, at=at, counted_until=at)
+
+    def settle(self, now: datetime) -> None:
+        """Count every node's current state up to `now` (capped), so a flush misses nothing."""
+        t = now.timestamp()
+        for (cluster, _node), mark in self._nodes.items():
+            self._count(cluster, mark, min(t, mark.at + self.max_gap))
+
+    def forget(self, cluster: str, node: str) -> None:
+        self._nodes.pop((cluster, node), None)
+
+    def drain(self) -> UsageBatch:
+        """Hand over what was added up since the last drain, and start again from zero."""
+        batch = UsageBatch(usage=list(self._usage.items()), idle_jobs=list(self._jobs.items()))
+        self._usage = {}
+        self._jobs = {}
+        return batch
+
+    # ------------------------------------------------------------ counting
+    def _count(self, cluster: str, mark: _NodeMark, until: float) -> None:
+        start = mark.counted_until
+        if until <= start:
+            return
+        mark.counted_until = until
+        t = start
+        while t < until:
+            hour = int(t // HOUR) * HOUR
+            end = min(until, hour + HOUR)
+            self._add_interval(cluster, mark.snapshot, hour, end - t)
+            t = end
+
+    def _add_interval(self, cluster: str, snap: NodeSnapshot, hour: int, seconds: float) -> None:
+        procs = {p.pid: p for p in snap.processes}
+        node = snap.node.name
+        for gpu in snap.gpus:
+            if gpu.lost:
+                continue
+            holders = [procs[pid] for pid in gpu.pids if pid in procs]
+            held = bool(gpu.pids) or bool(gpu.owners)
+            state = "busy" if not gpu.idle else ("held" if held else "free")
+            watts = gpu.power_w if gpu.power_w is not None else self.rated_power_w(gpu.model)
+            kwh = max(watts, 0.0) * seconds / 3_600_000
+            shares = self._shares(gpu, holders, snap.node.labels) if state != "free" else [
+                (UNALLOCATED, self.teams.team_of(UNALLOCATED, None, snap.node.labels))
+            ]
+            part = 1.0 / len(shares)
+            for owner, team in shares:
+                key = UsageKey(hour=hour, cluster=cluster, node=node, gpu=gpu.index, owner=owner, team=team)
+                a = self._usage.get(key)
+                if a is None:
+                    a = self._usage[key] = UsageAmounts(model=gpu.model or "")
+                s = seconds * part
+                if state == "busy":
+                    a.busy_s += s
+                    a.busy_kwh += kwh * part
+                elif state == "held":
+                    a.held_s += s
+                    a.held_kwh += kwh * part
+                else:
+                    a.free_s += s
+                    a.free_kwh += kwh * part
+                if gpu.util_pct is not None:
+                    a.util_s += gpu.util_pct * s
+                    a.util_known_s += s
+            if state == "held" and holders:
+                self._add_idle_jobs(cluster, node, gpu, holders, snap.node.labels, hour, seconds, kwh)
+
+    def _shares(
+        self, gpu: GpuInfo, holders: list[ProcessInfo], node_labels: Mapping[str, str]
+    ) -> list[tuple[str, str]]:
+        """(owner, team) pairs sharing this GPU's time equally: the agent's owners, else the processes'."""
+        by_owner: dict[str, ProcessInfo] = {}
+        for p in holders:
+            by_owner.setdefault(self.teams.owner_of(p), p)
+        owners = list(gpu.owners) or ([gpu.owner] if gpu.owner else []) or list(by_owner) or ["unknown"]
+        return [(o, self.teams.team_of(o, by_owner.get(o), node_labels)) for o in dict.fromkeys(owners)]
+
+    def _add_idle_jobs(
+        self,
+        cluster: str,
+        node: str,
+        gpu: GpuInfo,
+        holders: list[ProcessInfo],
+        node_labels: Mapping[str, str],
+        hour: int,
+        seconds: float,
+        kwh: float,
+    ) -> None:
+        jobs: dict[str, tuple[str, ProcessInfo]] = {}
+        for p in holders:
+            job, name = _job_of(p)
+            jobs.setdefault(job, (name, p))
+        part = 1.0 / len(jobs)
+        for job, (name, p) in jobs.items():
+            key = IdleJobKey(hour=hour, cluster=cluster, node=node, gpu=gpu.index, job=job)
+            a = self._jobs.get(key)
+            if a is None:
+                owner = self.teams.owner_of(p)
+                a = self._jobs[key] = IdleJobAmounts(
+                    name=name, owner=owner, team=self.teams.team_of(owner, p, node_labels),
+                    model=gpu.model or "",
+                )
+            a.held_s += seconds * part
+            a.held_kwh += kwh * part

@@ -1,0 +1,152 @@
+"""Durable usage rollups in one SQLite file: hourly buckets added up in place, pruned by age."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import closing
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from rules.visibility.rollup import UsageBatch
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS usage (
+    hour INTEGER NOT NULL, cluster TEXT NOT NULL, node TEXT NOT NULL, gpu INTEGER NOT NULL,
+    owner TEXT NOT NULL, team TEXT NOT NULL, model TEXT NOT NULL DEFAULT '',
+    busy_s REAL NOT NULL DEFAULT 0, held_s REAL NOT NULL DEFAULT 0, free_s REAL NOT NULL DEFAULT 0,
+    util_s REAL NOT NULL DEFAULT 0, util_known_s REAL NOT NULL DEFAULT 0,
+    busy_kwh REAL NOT NULL DEFAULT 0, held_kwh REAL NOT NULL DEFAULT 0, free_kwh REAL NOT NULL DEFAULT 0,
+    PRIMARY KEY (hour, cluster, node, gpu, owner, team)
+);
+CREATE INDEX IF NOT EXISTS usage_team_hour ON usage (team, hour);
+CREATE TABLE IF NOT EXISTS idle_jobs (
+    hour INTEGER NOT NULL, cluster TEXT NOT NULL, node TEXT NOT NULL, gpu INTEGER NOT NULL,
+    job TEXT NOT NULL, name TEXT NOT NULL, owner TEXT NOT NULL, team TEXT NOT NULL,
+    model TEXT NOT NULL DEFAULT '', held_s REAL NOT NULL DEFAULT 0, held_kwh REAL NOT NULL DEFAULT 0,
+    PRIMARY KEY (hour, cluster, node, gpu, job)
+);
+CREATE INDEX IF NOT EXISTS idle_jobs_hour ON idle_jobs (hour);
+"""
+
+_ADD_USAGE = """
+INSERT INTO usage (hour, cluster, node, gpu, owner, team, model, busy_s, held_s, free_s,
+                   util_s, util_known_s, busy_kwh, held_kwh, free_kwh)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (hour, cluster, node, gpu, owner, team) DO UPDATE SET
+    model = CASE WHEN excluded.model != '' THEN excluded.model ELSE usage.model END,
+    busy_s = usage.busy_s + excluded.busy_s, held_s = usage.held_s + excluded.held_s,
+    free_s = usage.free_s + excluded.free_s, util_s = usage.util_s + excluded.util_s,
+    util_known_s = usage.util_known_s + excluded.util_known_s,
+    busy_kwh = usage.busy_kwh + excluded.busy_kwh, held_kwh = usage.held_kwh + excluded.held_kwh,
+    free_kwh = usage.free_kwh + excluded.free_kwh
+"""
+
+_ADD_JOB = """
+INSERT INTO idle_jobs (hour, cluster, node, gpu, job, name, owner, team, model, held_s, held_kwh)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (hour, cluster, node, gpu, job) DO UPDATE SET
+    held_s = idle_jobs.held_s + excluded.held_s, held_kwh = idle_jobs.held_kwh + excluded.held_kwh
+"""
+
+
+class UsageRow(BaseModel):
+    """One stored hourly bucket of one GPU for one owner and team."""
+
+    hour: int
+    cluster: str
+    node: str
+    gpu: int
+    owner: str
+    team: str
+    model: str
+    busy_s: float
+    held_s: float
+    free_s: float
+    util_s: float
+    util_known_s: float
+    busy_kwh: float
+    held_kwh: float
+    free_kwh: float
+
+
+class IdleJobRow(BaseModel):
+    hour: int
+    cluster: str
+    node: str
+    gpu: int
+    job: str
+    name: str
+    owner: str
+    team: str
+    model: str
+    held_s: float
+    held_kwh: float
+
+
+class UsageStore:
+    """The SQLite file behind rollups. One writer (the engine); readers (reports) may come and go."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        if str(path) != ":memory:":
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(path), timeout=10, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> UsageStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def add(self, batch: UsageBatch) -> None:
+        """Add a drained batch to the stored buckets, in one transaction."""
+        with self._db:
+            self._db.executemany(
+                _ADD_USAGE,
+                [
+                    (k.hour, k.cluster, k.node, k.gpu, k.owner, k.team, a.model, a.busy_s, a.held_s,
+                     a.free_s, a.util_s, a.util_known_s, a.busy_kwh, a.held_kwh, a.free_kwh)
+                    for k, a in batch.usage
+                ],
+            )
+            self._db.executemany(
+                _ADD_JOB,
+                [
+                    (k.hour, k.cluster, k.node, k.gpu, k.job, a.name, a.owner, a.team, a.model,
+                     a.held_s, a.held_kwh)
+                    for k, a in batch.idle_jobs
+                ],
+            )
+
+    def prune(self, before: float) -> int:
+        """Delete buckets that started before `before` (epoch seconds); returns how many rows went."""
+        with self._db:
+            n = self._db.execute("DELETE FROM usage WHERE hour < ?", (before,)).rowcount
+            n += self._db.execute("DELETE FROM idle_jobs WHERE hour < ?", (before,)).rowcount
+        return n
+
+    def usage(self, since: float, until: float, team: str | None = None) -> list[UsageRow]:
+        """Buckets that start in [since, until), optionally for one team."""
+        return [UsageRow.model_validate(r) for r in self._rows("usage", since, until, team)]
+
+    def idle_jobs(self, since: float, until: float, team: str | None = None) -> list[IdleJobRow]:
+        return [IdleJobRow.model_validate(r) for r in self._rows("idle_jobs", since, until, team)]
+
+    def _rows(self, table: str, since: float, until: float, team: str | None) -> Iterator[dict[str, object]]:
+        sql = f"SELECT * FROM {table} WHERE hour >= ? AND hour < ?"
+        args: list[object] = [since, until]
+        if team is not None:
+            sql += " AND team = ?"
+            args.append(team)
+        with closing(self._db.execute(sql + " ORDER BY hour, cluster, node, gpu", args)) as cur:
+            names = [d[0] for d in cur.description]
+            for row in cur:
+                yield dict(zip(names, row, strict=True))
