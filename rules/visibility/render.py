@@ -1,0 +1,197 @@
+"""The weekly report written out: one self-contained HTML file (inline SVG heatmap), Markdown, JSON."""
+
+from __future__ import annotations
+
+from html import escape
+from zoneinfo import ZoneInfo
+
+from gpuevents.costs import CostModel
+from rules.visibility.weekly import Heatmap, WeeklyReport, team_label
+
+CELL_W = 5
+CELL_H = 12
+LABEL_W = 150
+MAX_TITLED_ROWS = 64  # per-cell tooltips beyond this would make the file heavy
+
+_CSS = """
+body{font:14px/1.4 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#1d232a;background:#fff}
+h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px}
+.sub{color:#5b6570;margin-bottom:16px}
+.cards{display:flex;gap:12px;flex-wrap:wrap}
+.card{border:1px solid #dde2e7;border-radius:8px;padding:10px 14px;min-width:150px}
+.card b{display:block;font-size:20px} .card.waste b{color:#b3261e}
+table{border-collapse:collapse;margin:4px 0 12px} th,td{padding:4px 10px;border-bottom:1px solid #e6e9ed;text-align:right}
+th:first-child,td:first-child,td.t{text-align:left} th{background:#f5f7f9;font-weight:600}
+tr.team td{font-weight:600;background:#fafbfc} .waste{color:#b3261e}
+.legend{color:#5b6570;font-size:12px}
+"""
+
+
+def util_colour(util: float | None) -> str:
+    """Red at 0 % through amber to green at 100 %; light grey where nothing was counted."""
+    if util is None:
+        return "#e9ecef"
+    u = min(max(util, 0.0), 100.0)
+    return f"hsl({u * 1.2:.0f},70%,{48 + (100 - u) * 0.04:.0f}%)"
+
+
+def _h(hours: float) -> str:
+    return f"{hours:,.1f}"
+
+
+def _pct(util: float | None) -> str:
+    return "–" if util is None else f"{util:.0f}%"
+
+
+def _period(report: WeeklyReport) -> str:
+    tz = ZoneInfo(report.timezone)
+    a, b = report.since.astimezone(tz), report.until.astimezone(tz)
+    return f"{a:%a %Y-%m-%d %H:%M} – {b:%a %Y-%m-%d %H:%M} ({report.timezone})"
+
+
+def heatmap_svg(heatmap: Heatmap) -> str:
+    """GPU (or node) × hour; fill = utilization; a dark dot marks an hour held idle."""
+    n = len(heatmap.hours)
+    width = LABEL_W + n * CELL_W + 10
+    height = 24 + len(heatmap.rows) * CELL_H + 8
+    titled = len(heatmap.rows) <= MAX_TITLED_ROWS
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'role="img" aria-label="utilization per {heatmap.per} and hour" font-size="10">']
+    for i, hour in enumerate(heatmap.hours):
+        if hour.hour == 0 or i == 0:
+            x = LABEL_W + i * CELL_W
+            out.append(f'<line x1="{x}" y1="14" x2="{x}" y2="{height - 4}" stroke="#adb5bd" stroke-width="0.5"/>')
+            out.append(f'<text x="{x + 2}" y="11" fill="#5b6570">{escape(f"{hour:%a %d}")}</text>')
+    for r, row in enumerate(heatmap.rows):
+        y = 20 + r * CELL_H
+        out.append(f'<text x="{LABEL_W - 6}" y="{y + CELL_H - 3}" text-anchor="end">{escape(row.label)}</text>')
+        for i, (util, held) in enumerate(zip(row.cells, row.held, strict=True)):
+            x = LABEL_W + i * CELL_W
+            rect = f'<rect x="{x}" y="{y}" width="{CELL_W - 0.5}" height="{CELL_H - 1}" fill="{util_colour(util)}"'
+            if titled and util is not None:
+                tip = f"{row.label} {heatmap.hours[i]:%a %H:%M} {util:.0f}%{' held idle' if held else ''}"
+                out.append(f"{rect}><title>{escape(tip)}</title></rect>")
+            else:
+                out.append(rect + "/>")
+            if held:
+                out.append(f'<circle cx="{x + CELL_W / 2 - 0.25}" cy="{y + CELL_H / 2 - 0.5}" r="1.4" fill="#212529"/>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def render_html(report: WeeklyReport, costs: CostModel) -> str:
+    """One HTML file with everything inline; every name that came from a machine is escaped."""
+    f = costs.format
+    fl = report.fleet
+    e = escape
+    title = "GPU usage report" + (f" — team {team_label(report.team)}" if report.team is not None else "")
+    parts = [
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">",
+        f"<title>{e(title)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>{e(title)}</h1><div class=\"sub\">{e(_period(report))} · generated "
+        f"{e(f'{report.generated_at:%Y-%m-%d %H:%M %Z}')}</div>",
+        '<div class="cards">',
+        f'<div class="card"><b id="fleet-gpus">{fl.gpus}</b>GPUs</div>',
+        f'<div class="card"><b id="fleet-busy-h">{_h(fl.busy_h)}</b>GPU-hours busy</div>',
+        f'<div class="card"><b id="fleet-util">{_pct(fl.util_pct)}</b>utilization</div>',
+        f'<div class="card waste"><b id="fleet-held-cost">{e(f(fl.held_idle_cost))}</b>'
+        f"held idle ({_h(fl.held_idle_h)} GPU-h)</div>",
+        f'<div class="card waste"><b id="fleet-free-cost">{e(f(fl.unallocated_cost))}</b>'
+        f"unallocated ({_h(fl.unallocated_h)} GPU-h)</div>",
+        f'<div class="card"><b id="fleet-cost">{e(f(fl.cost))}</b>total cost · {fl.energy_kwh:,.0f} kWh</div>',
+        "</div>",
+        "<h2>Teams and owners</h2><table id=\"teams\"><tr><th>team / owner</th><th>busy GPU-h</th>"
+        "<th>held idle GPU-h</th><th>utilization</th><th>held idle cost</th><th>unallocated GPU-h</th>"
+        "<th>unallocated cost</th></tr>",
+    ]
+    for t in report.teams:
+        parts.append(
+            f'<tr class="team"><td>{e(team_label(t.team))}</td><td>{_h(t.busy_h)}</td><td>{_h(t.held_idle_h)}</td>'
+            f'<td>{_pct(t.util_pct)}</td><td class="waste">{e(f(t.held_idle_cost))}</td>'
+            f'<td>{_h(t.unallocated_h)}</td><td class="waste">{e(f(t.unallocated_cost))}</td></tr>'
+        )
+        for o in t.owners:
+            parts.append(
+                f'<tr><td class="t">&nbsp;&nbsp;{e(o.owner)}</td><td>{_h(o.busy_h)}</td><td>{_h(o.held_idle_h)}</td>'
+                f'<td>{_pct(o.util_pct)}</td><td class="waste">{e(f(o.held_idle_cost))}</td><td></td><td></td></tr>'
+            )
+    parts.append("</table>")
+    parts.append("<h2>Top idle jobs</h2>")
+    if report.top_idle_jobs:
+        parts.append('<table id="idle-jobs"><tr><th>job</th><th>node</th><th>GPUs</th><th>owner</th>'
+                     "<th>team</th><th>held idle GPU-h</th><th>cost</th></tr>")
+        for j in report.top_idle_jobs:
+            parts.append(
+                f'<tr><td class="t">{e(j.name)}</td><td class="t">{e(j.node)}</td>'
+                f'<td class="t">{e(",".join(map(str, j.gpus)))}</td><td class="t">{e(j.owner)}</td>'
+                f'<td class="t">{e(team_label(j.team))}</td><td>{_h(j.held_idle_h)}</td>'
+                f'<td class="waste">{e(f(j.cost))}</td></tr>'
+            )
+        parts.append("</table>")
+    else:
+        parts.append("<p>No job held an idle GPU this week.</p>")
+    hm = report.heatmap
+    parts.append(f"<h2>Utilization per {e(hm.per)} and hour</h2>")
+    parts.append('<p class="legend">Colour: <span style="color:hsl(0,70%,52%)">■</span> 0 % → '
+                 '<span style="color:hsl(60,70%,50%)">■</span> 50 % → <span style="color:hsl(120,70%,48%)">■</span> '
+                 "100 % utilization; grey: no data; ● held idle (a process on an idle GPU) most of the hour.</p>")
+    parts.append(f'<div id="heatmap" style="overflow-x:auto">{heatmap_svg(hm)}</div>')
+    if hm.left_out:
+        parts.append(f"<p class=\"legend\">{hm.left_out} more rows left out.</p>")
+    parts.append("</body></html>\n")
+    return "".join(parts)
+
+
+def _md(text: str) -> str:
+    """Table-safe Markdown text: pipes, backticks and angle brackets neutralised."""
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("`", "\\`").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def render_markdown(report: WeeklyReport, costs: CostModel) -> str:
+    f = costs.format
+    fl = report.fleet
+    lines = [
+        "# GPU usage report" + (f" — team {_md(team_label(report.team))}" if report.team is not None else ""),
+        "",
+        _period(report),
+        "",
+        f"- GPUs: {fl.gpus}; GPU-hours busy {_h(fl.busy_h)}, held idle {_h(fl.held_idle_h)}, "
+        f"unallocated {_h(fl.unallocated_h)}; utilization {_pct(fl.util_pct)}",
+        f"- Waste: held idle {f(fl.held_idle_cost)}, unallocated {f(fl.unallocated_cost)}; "
+        f"total cost {f(fl.cost)}, energy {fl.energy_kwh:,.0f} kWh",
+        "",
+        "## Teams and owners",
+        "",
+        "| team / owner | busy GPU-h | held idle GPU-h | utilization | held idle cost | unallocated GPU-h | unallocated cost |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for t in report.teams:
+        lines.append(f"| **{_md(team_label(t.team))}** | {_h(t.busy_h)} | {_h(t.held_idle_h)} | {_pct(t.util_pct)} | "
+                     f"{f(t.held_idle_cost)} | {_h(t.unallocated_h)} | {f(t.unallocated_cost)} |")
+        for o in t.owners:
+            lines.append(f"| {_md(o.owner)} | {_h(o.busy_h)} | {_h(o.held_idle_h)} | {_pct(o.util_pct)} | "
+                         f"{f(o.held_idle_cost)} | | |")
+    lines += ["", "## Top idle jobs", ""]
+    if report.top_idle_jobs:
+        lines += ["| job | node | GPUs | owner | team | held idle GPU-h | cost |",
+                  "| --- | --- | --- | --- | --- | ---: | ---: |"]
+        for j in report.top_idle_jobs:
+            lines.append(f"| {_md(j.name)} | {_md(j.node)} | {','.join(map(str, j.gpus))} | {_md(j.owner)} | "
+                         f"{_md(team_label(j.team))} | {_h(j.held_idle_h)} | {f(j.cost)} |")
+    else:
+        lines.append("No job held an idle GPU this week.")
+    return "\n".join(lines) + "\n"
+
+
+def render_json(report: WeeklyReport) -> str:
+    return report.model_dump_json(indent=2) + "\n"
+
+
+def render(report: WeeklyReport, costs: CostModel, fmt: str) -> str:
+    if fmt == "html":
+        return render_html(report, costs)
+    if fmt == "md":
+        return render_markdown(report, costs)
+    if fmt == "json":
+        return render_json(report)
+    raise ValueError(f"unknown report format {fmt!r}; use html, md or json")
