@@ -47,6 +47,17 @@ class PermanentError(Exception):
     """Retrying will not help (a 4xx, an unknown user, a bad parameter)."""
 
 
+class Deferred(Exception):
+    """Not now: come back after `delay` seconds. Not a failure, not an attempt, not audited.
+
+    The Slack digest uses it: the first message of a window waits for the window to close.
+    """
+
+    def __init__(self, delay: float, why: str = "") -> None:
+        super().__init__(why or f"deferred for {delay:.0f}s")
+        self.delay = delay
+
+
 @dataclass
 class ActionContext:
     """Everything an action may use while it runs."""
@@ -68,3 +79,13 @@ class Action(Protocol):
     escape: ClassVar[Callable[[str], str]]
 
     async def run(self, ctx: ActionContext) -> ActionResult: ...
+
+
+def run_timeout(action: object, params: ActionParams, default: float) -> float:
+    """The time limit of one run: the action's `run_timeout(params, default)` if it has one
+    (kill waits out its grace), else a `timeout` parameter, else config `actions.timeout`."""
+    custom = getattr(action, "run_timeout", None)
+    if callable(custom):
+        return float(custom(params, default))
+    own = getattr(params, "timeout", None)
+    return float(own) if isinstance(own, int | float) and own > 0 else default

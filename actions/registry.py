@@ -4,16 +4,28 @@ from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from importlib.metadata import entry_points
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar, Union
+
+from pydantic import Field, TypeAdapter, ValidationError
 
 from actions.protocol import Action, ActionParams
 
 log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "gpuevents.actions"
-BUILTIN_MODULES: tuple[str, ...] = ()  # filled as built-ins land, e.g. "actions.builtin.log"
+BUILTIN_MODULES: tuple[str, ...] = (
+    "actions.builtin.log",
+    "actions.builtin.slack",
+    "actions.builtin.kill",
+    "actions.builtin.cordon",
+    "actions.builtin.scale",
+    "actions.builtin.webhook",
+    "actions.builtin.command",
+    "actions.builtin.publish",
+    "actions.builtin.function",
+)
 
 _registry: dict[str, type[Any]] = {}
 _loaded = False
@@ -80,3 +92,51 @@ def types() -> list[str]:
 def escape_for(type_: str) -> Callable[[str], str]:
     """How values from the machine are escaped when rendered into this action's parameters."""
     return get(type_).escape  # type: ignore[return-value]
+
+
+class ParamsError(ValueError):
+    """Parameters that do not fit the action's model; `problems` are (location, message) pairs."""
+
+    def __init__(self, type_: str, problems: list[tuple[str, str]]) -> None:
+        self.type = type_
+        self.problems = problems
+        super().__init__("; ".join(f"{loc}: {msg}" if loc else msg for loc, msg in problems))
+
+
+def _problems(e: ValidationError, skip: int = 0) -> list[tuple[str, str]]:
+    out = []
+    for err in e.errors():
+        loc = ".".join(str(p) for p in err["loc"][skip:])
+        out.append((loc, err["msg"]))
+    return out
+
+
+def parse_params(type_: str, params: Mapping[str, Any]) -> ActionParams:
+    """Validate rendered parameters with the model of `type_` (ParamsError names each bad key)."""
+    cls = get(type_)
+    data = {k: v for k, v in params.items() if k != "type"}
+    try:
+        return cls.params.model_validate({"type": type_, **data})  # type: ignore[no-any-return]
+    except ValidationError as e:
+        raise ParamsError(type_, _problems(e)) from None
+
+
+def params_union() -> Any:
+    """The discriminated union (on `type`) of every registered parameters model, built-ins and plugins."""
+    load()
+    models = tuple(_registry[t].params for t in sorted(_registry))
+    if len(models) == 1:
+        return models[0]
+    return Annotated[Union[models], Field(discriminator="type")]  # noqa: UP007
+
+
+_adapters: dict[tuple[str, ...], TypeAdapter[Any]] = {}
+
+
+def params_adapter() -> TypeAdapter[Any]:
+    """A TypeAdapter over `params_union()`; errors locate the action type then the key."""
+    key = tuple(types())
+    adapter = _adapters.get(key)
+    if adapter is None:
+        adapter = _adapters[key] = TypeAdapter(params_union())
+    return adapter

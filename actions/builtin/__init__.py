@@ -1,0 +1,1 @@
+"""The built-in actions; each module registers one or two action types."""

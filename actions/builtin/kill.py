@@ -1,0 +1,96 @@
+"""The `kill` action: asks the node's agent to signal a process, or every process on a GPU (DESIGN §5)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import ClassVar, Literal
+
+from pydantic import ValidationError
+
+from actions.protocol import (
+    ActionContext,
+    ActionParams,
+    ActionResult,
+    PermanentError,
+    TransientError,
+    no_escape,
+)
+from actions.registry import register
+from actions.services import services_of
+from gpuevents.bus import BusNoResponders, BusTimeout
+from gpuevents.commands import KILL_VERB, KillCommand, KillReply, KillTarget, Signal, kill_targets
+from gpuevents.durations import Duration
+from gpuevents.records import ActionRequest
+from gpuevents.subjects import command_subject
+
+REPLY_MARGIN_S = 10.0  # on top of the grace: the agent's checks and the round trip
+
+
+class KillParams(ActionParams):
+    type: Literal["kill"] = "kill"
+    signal: Signal = "TERM"
+    grace: Duration = 30
+    reason: str = ""
+
+
+def node_of(request: ActionRequest) -> str:
+    """The node the entity lives on: `request.node`, else the id's first part (`n1/gpu0` -> `n1`)."""
+    if request.node:
+        return request.node
+    entity = request.entity_id.split(":", 1)[-1] if ":" in request.entity_id else request.entity_id
+    return entity.split("/", 1)[0]
+
+
+def _summary(replies: list[KillReply]) -> str:
+    parts = []
+    for r in replies:
+        why = f" ({r.reason})" if r.reason else ""
+        parts.append(f"pid {r.pid} {r.outcome}{why}")
+    return "; ".join(parts)
+
+
+@register
+class KillAction:
+    type: ClassVar[str] = "kill"
+    params: ClassVar[type[ActionParams]] = KillParams
+    entity_kinds = frozenset({"process", "gpu"})
+    destructive: ClassVar[bool] = True
+    escape = staticmethod(no_escape)
+
+    def run_timeout(self, params: ActionParams, default: float) -> float:
+        assert isinstance(params, KillParams)
+        return params.grace + REPLY_MARGIN_S + default
+
+    async def run(self, ctx: ActionContext) -> ActionResult:
+        p = ctx.params
+        assert isinstance(p, KillParams)
+        req = ctx.request
+        try:
+            targets = kill_targets(req.facts)
+        except (ValueError, ValidationError) as e:
+            raise PermanentError(f"cannot read the processes to kill from the request: {e}") from None
+        if not targets:
+            return ActionResult(status="failed", detail=f"no process to kill on {req.entity_id}")
+        subject = command_subject(req.cluster, node_of(req), KILL_VERB)
+        replies = await asyncio.gather(*(self._kill_one(ctx, subject, t, p) for t in targets))
+        data = {"replies": [r.model_dump(mode="json") for r in replies]}
+        if all(r.outcome == "refused" for r in replies):
+            return ActionResult(status="refused", detail=_summary(replies), data=data)
+        return ActionResult(detail=_summary(replies), data=data)
+
+    async def _kill_one(self, ctx: ActionContext, subject: str, target: KillTarget,
+                        p: KillParams) -> KillReply:
+        cmd = KillCommand(pid=target.pid, create_time=target.create_time, signal=p.signal,
+                          grace_s=p.grace, reason=p.reason or f"rule {ctx.request.rule}",
+                          rule=ctx.request.rule, key=ctx.request.key)
+        try:
+            raw = await services_of(ctx).bus.request(subject, cmd.model_dump_json().encode(),
+                                                     p.grace + REPLY_MARGIN_S)
+        except BusNoResponders:
+            raise TransientError(f"no agent answers on {subject}") from None
+        except BusTimeout:
+            raise TransientError(f"the agent on {subject} did not answer about pid {target.pid}") from None
+        try:
+            return KillReply.model_validate_json(raw)
+        except ValidationError:
+            raise PermanentError(f"the agent answered something that is not a kill reply: {raw[:200]!r}") from None

@@ -1,0 +1,58 @@
+"""The `publish` action: publishes `data` to `subject`, so rules and other programs can chain on it."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+import orjson
+from pydantic import Field
+
+from actions.protocol import (
+    ALL_KINDS,
+    ActionContext,
+    ActionParams,
+    ActionResult,
+    TransientError,
+    no_escape,
+)
+from actions.registry import register
+from actions.services import services_of
+from gpuevents.bus import BusError, BusNoResponders
+
+
+class PublishParams(ActionParams):
+    type: Literal["publish"] = "publish"
+    subject: str = Field(min_length=1, pattern=r"^[^\s*>]+$")
+    data: Any = None
+
+
+def encode(data: Any) -> bytes:
+    if isinstance(data, bytes):
+        return data
+    if isinstance(data, str):
+        return data.encode()
+    return orjson.dumps(data, option=orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC)
+
+
+@register
+class PublishAction:
+    type: ClassVar[str] = "publish"
+    params: ClassVar[type[ActionParams]] = PublishParams
+    entity_kinds = ALL_KINDS
+    destructive: ClassVar[bool] = False
+    escape = staticmethod(no_escape)
+
+    async def run(self, ctx: ActionContext) -> ActionResult:
+        p = ctx.params
+        assert isinstance(p, PublishParams)
+        bus = services_of(ctx).bus
+        payload = encode(p.data)
+        try:
+            # Into JetStream when a stream keeps the subject; the action key dedupes a retry.
+            seq = await bus.js_publish(p.subject, payload, msg_id=f"publish-{ctx.request.key}")
+            return ActionResult(detail=f"published to {p.subject} (stream seq {seq})", data={"seq": seq})
+        except BusNoResponders:
+            await bus.publish_core(p.subject, payload)
+            return ActionResult(detail=f"published to {p.subject}")
+        except BusError as e:
+            raise TransientError(str(e)) from e

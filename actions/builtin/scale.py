@@ -1,0 +1,123 @@
+"""The `scale` action: a Deployment or StatefulSet through the scale subresource, or a command;
+`replicas: previous` restores the count this rule scaled it from (kept in KV)."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from lightkube.resources.apps_v1 import Deployment, StatefulSet
+from lightkube.types import PatchType
+from pydantic import BaseModel, Field, model_validator
+
+from actions.builtin.command import run_command
+from actions.kube import kube_errors
+from actions.protocol import (
+    ALL_KINDS,
+    ActionContext,
+    ActionParams,
+    ActionResult,
+    PermanentError,
+    no_escape,
+)
+from actions.registry import register
+from actions.services import services_of
+from actions.store import kv_key
+from gpuevents.durations import Duration
+
+REPLICAS_PLACEHOLDER = "{replicas}"
+
+
+class ScaleParams(ActionParams):
+    type: Literal["scale"] = "scale"
+    provider: Literal["kubernetes", "command"] = "kubernetes"
+    kind: Literal["Deployment", "StatefulSet"] = "Deployment"
+    namespace: str = "default"
+    name: str | None = Field(None, description="the workload (kubernetes); a label for KV (command)")
+    replicas: int | Literal["previous"] = Field(description="a count, or `previous`")
+    argv: list[str] | None = Field(None, description=f"provider command; `{REPLICAS_PLACEHOLDER}` "
+                                   "in an element becomes the count")
+    current: int | None = Field(None, ge=0, description="provider command: the count before "
+                                "scaling, recorded for `previous`")
+    timeout: Duration | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> ScaleParams:
+        if isinstance(self.replicas, int) and self.replicas < 0:
+            raise ValueError("replicas must be 0 or more, or `previous`")
+        if self.provider == "kubernetes" and not self.name:
+            raise ValueError("provider 'kubernetes' needs `name` (and `namespace`, `kind`)")
+        if self.provider == "command" and not self.argv:
+            raise ValueError("provider 'command' needs `argv`, a list: program and arguments")
+        return self
+
+
+class _Previous(BaseModel):
+    replicas: int
+    rule: str
+    at: str
+
+
+def _previous_key(rule: str, p: ScaleParams) -> str:
+    return kv_key("actions", "scale", rule, p.provider, p.kind, p.namespace, p.name or " ".join(p.argv or []))
+
+
+async def _target(ctx: ActionContext, p: ScaleParams) -> int:
+    if p.replicas != "previous":
+        return p.replicas
+    got = await services_of(ctx).kv.get(_previous_key(ctx.request.rule, p))
+    if got is None:
+        raise PermanentError(f"replicas: previous, but rule {ctx.request.rule} has not scaled "
+                             f"{p.kind} {p.namespace}/{p.name} before")
+    return _Previous.model_validate_json(got.value).replicas
+
+
+async def _remember(ctx: ActionContext, p: ScaleParams, before: int | None, after: int) -> None:
+    """Keep the count before a change; forget it once `previous` restored it."""
+    svc = services_of(ctx)
+    key = _previous_key(ctx.request.rule, p)
+    if p.replicas == "previous":
+        await svc.kv.delete(key)
+    elif before is not None and before != after and await svc.kv.get(key) is None:
+        value = _Previous(replicas=before, rule=ctx.request.rule, at=svc.clock.now().isoformat())
+        await svc.kv.put(key, value.model_dump_json().encode())
+
+
+async def _kubernetes(ctx: ActionContext, p: ScaleParams, target: int) -> ActionResult:
+    res = Deployment.Scale if p.kind == "Deployment" else StatefulSet.Scale
+    client = services_of(ctx).kube()
+    what = f"{p.kind} {p.namespace}/{p.name}"
+    assert p.name is not None
+    with kube_errors(f"get scale of {what}"):
+        scale = await client.get(res, p.name, namespace=p.namespace)
+    before = scale.spec.replicas if scale.spec and scale.spec.replicas is not None else 0
+    if before == target:
+        await _remember(ctx, p, before, target)
+        return ActionResult(detail=f"{what} already at {target} replicas", data={"replicas": target})
+    with kube_errors(f"scale {what}"):
+        await client.patch(res, p.name, {"spec": {"replicas": target}}, namespace=p.namespace,
+                           patch_type=PatchType.MERGE)
+    await _remember(ctx, p, before, target)
+    return ActionResult(detail=f"{what} scaled from {before} to {target}",
+                        data={"before": before, "replicas": target})
+
+
+@register
+class ScaleAction:
+    type: ClassVar[str] = "scale"
+    params: ClassVar[type[ActionParams]] = ScaleParams
+    entity_kinds = ALL_KINDS
+    destructive: ClassVar[bool] = True
+    escape = staticmethod(no_escape)
+
+    async def run(self, ctx: ActionContext) -> ActionResult:
+        p = ctx.params
+        assert isinstance(p, ScaleParams)
+        target = await _target(ctx, p)
+        if p.provider == "kubernetes":
+            return await _kubernetes(ctx, p, target)
+        assert p.argv is not None
+        argv = [a.replace(REPLICAS_PLACEHOLDER, str(target)) for a in p.argv]
+        result = await run_command(argv, ctx, timeout=p.timeout)
+        if result.status == "ok":
+            await _remember(ctx, p, p.current, target)
+        return result

@@ -1,0 +1,76 @@
+"""What actions share while a runner lives: the bus, the KV store, the clock, an HTTP session, a Kubernetes client."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+
+from actions.protocol import ActionContext, PermanentError
+from actions.store import KeyValue, MemoryKv
+from gpuevents.clock import Clock, SystemClock
+from gpuevents.config import Config
+
+if TYPE_CHECKING:
+    from lightkube import AsyncClient
+
+    from gpuevents.bus import Bus
+
+SERVICES_KEY = "shared"
+
+
+class Services:
+    """Created by the runner, closed with it; actions reach it with `services_of(ctx)`."""
+
+    def __init__(self, config: Config, bus: Bus | None = None, kv: KeyValue | None = None,
+                 clock: Clock | None = None) -> None:
+        self.config = config
+        self._bus = bus
+        self.kv: KeyValue = kv if kv is not None else MemoryKv()
+        self.clock: Clock = clock or SystemClock()
+        self._http: aiohttp.ClientSession | None = None
+        self._kube: AsyncClient | None = None
+        self.cache: dict[str, Any] = {}  # per-action caches (e.g. Slack handles), keyed by action type
+
+    @property
+    def bus(self) -> Bus:
+        if self._bus is None:
+            raise PermanentError("this action needs the NATS bus, and the runner has none")
+        return self._bus
+
+    @property
+    def has_bus(self) -> bool:
+        return self._bus is not None
+
+    def http(self) -> aiohttp.ClientSession:
+        if self._http is None or self._http.closed:
+            self._http = aiohttp.ClientSession()
+        return self._http
+
+    def kube(self) -> AsyncClient:
+        if self._kube is None:
+            from actions.kube import make_client
+
+            self._kube = make_client(self.config.actions.kubernetes)
+        return self._kube
+
+    def as_dict(self) -> dict[str, Any]:
+        return {SERVICES_KEY: self, "bus": self._bus, "kv": self.kv, "clock": self.clock}
+
+    async def close(self) -> None:
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
+        if self._kube is not None:
+            await self._kube.close()
+            self._kube = None
+
+
+def services_of(ctx: ActionContext) -> Services:
+    found = ctx.services.get(SERVICES_KEY)
+    if isinstance(found, Services):
+        return found
+    # An action run outside a runner (a plugin's own test, say): give it a private set.
+    made = Services(ctx.config, bus=ctx.services.get("bus"))
+    ctx.services[SERVICES_KEY] = made
+    return made

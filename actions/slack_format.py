@@ -1,0 +1,204 @@
+"""Slack's formatting rules in one place: escaping machine text, and the Block Kit messages we send."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from gpuevents.durations import format_duration
+
+# Slack's mrkdwn gives meaning to exactly these three characters: `<…>` makes links and mentions
+# (`<!channel>`, `<!here>`, `<@U123>`), `&` starts an entity. Escaped, text shows as written.
+_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
+
+MAX_BLOCKS = 50  # Slack rejects messages with more blocks
+MAX_SECTION_TEXT = 3000
+
+
+def escape(text: str) -> str:
+    """Text from the machine (process names, command lines, pod names) as inert Slack text."""
+    return text.translate(_ESCAPES)
+
+
+def truncate(text: str, limit: int = MAX_SECTION_TEXT) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class _Facts(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class IncidentFacts(_Facts):
+    id: str | None = None
+    started_at: datetime | None = None
+    firing_since: datetime | None = None
+    firing_for: str | None = None
+    count: int | None = None
+
+
+class CostFacts(_Facts):
+    """Estimated waste so far; `text` (e.g. `$12.40`) wins over `amount` + `currency`."""
+
+    amount: float | None = None
+    currency: str = "USD"
+    text: str | None = None
+
+    def display(self) -> str | None:
+        if self.text:
+            return self.text
+        if self.amount is None:
+            return None
+        return f"{self.amount:,.2f} {self.currency}"
+
+
+class MessageFacts(_Facts):
+    """What a message can say about the entity, read from `ActionRequest.facts` (all optional)."""
+
+    incident: IncidentFacts = IncidentFacts()
+    cost: CostFacts | None = None
+    node: dict[str, Any] = Field(default_factory=dict)
+    gpu: dict[str, Any] = Field(default_factory=dict)
+    process: dict[str, Any] = Field(default_factory=dict)
+    processes: list[dict[str, Any]] = Field(default_factory=list)
+
+    @field_validator("cost", mode="before")
+    @classmethod
+    def _cost_number(cls, v: Any) -> Any:
+        if isinstance(v, int | float):
+            return {"amount": v}
+        if isinstance(v, str):
+            return {"text": v}
+        return v
+
+    @field_validator("node", "gpu", "process", mode="before")
+    @classmethod
+    def _none_is_empty(cls, v: Any) -> Any:
+        return {} if v is None else v
+
+
+class MessageItem(BaseModel):
+    """One incident as a message shows it; the digest is a list of these."""
+
+    model_config = ConfigDict(frozen=True)
+
+    text: str
+    rule: str
+    entity_id: str
+    cluster: str = "default"
+    incident_id: str = ""
+    since: datetime | None = None
+    firing_for: str | None = None
+    cost: str | None = None
+    where: str = ""
+    processes: list[str] = Field(default_factory=list)
+
+
+def describe_where(entity_id: str, facts: MessageFacts) -> str:
+    """`GPU 0 (NVIDIA H100) on node-7` and the like, escaped."""
+    parts = []
+    gpu, node, proc = facts.gpu, facts.node, facts.process
+    if gpu:
+        model = f" ({gpu['model']})" if gpu.get("model") else ""
+        parts.append(f"GPU {gpu.get('index', '?')}{model}")
+    if proc:
+        who = f" of {proc['user']}" if proc.get("user") else ""
+        parts.append(f"process {proc.get('name') or '?'} (pid {proc.get('pid', '?')}){who}")
+    node_name = node.get("name") or gpu.get("node") or proc.get("node")
+    if node_name:
+        parts.append(f"on {node_name}")
+    return escape(" ".join(parts) if parts else entity_id)
+
+
+def describe_processes(facts: MessageFacts, limit: int = 10) -> list[str]:
+    out = []
+    for p in facts.processes[:limit]:
+        user = f" ({p['user']})" if p.get("user") else ""
+        out.append(escape(f"{p.get('name') or '?'} pid {p.get('pid', '?')}{user}"))
+    if len(facts.processes) > limit:
+        out.append(f"… and {len(facts.processes) - limit} more")
+    return out
+
+
+def make_item(text: str, rule: str, entity_id: str, cluster: str, incident_id: str,
+              facts_raw: dict[str, Any]) -> MessageItem:
+    facts = MessageFacts.model_validate(facts_raw)
+    inc = facts.incident
+    return MessageItem(
+        text=text, rule=rule, entity_id=entity_id, cluster=cluster, incident_id=incident_id,
+        since=inc.firing_since or inc.started_at, firing_for=inc.firing_for,
+        cost=escape(facts.cost.display() or "") or None if facts.cost else None,
+        where=describe_where(entity_id, facts), processes=describe_processes(facts),
+    )
+
+
+def snooze_hint(rule: str, entity_id: str) -> str:
+    return f"`gpuevents snooze {rule} {escape(entity_id)} --for 4h`"
+
+
+def _since(item: MessageItem) -> str | None:
+    if item.since is None:
+        return None
+    ts = int(item.since.timestamp())
+    fallback = item.since.strftime("%Y-%m-%d %H:%M UTC")
+    # Slack shows <!date^…> in the reader's own timezone.
+    return f"<!date^{ts}^{{date_short_pretty}} {{time}}|{fallback}>"
+
+
+def _fields(item: MessageItem) -> list[dict[str, Any]]:
+    fields = [{"type": "mrkdwn", "text": f"*Where*\n{item.where}"},
+              {"type": "mrkdwn", "text": f"*Rule*\n`{escape(item.rule)}`"}]
+    since = _since(item)
+    if since:
+        dur = f" ({escape(item.firing_for)})" if item.firing_for else ""
+        fields.append({"type": "mrkdwn", "text": f"*Since*\n{since}{dur}"})
+    if item.cost:
+        fields.append({"type": "mrkdwn", "text": f"*Estimated cost so far*\n{item.cost}"})
+    return fields
+
+
+def incident_blocks(item: MessageItem, snooze: bool = True) -> list[dict[str, Any]]:
+    """The Block Kit message for one incident: what, where, since when, cost, rule, how to snooze."""
+    blocks: list[dict[str, Any]] = [
+        {"type": "section", "text": {"type": "mrkdwn", "text": truncate(item.text)}},
+        {"type": "section", "fields": _fields(item)},
+    ]
+    if item.processes:
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": truncate(
+            "*Processes*\n" + "\n".join(f"• {p}" for p in item.processes))}})
+    if snooze:
+        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text":
+                       f"Not waste? Snooze it: {snooze_hint(item.rule, item.entity_id)}"}]})
+    return blocks
+
+
+def digest_blocks(items: list[MessageItem], window_s: float, snooze: bool = True) -> list[dict[str, Any]]:
+    """One message listing several incidents of one owner."""
+    head = (f"*{len(items)} GPU incident{'s' if len(items) != 1 else ''} for you* "
+            f"(collected over {format_duration(window_s)})")
+    blocks: list[dict[str, Any]] = [{"type": "section", "text": {"type": "mrkdwn", "text": head}}]
+    room = MAX_BLOCKS - 3
+    for item in items[: room // 2]:
+        blocks.append({"type": "divider"})
+        lines = [truncate(item.text, 1500), f"{item.where} · rule `{escape(item.rule)}`"]
+        since = _since(item)
+        if since:
+            lines.append(f"since {since}" + (f" ({escape(item.firing_for)})" if item.firing_for else ""))
+        if item.cost:
+            lines.append(f"estimated cost so far: {item.cost}")
+        if snooze:
+            lines.append(f"snooze: {snooze_hint(item.rule, item.entity_id)}")
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": truncate("\n".join(lines))}})
+    hidden = len(items) - room // 2
+    if hidden > 0:
+        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": f"… and {hidden} more"}]})
+    return blocks
+
+
+def plain_text(item: MessageItem) -> str:
+    """The notification text (what shows in the push notification, and on the console without a token)."""
+    extra = [item.where, f"rule {item.rule}"]
+    if item.cost:
+        extra.append(f"est. cost {item.cost}")
+    return f"{item.text} ({', '.join(extra)})"
