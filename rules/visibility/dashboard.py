@@ -1,0 +1,112 @@
+"""The live dashboard: an aiohttp app with a JSON API and one static page that polls it."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import TypeVar
+
+from aiohttp import web
+from pydantic import BaseModel
+
+from rules.visibility.fleet_view import AuditResponse, DashboardSource, IncidentsResponse
+
+log = logging.getLogger(__name__)
+
+STATIC = Path(__file__).parent / "static"
+SOURCE_KEY = web.AppKey("dashboard_source", DashboardSource)
+MAX_AUDIT = 500
+DEFAULT_AUDIT = 50
+_NO_STORE = {"Cache-Control": "no-store"}
+# The page loads nothing from elsewhere and runs no inline script.
+_PAGE_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self'; "
+    "script-src 'self'; connect-src 'self'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+T = TypeVar("T")
+
+
+async def _resolve(value: T | Awaitable[T]) -> T:
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+def _json(model: BaseModel) -> web.Response:
+    return web.Response(body=model.model_dump_json(), content_type="application/json", headers=_NO_STORE)
+
+
+async def _fleet(request: web.Request) -> web.Response:
+    return _json(await _resolve(request.app[SOURCE_KEY].fleet()))
+
+
+async def _incidents(request: web.Request) -> web.Response:
+    return _json(IncidentsResponse(incidents=await _resolve(request.app[SOURCE_KEY].incidents())))
+
+
+async def _audit(request: web.Request) -> web.Response:
+    raw = request.query.get("limit", str(DEFAULT_AUDIT))
+    try:
+        limit = int(raw)
+    except ValueError:
+        limit = -1
+    if not 1 <= limit <= MAX_AUDIT:
+        raise web.HTTPBadRequest(text=f"limit must be a whole number from 1 to {MAX_AUDIT}, got {raw!r}")
+    records = await _resolve(request.app[SOURCE_KEY].recent_audit(limit))
+    return _json(AuditResponse(records=records[:limit]))
+
+
+def _static(name: str, content_type: str) -> web.Handler:
+    body = (STATIC / name).read_bytes()
+
+    async def handler(_request: web.Request) -> web.Response:
+        return web.Response(body=body, content_type=content_type, charset="utf-8", headers=_PAGE_HEADERS)
+
+    return handler
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: web.Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except web.HTTPException:
+        raise
+    except Exception:
+        log.exception("dashboard: %s failed", request.path)
+        return web.json_response({"error": "internal error; see the engine log"}, status=500, headers=_NO_STORE)
+
+
+def make_dashboard_app(source: DashboardSource) -> web.Application:
+    """The app: `/` (the page), `/static/*`, `/api/fleet`, `/api/incidents`, `/api/audit?limit=N`."""
+    app = web.Application(middlewares=[_errors])
+    app[SOURCE_KEY] = source
+    app.router.add_get("/", _static("dashboard.html", "text/html"))
+    app.router.add_get("/static/dashboard.js", _static("dashboard.js", "text/javascript"))
+    app.router.add_get("/static/dashboard.css", _static("dashboard.css", "text/css"))
+    app.router.add_get("/api/fleet", _fleet)
+    app.router.add_get("/api/incidents", _incidents)
+    app.router.add_get("/api/audit", _audit)
+    return app
+
+
+async def serve_dashboard(source: DashboardSource, host: str, port: int) -> web.AppRunner:
+    """Start serving; `port` 0 picks a free one (see `bound_port`). Stop with `await runner.cleanup()`."""
+    runner = web.AppRunner(make_dashboard_app(source), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    log.info("dashboard on http://%s:%d/", host, bound_port(runner))
+    return runner
+
+
+def bound_port(runner: web.AppRunner) -> int:
+    """The port the dashboard listens on (useful after asking for port 0)."""
+    for address in runner.addresses:
+        if isinstance(address, tuple) and len(address) >= 2:
+            return int(address[1])
+    raise RuntimeError("the dashboard is not listening")

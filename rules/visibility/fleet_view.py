@@ -1,0 +1,137 @@
+"""What the dashboard shows, as JSON API models, and the Protocol the engine implements to feed it."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Iterable
+from datetime import datetime
+from typing import Protocol
+
+from pydantic import BaseModel, computed_field
+
+from gpuevents.costs import CostModel
+from gpuevents.events import NodeSnapshot
+from gpuevents.records import AuditRecord, EntityKind, IncidentStatus
+
+
+class GpuView(BaseModel):
+    index: int
+    uuid: str = ""
+    model: str | None = None
+    util_pct: float | None = None
+    mem_used_mib: float | None = None
+    mem_total_mib: float | None = None
+    mem_pct: float | None = None
+    temp_c: float | None = None
+    power_w: float | None = None
+    idle: bool = False
+    held_idle: bool = False  # idle, with a process on it
+    idle_for_s: float | None = None
+    owner: str | None = None
+    processes: int = 0
+    cost_per_hour: float | None = None
+
+
+class NodeView(BaseModel):
+    name: str
+    cluster: str = "default"
+    online: bool = True
+    labels: dict[str, str] = {}
+    gpus: list[GpuView] = []
+
+
+class FleetView(BaseModel):
+    """`GET /api/fleet`: every node and GPU now, with the counts and the money held idle per hour."""
+
+    time: datetime
+    currency: str = "USD"
+    nodes: list[NodeView] = []
+    held_idle_cost_per_hour: float = 0.0
+    held_idle_cost_per_hour_text: str = ""
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def gpu_count(self) -> int:
+        return sum(len(n.gpus) for n in self.nodes)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def busy(self) -> int:
+        return sum(1 for n in self.nodes for g in n.gpus if not g.idle)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def idle(self) -> int:
+        return sum(1 for n in self.nodes for g in n.gpus if g.idle)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def held_idle(self) -> int:
+        return sum(1 for n in self.nodes for g in n.gpus if g.held_idle)
+
+
+class IncidentView(BaseModel):
+    """One incident, as `GET /api/incidents` lists it (the engine lists the firing ones)."""
+
+    id: str
+    rule: str
+    entity_id: str
+    entity_kind: EntityKind
+    status: IncidentStatus = "firing"
+    started_at: datetime
+    firing_since: datetime | None = None
+    severity: str | None = None
+    owner: str | None = None
+    cost: str | None = None  # estimated waste so far, already formatted ("$12.40")
+
+
+class IncidentsResponse(BaseModel):
+    incidents: list[IncidentView]
+
+
+class AuditResponse(BaseModel):
+    records: list[AuditRecord]
+
+
+class DashboardSource(Protocol):
+    """What the engine gives the dashboard. Called on every API request: answer from memory, fast.
+
+    Each method may return its value or an awaitable of it.
+    """
+
+    def fleet(self) -> FleetView | Awaitable[FleetView]: ...
+
+    def incidents(self) -> list[IncidentView] | Awaitable[list[IncidentView]]: ...
+
+    def recent_audit(self, limit: int) -> list[AuditRecord] | Awaitable[list[AuditRecord]]:
+        """The newest `limit` audit records, newest first."""
+        ...
+
+
+def fleet_view(
+    snapshots: Iterable[NodeSnapshot], now: datetime, costs: CostModel | None = None
+) -> FleetView:
+    """A FleetView from the latest snapshot of each node (the engine's state), in name order."""
+    nodes = []
+    held_cost = 0.0
+    for snap in sorted(snapshots, key=lambda s: (s.node.cluster, s.node.name)):
+        gpus = []
+        for g in sorted(snap.gpus, key=lambda g: g.index):
+            held = g.idle and bool(g.pids or g.owners)
+            hourly = costs.hourly(g.model, g.power_w) if costs is not None else None
+            if held and hourly is not None:
+                held_cost += hourly
+            gpus.append(GpuView(
+                index=g.index, uuid=g.uuid, model=g.model, util_pct=g.util_pct, mem_used_mib=g.mem_used_mib,
+                mem_total_mib=g.mem_total_mib, mem_pct=g.mem_pct, temp_c=g.temp_c, power_w=g.power_w,
+                idle=g.idle, held_idle=held, idle_for_s=g.idle_for_s, owner=g.owner or (g.owners or [None])[0],
+                processes=len(g.pids), cost_per_hour=hourly,
+            ))
+        nodes.append(NodeView(name=snap.node.name, cluster=snap.node.cluster, online=snap.node.online,
+                              labels=snap.node.labels, gpus=gpus))
+    return FleetView(
+        time=now,
+        currency=costs.currency if costs is not None else "USD",
+        nodes=nodes,
+        held_idle_cost_per_hour=held_cost,
+        held_idle_cost_per_hour_text=costs.format(held_cost) if costs is not None else "",
+    )
