@@ -44,6 +44,12 @@ def kube_errors(what: str) -> Iterator[None]:
         if code in (409, 429) or code >= 500:
             raise TransientError(msg) from None
         raise PermanentError(msg) from None
+    except httpx2.HTTPStatusError as e:  # an error page that is not a Kubernetes Status (a proxy)
+        code = e.response.status_code
+        msg = f"{what}: HTTP {code}"
+        if code in (409, 429) or code >= 500:
+            raise TransientError(msg) from None
+        raise PermanentError(msg) from None
     except httpx2.TransportError as e:
         raise TransientError(f"{what}: {type(e).__name__}: {e}") from None
     except ConfigError as e:

@@ -1,0 +1,365 @@
+"""The action runner: takes requests from GPUEVENTS_ACT, runs each safely once, audits every outcome."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from pydantic import ValidationError
+
+from actions import registry
+from actions.ledger import Claim, Ledger, LedgerEntry
+from actions.limits import take_hourly
+from actions.protection import protection_reason
+from actions.protocol import (
+    ActionContext,
+    ActionResult,
+    Deferred,
+    PermanentError,
+    TransientError,
+    run_timeout,
+)
+from actions.services import Services
+from actions.store import KeyValue
+from gpuevents import subjects as S
+from gpuevents.bus import Bus, BusError, Delivery
+from gpuevents.clock import Clock, SystemClock
+from gpuevents.config import Config
+from gpuevents.events import new_id
+from gpuevents.records import ActionRequest, AuditRecord, Outcome
+
+log = logging.getLogger(__name__)
+
+SECRET_PARAM_KEYS = frozenset({"authorization", "token", "password", "secret", "api_key", "x-api-key",
+                               "cookie"})
+CLAIM_MARGIN_S = 30.0  # past its deadline plus this, a `running` claim is a dead runner's
+BUSY_RECHECK_S = 5.0
+
+
+@dataclass(frozen=True)
+class _Retry:
+    delay: float
+    error: str
+    deferred: bool = False
+
+
+@dataclass(frozen=True)
+class _AlreadyDone:
+    entry: LedgerEntry
+    claim: Claim
+
+
+@dataclass(frozen=True)
+class _Busy:
+    entry: LedgerEntry
+
+
+@dataclass(frozen=True)
+class _Final:
+    record: AuditRecord
+    claim: Claim | None = None
+    permanent: bool = False
+
+
+_Step = _Final | _Retry | _AlreadyDone | _Busy
+
+
+def redact(params: dict[str, Any]) -> dict[str, Any]:
+    """Parameters as the audit keeps them: secrets (an Authorization header, a token) masked."""
+    out: dict[str, Any] = {}
+    for k, v in params.items():
+        if k.lower() in SECRET_PARAM_KEYS:
+            out[k] = "***"
+        elif isinstance(v, dict):
+            out[k] = redact(v)
+        else:
+            out[k] = v
+    return out
+
+
+def backoff_delay(attempt: int, base: float, cap: float, rng: random.Random | None = None) -> float:
+    """Exponential backoff with jitter: in [d/2, d] for d = min(cap, base * 2^(attempt-1))."""
+    d = min(cap, base * 2 ** max(attempt - 1, 0))
+    return d / 2 + (rng or random).uniform(0, d / 2)
+
+
+class ActionRunner:
+    """Several runners may share the one durable consumer: JetStream spreads requests among them,
+    and the KV ledger makes sure one request runs once, whoever gets it and however often."""
+
+    def __init__(self, bus: Bus | None, config: Config, clock: Clock | None = None, *,
+                 name: str = "runner", kv: KeyValue | None = None, concurrency: int = 16,
+                 ack_wait: float = 30.0) -> None:
+        self.bus = bus
+        self.config = config
+        self.clock: Clock = clock or SystemClock()
+        self.id = f"{name}-{new_id()}"
+        self.concurrency = concurrency
+        self.ack_wait = ack_wait
+        self.durable = f"{config.engine.consumer}-actions"
+        self._kv = kv
+        self._services: Services | None = None
+        self._ledger: Ledger | None = None
+        self._instances: dict[str, Any] = {}
+        self._rng = random.Random()
+
+    # ------------------------------------------------------------ lifecycle
+    async def _ready(self) -> tuple[Services, Ledger]:
+        if self._services is None or self._ledger is None:
+            kv = self._kv
+            if kv is None and self.bus is not None:
+                kv = await self.bus.kv()
+            self._services = Services(self.config, bus=self.bus, kv=kv, clock=self.clock)
+            self._ledger = Ledger(self._services.kv, self.id)
+        return self._services, self._ledger
+
+    async def close(self) -> None:
+        if self._services is not None:
+            await self._services.close()
+
+    def _instance(self, type_: str) -> Any:
+        inst = self._instances.get(type_)
+        if inst is None:
+            inst = self._instances[type_] = registry.get(type_)()
+        return inst
+
+    # ------------------------------------------------------------ one attempt
+    def _record(self, req: ActionRequest, outcome: Outcome, *, attempt: int = 0, error: str | None = None,
+                detail: str | None = None, params: dict[str, Any] | None = None) -> AuditRecord:
+        return AuditRecord(
+            time=self.clock.now(), kind="action", rule=req.rule, entity_id=req.entity_id,
+            cluster=req.cluster, incident_id=req.incident_id, action_type=req.type, action_key=req.key,
+            outcome=outcome, attempt=attempt, error=error, detail=detail,
+            params=redact(params if params is not None else req.params),
+            dry_run=req.dry_run or self.config.engine.dry_run,
+        )
+
+    async def _attempt(self, req: ActionRequest) -> _Step:
+        services, ledger = await self._ready()
+        if req.decision != "run":
+            # The engine decided (limits, snooze, its own dry run): record it, run nothing.
+            return _Final(self._record(req, req.decision, detail=req.reason,
+                                       error=req.reason if req.decision == "refused" else None))
+        try:
+            cls = registry.get(req.type)
+            params = registry.parse_params(req.type, req.params)
+        except registry.UnknownActionError as e:
+            return _Final(self._record(req, "refused", error=str(e)))
+        except registry.ParamsError as e:
+            return _Final(self._record(req, "refused", error=f"{req.type} parameters: {e}"))
+        if req.entity_kind not in cls.entity_kinds:
+            kinds = ", ".join(sorted(cls.entity_kinds))
+            return _Final(self._record(req, "refused", error=f"{req.type} acts on {kinds}, "
+                                       f"not on a {req.entity_kind}"))
+        if cls.destructive or req.destructive:
+            why = protection_reason(req, self.config.protect)
+            if why is not None:
+                return _Final(self._record(req, "refused", error=f"protected: {why}"))
+        dump = params.model_dump(mode="json")
+        if req.dry_run or self.config.engine.dry_run:
+            return _Final(self._record(req, "dry_run", detail=f"dry run: {req.type} not executed",
+                                       params=dump))
+        instance = self._instance(req.type)
+        timeout = run_timeout(instance, params, self.config.actions.timeout)
+        now = self.clock.now()
+        claim = await ledger.claim(req.key, now, now + timedelta(seconds=timeout + CLAIM_MARGIN_S))
+        if not claim.won:
+            assert claim.entry is not None
+            if claim.done:
+                return _AlreadyDone(claim.entry, claim)
+            return _Busy(claim.entry)
+        if claim.first:
+            limited = await self._fleet_limit(req, services)
+            if limited is not None:
+                return await self._finish(ledger, claim, self._record(req, "suppressed", detail=limited,
+                                                                      params=dump))
+        assert claim.entry is not None
+        attempt = claim.entry.attempts
+        ctx = ActionContext(request=req, params=params, config=self.config,
+                            services=services.as_dict(), attempt=attempt)
+        return await self._execute(ledger, claim, instance, ctx, timeout, dump)
+
+    async def _fleet_limit(self, req: ActionRequest, services: Services) -> str | None:
+        limit = self.config.engine.limits.get(req.type)
+        if limit is None or limit.max_per_hour is None:
+            return None
+        if await take_hourly(services.kv, req.type, limit.max_per_hour, self.clock.now().timestamp()):
+            return None
+        return f"fleet-wide limit: at most {limit.max_per_hour} {req.type} per hour"
+
+    async def _execute(self, ledger: Ledger, claim: Claim, instance: Any, ctx: ActionContext,
+                       timeout: float, dump: dict[str, Any]) -> _Step:
+        req, attempt = ctx.request, ctx.attempt
+        retry = self.config.actions.retry
+        try:
+            result: ActionResult = await asyncio.wait_for(instance.run(ctx), timeout)
+        except Deferred as d:
+            await ledger.release(claim, "deferred")
+            return _Retry(max(d.delay, 0.0), str(d), deferred=True)
+        except (TransientError, TimeoutError) as e:
+            error = str(e) if isinstance(e, TransientError) else f"timed out after {timeout:.1f}s"
+            if attempt >= retry.max_attempts:
+                return await self._finish(ledger, claim, self._record(
+                    req, "failed", attempt=attempt, params=dump,
+                    error=f"gave up after {attempt} attempts: {error}"))
+            delay = e.delay if isinstance(e, TransientError) and e.delay is not None else \
+                backoff_delay(attempt, retry.backoff, retry.backoff_max, self._rng)
+            log.warning("%s %s (attempt %d/%d) failed, retrying in %.1fs: %s",
+                        req.type, req.key, attempt, retry.max_attempts, delay, error)
+            await ledger.release(claim, "retry")
+            return _Retry(delay, error)
+        except PermanentError as e:
+            return await self._finish(ledger, claim, self._record(
+                req, "failed", attempt=attempt, params=dump, error=str(e)), permanent=True)
+        except Exception as e:  # a bug in an action must not take the runner down
+            log.exception("action %s (%s) raised", req.type, req.key)
+            return await self._finish(ledger, claim, self._record(
+                req, "failed", attempt=attempt, params=dump, error=f"{type(e).__name__}: {e}"),
+                permanent=True)
+        failed = result.status != "ok"
+        record = self._record(req, result.status, attempt=attempt, params=dump,
+                              detail=result.detail or None, error=result.detail if failed else None)
+        return await self._finish(ledger, claim, record)
+
+    async def _finish(self, ledger: Ledger, claim: Claim, record: AuditRecord,
+                      permanent: bool = False) -> _Final:
+        return _Final(record, await ledger.finish(claim, record), permanent)
+
+    # ------------------------------------------------------------ audit
+    async def _audit(self, record: AuditRecord, claim: Claim | None) -> None:
+        """Publish to `gpuevents.audit.<rule>`; the message id makes a re-publish land once."""
+        log.info("audit %s %s %s: %s%s", record.rule, record.action_type, record.entity_id,
+                 record.outcome, f" ({record.error or record.detail})" if record.error or record.detail else "")
+        if self.bus is None:
+            return
+        await self.bus.js_publish(S.audit_subject(record.rule), record.model_dump_json().encode(),
+                                  msg_id=f"audit:{record.action_key}:{record.outcome}")
+        if claim is not None:
+            _, ledger = await self._ready()
+            await ledger.mark_audited(claim)
+
+    # ------------------------------------------------------------ without the bus loop
+    async def process(self, request: ActionRequest) -> AuditRecord:
+        """Run one request to its final outcome in this task (retries sleep here), audit it, return it.
+
+        For tests and dry runs; a request that already ran returns its first record, unrun.
+        """
+        while True:
+            step = await self._attempt(request)
+            if isinstance(step, _Final):
+                await self._audit(step.record, step.claim)
+                return step.record
+            if isinstance(step, _Retry):
+                await asyncio.sleep(step.delay)
+            elif isinstance(step, _AlreadyDone):
+                record = step.entry.record
+                assert record is not None
+                if not step.entry.audited:
+                    await self._audit(record, step.claim)
+                return record
+            else:
+                await self._wait_for_other_runner(request)
+
+    async def _wait_for_other_runner(self, request: ActionRequest) -> None:
+        _, ledger = await self._ready()
+        while True:
+            found = await ledger.read(request.key)
+            if found is None or found[0].state != "running":
+                return
+            deadline = found[0].deadline
+            if deadline is not None and deadline <= self.clock.now():
+                return
+            await asyncio.sleep(0.05)
+
+    # ------------------------------------------------------------ the bus loop
+    async def handle(self, delivery: Delivery) -> None:
+        """One delivery from GPUEVENTS_ACT: ack when done, nak(delay) to retry, term when hopeless."""
+        assert self.bus is not None
+        try:
+            request = ActionRequest.model_validate_json(delivery.data)
+        except ValidationError as e:
+            log.error("malformed action request on %s, sent to the DLQ: %s", delivery.subject,
+                      e.errors()[0]["msg"])
+            with contextlib.suppress(BusError):
+                await self.bus.js_publish(S.dlq_subject(delivery.subject), delivery.data)
+            await delivery.term()
+            return
+        async with _keep_alive(delivery, self.ack_wait / 3):
+            try:
+                step = await self._attempt(request)
+                if isinstance(step, _Final):
+                    await self._audit(step.record, step.claim)
+                    await (delivery.term() if step.permanent else delivery.ack())
+                elif isinstance(step, _Retry):
+                    await delivery.nak(delay=step.delay)
+                elif isinstance(step, _AlreadyDone):
+                    if not step.entry.audited and step.entry.record is not None:
+                        await self._audit(step.entry.record, step.claim)
+                    await delivery.ack()
+                else:
+                    await delivery.nak(delay=BUSY_RECHECK_S)
+            except BusError as e:
+                log.warning("action %s: the bus failed mid-way (%s); it will be redelivered", request.key, e)
+                await delivery.nak(delay=2.0)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Consume GPUEVENTS_ACT until `stop` is set, up to `concurrency` requests at once."""
+        assert self.bus is not None, "run() needs a bus; use process() without one"
+        await self._ready()
+        consumer = await self.bus.consumer(S.STREAM_ACTIONS, self.durable, S.ACTIONS_ALL,
+                                           ack_wait=self.ack_wait, max_deliver=-1,
+                                           max_ack_pending=max(self.concurrency * 64, 1024))
+        tasks: set[asyncio.Task[None]] = set()
+        try:
+            while not stop.is_set():
+                free = self.concurrency - len(tasks)
+                if free <= 0:
+                    await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+                    continue
+                for d in await consumer.fetch(free, timeout=0.5):
+                    task = asyncio.create_task(self._guarded(d))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+        finally:
+            if tasks:
+                await asyncio.wait(tasks)
+            await consumer.close()
+
+    async def _guarded(self, delivery: Delivery) -> None:
+        try:
+            await self.handle(delivery)
+        except Exception:
+            log.exception("action runner %s: handling %s failed; it will be redelivered", self.id,
+                          delivery.subject)
+
+
+@contextlib.asynccontextmanager
+async def _keep_alive(delivery: Delivery, every: float) -> AsyncIterator[None]:
+    """Tell JetStream we are still at it, so a long kill is not redelivered to another runner."""
+
+    async def beat() -> None:
+        while True:
+            await asyncio.sleep(every)
+            with contextlib.suppress(BusError):
+                await delivery.in_progress()
+
+    task = asyncio.create_task(beat())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def publish_request(bus: Bus, request: ActionRequest) -> int:
+    """Hand a request to the runners (what the engine does): `gpuevents.act.<type>`, deduped by key."""
+    return await bus.js_publish(S.action_subject(request.type), request.model_dump_json().encode(),
+                                msg_id=f"act:{request.key}")
+

@@ -1,0 +1,211 @@
+"""Local stand-ins for the Slack Web API and the Kubernetes API, served by aiohttp for the real clients."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+
+@dataclass
+class Injected:
+    status: int
+    body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class SlackUser:
+    id: str
+    name: str
+    email: str
+    display_name: str = ""
+
+
+class FakeSlack:
+    """users.lookupByEmail, users.list (paged), conversations.open, chat.postMessage; with injected failures."""
+
+    def __init__(self, users: list[SlackUser]) -> None:
+        self.users = users
+        self.posted: list[dict[str, Any]] = []
+        self.calls: list[str] = []
+        self.inject: dict[str, list[Injected]] = defaultdict(list)
+        self.tokens: set[str] = set()
+        app = web.Application()
+        app.router.add_route("*", "/api/{method}", self._dispatch)
+        self.server = TestServer(app, host="127.0.0.1")
+
+    async def start(self) -> None:
+        await self.server.start_server()
+
+    async def close(self) -> None:
+        await self.server.close()
+
+    @property
+    def base_url(self) -> str:
+        return str(self.server.make_url("/api/"))
+
+    async def _args(self, request: web.Request) -> dict[str, Any]:
+        args: dict[str, Any] = dict(request.query)
+        if request.can_read_body:
+            if request.content_type == "application/json":
+                args.update(await request.json())
+            else:
+                args.update(dict(await request.post()))
+        return args
+
+    async def _dispatch(self, request: web.Request) -> web.Response:
+        method = request.match_info["method"]
+        self.calls.append(method)
+        self.tokens.add(request.headers.get("Authorization", ""))
+        queue = self.inject.get(method)
+        if queue:
+            inj = queue.pop(0)
+            return web.json_response(inj.body or {"ok": False, "error": "injected"}, status=inj.status,
+                                     headers=inj.headers)
+        args = await self._args(request)
+        handler = getattr(self, "_" + method.replace(".", "_"), None)
+        if handler is None:
+            return web.json_response({"ok": False, "error": "unknown_method"})
+        return web.json_response(handler(args))
+
+    def _users_lookupByEmail(self, args: dict[str, Any]) -> dict[str, Any]:
+        for u in self.users:
+            if u.email == args.get("email"):
+                return {"ok": True, "user": {"id": u.id, "name": u.name}}
+        return {"ok": False, "error": "users_not_found"}
+
+    def _users_list(self, args: dict[str, Any]) -> dict[str, Any]:
+        start = int(args.get("cursor") or 0)
+        page = self.users[start:start + 2]
+        nxt = str(start + 2) if start + 2 < len(self.users) else ""
+        members = [{"id": u.id, "name": u.name, "profile": {"display_name": u.display_name, "email": u.email}}
+                   for u in page]
+        return {"ok": True, "members": members, "response_metadata": {"next_cursor": nxt}}
+
+    def _conversations_open(self, args: dict[str, Any]) -> dict[str, Any]:
+        users = args.get("users", "")
+        if not any(u.id == users for u in self.users):
+            return {"ok": False, "error": "user_not_found"}
+        return {"ok": True, "channel": {"id": f"D{users}"}}
+
+    def _chat_postMessage(self, args: dict[str, Any]) -> dict[str, Any]:
+        blocks = args.get("blocks")
+        if isinstance(blocks, str):
+            blocks = json.loads(blocks)
+        self.posted.append({"channel": args.get("channel"), "text": args.get("text"), "blocks": blocks})
+        return {"ok": True, "channel": args.get("channel"), "ts": f"{len(self.posted)}.000"}
+
+    def dms_to(self, user_id: str) -> list[dict[str, Any]]:
+        return [p for p in self.posted if p["channel"] == f"D{user_id}"]
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = merge_patch(out.get(k), v)
+    return out
+
+
+def kube_json(body: Any, status: int = 200) -> web.Response:
+    """As the API server answers: exactly `application/json` (lightkube checks for it)."""
+    return web.Response(body=json.dumps(body).encode(), status=status,
+                        headers={"Content-Type": "application/json"})
+
+
+class FakeKubernetes:
+    """GET/PATCH /api/v1/nodes/{name}; GET/PATCH apps/v1 deployments|statefulsets/{name}/scale."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, dict[str, Any]] = {}
+        self.replicas: dict[tuple[str, str, str], int] = {}  # (kind plural, namespace, name)
+        self.patches: list[tuple[str, str, Any]] = []  # (path, content type, body)
+        self.inject: list[Injected] = []
+        app = web.Application()
+        app.router.add_route("GET", "/api/v1/nodes/{name}", self._get_node)
+        app.router.add_route("PATCH", "/api/v1/nodes/{name}", self._patch_node)
+        scale = "/apis/apps/v1/namespaces/{ns}/{plural}/{name}/scale"
+        app.router.add_route("GET", scale, self._get_scale)
+        app.router.add_route("PATCH", scale, self._patch_scale)
+        self.server = TestServer(app, host="127.0.0.1")
+
+    async def start(self) -> None:
+        await self.server.start_server()
+
+    async def close(self) -> None:
+        await self.server.close()
+
+    def add_node(self, name: str, **spec: Any) -> None:
+        self.nodes[name] = {"apiVersion": "v1", "kind": "Node",
+                            "metadata": {"name": name, "labels": {}, "annotations": {}}, "spec": spec}
+
+    def kubeconfig(self, path: Path) -> Path:
+        url = str(self.server.make_url("")).rstrip("/")
+        path.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+            "clusters": [{"name": "fake", "cluster": {"server": url}}],
+            "users": [{"name": "u", "user": {"token": "test-token"}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "u", "namespace": "default"}}],
+        }))
+        return path
+
+    def _injected(self) -> web.Response | None:
+        if self.inject:
+            inj = self.inject.pop(0)
+            return kube_json(inj.body or {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                                  "message": "injected", "code": inj.status},
+                                     status=inj.status)
+        return None
+
+    @staticmethod
+    def _not_found(what: str) -> web.Response:
+        return kube_json({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                  "message": f"{what} not found", "reason": "NotFound", "code": 404}, status=404)
+
+    async def _get_node(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        if name not in self.nodes:
+            return self._not_found(f'nodes "{name}"')
+        return self._injected() or kube_json(self.nodes[name])
+
+    async def _patch_node(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        if (inj := self._injected()) is not None:
+            return inj
+        if name not in self.nodes:
+            return self._not_found(f'nodes "{name}"')
+        body = await request.json()
+        self.patches.append((request.path, request.content_type, body))
+        self.nodes[name] = merge_patch(self.nodes[name], body)
+        return kube_json(self.nodes[name])
+
+    def _scale_doc(self, ns: str, plural: str, name: str) -> dict[str, Any]:
+        n = self.replicas[(plural, ns, name)]
+        return {"apiVersion": "autoscaling/v1", "kind": "Scale",
+                "metadata": {"name": name, "namespace": ns}, "spec": {"replicas": n}, "status": {"replicas": n}}
+
+    async def _get_scale(self, request: web.Request) -> web.Response:
+        ns, plural, name = (request.match_info[k] for k in ("ns", "plural", "name"))
+        if (plural, ns, name) not in self.replicas:
+            return self._not_found(f'{plural}.apps "{name}"')
+        return self._injected() or kube_json(self._scale_doc(ns, plural, name))
+
+    async def _patch_scale(self, request: web.Request) -> web.Response:
+        ns, plural, name = (request.match_info[k] for k in ("ns", "plural", "name"))
+        if (plural, ns, name) not in self.replicas:
+            return self._not_found(f'{plural}.apps "{name}"')
+        body = await request.json()
+        self.patches.append((request.path, request.content_type, body))
+        self.replicas[(plural, ns, name)] = int(body["spec"]["replicas"])
+        return kube_json(self._scale_doc(ns, plural, name))

@@ -1,0 +1,151 @@
+"""The slack action through the real slack-sdk against a local Slack Web API."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from actions.builtin import slack as slack_module
+from actions.runner import ActionRunner
+from tests.actions.conftest import T0, make_config, make_request
+from tests.actions.fakes import FakeSlack, Injected
+
+
+@pytest.fixture
+def token(monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-test")
+    return "xoxb-test"
+
+
+def runner_for(slack: FakeSlack, **extra: object) -> ActionRunner:
+    return ActionRunner(None, make_config(actions={"slack": {"base_url": slack.base_url, **extra}}))
+
+
+def gpu_facts(process_name: str = "python train.py") -> dict[str, object]:
+    return {
+        "node": {"name": "n1", "labels": {}},
+        "gpu": {"node": "n1", "index": 0, "model": "NVIDIA H100"},
+        "processes": [{"pid": 4242, "user": "alice", "name": process_name, "create_time": T0.isoformat()}],
+        "incident": {"firing_since": T0.isoformat(), "firing_for": "2h 5m"},
+        "cost": {"amount": 12.4, "currency": "USD"},
+    }
+
+
+def all_text(message: dict[str, object]) -> str:
+    return json.dumps(message)
+
+
+async def test_dm_by_email_reaches_that_user_with_the_facts(slack: FakeSlack, token: str) -> None:
+    runner = runner_for(slack)
+    req = make_request("slack", {"to": "bob@example.com", "text": "GPU 0 on n1 idle for 2h 5m"},
+                       facts=gpu_facts())
+    record = await runner.process(req)
+    assert record.outcome == "ok", record
+    assert [p["channel"] for p in slack.posted] == ["DU002"]
+    msg = all_text(slack.posted[0])
+    for expected in ("GPU 0 on n1 idle", "NVIDIA H100", "idle-gpu-2h", "12.40 USD",
+                     "gpuevents snooze idle-gpu-2h n1/gpu0 --for 4h", "2h 5m"):
+        assert expected in msg
+    assert slack.calls == ["users.lookupByEmail", "conversations.open", "chat.postMessage"]
+    assert "Bearer xoxb-test" in slack.tokens
+
+
+async def test_handle_is_found_through_users_list_across_pages(slack: FakeSlack, token: str) -> None:
+    runner = runner_for(slack)
+    first = await runner.process(make_request("slack", {"to": "@carol", "text": "hi"}))
+    second = await runner.process(make_request("slack", {"to": "@bobby", "text": "hi"}))
+    assert (first.outcome, second.outcome) == ("ok", "ok")
+    assert [p["channel"] for p in slack.posted] == ["DU003", "DU002"]
+    assert slack.calls.count("users.list") == 2  # two pages once; the second handle came from the cache
+
+
+async def test_user_id_and_channel_need_no_lookup(slack: FakeSlack, token: str) -> None:
+    runner = runner_for(slack)
+    await runner.process(make_request("slack", {"to": "U001", "text": "hi"}))
+    await runner.process(make_request("slack", {"to": "#gpu-waste", "text": "hi"}))
+    assert [p["channel"] for p in slack.posted] == ["DU001", "#gpu-waste"]
+    assert "users.lookupByEmail" not in slack.calls and "users.list" not in slack.calls
+
+
+async def test_machine_text_cannot_ping_a_channel(slack: FakeSlack, token: str) -> None:
+    runner = runner_for(slack)
+    evil = "<!channel> x <@U002> & <!here>"
+    # The engine renders machine values through the action's escape; the facts are escaped here.
+    text = f"process {slack_module.SlackAction.escape(evil)} idles"
+    await runner.process(make_request("slack", {"to": "U001", "text": text}, facts=gpu_facts(evil)))
+    msg = all_text(slack.posted[0])
+    assert "<!channel>" not in msg and "<!here>" not in msg and "<@U002>" not in msg
+    assert "&lt;!channel&gt; x &lt;@U002&gt; &amp; &lt;!here&gt;" in msg
+
+
+async def test_a_429_is_waited_out(slack: FakeSlack, token: str) -> None:
+    slack.inject["chat.postMessage"].append(
+        Injected(429, {"ok": False, "error": "ratelimited"}, {"Retry-After": "1"}))
+    record = await runner_for(slack).process(make_request("slack", {"to": "U001", "text": "hi"}))
+    assert record.outcome == "ok" and record.attempt == 2
+    assert len(slack.posted) == 1
+
+
+async def test_a_5xx_is_retried(slack: FakeSlack, token: str) -> None:
+    slack.inject["conversations.open"].append(Injected(503, {"ok": False, "error": "down"}))
+    record = await runner_for(slack).process(make_request("slack", {"to": "U002", "text": "hi"}))
+    assert record.outcome == "ok" and record.attempt == 2
+    assert [p["channel"] for p in slack.posted] == ["DU002"]
+
+
+async def test_persistent_5xx_gives_up_after_max_attempts(slack: FakeSlack, token: str) -> None:
+    slack.inject["chat.postMessage"].extend(Injected(500) for _ in range(5))
+    record = await runner_for(slack).process(make_request("slack", {"to": "U002", "text": "hi"}))
+    assert record.outcome == "failed" and record.attempt == 3
+    assert record.error is not None and "gave up after 3 attempts" in record.error
+    assert slack.posted == []
+
+
+async def test_unknown_email_fails_with_the_reason(slack: FakeSlack, token: str) -> None:
+    record = await runner_for(slack).process(make_request("slack", {"to": "nobody@example.com", "text": "hi"}))
+    assert record.outcome == "failed"
+    assert record.error == "no Slack user with email nobody@example.com"
+    assert record.attempt == 1  # not retried
+    assert slack.posted == []
+
+
+async def test_empty_recipient_is_refused_with_its_location(slack: FakeSlack, token: str) -> None:
+    record = await runner_for(slack).process(make_request("slack", {"to": "", "text": "hi"}))
+    assert record.outcome == "refused"
+    assert record.error is not None and record.error.startswith("slack parameters: to:")
+
+
+async def test_without_a_token_the_message_is_printed_and_warned_once(
+        slack: FakeSlack, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.delenv("SLACK_BOT_TOKEN", raising=False)
+    monkeypatch.setattr(slack_module, "_warned_no_token", False)
+    runner = runner_for(slack)
+    first = await runner.process(make_request("slack", {"to": "alice@example.com", "text": "GPU idle"}))
+    second = await runner.process(make_request("slack", {"to": "bob@example.com", "text": "GPU busy"}))
+    assert first.outcome == second.outcome == "ok"
+    assert first.detail == "printed (no SLACK_BOT_TOKEN)"
+    out = capsys.readouterr().out
+    assert "[slack → alice@example.com] GPU idle" in out and "[slack → bob@example.com] GPU busy" in out
+    warnings = [r for r in caplog.records if "SLACK_BOT_TOKEN" in r.getMessage()]
+    assert len(warnings) == 1
+    assert slack.calls == []
+
+
+async def test_digest_sends_one_dm_listing_every_incident_of_the_owner(slack: FakeSlack, token: str) -> None:
+    import asyncio
+
+    runner = runner_for(slack)
+    reqs = [make_request("slack", {"to": "alice@example.com", "text": f"GPU {i} idle", "digest": True,
+                                   "digest_window": 0.5}, entity_id=f"n1/gpu{i}") for i in range(3)]
+    other = make_request("slack", {"to": "bob@example.com", "text": "GPU 7 idle", "digest": True,
+                                   "digest_window": 0.5}, entity_id="n1/gpu7")
+    records = await asyncio.gather(*(runner.process(r) for r in [*reqs, other]))
+    assert all(r.outcome == "ok" for r in records)
+    assert sorted(r.detail or "" for r in records) == [
+        "digest of 1 sent to bob@example.com", "digest of 3 sent to alice@example.com",
+        "queued in the digest for alice@example.com", "queued in the digest for alice@example.com"]
+    alice = slack.dms_to("U001")
+    assert len(alice) == 1 and len(slack.dms_to("U002")) == 1
+    assert all(f"GPU {i} idle" in all_text(alice[0]) for i in range(3))
