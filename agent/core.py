@@ -1,0 +1,255 @@
+"""The agent's pure core: one sample in, edge-threshold and process events out; time is an argument."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from agent.sample import GpuReading, NodeReading, ProcessIdentity
+from gpuevents.config import ThresholdsConfig
+from gpuevents.events import (
+    Event,
+    GpuInfo,
+    GpuXid,
+    NodeInfo,
+    NodeSnapshot,
+    ProcessInfo,
+    make_event,
+)
+
+#: memory-full re-arms only once usage falls this many points below the threshold
+MEM_FULL_REARM_PCT = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class GpuState:
+    """Edge-threshold state of one GPU, as timestamps and flags."""
+
+    idle: bool = False
+    idle_since: datetime | None = None
+    active_streak: int = 0
+    hot: bool = False
+    mem_full: bool = False
+    lost: bool = False
+
+
+def step_gpu(
+    state: GpuState, r: GpuReading, now: datetime, th: ThresholdsConfig
+) -> tuple[GpuState, tuple[str, ...]]:
+    """Apply one reading; returns the new state and the threshold events crossed (in order).
+
+    Idle starts on the first sample under `idle_util_pct`; it ends only after `active_samples`
+    consecutive samples at or above it, so a blip does not reset the idle clock. A reading without
+    utilization (unsupported, MIG) is no evidence either way and leaves idleness as it was.
+    """
+    if r.lost:
+        if state.lost:
+            return state, ()
+        return GpuState(lost=True), ("gpu.lost",)
+    events: list[str] = []
+    idle, since, streak = state.idle, state.idle_since, state.active_streak
+    if r.util_pct is not None:
+        if r.util_pct < th.idle_util_pct:
+            streak = 0
+            if not idle:
+                idle, since = True, now
+                events.append("gpu.idle")
+        elif idle:
+            streak += 1
+            if streak >= th.active_samples:
+                idle, since, streak = False, None, 0
+                events.append("gpu.active")
+    hot = state.hot
+    if r.temp_c is not None:
+        if not hot and r.temp_c >= th.hot_temp_c:
+            hot = True
+            events.append("gpu.hot")
+        elif hot and r.temp_c < th.hot_clear_c:
+            hot = False
+    mem_full = state.mem_full
+    pct = r.mem_pct
+    if pct is not None:
+        if not mem_full and pct >= th.memory_full_pct:
+            mem_full = True
+            events.append("gpu.memory_full")
+        elif mem_full and pct < th.memory_full_pct - MEM_FULL_REARM_PCT:
+            mem_full = False
+    new = GpuState(idle=idle, idle_since=since, active_streak=streak, hot=hot, mem_full=mem_full)
+    return (state if new == state else new), tuple(events)
+
+
+@dataclass(frozen=True, slots=True)
+class HeldProcess:
+    """A process holding GPUs in the latest sample: who it is and what it holds."""
+
+    ident: ProcessIdentity
+    gpus: tuple[int, ...]
+    mem_mib: float | None
+    util_pct: float | None
+
+
+def _sum(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return round(sum(known), 2) if known else None
+
+
+def _mean(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return round(sum(known) / len(known), 2) if known else None
+
+
+class NodeCore:
+    """Per-node state across samples; `step(now, reading, identities)` returns the events to publish."""
+
+    def __init__(
+        self,
+        *,
+        node: str,
+        cluster: str,
+        thresholds: ThresholdsConfig,
+        snapshot_interval_s: float,
+        labels: Mapping[str, str] | None = None,
+        driver_version: str | None = None,
+        hostname: str | None = None,
+    ) -> None:
+        self.node = node
+        self.cluster = cluster
+        self.thresholds = thresholds
+        self.snapshot_interval = timedelta(seconds=snapshot_interval_s)
+        self.labels = dict(labels or {})
+        self.driver_version = driver_version
+        self.hostname = hostname
+        self.gpu_states: dict[int, GpuState] = {}
+        self.readings: dict[int, GpuReading] = {}
+        self.held: dict[tuple[int, datetime], HeldProcess] = {}
+        self.last_snapshot_at: datetime | None = None
+        self.now: datetime | None = None
+
+    # ------------------------------------------------------------ stepping
+    def step(
+        self, now: datetime, reading: NodeReading, identities: Mapping[int, ProcessIdentity]
+    ) -> list[Event]:
+        """Fold one sample into the state; the events it causes, snapshot included when due."""
+        self.now = now
+        gpu_events: list[tuple[str, int]] = []
+        for r in reading.gpus:
+            old = self.gpu_states.get(r.index, GpuState())
+            new, crossed = step_gpu(old, r, now, self.thresholds)
+            self.gpu_states[r.index] = new
+            self.readings[r.index] = r
+            gpu_events.extend((t, r.index) for t in crossed)
+
+        held = self._group(reading, identities)
+        started = [k for k in held if k not in self.held]
+        ended = [self.held[k] for k in self.held if k not in held]
+        self.held = held
+
+        events: list[Event] = []
+        for k in started:
+            events.append(self._event("process.started", self.process_info(held[k], now), now))
+        for type_, index in gpu_events:
+            events.append(self._event(type_, self.gpu_info(index, now), now))
+        for x in reading.xids:
+            base = self.gpu_info(x.gpu, now) if x.gpu in self.readings else GpuInfo(node=self.node, index=x.gpu)
+            data = GpuXid(**base.model_dump(), xid=x.xid)
+            events.append(self._event("gpu.xid", data, now))
+        for p in ended:
+            events.append(self._event("process.ended", self.process_info(p, now), now))
+        if self.last_snapshot_at is None or now - self.last_snapshot_at >= self.snapshot_interval:
+            self.last_snapshot_at = now
+            events.append(self._event("node.snapshot", self.snapshot(now), now))
+        return events
+
+    def _group(
+        self, reading: NodeReading, identities: Mapping[int, ProcessIdentity]
+    ) -> dict[tuple[int, datetime], HeldProcess]:
+        by_pid: dict[int, list[tuple[int, float | None, float | None]]] = {}
+        for p in reading.procs:
+            by_pid.setdefault(p.pid, []).append((p.gpu, p.mem_mib, p.sm_util_pct))
+        held: dict[tuple[int, datetime], HeldProcess] = {}
+        for pid, rows in by_pid.items():
+            ident = identities.get(pid)
+            if ident is None:  # ended between NVML's list and psutil's look
+                continue
+            held[(pid, ident.create_time)] = HeldProcess(
+                ident=ident,
+                gpus=tuple(sorted({g for g, _, _ in rows})),
+                mem_mib=_sum([m for _, m, _ in rows]),
+                util_pct=_mean([u for _, _, u in rows]),
+            )
+        return held
+
+    def _event(self, type_: str, data: GpuInfo | ProcessInfo | NodeSnapshot, now: datetime) -> Event:
+        return make_event(type_, self.node, data, cluster=self.cluster, time=now)
+
+    # ------------------------------------------------------------ views
+    def holds_gpu(self, pid: int, create_time: datetime, tolerance_s: float = 1.0) -> bool:
+        """Whether the latest sample had this process (pid and create time) on a GPU."""
+        for (p, ct), _ in self.held.items():
+            if p == pid and abs((ct - create_time).total_seconds()) <= tolerance_s:
+                return True
+        return False
+
+    def held_process(self, pid: int) -> HeldProcess | None:
+        for (p, _), h in self.held.items():
+            if p == pid:
+                return h
+        return None
+
+    def process_info(self, h: HeldProcess, now: datetime) -> ProcessInfo:
+        i = h.ident
+        return ProcessInfo(
+            node=self.node, pid=i.pid, name=i.name, cmdline=i.cmdline, user=i.user, uid=i.uid,
+            owner=i.owner, create_time=i.create_time,
+            age_s=round(max(0.0, (now - i.create_time).total_seconds()), 3), ppid=i.ppid,
+            gpus=list(h.gpus), gpu_mem_mib=h.mem_mib, gpu_util_pct=h.util_pct,
+            container_id=i.container_id, pod_uid=i.pod_uid, pod=i.pod, labels=dict(i.labels),
+        )
+
+    def processes_on(self, index: int) -> list[HeldProcess]:
+        """Processes on GPU `index`, oldest first."""
+        on = [h for h in self.held.values() if index in h.gpus]
+        on.sort(key=lambda h: (h.ident.create_time, h.ident.pid))
+        return on
+
+    def gpu_info(self, index: int, now: datetime) -> GpuInfo:
+        r = self.readings[index]
+        st = self.gpu_states.get(index, GpuState())
+        procs = self.processes_on(index)
+        owners: list[str] = []
+        for h in procs:
+            who = h.ident.owner or h.ident.user
+            if who and who not in owners:
+                owners.append(who)
+        return GpuInfo(
+            node=self.node, index=index, uuid=r.uuid, model=r.model, util_pct=r.util_pct,
+            mem_used_mib=r.mem_used_mib, mem_total_mib=r.mem_total_mib, mem_pct=r.mem_pct,
+            temp_c=r.temp_c, power_w=r.power_w, power_limit_w=r.power_limit_w, fan_pct=r.fan_pct,
+            ecc_uncorrected=r.ecc_uncorrected, idle=st.idle, idle_since=st.idle_since,
+            idle_for_s=(round((now - st.idle_since).total_seconds(), 3)
+                        if st.idle_since is not None else None),
+            pids=[h.ident.pid for h in procs], owners=owners, owner=owners[0] if owners else None,
+            mig_parent=r.mig_parent, lost=st.lost or r.lost,
+        )
+
+    def node_info(self) -> NodeInfo:
+        idle = sum(1 for s in self.gpu_states.values() if s.idle)
+        busy = sum(
+            1 for i, s in self.gpu_states.items()
+            if not s.idle and not s.lost and self.readings[i].util_pct is not None
+        )
+        return NodeInfo(
+            name=self.node, cluster=self.cluster, labels=dict(self.labels),
+            gpu_count=len(self.readings), gpus_busy=busy, gpus_idle=idle,
+            driver_version=self.driver_version, hostname=self.hostname,
+        )
+
+    def snapshot(self, now: datetime) -> NodeSnapshot:
+        """The whole node as of the latest sample."""
+        procs = sorted(self.held.values(), key=lambda h: (h.ident.create_time, h.ident.pid))
+        return NodeSnapshot(
+            node=self.node_info(),
+            gpus=[self.gpu_info(i, now) for i in sorted(self.readings)],
+            processes=[self.process_info(h, now) for h in procs],
+        )

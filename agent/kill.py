@@ -1,0 +1,159 @@
+"""The kill command on `gpuevents.cmd.<cluster>.<node>.kill`: verify, refuse what is protected, signal, escalate."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import fnmatch
+import logging
+import time
+from collections.abc import Callable, Mapping
+
+from pydantic import ValidationError
+
+from agent.sample import LiveProcess, ProcessControl
+from gpuevents.commands import CREATE_TIME_TOLERANCE_S, KillCommand, KillReply
+from gpuevents.config import ProtectConfig
+
+log = logging.getLogger(__name__)
+
+#: how long to wait for the end after SIGKILL before answering anyway
+KILL_WAIT_S = 10.0
+
+
+class KillPolicy:
+    """What may never be killed on this node: pid 1, the agent itself, protected users, names, namespaces, nodes."""
+
+    def __init__(self, protect: ProtectConfig, *, agent_pid: int, node_labels: Mapping[str, str]) -> None:
+        self.protect = protect
+        self.agent_pid = agent_pid
+        self.node_protected = bool(protect.node_labels) and any(
+            node_labels.get(k) == v for k, v in protect.node_labels.items()
+        )
+
+    def refusal(self, pid: int, live: LiveProcess | None, pod: str | None = None) -> str | None:
+        """The reason this process must not be killed, or None."""
+        if pid == 1:
+            return "pid 1 is never killed"
+        if pid == self.agent_pid:
+            return "that is the gpuevents agent itself"
+        if self.node_protected:
+            return "this node is protected (protect.node_labels)"
+        if live is None:
+            return None
+        if live.user is not None and live.user in self.protect.users:
+            return f"user {live.user!r} is protected (protect.users)"
+        for pattern in self.protect.process_patterns:
+            if fnmatch.fnmatchcase(live.name, pattern):
+                return f"process name {live.name!r} matches protected pattern {pattern!r}"
+        if pod is not None and pod.split("/", 1)[0] in self.protect.namespaces:
+            return f"namespace {pod.split('/', 1)[0]!r} is protected (protect.namespaces)"
+        return None
+
+
+class RateLimit:
+    """At most `per_minute` kills in any rolling minute; 0 disables kills on this node."""
+
+    def __init__(self, per_minute: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.per_minute = per_minute
+        self.clock = clock
+        self._times: collections.deque[float] = collections.deque()
+
+    def take(self) -> bool:
+        now = self.clock()
+        while self._times and now - self._times[0] >= 60.0:
+            self._times.popleft()
+        if len(self._times) >= self.per_minute:
+            return False
+        self._times.append(now)
+        return True
+
+
+class KillHandler:
+    """Answers kill commands for one node."""
+
+    def __init__(
+        self,
+        *,
+        control: ProcessControl,
+        policy: KillPolicy,
+        rate: RateLimit,
+        holds_gpu: Callable[[LiveProcess], bool],
+        pod_of: Callable[[int], str | None] = lambda pid: None,
+        poll_s: float = 0.05,
+    ) -> None:
+        self.control = control
+        self.policy = policy
+        self.rate = rate
+        self.holds_gpu = holds_gpu
+        self.pod_of = pod_of
+        self.poll_s = poll_s
+
+    async def serve_bytes(self, payload: bytes, subject: str) -> bytes:
+        """The bus handler: a KillCommand in, a KillReply out (a malformed command is refused)."""
+        try:
+            cmd = KillCommand.model_validate_json(payload)
+        except ValidationError as e:
+            pid = 0
+            return KillReply(outcome="refused", pid=pid, reason=f"malformed kill command: {e}").model_dump_json().encode()
+        reply = await self.handle(cmd)
+        return reply.model_dump_json().encode()
+
+    async def handle(self, cmd: KillCommand) -> KillReply:
+        reply = await self._handle(cmd)
+        log.warning("kill pid %d (%s, rule %s, key %s): %s%s", cmd.pid, cmd.signal, cmd.rule or "-",
+                    cmd.key or "-", reply.outcome, f" ({reply.reason})" if reply.reason else "")
+        return reply
+
+    async def _handle(self, cmd: KillCommand) -> KillReply:
+        pid = cmd.pid
+        early = self.policy.refusal(pid, None)
+        if early is not None:
+            return KillReply(outcome="refused", pid=pid, reason=early)
+        live = self.control.lookup(pid)
+        if live is None:
+            return KillReply(outcome="gone", pid=pid, reason="no such process")
+        who = {"user": live.user, "name": live.name}
+        if abs((live.create_time - cmd.create_time).total_seconds()) > CREATE_TIME_TOLERANCE_S:
+            return KillReply(
+                outcome="refused", pid=pid, **who,
+                reason=(f"create time differs: pid {pid} started at {live.create_time.isoformat()}, "
+                        f"not {cmd.create_time.isoformat()} (the pid was reused)"),
+            )
+        refusal = self.policy.refusal(pid, live, self.pod_of(pid))
+        if refusal is not None:
+            return KillReply(outcome="refused", pid=pid, reason=refusal, **who)
+        if cmd.require_gpu and not self.holds_gpu(live):
+            return KillReply(outcome="refused", pid=pid, reason="it holds no GPU (per the latest sample)", **who)
+        if not self.rate.take():
+            reason = ("kills are disabled on this node (agent.kill.max_per_minute: 0)"
+                      if self.rate.per_minute == 0 else
+                      f"rate limit: at most {self.rate.per_minute} kills per minute on this node")
+            return KillReply(outcome="refused", pid=pid, reason=reason, **who)
+
+        if not self.control.send(pid, live.create_time, cmd.signal):
+            return KillReply(outcome="gone", pid=pid, reason="it ended before it was signalled", **who)
+        if cmd.signal == "KILL":
+            await self._wait_end(live, KILL_WAIT_S)
+            return KillReply(outcome="killed", pid=pid, signal="KILL", **who)
+        if await self._wait_end(live, cmd.grace_s):
+            return KillReply(outcome="exited", pid=pid, signal=cmd.signal, **who)
+        if not self.control.send(pid, live.create_time, "KILL"):
+            return KillReply(outcome="exited", pid=pid, signal=cmd.signal,
+                             reason=f"it ended just after the {cmd.grace_s:g}s grace", **who)
+        if await self._wait_end(live, KILL_WAIT_S):
+            return KillReply(outcome="killed", pid=pid, signal="KILL",
+                             reason=f"still running {cmd.grace_s:g}s after {cmd.signal}", **who)
+        return KillReply(outcome="killed", pid=pid, signal="KILL",
+                         reason=f"SIGKILL sent but the process was still there after {KILL_WAIT_S:g}s "
+                                "(uninterruptible sleep?)", **who)
+
+    async def _wait_end(self, live: LiveProcess, timeout: float) -> bool:
+        """Poll until the process is gone; False if it outlives `timeout`."""
+        deadline = time.monotonic() + timeout
+        while self.control.alive(live.pid, live.create_time):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            await asyncio.sleep(min(self.poll_s, left))
+        return True

@@ -1,0 +1,245 @@
+"""The agent's shell: the sampling loop on a clock, publishing without blocking, the kill service, metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from agent.attribution import Attributor, PsutilControl, PsutilIdentifier
+from agent.core import NodeCore
+from agent.kill import KillHandler, KillPolicy, RateLimit
+from agent.kubelet import PodDirectory
+from agent.metrics import AgentCollector, AgentCounters, MetricsServer
+from agent.sample import ProcessControl, Sampler
+from agent.scenario import Scenario, load_scenario
+from agent.simulate import SimulatedNode, fleet
+from gpuevents import __version__
+from gpuevents.clock import Clock, SystemClock
+from gpuevents.config import Config
+from gpuevents.events import AgentInfo, Event, make_event
+from gpuevents.subjects import command_subject
+
+log = logging.getLogger(__name__)
+
+
+class EventBus(Protocol):
+    """What the agent needs from `gpuevents.bus.Bus`."""
+
+    @property
+    def connected(self) -> bool: ...
+
+    def publish_event(self, event: Event) -> None: ...
+
+    async def serve(self, subject: str, handler: Callable[[bytes, str], Awaitable[bytes]],
+                    queue: str | None = None) -> Any: ...
+
+
+class NodeAgent:
+    """One node: its sampler, attribution, threshold core and kill handler. `tick(now)` is one sample."""
+
+    def __init__(self, config: Config, sampler: Sampler, *, node: str | None = None,
+                 control: ProcessControl | None = None, pods: PodDirectory | None = None,
+                 hostname: str | None = None) -> None:
+        a = config.agent
+        self.config = config
+        self.sampler = sampler
+        self.node = node or a.node_name
+        self.hostname = hostname or (self.node if isinstance(sampler, SimulatedNode) else socket.gethostname())
+        self.core = NodeCore(
+            node=self.node, cluster=config.cluster, thresholds=a.thresholds,
+            snapshot_interval_s=a.snapshot_interval, labels=a.labels,
+            driver_version=sampler.driver_version, hostname=self.hostname,
+        )
+        self.attributor = Attributor(a.attribution, config.owners, pods.get if pods else None)
+        if control is None:
+            control = sampler if isinstance(sampler, SimulatedNode) else PsutilControl()
+        self.kill = KillHandler(
+            control=control,
+            policy=KillPolicy(config.protect, agent_pid=os.getpid(), node_labels=a.labels),
+            rate=RateLimit(a.kill.max_per_minute),
+            holds_gpu=lambda p: self.core.holds_gpu(p.pid, p.create_time),
+            pod_of=self._pod_of,
+        )
+
+    def _pod_of(self, pid: int) -> str | None:
+        held = self.core.held_process(pid)
+        return held.ident.pod if held else None
+
+    def tick(self, now: datetime) -> list[Event]:
+        """Sample, identify the pids NVML reported (cached), fold into the core; the events to publish."""
+        reading = self.sampler.sample(now)
+        pids = {p.pid for p in reading.procs}
+        identities = self.attributor.complete(self.sampler.identify(pids)) if pids else {}
+        return self.core.step(now, reading, identities)
+
+    async def tick_async(self, now: datetime) -> list[Event]:
+        if self.sampler.blocking:  # NVML calls can stall on a sick GPU: keep the loop free
+            return await asyncio.to_thread(self.tick, now)
+        return self.tick(now)
+
+    def info(self) -> AgentInfo:
+        a = self.config.agent
+        return AgentInfo(node=self.node, version=__version__, sampler=self.sampler.kind,
+                         hostname=self.hostname, pid=os.getpid(),
+                         sample_interval_s=a.sample_interval, snapshot_interval_s=a.snapshot_interval)
+
+    def lifecycle_event(self, type_: str, now: datetime) -> Event:
+        return make_event(type_, self.node, self.info(), cluster=self.config.cluster, time=now)
+
+
+# ------------------------------------------------------------------ samplers
+class SamplerUnavailable(Exception):
+    """No sampler can run here as configured; the message says why and what to do."""
+
+
+def open_sampler(config: Config, *, simulate: bool = False, start: datetime | None = None) -> Sampler:
+    """NVML where it loads (config `agent.sampler: auto|nvml`), else the simulated sampler when allowed."""
+    from agent.nvml import NvmlSampler, NvmlUnavailable
+
+    a = config.agent
+    if not simulate and a.sampler != "simulated":
+        try:
+            return NvmlSampler(identifier=PsutilIdentifier(a.attribution.cmdline_max))
+        except NvmlUnavailable as e:
+            raise SamplerUnavailable(
+                f"NVML is not available on this machine ({e}). Run on a node with an NVIDIA GPU and "
+                "driver, or pass --simulate (or set agent.sampler: simulated) for a simulated node."
+            ) from None
+    sim = a.simulation
+    return SimulatedNode(load_scenario(sim.scenario), node=a.node_name, gpus=sim.gpus_per_node,
+                         seed=sim.seed, start=start or SystemClock().now(), speedup=sim.speedup)
+
+
+# ------------------------------------------------------------------ loops
+async def _serve_kills(bus: EventBus, agents: list[NodeAgent], cluster: str, stop: asyncio.Event) -> None:
+    """Subscribe each node's kill subject once NATS is reachable (nats-py resubscribes after reconnects)."""
+    while not bus.connected:
+        if stop.is_set():
+            return
+        try:
+            await asyncio.wait_for(stop.wait(), 0.2)
+        except TimeoutError:
+            pass
+    for a in agents:
+        await bus.serve(command_subject(cluster, a.node, "kill"), a.kill.serve_bytes)
+    log.info("serving kill commands for %d node(s)", len(agents))
+
+
+async def _refresh_pods(pods: PodDirectory, stop: asyncio.Event) -> None:
+    import aiohttp
+
+    async with aiohttp.ClientSession() as session:
+        while not stop.is_set():
+            await pods.refresh(session)
+            try:
+                await asyncio.wait_for(stop.wait(), pods.config.refresh)
+            except TimeoutError:
+                pass
+
+
+def _guard(task: asyncio.Task[None], what: str) -> None:
+    def done(t: asyncio.Task[None]) -> None:
+        if not t.cancelled() and t.exception() is not None:
+            log.error("%s finished unexpectedly: %r", what, t.exception())
+
+    task.add_done_callback(done)
+
+
+async def run_nodes(agents: list[NodeAgent], bus: EventBus, *, config: Config, clock: Clock,
+                    stop: asyncio.Event, counters: AgentCounters | None = None,
+                    pods: PodDirectory | None = None) -> AgentCounters:
+    """Sample every agent each `sample_interval` until `stop` is set; publishing never blocks the loop."""
+    counters = counters or AgentCounters()
+    interval = config.agent.sample_interval
+    metrics: MetricsServer | None = None
+    if config.agent.metrics_port is not None:
+        metrics = MetricsServer(AgentCollector(lambda: [a.core for a in agents], counters),
+                                config.agent.metrics_port).start()
+    helpers = [asyncio.create_task(_serve_kills(bus, agents, config.cluster, stop))]
+    _guard(helpers[0], "kill service")
+    if pods is not None:
+        helpers.append(asyncio.create_task(_refresh_pods(pods, stop)))
+        _guard(helpers[-1], "kubelet pod refresh")
+
+    def publish(event: Event) -> None:
+        bus.publish_event(event)
+        counters.count_event(event.type)
+
+    try:
+        for a in agents:
+            publish(a.lifecycle_event("agent.started", clock.now()))
+        next_at = clock.monotonic()
+        while not stop.is_set():
+            for a in agents:
+                try:
+                    events = await a.tick_async(clock.now())
+                except Exception:
+                    counters.sample_errors += 1
+                    log.exception("sampling node %s failed; trying again next interval", a.node)
+                    continue
+                for e in events:
+                    publish(e)
+            counters.samples += 1
+            next_at += interval
+            delay = next_at - clock.monotonic()
+            if delay < 0:  # fell behind (a slow sample): skip the missed ticks, do not burst
+                next_at = clock.monotonic()
+                delay = 0.0
+            try:
+                await asyncio.wait_for(stop.wait(), delay)
+            except TimeoutError:
+                pass
+        for a in agents:
+            publish(a.lifecycle_event("agent.stopping", clock.now()))
+    finally:
+        for t in helpers:
+            t.cancel()
+        await asyncio.gather(*helpers, return_exceptions=True)
+        if metrics is not None:
+            metrics.stop()
+        for a in agents:
+            a.sampler.close()
+    return counters
+
+
+async def run_agent(config: Config, bus: EventBus, clock: Clock | None = None,
+                    sampler: Sampler | None = None, stop_event: asyncio.Event | None = None) -> AgentCounters:
+    """One node agent until `stop_event`; the sampler is opened from config when not given."""
+    clock = clock or SystemClock()
+    stop = stop_event or asyncio.Event()
+    sampler = sampler or open_sampler(config, start=clock.now())
+    kcfg = config.agent.attribution.kubelet
+    pods = PodDirectory(kcfg) if kcfg.url else None
+    agent = NodeAgent(config, sampler, pods=pods)
+    log.info("agent for node %s: %s sampler, %d GPU(s) known at start", agent.node, sampler.kind,
+             len(getattr(sampler, "devices", [])) or getattr(sampler, "gpu_count", 0))
+    return await run_nodes([agent], bus, config=config, clock=clock, stop=stop, pods=pods)
+
+
+def simulated_agents(config: Config, *, nodes: int, gpus_per_node: int,
+                     scenario: str | Path | Scenario | None = None, seed: int | None = None,
+                     speedup: float | None = None, start: datetime) -> list[NodeAgent]:
+    sim = config.agent.simulation
+    sc = scenario if isinstance(scenario, Scenario) else load_scenario(scenario or sim.scenario)
+    samplers = fleet(sc, nodes=nodes, gpus_per_node=gpus_per_node,
+                     seed=sim.seed if seed is None else seed, start=start,
+                     speedup=sim.speedup if speedup is None else speedup)
+    return [NodeAgent(config, s, node=s.node) for s in samplers]
+
+
+async def run_simulated_fleet(config: Config, bus: EventBus, nodes: int, gpus_per_node: int,
+                              scenario: str | Path | Scenario | None = None,
+                              stop_event: asyncio.Event | None = None, *, seed: int | None = None,
+                              speedup: float | None = None, clock: Clock | None = None) -> AgentCounters:
+    """`nodes` simulated agents in this process, each its own node, until `stop_event`."""
+    clock = clock or SystemClock()
+    agents = simulated_agents(config, nodes=nodes, gpus_per_node=gpus_per_node, scenario=scenario,
+                              seed=seed, speedup=speedup, start=clock.now())
+    log.info("simulating %d node(s) x %d GPU(s)", nodes, gpus_per_node)
+    return await run_nodes(agents, bus, config=config, clock=clock, stop=stop_event or asyncio.Event())

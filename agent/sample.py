@@ -1,0 +1,113 @@
+"""What a sampler reads from one node at one instant, and the protocols a sampler implements."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class GpuReading:
+    """One GPU (or MIG instance) as read; `None` where the hardware does not say."""
+
+    index: int
+    uuid: str
+    model: str | None = None
+    util_pct: float | None = None
+    mem_used_mib: float | None = None
+    mem_total_mib: float | None = None
+    temp_c: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    fan_pct: float | None = None
+    ecc_uncorrected: int | None = None
+    mig_parent: str | None = None
+    lost: bool = False
+
+    @property
+    def mem_pct(self) -> float | None:
+        if self.mem_used_mib is None or not self.mem_total_mib:
+            return None
+        return round(100.0 * self.mem_used_mib / self.mem_total_mib, 2)
+
+
+@dataclass(frozen=True, slots=True)
+class ProcReading:
+    """One process on one GPU: its GPU memory and its share of the GPU's SMs."""
+
+    pid: int
+    gpu: int
+    mem_mib: float | None = None
+    sm_util_pct: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class XidReading:
+    gpu: int
+    xid: int
+
+
+@dataclass(frozen=True, slots=True)
+class NodeReading:
+    """Everything one sample read: GPUs, the processes holding them, XID errors since the last sample."""
+
+    gpus: tuple[GpuReading, ...]
+    procs: tuple[ProcReading, ...] = ()
+    xids: tuple[XidReading, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessIdentity:
+    """Who a GPU process is: read once per (pid, create_time) and cached."""
+
+    pid: int
+    create_time: datetime
+    name: str = ""
+    cmdline: str = ""
+    user: str | None = None
+    uid: int | None = None
+    ppid: int | None = None
+    container_id: str | None = None
+    pod_uid: str | None = None
+    pod: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    owner: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LiveProcess:
+    """A process as it is right now, for the kill command's checks."""
+
+    pid: int
+    create_time: datetime
+    user: str | None
+    name: str
+
+
+class Sampler(Protocol):
+    """Reads GPUs and names the processes on them."""
+
+    kind: str
+    driver_version: str | None
+    #: True when `sample` makes blocking calls (NVML) and belongs in a worker thread.
+    blocking: bool
+
+    def sample(self, now: datetime) -> NodeReading: ...
+
+    def identify(self, pids: Iterable[int]) -> dict[int, ProcessIdentity]: ...
+
+    def close(self) -> None: ...
+
+
+class ProcessControl(Protocol):
+    """Looks up and signals processes, for the kill command."""
+
+    def lookup(self, pid: int) -> LiveProcess | None: ...
+
+    def send(self, pid: int, create_time: datetime, signal_name: str) -> bool:
+        """Signal the process if it is still the same one; False when it is gone."""
+        ...
+
+    def alive(self, pid: int, create_time: datetime) -> bool: ...
