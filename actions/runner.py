@@ -302,8 +302,8 @@ class ActionRunner:
                     if not step.entry.audited and step.entry.record is not None:
                         await self._audit(step.entry.record, step.claim)
                     await delivery.ack()
-                else:
-                    await delivery.nak(delay=BUSY_RECHECK_S)
+                else:  # another runner has it right now: look again soon, then less often
+                    await delivery.nak(delay=min(BUSY_RECHECK_S, 0.25 * 2 ** (delivery.num_delivered - 1)))
             except BusError as e:
                 log.warning("action %s: the bus failed mid-way (%s); it will be redelivered", request.key, e)
                 await delivery.nak(delay=2.0)

@@ -9,9 +9,11 @@ from typing import Any
 
 import pytest
 
+from gpuevents import subjects as S
+from gpuevents.bus import Bus
 from gpuevents.config import Config
-from gpuevents.records import ActionRequest
-from tests.actions.fakes import FakeKubernetes, FakeSlack, SlackUser
+from gpuevents.records import ActionRequest, AuditRecord
+from tests.actions.fakes import FakeKubernetes, FakeSlack, FakeWebhook, SlackUser
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 
@@ -77,3 +79,19 @@ async def kube() -> AsyncIterator[FakeKubernetes]:
 @pytest.fixture
 def kubeconfig(kube: FakeKubernetes, tmp_path: Path) -> Path:
     return kube.kubeconfig(tmp_path / "kubeconfig")
+
+
+@pytest.fixture
+async def webhook() -> AsyncIterator[FakeWebhook]:
+    server = FakeWebhook()
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.close()
+
+
+async def audit_records(bus: Bus) -> list[AuditRecord]:
+    """Everything in GPUEVENTS_AUDIT, oldest first."""
+    return [AuditRecord.model_validate_json(m.data)
+            async for m in bus.replay(S.STREAM_AUDIT, S.AUDIT_ALL)]

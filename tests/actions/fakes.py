@@ -209,3 +209,33 @@ class FakeKubernetes:
         self.patches.append((request.path, request.content_type, body))
         self.replicas[(plural, ns, name)] = int(body["spec"]["replicas"])
         return kube_json(self._scale_doc(ns, plural, name))
+
+
+class FakeWebhook:
+    """Records every request; answers from `statuses` in turn (then 200)."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.statuses: list[int] = []
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self.server = TestServer(app, host="127.0.0.1")
+
+    async def start(self) -> None:
+        await self.server.start_server()
+
+    async def close(self) -> None:
+        await self.server.close()
+
+    def url(self, path: str = "/hook") -> str:
+        return str(self.server.make_url(path))
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        self.requests.append({"method": request.method, "path": request.path, "headers": dict(request.headers),
+                              "body": body})
+        status = self.statuses.pop(0) if self.statuses else 200
+        return web.json_response({"status": status}, status=status)
+
+    def keys(self) -> list[str]:
+        return [r["headers"].get("Idempotency-Key", "") for r in self.requests]

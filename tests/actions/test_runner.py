@@ -1,0 +1,232 @@
+"""The runner on a real nats-server: decisions, limits, protection, dry run, idempotency, retries, the queue."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+import pytest
+
+from actions.runner import ActionRunner, backoff_delay, publish_request, redact
+from gpuevents import subjects as S
+from gpuevents.bus import Bus
+from gpuevents.commands import KillCommand, KillReply
+from tests.actions.conftest import audit_records, make_config, make_request, process_facts
+from tests.actions.fakes import FakeWebhook
+from tests.waiting import wait_for
+
+
+class KillResponder:
+    """A stand-in agent for node n1: records commands, answers `exited`."""
+
+    def __init__(self) -> None:
+        self.commands: list[KillCommand] = []
+
+    async def handle(self, payload: bytes, subject: str) -> bytes:
+        cmd = KillCommand.model_validate_json(payload)
+        self.commands.append(cmd)
+        return KillReply(outcome="exited", pid=cmd.pid, signal=cmd.signal).model_dump_json().encode()
+
+
+@pytest.fixture
+async def agent(bus: Bus) -> KillResponder:
+    responder = KillResponder()
+    await bus.serve(S.command_subject("default", "n1", "kill"), responder.handle)
+    return responder
+
+
+@pytest.fixture(autouse=True)
+def no_slack_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SLACK_BOT_TOKEN", raising=False)
+
+
+async def test_kill_on_a_gpu_asks_the_agent_about_every_process(bus: Bus, agent: KillResponder) -> None:
+    runner = ActionRunner(bus, make_config())
+    req = make_request("kill", {"signal": "INT", "grace": "5s"},
+                       facts=process_facts((101, "alice", "python"), (102, "bob", "python")))
+    record = await runner.process(req)
+    assert record.outcome == "ok", record
+    assert sorted(c.pid for c in agent.commands) == [101, 102]
+    assert {(c.signal, c.grace_s, c.rule, c.key) for c in agent.commands} == {("INT", 5.0, req.rule, req.key)}
+    assert record.detail == "pid 101 exited; pid 102 exited"
+    assert [r.outcome for r in await audit_records(bus)] == ["ok"]
+
+
+async def test_protected_users_are_never_killed(bus: Bus, agent: KillResponder) -> None:
+    runner = ActionRunner(bus, make_config())
+    record = await runner.process(make_request(
+        "kill", {}, facts=process_facts((101, "alice", "python"), (7, "root", "nvidia-persistenced"))))
+    assert record.outcome == "refused"
+    assert record.error == "protected: user root (pid 7)"
+    assert agent.commands == []
+
+
+async def test_protected_name_patterns_and_node_labels_refuse_destructive_actions(bus: Bus) -> None:
+    runner = ActionRunner(bus, make_config(protect={"process_patterns": ["jupyter*"],
+                                                    "node_labels": {"tier": "prod"}}))
+    by_name = await runner.process(make_request("kill", {}, facts=process_facts((5, "alice", "jupyter-lab"))))
+    facts = {"node": {"name": "n1", "labels": {"tier": "prod"}}}
+    by_label = await runner.process(make_request("cordon", {}, entity_kind="node", entity_id="n1", facts=facts))
+    notify = await runner.process(make_request("log", {"message": "still told"}, facts=facts))
+    assert by_name.error == "protected: process name 'jupyter-lab' matches 'jupyter*'"
+    assert by_label.error == "protected: node label tier=prod"
+    assert notify.outcome == "ok"
+
+
+async def test_held_destructive_actions_are_audited_while_slack_still_goes(
+        bus: Bus, agent: KillResponder, capsys: pytest.CaptureFixture[str]) -> None:
+    runner = ActionRunner(bus, make_config())
+    held = make_request("kill", {}, decision="held", reason="max_fleet_pct 25 exceeded: 40% firing",
+                        facts=process_facts((101, "alice", "python")))
+    note = make_request("slack", {"to": "alice@example.com", "text": "your GPU idles"}, key=held.key + ":slack")
+    suppressed = make_request("kill", {}, decision="suppressed", reason="max_per_hour 20")
+    outcomes = [(await runner.process(r)).outcome for r in (held, note, suppressed)]
+    assert outcomes == ["held", "ok", "suppressed"]
+    assert agent.commands == []
+    assert "your GPU idles" in capsys.readouterr().out
+    audit = await audit_records(bus)
+    assert [(r.action_type, r.outcome, r.detail) for r in audit] == [
+        ("kill", "held", "max_fleet_pct 25 exceeded: 40% firing"),
+        ("slack", "ok", "printed (no SLACK_BOT_TOKEN)"),
+        ("kill", "suppressed", "max_per_hour 20")]
+
+
+async def test_fleet_max_per_hour_suppresses_the_rest_across_runners(bus: Bus, webhook: FakeWebhook) -> None:
+    config = make_config(engine={"limits": {"webhook": {"max_per_hour": 2}}})
+    one, two = ActionRunner(bus, config, name="a"), ActionRunner(bus, config, name="b")
+    reqs = [make_request("webhook", {"url": webhook.url()}) for _ in range(4)]
+    records = [await (one if i % 2 else two).process(r) for i, r in enumerate(reqs)]
+    await one.close()
+    await two.close()
+    assert [r.outcome for r in records] == ["ok", "ok", "suppressed", "suppressed"]
+    assert records[2].detail == "fleet-wide limit: at most 2 webhook per hour"
+    assert len(webhook.requests) == 2
+
+
+async def test_dry_run_executes_nothing_and_audits_everything(bus: Bus, agent: KillResponder,
+                                                              webhook: FakeWebhook) -> None:
+    runner = ActionRunner(bus, make_config())
+    kill = make_request("kill", {"grace": "60s"}, dry_run=True, facts=process_facts((101, "alice", "python")))
+    hook = make_request("webhook", {"url": webhook.url()}, dry_run=True)
+    engine_wide = ActionRunner(bus, make_config(engine={"dry_run": True}))
+    cmd = make_request("command", {"argv": ["touch", "/nonexistent/should-not-exist"]})
+    records = [await runner.process(kill), await runner.process(hook), await engine_wide.process(cmd)]
+    await runner.close()
+    assert [r.outcome for r in records] == ["dry_run"] * 3
+    assert all(r.dry_run for r in records)
+    assert records[0].params["grace"] == "1m"  # validated and normalised, as it would have run
+    assert agent.commands == [] and webhook.requests == []
+    assert [r.outcome for r in await audit_records(bus)] == ["dry_run"] * 3
+
+
+async def test_bad_parameters_are_refused_with_their_location(bus: Bus) -> None:
+    runner = ActionRunner(bus, make_config())
+    bad = await runner.process(make_request("kill", {"signal": "TERMINATE"}))
+    unknown = await runner.process(make_request("acme.nope", {}))
+    wrong_kind = await runner.process(make_request("kill", {}, entity_kind="node", entity_id="n1"))
+    assert bad.outcome == unknown.outcome == wrong_kind.outcome == "refused"
+    assert bad.error is not None and bad.error.startswith("kill parameters: signal: Input should be 'TERM'")
+    assert unknown.error is not None and unknown.error.startswith("unknown action type 'acme.nope'")
+    assert wrong_kind.error == "kill acts on gpu, process, not on a node"
+
+
+async def test_one_request_delivered_twice_runs_once(bus: Bus, webhook: FakeWebhook) -> None:
+    runner = ActionRunner(bus, make_config())
+    req = make_request("webhook", {"url": webhook.url()})
+    first = await runner.process(req)
+    restarted = ActionRunner(bus, make_config())  # a restart: same KV, new runner
+    second = await restarted.process(req)
+    await runner.close()
+    await restarted.close()
+    assert first.outcome == "ok" and second == first
+    assert webhook.keys() == [req.key]
+    assert len(await audit_records(bus)) == 1
+
+
+async def test_two_runners_never_both_run_one_request(bus: Bus, webhook: FakeWebhook) -> None:
+    runners = [ActionRunner(bus, make_config(), name=f"r{i}") for i in range(2)]
+    reqs = [make_request("webhook", {"url": webhook.url()}) for _ in range(5)]
+    records = await asyncio.gather(*(r.process(q) for q in reqs for r in runners))
+    for r in runners:
+        await r.close()
+    assert Counter(webhook.keys()) == Counter({q.key: 1 for q in reqs})
+    assert {rec.action_key for rec in records} == {q.key for q in reqs}
+    assert len(await audit_records(bus)) == 5
+
+
+async def test_runners_on_the_queue_share_the_work_and_run_each_key_once(bus: Bus, webhook: FakeWebhook) -> None:
+    config = make_config()
+    runners = [ActionRunner(bus, config, name=f"q{i}", concurrency=4) for i in range(2)]
+    stop = asyncio.Event()
+    loops = [asyncio.create_task(r.run(stop)) for r in runners]
+    reqs = [make_request("webhook", {"url": webhook.url()}) for _ in range(8)]
+    for q in reqs:
+        await publish_request(bus, q)
+        # The same request again under another message id: a second delivery of one key.
+        await bus.js_publish(S.action_subject("webhook"), q.model_dump_json().encode(), msg_id=f"again-{q.key}")
+    await wait_for(lambda: len(webhook.requests) >= 8, what="8 webhook calls")
+    await wait_for(lambda: consumer_idle(bus, runners[0].durable), what="the queue drained")
+    stop.set()
+    await asyncio.gather(*loops)
+    for r in runners:
+        await r.close()
+    assert Counter(webhook.keys()) == Counter({q.key: 1 for q in reqs})
+    assert sorted(r.action_key or "" for r in await audit_records(bus)) == sorted(q.key for q in reqs)
+
+
+async def consumer_idle(bus: Bus, durable: str) -> bool:
+    info = await bus._jetstream().consumer_info(S.STREAM_ACTIONS, durable)  # test-only peek
+    return (info.num_pending or 0) == 0 and (info.num_ack_pending or 0) == 0
+
+
+async def test_transient_failures_are_retried_through_the_queue(bus: Bus, webhook: FakeWebhook) -> None:
+    webhook.statuses = [503, 502]
+    runner = ActionRunner(bus, make_config(), concurrency=2)
+    stop = asyncio.Event()
+    loop = asyncio.create_task(runner.run(stop))
+    req = make_request("webhook", {"url": webhook.url()})
+    await publish_request(bus, req)
+    records = await wait_for(lambda: audit_records(bus), what="an audit record")
+    stop.set()
+    await loop
+    await runner.close()
+    assert [(r.outcome, r.attempt) for r in records] == [("ok", 3)]
+    assert len(webhook.requests) == 3
+
+
+async def test_client_errors_are_not_retried(bus: Bus, webhook: FakeWebhook) -> None:
+    webhook.statuses = [404]
+    runner = ActionRunner(bus, make_config())
+    record = await runner.process(make_request("webhook", {"url": webhook.url()}))
+    await runner.close()
+    assert record.outcome == "failed" and record.attempt == 1
+    assert record.error is not None and "HTTP 404" in record.error
+    assert len(webhook.requests) == 1
+
+
+async def test_a_malformed_request_goes_to_the_dead_letter_queue(bus: Bus) -> None:
+    runner = ActionRunner(bus, make_config())
+    stop = asyncio.Event()
+    loop = asyncio.create_task(runner.run(stop))
+    await bus.js_publish(S.action_subject("kill"), b'{"not": "a request"}')
+
+    async def dead_letters() -> list[bytes]:
+        return [m.data async for m in bus.replay(S.STREAM_DLQ, S.DLQ_ALL)]
+
+    assert await wait_for(dead_letters, what="a dead letter") == [b'{"not": "a request"}']
+    stop.set()
+    await loop
+
+
+def test_backoff_grows_exponentially_with_jitter_and_a_cap() -> None:
+    import random
+
+    rng = random.Random(1)
+    delays = [backoff_delay(n, 2.0, 30.0, rng) for n in range(1, 7)]
+    assert 1.0 <= delays[0] <= 2.0 and 2.0 <= delays[1] <= 4.0 and 8.0 <= delays[3] <= 16.0
+    assert all(15.0 <= d <= 30.0 for d in delays[4:])
+
+
+def test_secrets_are_masked_in_the_audit() -> None:
+    assert redact({"url": "u", "headers": {"Authorization": "Bearer x", "X-Team": "ml"}}) == {
+        "url": "u", "headers": {"Authorization": "***", "X-Team": "ml"}}
