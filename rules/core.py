@@ -1,0 +1,498 @@
+"""The functional core (DESIGN §1): rules + fleet state + incidents; `step(input, now) -> StepResult`.
+
+No I/O, and time is always an argument. Events are evaluated at once for the entities they change; a tick
+re-evaluates only conditions that depend on time, due `for` deadlines and repeats, cron instants, offline
+nodes and snoozes. Everything else keeps the result it had: an open incident *is* the cached "true".
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from gpuevents.clock import utc
+from gpuevents.config import Config
+from gpuevents.events import Event
+from gpuevents.records import ActionRequest
+from rules.incidents import (
+    Incident,
+    ResolveReason,
+    Transition,
+    next_deadline,
+    open_incident,
+    resolve,
+    send_phase,
+    step,
+    transitions,
+)
+from rules.limits import Limiter
+from rules.model import Rule, RuleSet
+from rules.sends import Sender
+from rules.state import Entity, FleetState, NodeState
+from rules.views import EntityView, EvalClock, GpuView, NodeView, ProcessView
+
+OFFLINE_AFTER_INTERVALS = 3
+
+
+class Tick(BaseModel):
+    """Time passed: evaluate what depends on time. Send one at every `next_wakeup`."""
+
+    model_config = ConfigDict(frozen=True)
+    type: Literal["tick"] = "tick"
+
+
+class Snooze(BaseModel):
+    """Exempt one entity from one rule until `until` (an `until` in the past lifts it)."""
+
+    model_config = ConfigDict(frozen=True)
+    type: Literal["snooze"] = "snooze"
+    rule: str
+    entity_id: str
+    until: datetime
+    by: str = ""
+    reason: str = ""
+
+
+class ForgetNode(BaseModel):
+    """A node is gone for good (decommissioned; `gone: true` in a rule test): its incidents resolve as gone."""
+
+    model_config = ConfigDict(frozen=True)
+    type: Literal["forget_node"] = "forget_node"
+    node: str
+    cluster: str = "default"
+
+
+class EvalProblem(BaseModel):
+    """A condition that raised; reported once per rule and message, counted every time."""
+
+    model_config = ConfigDict(frozen=True)
+    rule: str
+    entity_id: str
+    message: str
+
+
+CoreInput = Event | Tick | Snooze | ForgetNode
+
+
+@dataclass
+class StepResult:
+    """What one step did: transitions (audit), action requests, the incidents that changed (persist them)."""
+
+    transitions: list[Transition] = field(default_factory=list)
+    actions: list[ActionRequest] = field(default_factory=list)
+    incidents: list[Incident] = field(default_factory=list)
+    errors: list[EvalProblem] = field(default_factory=list)
+    snoozes: list[Snooze] = field(default_factory=list)
+
+    def extend(self, other: StepResult) -> None:
+        self.transitions += other.transitions
+        self.actions += other.actions
+        self.incidents += other.incidents
+        self.errors += other.errors
+        self.snoozes += other.snoozes
+
+
+class Core:
+    """Rules, fleet state and incidents, advanced only by `step`."""
+
+    def __init__(
+        self, rules: RuleSet, config: Config | None = None, *, offline_detection: bool = True,
+    ) -> None:
+        self.config = config or Config()
+        self.clock = EvalClock()
+        self.state = FleetState(self.clock, self.config.cluster, self.config.owners)
+        self.limiter = Limiter(self.config.engine.limits)
+        self.sender = Sender(self.config, self.limiter)
+        self.offline_detection = offline_detection
+        self.tick_s = float(self.config.engine.tick)
+        self.snapshot_interval_s = float(self.config.agent.snapshot_interval)
+        self.offline_grace_s = float(self.config.engine.offline_grace)
+        self.incidents: dict[str, dict[str, Incident]] = {}
+        self.snoozes: dict[tuple[str, str], Snooze] = {}
+        self.error_counts: Counter[tuple[str, str]] = Counter()
+        self._by_entity: dict[str, set[str]] = {}
+        self._orphans: set[tuple[str, str]] = set()
+        self._restored_at: datetime | None = None
+        self._next_sweep: datetime | None = None
+        self._next_cron: dict[str, datetime] = {}
+        self._full_eval: set[str] = set()
+        self.rules = RuleSet()
+        self._set_rules(rules)
+
+    # ------------------------------------------------------------------ rules
+    def _set_rules(self, rules: RuleSet) -> None:
+        self.rules = rules
+        self._event_rules: dict[str, list[Rule]] = {"node": [], "gpu": [], "process": []}
+        for r in rules:
+            self.incidents.setdefault(r.name, {})
+            if not r.scheduled:
+                self._event_rules[r.kind].append(r)
+        self._next_cron = {k: v for k, v in self._next_cron.items() if k in rules.by_name}
+
+    def replace_rules(self, rules: RuleSet) -> list[Incident]:
+        """Switch to a new, valid set. Incidents of unchanged rules (same hash) stay; the others are dropped
+        and returned (delete them from the store); new and changed rules are evaluated in full at the next tick."""
+        dropped: list[Incident] = []
+        for name, incs in list(self.incidents.items()):
+            new = rules.by_name.get(name)
+            old = self.rules.by_name.get(name)
+            if new is not None and old is not None and new.hash == old.hash:
+                continue
+            for inc in incs.values():
+                dropped.append(inc)
+                self._unindex(inc)
+            del self.incidents[name]
+            self._next_cron.pop(name, None)
+        for r in rules:
+            old = self.rules.by_name.get(r.name)
+            if old is None or old.hash != r.hash:
+                self._full_eval.add(r.name)
+        self._set_rules(rules)
+        self._rebuild_limits()
+        return dropped
+
+    # ------------------------------------------------------------------ restore
+    def restore(self, incidents: Iterable[Incident], snoozes: Iterable[Snooze] = (), now: datetime | None = None) -> None:
+        """Resume after a restart: open incidents of known, unchanged rules come back as they were (a pending one
+        keeps its start, a firing one is not fired again); entities not yet seen get `offline_grace` to reappear."""
+        for inc in incidents:
+            rule = self.rules.by_name.get(inc.rule)
+            if rule is None or not inc.open or (inc.rule_hash and inc.rule_hash != rule.hash):
+                continue
+            self.incidents[rule.name][inc.entity_key] = inc
+            self._by_entity.setdefault(inc.entity_key, set()).add(rule.name)
+            if inc.entity_key not in self.state.by_kind[rule.kind]:
+                self._orphans.add((rule.name, inc.entity_key))
+        for s in snoozes:
+            self.snoozes[(s.rule, s.entity_id)] = s
+        self._restored_at = now
+        self._full_eval.update(self.rules.by_name)
+        self._rebuild_limits()
+
+    def _rebuild_limits(self) -> None:
+        self.limiter.reset_firing()
+        for name, incs in self.incidents.items():
+            rule = self.rules.by_name[name]
+            for inc in incs.values():
+                if inc.status == "firing":
+                    self.limiter.set_firing(rule, inc.entity_key, True)
+
+    # ------------------------------------------------------------------ reading
+    def nodes(self) -> list[NodeView]:
+        return [e.view for e in self.state.by_kind["node"].values()]
+
+    def gpus(self) -> list[GpuView]:
+        return [e.view for e in self.state.by_kind["gpu"].values()]
+
+    def processes(self) -> list[ProcessView]:
+        return [e.view for e in self.state.by_kind["process"].values()]
+
+    def open_incidents(self) -> list[Incident]:
+        return [i for incs in self.incidents.values() for i in incs.values()]
+
+    def entity(self, key: str) -> Entity | None:
+        for table in self.state.by_kind.values():
+            e = table.get(key)
+            if e is not None:
+                return e
+        return None
+
+    # ------------------------------------------------------------------ step
+    def step(self, item: CoreInput, now: datetime) -> StepResult:
+        """Advance by one input at `now` (aware)."""
+        now = utc(now)
+        self.clock.set(now)
+        out = StepResult()
+        if self._restored_at is None:
+            self._restored_at = now
+        if isinstance(item, Tick):
+            self._tick(now, out)
+        elif isinstance(item, Snooze):
+            self._snooze(item, now, out)
+        elif isinstance(item, ForgetNode):
+            for e in self.state.remove_node(self.state.node_key(item.cluster, item.node)):
+                self._close_all(e, now, "gone", out)
+        else:
+            self._event(item, now, out)
+        return out
+
+    def _event(self, event: Event, now: datetime, out: StepResult) -> None:
+        change = self.state.apply(event, now)
+        key = self.state.node_key(event.cluster, event.node)
+        ns = self.state.nodes.get(key)
+        if ns is not None:
+            self._check_online(ns, now, out)
+        if change is None:
+            return
+        for e in change.gone:
+            self._close_all(e, now, "gone", out)
+        if ns is not None and not ns.online:
+            return
+        by_kind: dict[str, list[Entity]] = {"node": [], "gpu": [], "process": []}
+        for e in change.changed:
+            by_kind[e.kind].append(e)
+        for kind, rules in self._event_rules.items():
+            ents = by_kind[kind]
+            if not ents:
+                continue
+            for rule in rules:
+                for e in ents:
+                    self._evaluate(rule, e, now, out, event.time)
+
+    def _snooze(self, s: Snooze, now: datetime, out: StepResult) -> None:
+        if s.until <= now:
+            self.snoozes.pop((s.rule, s.entity_id), None)
+        else:
+            self.snoozes[(s.rule, s.entity_id)] = s
+        out.snoozes.append(s)
+        rule = self.rules.by_name.get(s.rule)
+        if rule is None or rule.scheduled:
+            return
+        for e in self.state.by_kind[rule.kind].values():
+            if e.id == s.entity_id:
+                self._evaluate(rule, e, now, out)
+
+    def _snoozed(self, rule: str, ent: Entity, now: datetime) -> bool:
+        s = self.snoozes.get((rule, ent.id))
+        return s is not None and s.until > now
+
+    # ------------------------------------------------------------------ evaluation
+    def _evaluate(self, rule: Rule, ent: Entity, now: datetime, out: StepResult, event_time: datetime | None = None) -> None:
+        if self.snoozes and self._snoozed(rule.name, ent, now):
+            self._close(rule, ent.key, ent, now, "snoozed", out)
+            return
+        try:
+            matched = rule.condition.test(ent.ctx)
+        except Exception as e:
+            matched = False
+            self._error(rule, ent, e, out)
+        before = self.incidents[rule.name].get(ent.key)
+        self._advance(rule, ent, before, matched, now, out, event_time)
+
+    def _advance(
+        self, rule: Rule, ent: Entity, before: Incident | None, matched: bool, now: datetime, out: StepResult,
+        event_time: datetime | None = None,
+    ) -> None:
+        if before is None:
+            if not matched:
+                return
+            view: EntityView = ent.ctx["entity"]
+            opened = open_incident(rule.name, rule.hash, ent.id, ent.key, rule.kind, view.cluster, view.node, now)
+            after = step(opened, True, now, rule.for_s, rule.repeat_s)
+        else:
+            after = step(before, matched, now, rule.for_s, rule.repeat_s)
+            if after is before:
+                return
+        self._commit(rule, ent, before, after, now, out, event_time=event_time)
+
+    def _commit(
+        self, rule: Rule, ent: Entity | None, before: Incident | None, after: Incident, now: datetime,
+        out: StepResult, reason: str = "", event_time: datetime | None = None,
+    ) -> None:
+        incs = self.incidents[rule.name]
+        if after.open:
+            incs[after.entity_key] = after
+            self._by_entity.setdefault(after.entity_key, set()).add(rule.name)
+        else:
+            incs.pop(after.entity_key, None)
+            self._unindex(after)
+        if (before is None or before.status != "firing") and after.status == "firing":
+            self.limiter.set_firing(rule, after.entity_key, True)
+        elif before is not None and before.status == "firing" and after.status != "firing":
+            self.limiter.set_firing(rule, after.entity_key, False)
+        if not reason and not after.open:
+            reason = after.resolve_reason or ""
+        out.transitions += transitions(before, after, reason)
+        out.incidents.append(after)
+        phase = send_phase(before, after)
+        if phase is not None and ent is not None:
+            total = len(self.state.by_kind[rule.kind])
+            out.actions += self.sender.requests(rule, ent, after, phase, now, total, event_time)
+
+    def _unindex(self, inc: Incident) -> None:
+        rules = self._by_entity.get(inc.entity_key)
+        if rules is not None:
+            rules.discard(inc.rule)
+            if not rules:
+                del self._by_entity[inc.entity_key]
+        self._orphans.discard((inc.rule, inc.entity_key))
+
+    def _close_all(self, ent: Entity, now: datetime, reason: ResolveReason, out: StepResult) -> None:
+        for name in list(self._by_entity.get(ent.key, ())):
+            self._close(self.rules.by_name[name], ent.key, ent, now, reason, out)
+
+    def _close(self, rule: Rule, key: str, ent: Entity | None, now: datetime, reason: ResolveReason, out: StepResult) -> None:
+        before = self.incidents[rule.name].get(key)
+        if before is None:
+            return
+        self._commit(rule, ent, before, resolve(before, now, reason), now, out, reason)
+
+    def _error(self, rule: Rule, ent: Entity, e: Exception, out: StepResult) -> None:
+        message = f"{type(e).__name__}: {e}"
+        k = (rule.name, message)
+        self.error_counts[k] += 1
+        if self.error_counts[k] == 1:
+            out.errors.append(EvalProblem(rule=rule.name, entity_id=ent.id, message=message))
+
+    # ------------------------------------------------------------------ tick
+    def _tick(self, now: datetime, out: StepResult) -> None:
+        self._expire_snoozes(now, out)
+        self._check_nodes(now, out)
+        self._check_orphans(now, out)
+        for rule in self.rules:
+            if rule.scheduled:
+                due = self._next_cron.get(rule.name)
+                if due is None:
+                    due = self._next_cron[rule.name] = rule.next_cron(now - timedelta(seconds=1)) or now
+                if due <= now:
+                    self._sweep(rule, now, out)
+                    nxt = rule.next_cron(now)
+                    if nxt is not None:
+                        self._next_cron[rule.name] = nxt
+                    else:
+                        self._next_cron.pop(rule.name, None)
+        swept: set[str] = set()
+        if self._next_sweep is None or now >= self._next_sweep:
+            for rule in self.rules:
+                if not rule.scheduled and (rule.condition.time_dependent or rule.name in self._full_eval):
+                    self._sweep(rule, now, out)
+                    swept.add(rule.name)
+            self._full_eval.clear()
+            self._next_sweep = now + timedelta(seconds=self.tick_s)
+        for rule in self.rules:
+            if rule.scheduled or rule.name in swept or (rule.for_s <= 0 and rule.repeat_s is None):
+                continue
+            incs = self.incidents[rule.name]
+            due_keys = [k for k, inc in incs.items() if (d := next_deadline(inc, rule.for_s, rule.repeat_s)) and d <= now]
+            table = self.state.by_kind[rule.kind]
+            for k in due_keys:
+                ent = table.get(k)
+                if ent is not None and self._online(ent):
+                    self._evaluate(rule, ent, now, out)
+
+    def _sweep(self, rule: Rule, now: datetime, out: StepResult) -> None:
+        """Evaluate `rule` for every entity of its kind on an online node (the hot loop of a tick)."""
+        incs = self.incidents[rule.name]
+        test = rule.condition.test
+        nodes = self.state.nodes
+        any_offline = any(not ns.online for ns in nodes.values())
+        snoozes = self.snoozes
+        for key, ent in self.state.by_kind[rule.kind].items():
+            if any_offline and not nodes[ent.node_key].online:
+                continue
+            if snoozes and self._snoozed(rule.name, ent, now):
+                self._close(rule, key, ent, now, "snoozed", out)
+                continue
+            try:
+                matched = test(ent.ctx)
+            except Exception as e:
+                matched = False
+                self._error(rule, ent, e, out)
+            before = incs.get(key)
+            if before is None and not matched:
+                continue
+            self._advance(rule, ent, before, matched, now, out)
+
+    def _online(self, ent: Entity) -> bool:
+        ns = self.state.nodes.get(ent.node_key)
+        return ns is not None and ns.online
+
+    def _interval(self, ns: NodeState) -> float:
+        return ns.interval_s or self.snapshot_interval_s
+
+    def _offline_at(self, ns: NodeState) -> datetime | None:
+        if not self.offline_detection and not ns.stopping:
+            return None
+        if ns.stopping:
+            return ns.last_seen
+        if ns.last_seen is None:
+            return None
+        return ns.last_seen + timedelta(seconds=OFFLINE_AFTER_INTERVALS * self._interval(ns))
+
+    def _check_online(self, ns: NodeState, now: datetime, out: StepResult) -> None:
+        off = self._offline_at(ns)
+        online = off is None or now < off
+        if online != ns.online:
+            self.state.set_online(ns, online, off or now)
+
+    def _check_nodes(self, now: datetime, out: StepResult) -> None:
+        gone: list[str] = []
+        for key, ns in self.state.nodes.items():
+            self._check_online(ns, now, out)
+            if not ns.online and ns.offline_since is not None and (
+                (now - ns.offline_since).total_seconds() >= self.offline_grace_s
+            ):
+                gone.append(key)
+        for key in gone:
+            for e in self.state.remove_node(key):
+                self._close_all(e, now, "gone", out)
+
+    def _check_orphans(self, now: datetime, out: StepResult) -> None:
+        if not self._orphans:
+            return
+        waited = (now - self._restored_at).total_seconds() if self._restored_at else 0.0
+        for name, key in list(self._orphans):
+            rule = self.rules.by_name.get(name)
+            if rule is None:
+                self._orphans.discard((name, key))
+                continue
+            if key in self.state.by_kind[rule.kind]:
+                self._orphans.discard((name, key))
+                continue
+            inc = self.incidents[name].get(key)
+            node_known = inc is not None and self.state.node_key(inc.cluster, inc.node) in self.state.nodes
+            if node_known or waited >= self.offline_grace_s:
+                self._close(rule, key, None, now, "gone", out)
+
+    def _expire_snoozes(self, now: datetime, out: StepResult) -> None:
+        expired = [k for k, s in self.snoozes.items() if s.until <= now]
+        for k in expired:
+            s = self.snoozes.pop(k)
+            out.snoozes.append(s)
+            rule = self.rules.by_name.get(s.rule)
+            if rule is None or rule.scheduled:
+                continue
+            for e in self.state.by_kind[rule.kind].values():
+                if e.id == s.entity_id and self._online(e):
+                    self._evaluate(rule, e, now, out)
+
+    # ------------------------------------------------------------------ timers
+    def next_wakeup(self, now: datetime) -> datetime:
+        """When to send the next Tick: the periodic sweep, a cron instant, a `for` or repeat deadline, a snooze
+        expiring, a node going offline or past its grace; never before `now`."""
+        now = utc(now)
+        best = self._next_sweep or now
+        for rule in self.rules:
+            if rule.scheduled:
+                nxt = self._next_cron.get(rule.name) or rule.next_cron(now - timedelta(seconds=1))
+                if nxt is not None:
+                    best = min(best, nxt)
+            elif rule.for_s > 0 or rule.repeat_s is not None:
+                for inc in self.incidents[rule.name].values():
+                    d = next_deadline(inc, rule.for_s, rule.repeat_s)
+                    if d is not None and d < best:
+                        best = d
+        for s in self.snoozes.values():
+            best = min(best, s.until)
+        for ns in self.state.nodes.values():
+            off = self._offline_at(ns)
+            if off is None:
+                continue
+            if ns.online:
+                best = min(best, off)
+            elif ns.offline_since is not None:
+                best = min(best, ns.offline_since + timedelta(seconds=self.offline_grace_s))
+        return max(best, now)
+
+
+def run_inputs(core: Core, inputs: Sequence[tuple[datetime, CoreInput]]) -> StepResult:
+    """Step through timed inputs in order; the combined result."""
+    total = StepResult()
+    for t, item in inputs:
+        total.extend(core.step(item, t))
+    return total

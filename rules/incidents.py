@@ -1,0 +1,171 @@
+"""Incidents (DESIGN §3.3): one frozen record of timestamps per (rule, entity), and the pure `step`.
+
+The state change (`step`) and the sending decision (`send_phase`) are separate, as in Prometheus:
+`step` says what the incident is now, `send_phase` whether its actions run at this instant.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from datetime import datetime, timedelta
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from gpuevents.durations import format_duration
+from gpuevents.records import AuditRecord, EntityKind, IncidentStatus, Phase
+
+ResolveReason = Literal["condition", "gone", "snoozed"]
+
+
+class Incident(BaseModel):
+    """The state of one (rule, entity) pair. `sends` counts action runs (the first firing is 1)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    id: str
+    rule: str
+    rule_hash: str = ""
+    entity_id: str
+    entity_key: str
+    entity_kind: EntityKind
+    cluster: str = "default"
+    node: str = ""
+    status: IncidentStatus
+    active_at: datetime
+    fired_at: datetime | None = None
+    resolved_at: datetime | None = None
+    last_sent_at: datetime | None = None
+    sends: int = 0
+    resolve_reason: ResolveReason | None = None
+
+    @property
+    def open(self) -> bool:
+        return self.status in ("pending", "firing")
+
+    @property
+    def repeat_count(self) -> int:
+        """0 for the first firing, then 1, 2, … for each repeat."""
+        return max(0, self.sends - 1)
+
+    def firing_for(self, now: datetime) -> str:
+        if self.fired_at is None:
+            return "0s"
+        end = self.resolved_at or now
+        return format_duration((end - self.fired_at).total_seconds())
+
+    def kv_key(self) -> str:
+        """A stable key for the store: the rule and the entity key."""
+        return f"{self.rule}|{self.entity_key}"
+
+
+class Transition(BaseModel):
+    """One status change, for the audit and for rule-test timelines."""
+
+    model_config = ConfigDict(frozen=True)
+
+    time: datetime
+    rule: str
+    entity_id: str
+    entity_key: str
+    incident_id: str
+    cluster: str = "default"
+    from_status: IncidentStatus
+    to_status: IncidentStatus
+    reason: str = ""
+
+    def audit(self) -> AuditRecord:
+        return AuditRecord(
+            time=self.time, kind="transition", rule=self.rule, entity_id=self.entity_id, cluster=self.cluster,
+            incident_id=self.incident_id, from_status=self.from_status, to_status=self.to_status,
+            detail=self.reason or None,
+        )
+
+
+def incident_id(rule: str, entity_key: str, active_at: datetime) -> str:
+    """Deterministic, so two replicas (or a replay) name the same incident the same way."""
+    raw = f"{rule}|{entity_key}|{active_at.isoformat()}"
+    return hashlib.sha1(raw.encode()).hexdigest()[:20]
+
+
+def open_incident(
+    rule: str, rule_hash: str, entity_id: str, entity_key: str, kind: EntityKind, cluster: str, node: str,
+    now: datetime,
+) -> Incident:
+    return Incident(
+        id=incident_id(rule, entity_key, now), rule=rule, rule_hash=rule_hash, entity_id=entity_id,
+        entity_key=entity_key, entity_kind=kind, cluster=cluster, node=node, status="pending", active_at=now,
+    )
+
+
+def step(
+    incident: Incident, matched: bool, now: datetime, for_s: float, repeat_s: float | None
+) -> Incident:
+    """The incident after one evaluation at `now`; `incident` is pending or firing (open_incident makes one).
+
+    pending: stays pending, goes firing once it held for `for_s`, or inactive when false.
+    firing: stays firing (with `last_sent_at`/`sends` moved on when a repeat is due), or resolved when false.
+    """
+    if incident.status == "pending":
+        if not matched:
+            return incident.model_copy(update={"status": "inactive", "resolved_at": now, "resolve_reason": "condition"})
+        if (now - incident.active_at).total_seconds() >= for_s:
+            return incident.model_copy(update={"status": "firing", "fired_at": now, "last_sent_at": now, "sends": 1})
+        return incident
+    if incident.status == "firing":
+        if not matched:
+            return resolve(incident, now, "condition")
+        if repeat_s is not None and incident.last_sent_at is not None and (
+            (now - incident.last_sent_at).total_seconds() >= repeat_s
+        ):
+            return incident.model_copy(update={"last_sent_at": now, "sends": incident.sends + 1})
+        return incident
+    return incident
+
+
+def resolve(incident: Incident, now: datetime, reason: ResolveReason) -> Incident:
+    """Close an open incident: firing → resolved, pending → inactive."""
+    status: IncidentStatus = "resolved" if incident.status == "firing" else "inactive"
+    return incident.model_copy(update={"status": status, "resolved_at": now, "resolve_reason": reason})
+
+
+def send_phase(before: Incident | None, after: Incident) -> Phase | None:
+    """Whether the change from `before` to `after` runs actions, and which ones."""
+    was = before.status if before is not None else "inactive"
+    if after.status == "firing" and was != "firing":
+        return "fire"
+    if after.status == "firing" and before is not None and after.sends > before.sends:
+        return "repeat"
+    if after.status == "resolved" and was == "firing":
+        return "resolve"
+    return None
+
+
+def transitions(before: Incident | None, after: Incident, reason: str = "") -> list[Transition]:
+    """The status changes between two versions of an incident (inactive → pending → firing at once when `for` is 0)."""
+    was: IncidentStatus = before.status if before is not None else "inactive"
+    if was == after.status:
+        return []
+    path: list[IncidentStatus] = [was]
+    if was == "inactive" and after.status == "firing":
+        path.append("pending")
+    path.append(after.status)
+    return [
+        Transition(
+            time=after.resolved_at if after.status in ("resolved", "inactive") and after.resolved_at else (
+                after.fired_at if after.status == "firing" and after.fired_at else after.active_at),
+            rule=after.rule, entity_id=after.entity_id, entity_key=after.entity_key, incident_id=after.id,
+            cluster=after.cluster, from_status=a, to_status=b, reason=reason,
+        )
+        for a, b in itertools.pairwise(path)
+    ]
+
+
+def next_deadline(incident: Incident, for_s: float, repeat_s: float | None) -> datetime | None:
+    """When this incident next changes on its own: pending → firing, or the next repeat."""
+    if incident.status == "pending" and for_s > 0:
+        return incident.active_at + timedelta(seconds=for_s)
+    if incident.status == "firing" and repeat_s is not None and incident.last_sent_at is not None:
+        return incident.last_sent_at + timedelta(seconds=repeat_s)
+    return None

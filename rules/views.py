@@ -1,0 +1,129 @@
+"""What conditions and templates see: light views of nodes, GPUs and processes, with time-derived fields."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, tzinfo
+from typing import Any
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class EvalClock:
+    """The evaluation instant, shared by every view and compiled condition of one core."""
+
+    __slots__ = ("_local", "ts", "utc")
+
+    def __init__(self, now: datetime = EPOCH) -> None:
+        self.set(now)
+
+    def set(self, now: datetime) -> None:
+        self.utc = now
+        self.ts = now.timestamp()
+        self._local: dict[tzinfo, datetime] = {}
+
+    def local(self, tz: tzinfo) -> datetime:
+        """`now` in `tz`, computed once per instant and zone."""
+        d = self._local.get(tz)
+        if d is None:
+            d = self._local[tz] = self.utc.astimezone(tz)
+        return d
+
+
+class EntityView:
+    """`entity` in conditions: the evaluated entity's `id` and `kind`."""
+
+    __slots__ = ("cluster", "id", "kind", "node")
+
+    def __init__(self, id: str, kind: str, node: str, cluster: str) -> None:
+        self.id = id
+        self.kind = kind
+        self.node = node
+        self.cluster = cluster
+
+    def __repr__(self) -> str:
+        return f"<{self.kind} {self.id}>"
+
+
+class NodeView:
+    """`node`: as the agent last described it, plus `online` and `last_seen` from the engine."""
+
+    __slots__ = (
+        "cluster", "cordoned", "driver_version", "gpu_count", "gpus_busy", "gpus_idle", "hostname",
+        "id", "labels", "last_seen", "name", "online",
+    )
+
+    def __init__(self, **fields: Any) -> None:
+        for k in self.__slots__:
+            setattr(self, k, fields.get(k))
+
+    def __repr__(self) -> str:
+        return f"<node {self.id}>"
+
+
+class GpuView:
+    """`gpu`: the GPU's fields, its `processes` and `owners`, and `idle_for_s` measured at evaluation time."""
+
+    __slots__ = (
+        "_clock", "_idle_since_ts", "ecc_uncorrected", "fan_pct", "id", "idle", "idle_since", "index",
+        "lost", "mem_pct", "mem_total_mib", "mem_used_mib", "mig_parent", "model", "node", "owner",
+        "owners", "pids", "power_limit_w", "power_w", "processes", "temp_c", "util_pct", "uuid",
+    )
+
+    def __init__(self, clock: EvalClock, **fields: Any) -> None:
+        self._clock = clock
+        for k in self.__slots__:
+            if not k.startswith("_"):
+                setattr(self, k, fields.get(k))
+        since = self.idle_since
+        self._idle_since_ts: float | None = since.timestamp() if since is not None else None
+
+    @property
+    def idle_for_s(self) -> float:
+        """Seconds idle so far; 0 while in use."""
+        if not self.idle or self._idle_since_ts is None:
+            return 0.0
+        return max(0.0, self._clock.ts - self._idle_since_ts)
+
+    def __repr__(self) -> str:
+        return f"<gpu {self.id}>"
+
+
+class ProcessView:
+    """`process`: a process holding a GPU, with `age_s` measured at evaluation time."""
+
+    __slots__ = (
+        "_clock", "_create_ts", "cmdline", "container_id", "create_time", "gpu_mem_mib", "gpu_util_pct",
+        "gpus", "id", "labels", "name", "node", "owner", "pid", "pod", "pod_uid", "ppid", "uid", "user",
+    )
+
+    def __init__(self, clock: EvalClock, **fields: Any) -> None:
+        self._clock = clock
+        for k in self.__slots__:
+            if not k.startswith("_"):
+                setattr(self, k, fields.get(k))
+        self._create_ts: float = self.create_time.timestamp()
+
+    @property
+    def age_s(self) -> float:
+        return max(0.0, self._clock.ts - self._create_ts)
+
+    def __repr__(self) -> str:
+        return f"<process {self.id}>"
+
+
+def _public(cls: type, extra: tuple[str, ...] = ()) -> frozenset[str]:
+    return frozenset(k for k in cls.__slots__ if not k.startswith("_")) | frozenset(extra)  # type: ignore[attr-defined]
+
+
+NODE_FIELDS = _public(NodeView)
+GPU_FIELDS = _public(GpuView, ("idle_for_s",))
+PROCESS_FIELDS = _public(ProcessView, ("age_s",))
+ENTITY_FIELDS = _public(EntityView)
+FIELDS_OF: dict[str, frozenset[str]] = {
+    "node": NODE_FIELDS,
+    "gpu": GPU_FIELDS,
+    "process": PROCESS_FIELDS,
+    "entity": ENTITY_FIELDS,
+}
+TIME_FIELDS = frozenset({"idle_for_s", "age_s"})
+"""Fields whose value moves with the clock: a condition reading one is re-evaluated on every tick."""
