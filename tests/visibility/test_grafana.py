@@ -20,10 +20,11 @@ DCGM_METRICS = {
 }
 ENGINE_METRICS = {
     "gpuevents_held_idle_gpus", "gpuevents_waste_cost_total", "gpuevents_actions_total",
-    "gpuevents_incidents", "gpuevents_events_consumed_total",
+    "gpuevents_incidents", "gpuevents_events_consumed_total", "gpuevents_nodes_online",
+    "gpuevents_event_to_action_seconds_bucket",
 }
-ENGINE_LABELS = {"type", "outcome", "state"}
-FUNCTIONS = {"sum", "avg", "max", "min", "count", "rate", "increase", "vector"}
+ENGINE_LABELS = {"type", "outcome", "state", "le"}
+FUNCTIONS = {"sum", "avg", "max", "min", "count", "rate", "increase", "vector", "histogram_quantile"}
 KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless", "bool", "offset"}
 
 
