@@ -1,0 +1,162 @@
+"""The NVML sampler against a stand-in pynvml: fields, unsupported queries, a lost GPU, per-process SM, XIDs, MIG."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pynvml
+import pytest
+
+from agent.nvml import NvmlSampler, NvmlUnavailable
+from agent.runner import NodeAgent
+from agent.sample import ProcessIdentity
+from gpuevents.config import Config
+from gpuevents.events import GpuEvent
+from tests.agent.fake_pynvml import (
+    NVML_ERROR_GPU_IS_LOST,
+    NVML_ERROR_NO_PERMISSION,
+    NVML_ERROR_NOT_SUPPORTED,
+    FakeDevice,
+    FakeNvml,
+)
+
+NOW = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+
+
+class NoPsutil:
+    """Identities without touching /proc, for pids that are not real."""
+
+    def identify(self, pids: object) -> dict[int, ProcessIdentity]:
+        return {p: ProcessIdentity(pid=p, create_time=NOW, name="python", user="alice")
+                for p in pids}  # type: ignore[attr-defined]
+
+
+def sampler(devices: list[FakeDevice], **kw: object) -> tuple[NvmlSampler, FakeNvml]:
+    nv = FakeNvml(devices, **kw)  # type: ignore[arg-type]
+    return NvmlSampler(nv, identifier=NoPsutil()), nv  # type: ignore[arg-type]
+
+
+def test_stand_in_uses_the_real_error_codes() -> None:
+    for name in ("NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_GPU_IS_LOST", "NVML_ERROR_NOT_FOUND",
+                 "NVML_ERROR_TIMEOUT", "NVML_ERROR_NO_PERMISSION", "NVML_TEMPERATURE_GPU",
+                 "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", "NVML_VOLATILE_ECC", "NVML_DEVICE_MIG_ENABLE",
+                 "nvmlEventTypeXidCriticalError"):
+        assert getattr(FakeNvml([]), name) == getattr(pynvml, name), name
+    for fn in ("nvmlDeviceGetUtilizationRates", "nvmlDeviceGetProcessUtilization", "nvmlEventSetWait",
+               "nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetMigDeviceHandleByIndex"):
+        assert hasattr(pynvml, fn) and hasattr(FakeNvml([]), fn), fn
+
+
+def test_reads_every_field() -> None:
+    dev = FakeDevice(uuid="GPU-abc", util=42, mem_used_mib=20480, mem_total_mib=81920, temp=61,
+                     power_mw=312_500, limit_mw=700_000, fan=55, ecc=2,
+                     compute=[(100, 20000)], graphics=[(101, 10)],
+                     proc_util=[(100, 1_000, 30), (100, 2_000, 40)])
+    s, _ = sampler([dev])
+    assert s.driver_version == "550.54.15"
+    r = s.sample(NOW)
+    (g,) = r.gpus
+    assert (g.index, g.uuid, g.model, g.util_pct, g.mem_used_mib, g.mem_total_mib) == (
+        0, "GPU-abc", "NVIDIA H100 80GB HBM3", 42.0, 20480.0, 81920.0)
+    assert (g.temp_c, g.power_w, g.power_limit_w, g.fan_pct, g.ecc_uncorrected, g.mem_pct) == (
+        61.0, 312.5, 700.0, 55.0, 2, 25.0)
+    procs = {p.pid: p for p in r.procs}
+    assert procs[100].mem_mib == 20000.0 and procs[100].sm_util_pct == 40.0  # the latest sample
+    assert procs[101].mem_mib == 10.0 and procs[101].sm_util_pct == 0.0  # no samples: it did nothing
+
+
+def test_last_seen_timestamp_is_passed_back() -> None:
+    dev = FakeDevice(compute=[(100, 1000)], proc_util=[(100, 5_000, 10)])
+    s, nv = sampler([dev])
+    s.sample(NOW)
+    dev.proc_util.append((100, 9_000, 20))
+    assert s.sample(NOW).procs[0].sm_util_pct == 20.0
+    s.sample(NOW)
+    assert nv.util_timestamps == [0, 5_000, 9_000]
+
+
+def test_unsupported_queries_are_null_and_not_asked_again() -> None:
+    dev = FakeDevice(fail={"nvmlDeviceGetFanSpeed": NVML_ERROR_NOT_SUPPORTED,
+                           "nvmlDeviceGetTotalEccErrors": NVML_ERROR_NOT_SUPPORTED,
+                           "nvmlDeviceGetProcessUtilization": NVML_ERROR_NOT_SUPPORTED},
+                     compute=[(100, 1000)])
+    s, nv = sampler([dev])
+    for _ in range(3):
+        r = s.sample(NOW)
+    assert r.gpus[0].fan_pct is None and r.gpus[0].ecc_uncorrected is None
+    assert r.gpus[0].util_pct == 0.0
+    assert r.procs[0].sm_util_pct is None  # unsupported: unknown, not zero
+    assert nv.calls["nvmlDeviceGetFanSpeed"] == 1 and nv.calls["nvmlDeviceGetUtilizationRates"] == 3
+    assert s.errors == []
+
+
+def test_other_errors_are_null_and_recorded_once() -> None:
+    dev = FakeDevice(fail={"nvmlDeviceGetPowerUsage": NVML_ERROR_NO_PERMISSION})
+    s, nv = sampler([dev])
+    s.sample(NOW)
+    r = s.sample(NOW)
+    assert r.gpus[0].power_w is None and nv.calls["nvmlDeviceGetPowerUsage"] == 2
+    assert len(s.errors) == 1 and "nvmlDeviceGetPowerUsage" in s.errors[0]
+
+
+def test_lost_gpu_is_an_event_and_the_agent_keeps_sampling() -> None:
+    good = FakeDevice(uuid="GPU-good", util=90, compute=[(100, 1000)])
+    bad = FakeDevice(uuid="GPU-bad", util=90)
+    s, nv = sampler([good, bad])
+    agent = NodeAgent(Config(), s, node="n1")
+    assert agent.tick(NOW)  # both fine
+    bad.fail["nvmlDeviceGetMemoryInfo"] = NVML_ERROR_GPU_IS_LOST
+    events = agent.tick(NOW)
+    lost = [e for e in events if e.type == "gpu.lost"]
+    assert len(lost) == 1 and isinstance(lost[0], GpuEvent)
+    assert lost[0].data.uuid == "GPU-bad" and lost[0].data.lost
+    calls = nv.calls["nvmlDeviceGetUtilizationRates"]
+    for _ in range(3):
+        events = agent.tick(NOW)
+        assert not [e for e in events if e.type == "gpu.lost"]
+    # the lost GPU is not asked again; the good one still is
+    assert nv.calls["nvmlDeviceGetUtilizationRates"] == calls + 3
+    snap = agent.core.snapshot(NOW)
+    assert [g.lost for g in snap.gpus] == [False, True]
+    assert snap.gpus[1].util_pct is None and snap.processes[0].pid == 100
+
+
+def test_xid_errors_from_the_event_set() -> None:
+    a, b = FakeDevice(uuid="GPU-a"), FakeDevice(uuid="GPU-b")
+    s, nv = sampler([a, b])
+    assert s.sample(NOW).xids == ()
+    nv.pending_xids += [(b, 79), (a, 13)]
+    xids = s.sample(NOW).xids
+    assert [(x.gpu, x.xid) for x in xids] == [(1, 79), (0, 13)]
+
+
+def test_no_xid_support_means_no_event_set() -> None:
+    s, nv = sampler([FakeDevice(events=0)])
+    s.sample(NOW)
+    assert nv.calls["nvmlEventSetFree"] == 1 and nv.calls["nvmlEventSetWait"] == 0
+
+
+def test_mig_instances_are_gpus_with_a_parent() -> None:
+    mig = [FakeDevice(uuid="MIG-1", name="NVIDIA A100 MIG 3g.40gb", compute=[(200, 5000)],
+                      fail={"nvmlDeviceGetUtilizationRates": NVML_ERROR_NOT_SUPPORTED}),
+           FakeDevice(uuid="MIG-2", name="NVIDIA A100 MIG 3g.40gb")]
+    parent = FakeDevice(uuid="GPU-parent", mig=mig,
+                        fail={"nvmlDeviceGetUtilizationRates": NVML_ERROR_NOT_SUPPORTED})
+    plain = FakeDevice(uuid="GPU-plain")
+    s, _ = sampler([parent, plain])
+    r = s.sample(NOW)
+    assert [(g.index, g.uuid, g.mig_parent) for g in r.gpus] == [
+        (0, "GPU-parent", None), (1, "GPU-plain", None), (2, "MIG-1", "GPU-parent"), (3, "MIG-2", "GPU-parent")]
+    assert r.gpus[2].util_pct is None
+    assert [(p.pid, p.gpu) for p in r.procs] == [(200, 2)]
+
+
+def test_nvml_that_does_not_load_says_so() -> None:
+    with pytest.raises(NvmlUnavailable, match="NVML did not initialise"):
+        NvmlSampler(FakeNvml([], init_error=9), identifier=NoPsutil())  # type: ignore[arg-type]
+
+
+def test_close_shuts_nvml_down() -> None:
+    s, nv = sampler([FakeDevice()])
+    s.close()
+    assert nv.calls["nvmlShutdown"] == 1 and nv.calls["nvmlEventSetFree"] == 1
