@@ -23,9 +23,26 @@ class ProcResult:
 
 
 def clip(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters, saying how much was cut."""
     if len(text) <= limit:
         return text
     return text[:limit] + f"\n… ({len(text) - limit} more characters cut)"
+
+
+async def _drain(stream: asyncio.StreamReader, keep: int) -> tuple[bytes, int]:
+    """Read to EOF; keep the first `keep` bytes and count the rest."""
+    kept = bytearray()
+    total = 0
+    while chunk := await stream.read(65536):
+        total += len(chunk)
+        if len(kept) < keep:
+            kept += chunk[: keep - len(kept)]
+    return bytes(kept), total
+
+
+def _text(kept: bytes, total: int) -> str:
+    text = kept.decode(errors="replace")
+    return text if total <= len(kept) else text + f"\n… ({total - len(kept)} more characters cut)"
 
 
 async def run_argv(argv: Sequence[str], *, timeout: float, output_max: int,
@@ -39,15 +56,28 @@ async def run_argv(argv: Sequence[str], *, timeout: float, output_max: int,
         *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT, env=full_env, cwd=cwd, start_new_session=True,
     )
+    assert proc.stdout is not None
+    reader = asyncio.create_task(_drain(proc.stdout, output_max))
+    timed_out = False
     try:
-        out, _ = await asyncio.wait_for(proc.communicate(), timeout)
+        await asyncio.wait_for(proc.wait(), timeout)
     except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = await proc.communicate()
-        return ProcResult(None, clip(out.decode(errors="replace"), output_max), timed_out=True)
+        timed_out = True
+        _kill_group(proc.pid)
+        await proc.wait()
     except asyncio.CancelledError:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        _kill_group(proc.pid)
+        reader.cancel()
         raise
-    return ProcResult(proc.returncode, clip(out.decode(errors="replace"), output_max))
+    try:
+        # A grandchild that escaped the group could hold the pipe open; do not wait on it for long.
+        kept, total = await asyncio.wait_for(asyncio.shield(reader), 2.0)
+    except TimeoutError:
+        reader.cancel()
+        kept, total = b"", 0
+    return ProcResult(None if timed_out else proc.returncode, _text(kept, total), timed_out)
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)

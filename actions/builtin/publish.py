@@ -12,18 +12,24 @@ from actions.protocol import (
     ActionContext,
     ActionParams,
     ActionResult,
+    PermanentError,
     TransientError,
     no_escape,
 )
 from actions.registry import register
 from actions.services import services_of
+from gpuevents import subjects as S
 from gpuevents.bus import BusError, BusNoResponders
+
+STORED_PREFIXES = (f"{S.PREFIX}.evt.", f"{S.PREFIX}.act.")
 
 
 class PublishParams(ActionParams):
     type: Literal["publish"] = "publish"
     subject: str = Field(min_length=1, pattern=r"^[^\s*>]+$")
     data: Any = None
+    jetstream: bool | None = Field(None, description="unset: JetStream for subjects our streams keep "
+                                   "(gpuevents.evt.>, gpuevents.act.>), core NATS otherwise")
 
 
 def encode(data: Any) -> bytes:
@@ -47,12 +53,15 @@ class PublishAction:
         assert isinstance(p, PublishParams)
         bus = services_of(ctx).bus
         payload = encode(p.data)
+        stored = p.jetstream if p.jetstream is not None else p.subject.startswith(STORED_PREFIXES)
         try:
-            # Into JetStream when a stream keeps the subject; the action key dedupes a retry.
-            seq = await bus.js_publish(p.subject, payload, msg_id=f"publish-{ctx.request.key}")
-            return ActionResult(detail=f"published to {p.subject} (stream seq {seq})", data={"seq": seq})
-        except BusNoResponders:
+            if stored:
+                # The action key as message id: a retried publish is stored once.
+                seq = await bus.js_publish(p.subject, payload, msg_id=f"publish-{ctx.request.key}")
+                return ActionResult(detail=f"published to {p.subject} (stream seq {seq})", data={"seq": seq})
             await bus.publish_core(p.subject, payload)
-            return ActionResult(detail=f"published to {p.subject}")
+        except BusNoResponders as e:
+            raise PermanentError(f"{e}: set `jetstream: false` for a plain NATS subject") from None
         except BusError as e:
             raise TransientError(str(e)) from e
+        return ActionResult(detail=f"published to {p.subject}")
