@@ -63,12 +63,12 @@ class Limiter:
             pct = rule.spec.limits.max_fleet_pct
             share = 100.0 * self.firing_count(rule.name) / total
             if pct is not None and share > pct:
-                return "held", f"{share:.1f}% of {rule.kind}s are firing {rule.name}, over max_fleet_pct {pct:g}%"
+                return "held", f"{share:.1f}% of {rule.kind} entities are firing {rule.name}, over max_fleet_pct {pct:g}%"
             fleet = self.engine_limits.get(action.type)
             if fleet is not None and fleet.max_fleet_pct is not None:
                 share = 100.0 * len(self._firing_type.get(action.type, {})) / total
                 if share > fleet.max_fleet_pct:
-                    return "held", (f"{share:.1f}% of {rule.kind}s are firing rules with {action.type}, over "
+                    return "held", (f"{share:.1f}% of {rule.kind} entities are firing rules with {action.type}, over "
                                     f"engine.limits.{action.type}.max_fleet_pct {fleet.max_fleet_pct:g}%")
         per_rule = rule.spec.limits.max_per_hour
         if per_rule is not None and self._recent(self._rule_runs.get(rule.name), now_ts) >= per_rule:

@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from gpuevents.clock import utc
 from gpuevents.config import Config, EngineConfig
 from gpuevents.durations import Duration, format_duration
 from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot, ProcessInfo, SnapshotEvent
@@ -97,6 +98,7 @@ class Expectation(_Strict):
 
 class RuleTest(_Strict):
     name: str
+    start: datetime | str | None = Field(None, description="overrides the file's `start` (extension)")
     snapshots: list[TestSnapshot] = Field(default_factory=list)
     expect: list[Expectation] = Field(default_factory=list)
 
@@ -162,10 +164,12 @@ def load_test_file(path: Path) -> TestFile:
     return tf
 
 
-def _start(tf: TestFile) -> datetime:
+def _start(tf: TestFile, test: RuleTest) -> datetime:
     tz = calendars.zone(tf.timezone)
-    start = tf.start if isinstance(tf.start, datetime) else datetime.fromisoformat(str(tf.start))
-    return start.replace(tzinfo=tz) if start.tzinfo is None else start
+    raw = test.start if test.start is not None else tf.start
+    start = raw if isinstance(raw, datetime) else datetime.fromisoformat(str(raw))
+    aware = start.replace(tzinfo=tz) if start.tzinfo is None else start
+    return utc(aware)  # offsets are elapsed time: add them in UTC, not on the local wall clock
 
 
 def snapshot_inputs(test: RuleTest, start: datetime, owners: dict[str, str]) -> list[tuple[datetime, CoreInput]]:
@@ -207,7 +211,7 @@ def run_test(tf: TestFile, test: RuleTest, rule_paths: list[Path]) -> TestOutcom
     rules = load_rule_set(rule_paths, default_timezone=tf.timezone)
     config = Config(engine=EngineConfig(timezone=tf.timezone, tick=tf.tick), owners=tf.owners)
     core = Core(rules, config, offline_detection=False)
-    start = _start(tf)
+    start = _start(tf, test)
     inputs = snapshot_inputs(test, start, tf.owners)
     last = max([s.at for s in test.snapshots] + [x for e in test.expect for x in (e.fires_at, e.resolves_at) if x is not None] + [0.0])
     end = start + timedelta(seconds=last + rules.longest_for_s)
