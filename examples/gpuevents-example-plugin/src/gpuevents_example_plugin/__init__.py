@@ -1,0 +1,58 @@
+"""An example gpuevents action plugin: `example.jsonl` appends one JSON line per incident to a file."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field
+
+from actions.protocol import (
+    ALL_KINDS,
+    ActionContext,
+    ActionParams,
+    ActionResult,
+    PermanentError,
+    no_escape,
+)
+
+
+class JsonLinesParams(ActionParams):
+    """Parameters are a pydantic model; `type` is the discriminator and must be a Literal."""
+
+    type: Literal["example.jsonl"] = "example.jsonl"
+    path: str = Field(min_length=1, description="the file to append to (created if absent)")
+    note: str = ""
+
+
+def _append(path: Path, line: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as f:
+        f.write(line + "\n")
+
+
+class JsonLinesAction:
+    """Registered through the entry point; the runner creates one instance and calls `run` per request."""
+
+    type: ClassVar[str] = "example.jsonl"
+    params: ClassVar[type[ActionParams]] = JsonLinesParams
+    entity_kinds = ALL_KINDS
+    destructive: ClassVar[bool] = False
+    escape = staticmethod(no_escape)  # values from the machine go into JSON, which escapes itself
+
+    async def run(self, ctx: ActionContext) -> ActionResult:
+        p = ctx.params
+        assert isinstance(p, JsonLinesParams)
+        req = ctx.request
+        record: dict[str, Any] = {
+            "key": req.key, "rule": req.rule, "entity_id": req.entity_id, "incident_id": req.incident_id,
+            "phase": req.phase, "note": p.note, "facts": req.facts,
+        }
+        try:
+            # File I/O off the event loop: an action must never block the runner.
+            await asyncio.to_thread(_append, Path(p.path), json.dumps(record, default=str))
+        except OSError as e:
+            raise PermanentError(f"cannot append to {p.path}: {e.strerror}") from None
+        return ActionResult(detail=f"appended to {p.path}")

@@ -1,0 +1,49 @@
+"""Plugins come through the same door as built-ins: the example plugin, found by its entry point, runs."""
+
+from __future__ import annotations
+
+import json
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from actions import registry
+from actions.runner import ActionRunner
+from tests.actions.conftest import make_config, make_request
+
+INSTALL_HINT = "pip install -e examples/gpuevents-example-plugin (.ci/run installs every examples/* plugin)"
+
+
+def test_the_example_plugin_is_registered_through_its_entry_point() -> None:
+    eps = [ep for ep in entry_points(group=registry.ENTRY_POINT_GROUP) if ep.name == "example.jsonl"]
+    assert eps, f"the example plugin is not installed: {INSTALL_HINT}"
+    assert registry.get("example.jsonl") is eps[0].load()
+    assert "example.jsonl" in registry.types() and "slack" in registry.types()
+
+
+def test_plugin_parameters_join_the_discriminated_union() -> None:
+    adapter = registry.params_adapter()
+    params = adapter.validate_python({"type": "example.jsonl", "path": "/tmp/x.jsonl"})
+    assert type(params).__name__ == "JsonLinesParams"
+    with pytest.raises(ValidationError) as caught:
+        adapter.validate_python({"type": "example.jsonl"})
+    assert [e["loc"] for e in caught.value.errors()] == [("example.jsonl", "path")]
+
+
+async def test_the_example_plugin_runs_through_the_runner(tmp_path: Path) -> None:
+    out = tmp_path / "incidents.jsonl"
+    runner = ActionRunner(None, make_config())
+    req = make_request("example.jsonl", {"path": str(out), "note": "alice idles n1/gpu0"},
+                       facts={"gpu": {"index": 0}})
+    record = await runner.process(req)
+    assert (record.outcome, record.detail) == ("ok", f"appended to {out}")
+    line = json.loads(out.read_text())
+    assert (line["key"], line["note"], line["facts"]) == (req.key, "alice idles n1/gpu0", {"gpu": {"index": 0}})
+
+
+async def test_a_plugin_is_refused_bad_parameters_like_a_built_in() -> None:
+    record = await ActionRunner(None, make_config()).process(make_request("example.jsonl", {"path": ""}))
+    assert record.outcome == "refused"
+    assert record.error is not None and record.error.startswith("example.jsonl parameters: path:")
