@@ -156,9 +156,10 @@ def _block_offset(doc: YamlDoc, at: tuple[str | int, ...]) -> int:
 
 
 def _name_pattern(p: Located) -> Located:
-    if p.message.startswith("name: String should match pattern"):
-        return Located(p.file, p.line, "name: must be lowercase letters, digits and dashes, like idle-gpu-2h")
-    return p
+    message = p.message.removeprefix("rules.")
+    if message.startswith("name: String should match pattern"):
+        message = "name: must be lowercase letters, digits and dashes, like idle-gpu-2h"
+    return Located(p.file, p.line, message)
 
 
 def rule_hash(spec: RuleSpec, tz_name: str) -> str:

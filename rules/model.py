@@ -86,13 +86,13 @@ def cron_trigger(expr: str, tz: tzinfo) -> CronTrigger:
     """APScheduler's CronTrigger for a standard 5-field crontab line (day of week 0 or 7 = Sunday)."""
     fields = expr.split()
     if len(fields) != 5:
-        raise ValueError(f"schedule {expr!r}: a cron line has 5 fields (minute hour day month weekday)")
+        raise ValueError(f"{expr!r}: a cron line has 5 fields (minute hour day month weekday)")
     # APScheduler counts weekdays from Monday = 0; crontab from Sunday = 0. Names mean the same to both.
     dow = re.sub(r"(?<![/\d])([0-7])(?!\d)", lambda m: _DOW_NAMES[int(m.group(1))], fields[4])
     try:
         return CronTrigger.from_crontab(" ".join([*fields[:4], dow]), timezone=tz)
     except ValueError as e:
-        raise ValueError(f"schedule {expr!r}: {e}") from None
+        raise ValueError(f"{expr!r}: {e}") from None
 
 
 @dataclass(frozen=True)
