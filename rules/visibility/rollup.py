@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-
-from pydantic import BaseModel, ConfigDict
+from typing import NamedTuple
 
 from gpuevents.events import GpuInfo, NodeSnapshot, ProcessInfo, SnapshotEvent
 
@@ -15,10 +14,10 @@ NO_TEAM = ""
 UNALLOCATED = ""
 
 
-class UsageKey(BaseModel):
+# Plain tuples and slotted dataclasses here, not pydantic: these are built per GPU per snapshot on
+# the engine's hot path and never leave the process (the report models are pydantic).
+class UsageKey(NamedTuple):
     """One hourly bucket of one GPU for one owner (`""`: nobody) in one team (`""`: none)."""
-
-    model_config = ConfigDict(frozen=True)
 
     hour: int  # epoch seconds of the bucket start, UTC
     cluster: str
@@ -28,7 +27,8 @@ class UsageKey(BaseModel):
     team: str
 
 
-class UsageAmounts(BaseModel):
+@dataclass(slots=True)
+class UsageAmounts:
     """GPU-seconds by state, utilization-seconds and energy; added up across intervals."""
 
     model: str = ""
@@ -42,10 +42,8 @@ class UsageAmounts(BaseModel):
     free_kwh: float = 0.0
 
 
-class IdleJobKey(BaseModel):
+class IdleJobKey(NamedTuple):
     """One process (or pod) holding an idle GPU, in one hourly bucket."""
-
-    model_config = ConfigDict(frozen=True)
 
     hour: int
     cluster: str
@@ -54,7 +52,8 @@ class IdleJobKey(BaseModel):
     job: str  # stable: `pod:<ns/name>` or `pid:<pid>@<create time>`
 
 
-class IdleJobAmounts(BaseModel):
+@dataclass(slots=True)
+class IdleJobAmounts:
     name: str = ""  # what people recognise: the pod, else the process name and pid
     owner: str = ""
     team: str = ""
@@ -63,11 +62,12 @@ class IdleJobAmounts(BaseModel):
     held_kwh: float = 0.0
 
 
-class UsageBatch(BaseModel):
+@dataclass
+class UsageBatch:
     """What one drain of the aggregator hands to the store."""
 
-    usage: list[tuple[UsageKey, UsageAmounts]] = []
-    idle_jobs: list[tuple[IdleJobKey, IdleJobAmounts]] = []
+    usage: list[tuple[UsageKey, UsageAmounts]] = field(default_factory=list)
+    idle_jobs: list[tuple[IdleJobKey, IdleJobAmounts]] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return bool(self.usage or self.idle_jobs)
@@ -195,7 +195,7 @@ class UsageAggregator:
             ]
             part = 1.0 / len(shares)
             for owner, team in shares:
-                key = UsageKey(hour=hour, cluster=cluster, node=node, gpu=gpu.index, owner=owner, team=team)
+                key = UsageKey(hour, cluster, node, gpu.index, owner, team)
                 a = self._usage.get(key)
                 if a is None:
                     a = self._usage[key] = UsageAmounts(model=gpu.model or "")
@@ -242,7 +242,7 @@ class UsageAggregator:
             jobs.setdefault(job, (name, p))
         part = 1.0 / len(jobs)
         for job, (name, p) in jobs.items():
-            key = IdleJobKey(hour=hour, cluster=cluster, node=node, gpu=gpu.index, job=job)
+            key = IdleJobKey(hour, cluster, node, gpu.index, job)
             a = self._jobs.get(key)
             if a is None:
                 owner = self.teams.owner_of(p)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 from contextlib import closing
+from dataclasses import dataclass, fields
 from pathlib import Path
-
-from pydantic import BaseModel
+from typing import Any
 
 from rules.visibility.rollup import UsageBatch
 
@@ -19,14 +19,14 @@ CREATE TABLE IF NOT EXISTS usage (
     util_s REAL NOT NULL DEFAULT 0, util_known_s REAL NOT NULL DEFAULT 0,
     busy_kwh REAL NOT NULL DEFAULT 0, held_kwh REAL NOT NULL DEFAULT 0, free_kwh REAL NOT NULL DEFAULT 0,
     PRIMARY KEY (hour, cluster, node, gpu, owner, team)
-);
+) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS usage_team_hour ON usage (team, hour);
 CREATE TABLE IF NOT EXISTS idle_jobs (
     hour INTEGER NOT NULL, cluster TEXT NOT NULL, node TEXT NOT NULL, gpu INTEGER NOT NULL,
     job TEXT NOT NULL, name TEXT NOT NULL, owner TEXT NOT NULL, team TEXT NOT NULL,
     model TEXT NOT NULL DEFAULT '', held_s REAL NOT NULL DEFAULT 0, held_kwh REAL NOT NULL DEFAULT 0,
     PRIMARY KEY (hour, cluster, node, gpu, job)
-);
+) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS idle_jobs_hour ON idle_jobs (hour);
 """
 
@@ -51,7 +51,8 @@ ON CONFLICT (hour, cluster, node, gpu, job) DO UPDATE SET
 """
 
 
-class UsageRow(BaseModel):
+@dataclass(slots=True, frozen=True)
+class UsageRow:
     """One stored hourly bucket of one GPU for one owner and team."""
 
     hour: int
@@ -71,7 +72,8 @@ class UsageRow(BaseModel):
     free_kwh: float
 
 
-class IdleJobRow(BaseModel):
+@dataclass(slots=True, frozen=True)
+class IdleJobRow:
     hour: int
     cluster: str
     node: str
@@ -135,18 +137,17 @@ class UsageStore:
 
     def usage(self, since: float, until: float, team: str | None = None) -> list[UsageRow]:
         """Buckets that start in [since, until), optionally for one team."""
-        return [UsageRow.model_validate(r) for r in self._rows("usage", since, until, team)]
+        return [UsageRow(*r) for r in self._rows("usage", since, until, team)]
 
     def idle_jobs(self, since: float, until: float, team: str | None = None) -> list[IdleJobRow]:
-        return [IdleJobRow.model_validate(r) for r in self._rows("idle_jobs", since, until, team)]
+        return [IdleJobRow(*r) for r in self._rows("idle_jobs", since, until, team)]
 
-    def _rows(self, table: str, since: float, until: float, team: str | None) -> Iterator[dict[str, object]]:
-        sql = f"SELECT * FROM {table} WHERE hour >= ? AND hour < ?"
+    def _rows(self, table: str, since: float, until: float, team: str | None) -> Iterator[tuple[Any, ...]]:
+        columns = ", ".join(f.name for f in fields(UsageRow if table == "usage" else IdleJobRow))
+        sql = f"SELECT {columns} FROM {table} WHERE hour >= ? AND hour < ?"
         args: list[object] = [since, until]
         if team is not None:
             sql += " AND team = ?"
             args.append(team)
-        with closing(self._db.execute(sql + " ORDER BY hour, cluster, node, gpu", args)) as cur:
-            names = [d[0] for d in cur.description]
-            for row in cur:
-                yield dict(zip(names, row, strict=True))
+        with closing(self._db.execute(sql, args)) as cur:
+            yield from cur
