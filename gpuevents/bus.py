@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import os
 import random
@@ -339,10 +340,12 @@ class Bus:
             except asyncio.CancelledError:
                 pass
         if self._nc is not None and not self._nc.is_closed:
-            try:
-                await asyncio.wait_for(self._nc.drain(), timeout=flush_timeout)
-            except (TimeoutError, nats.errors.Error):
-                await self._nc.close()
+            # flush what nats-py still holds, then close; drain() leaves cancelled futures behind
+            # when it times out, which asyncio then reports as "never retrieved".
+            with contextlib.suppress(TimeoutError, nats.errors.Error):
+                if self._nc.is_connected:
+                    await self._nc.flush(timeout=max(1, int(flush_timeout)))
+            await self._nc.close()
         if self._buffer:
             log.warning("closing with %d events not delivered", len(self._buffer))
 
@@ -453,11 +456,13 @@ class Bus:
             return e
 
     async def js_publish(self, subject: str, payload: bytes, *, msg_id: str | None = None,
-                         timeout: float | None = None) -> int:
+                         timeout: float | None = None, headers: dict[str, str] | None = None) -> int:
         """Publish to JetStream and wait for the ack; the stream sequence, or BusError."""
-        headers = {"Nats-Msg-Id": msg_id} if msg_id else None
+        headers = dict(headers or {})
+        if msg_id:
+            headers["Nats-Msg-Id"] = msg_id
         try:
-            ack = await self._jetstream().publish(subject, payload, headers=headers,
+            ack = await self._jetstream().publish(subject, payload, headers=headers or None,
                                                   timeout=timeout or self.config.publish_timeout)
         except nats.js.errors.NoStreamResponseError:
             raise BusNoResponders(f"no stream stores {subject}") from None

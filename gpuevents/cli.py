@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 
+from gpuevents.bus import BusError
 from gpuevents.config import Config, load_config
+from gpuevents.durations import DurationError, parse_duration
+from gpuevents.server import ServerError
 from gpuevents.yamlpos import LocatedError
 
 app = typer.Typer(
@@ -55,6 +59,114 @@ def config_check(config: Annotated[Path, typer.Option("-c", "--config", help="co
     """Validate a config file: `file:line: key: problem`, exit 1 on errors."""
     load_config_or_exit(config)
     typer.echo(f"{config}: ok")
+
+
+def client_config(config: Config) -> Config:
+    """For commands that talk to a running gpuevents: with no nats.url, the embedded server's address."""
+    if config.nats.servers:
+        return config
+    e = config.nats.embedded
+    url = f"nats://{e.host}:{e.port or 4222}"
+    return config.model_copy(update={"nats": config.nats.model_copy(update={"url": url})})
+
+
+def run_async(coro: Any) -> Any:
+    try:
+        return asyncio.run(coro)
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    except (ServerError, BusError) as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from None
+
+
+@app.command()
+def up(
+    config: ConfigOption = None,
+    demo: Annotated[bool, typer.Option("--demo", help="demo rules with short durations; actions fire within a minute")] = False,
+    verbose: Annotated[bool, typer.Option("-v", "--verbose")] = False,
+) -> None:
+    """Everything on one machine: embedded NATS (unless nats.url is set), the engine, action runners and a local agent."""
+    from gpuevents.run import run_up
+
+    setup_logging(verbose)
+    cfg = load_config_or_exit(config)
+    run_async(run_up(cfg, demo=demo, echo=lambda m: typer.secho(m, fg="cyan", err=True)))
+
+
+@app.command()
+def engine(config: ConfigOption = None, verbose: Annotated[bool, typer.Option("-v", "--verbose")] = False) -> None:
+    """The rules engine and its action runners (engine.runners of them)."""
+    from gpuevents.run import run_engine
+
+    setup_logging(verbose)
+    cfg = client_config(load_config_or_exit(config))
+    if not cfg.engine.rules:
+        typer.echo("error: engine.rules is empty: list rule files or directories in the config", err=True)
+        raise typer.Exit(1)
+    run_async(run_engine(cfg))
+
+
+@app.command()
+def runner(
+    config: ConfigOption = None,
+    count: Annotated[int, typer.Option("--count", min=1, help="runners in this process")] = 1,
+    verbose: Annotated[bool, typer.Option("-v", "--verbose")] = False,
+) -> None:
+    """Action runners apart from the engine: they share GPUEVENTS_ACT as a queue."""
+    from gpuevents.run import run_runners
+
+    setup_logging(verbose)
+    run_async(run_runners(client_config(load_config_or_exit(config)), count))
+
+
+@app.command()
+def status(
+    config: ConfigOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the raw JSON")] = False,
+) -> None:
+    """The fleet now: nodes, GPUs, idle time, firing incidents (from the acting engine)."""
+    from gpuevents.commands_cli import show_status
+
+    run_async(show_status(client_config(load_config_or_exit(config)), as_json))
+
+
+@app.command()
+def snooze(
+    rule: Annotated[str, typer.Argument(help="rule name")],
+    entity: Annotated[str, typer.Argument(help="entity id, e.g. node-7/gpu0")],
+    for_: Annotated[str, typer.Option("--for", help="how long, e.g. 4h")],
+    reason: Annotated[str, typer.Option("--reason")] = "",
+    config: ConfigOption = None,
+) -> None:
+    """Exempt one entity from one rule for a while (stored in KV, audited)."""
+    from gpuevents.commands_cli import do_snooze
+
+    try:
+        seconds = parse_duration(for_)
+    except DurationError as e:
+        typer.echo(f"error: --for {e}", err=True)
+        raise typer.Exit(2) from None
+    run_async(do_snooze(client_config(load_config_or_exit(config)), rule, entity, seconds, reason))
+
+
+@app.command()
+def audit(
+    rule: Annotated[str | None, typer.Option("--rule", help="only this rule")] = None,
+    entity: Annotated[str | None, typer.Option("--entity", help="only this entity id")] = None,
+    since: Annotated[str, typer.Option("--since", help="how far back, e.g. 1h, 7d")] = "1h",
+    as_json: Annotated[bool, typer.Option("--json", help="one JSON record a line")] = False,
+    config: ConfigOption = None,
+) -> None:
+    """What the engine did and why: transitions and action outcomes."""
+    from gpuevents.commands_cli import show_audit
+
+    try:
+        seconds = parse_duration(since)
+    except DurationError as e:
+        typer.echo(f"error: --since {e}", err=True)
+        raise typer.Exit(2) from None
+    run_async(show_audit(client_config(load_config_or_exit(config)), rule, entity, seconds, as_json))
 
 
 # --- sub-commands (one registration line each) ---

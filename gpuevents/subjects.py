@@ -93,3 +93,9 @@ def dlq_subject(original: str) -> str:
     rest = original.removeprefix(f"{PREFIX}.")
     tokens = [t for t in rest.split(".") if t] or ["unknown"]
     return f"{PREFIX}.dlq." + ".".join(tokens)
+
+
+ENGINE_STATUS = f"{PREFIX}.engine.status"
+"""Request/reply: the leading engine answers with the fleet and its open incidents."""
+ENGINE_SNOOZE = f"{PREFIX}.engine.snooze"
+"""Request/reply: the leading engine applies a snooze."""

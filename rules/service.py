@@ -1,0 +1,369 @@
+"""The engine service: the imperative shell around the pure core — consume, step, dispatch, persist, ack."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+
+from gpuevents import subjects as S
+from gpuevents.bus import Bus, BusError, Consumer, Delivery
+from gpuevents.clock import Clock, SystemClock
+from gpuevents.config import Config
+from gpuevents.events import decode_event
+from gpuevents.records import ActionRequest, AuditRecord
+from gpuevents.yamlpos import LocatedError
+from rules.core import Core, Snooze, StepResult, Tick
+from rules.deadletter import DeadLetters
+from rules.incidents import Incident, Transition
+from rules.lease import Lease
+from rules.loader import load_rule_set, rule_files
+from rules.metrics import EngineMetrics
+from rules.model import RuleSet
+from rules.store import ModelStore, incident_key, snooze_key
+
+log = logging.getLogger(__name__)
+
+FETCH_BATCH = 512
+FETCH_TIMEOUT_S = 0.5
+RELOAD_POLL_S = 1.0
+
+
+def transition_record(t: Transition) -> AuditRecord:
+    return AuditRecord(time=t.time, kind="transition", rule=t.rule, entity_id=t.entity_id,
+                       cluster=t.cluster, incident_id=t.incident_id, from_status=t.from_status,
+                       to_status=t.to_status, detail=t.reason or None)
+
+
+class Engine:
+    """One engine replica. Only the replica holding the KV lease consumes and acts."""
+
+    def __init__(self, config: Config, bus: Bus, *, clock: Clock | None = None,
+                 rule_paths: Sequence[Path] | None = None, metrics: EngineMetrics | None = None,
+                 holder: str | None = None) -> None:
+        self.config = config
+        self.bus = bus
+        self.clock = clock or SystemClock()
+        self.rule_paths = list(rule_paths if rule_paths is not None else config.engine.rules)
+        self.metrics = metrics or EngineMetrics()
+        self.holder = holder
+        self.core: Core | None = None
+        self.leader = asyncio.Event()
+        self.ready = asyncio.Event()
+        self._lock = asyncio.Lock()
+        self._reload = asyncio.Event()
+        self._mtimes: dict[Path, float] = {}
+        self._incidents: ModelStore[Incident] | None = None
+        self._snoozes: ModelStore[Snooze] | None = None
+        self._consumer: Consumer | None = None
+        self._subs: list[Any] = []
+        self.dead_letters = DeadLetters(bus, self.metrics)
+        self.audit_tail: list[AuditRecord] = []
+
+    # ------------------------------------------------------------ rules
+    def load_rules(self) -> RuleSet:
+        """The rule set from `rule_paths`; LocatedError with every problem otherwise."""
+        rules = load_rule_set(self.rule_paths, default_timezone=self.config.engine.timezone)
+        self._mtimes = self._current_mtimes()
+        return rules
+
+    def _current_mtimes(self) -> dict[Path, float]:
+        files, _ = rule_files(self.rule_paths)
+        out = {}
+        for f in files:
+            with contextlib.suppress(OSError):
+                out[f] = f.stat().st_mtime
+        return out
+
+    async def reload(self) -> bool:
+        """Load the rules again; on error keep the running set and log every `file:line`."""
+        try:
+            rules = load_rule_set(self.rule_paths, default_timezone=self.config.engine.timezone)
+        except LocatedError as e:
+            self._mtimes = self._current_mtimes()
+            self.metrics.reloads.labels(result="failed").inc()
+            log.error("rule reload failed; the previous %d rules keep running:\n%s",
+                      len(self.core.rules) if self.core else 0, e)
+            return False
+        self._mtimes = self._current_mtimes()
+        async with self._lock:
+            assert self.core is not None
+            dropped = self.core.replace_rules(rules)
+            if self._incidents is not None and dropped:
+                await self._incidents.save_many([(incident_key(i.rule, i.entity_key), None) for i in dropped])
+        self.metrics.reloads.labels(result="ok").inc()
+        log.info("rules reloaded: %d rules (%d incidents of changed rules dropped)", len(rules), len(dropped))
+        await self._audit([AuditRecord(time=self.clock.now(), kind="reload",
+                                       detail=f"{len(rules)} rules loaded")])
+        return True
+
+    # ------------------------------------------------------------ run
+    async def run(self, stop: asyncio.Event) -> None:
+        """Run until `stop` is set: hold or wait for the lease, then consume, tick and act."""
+        rules = self.load_rules()
+        self.core = Core(rules, self.config)
+        kv = await self.bus.kv()
+        self._incidents = ModelStore(kv, "incident.", Incident)
+        self._snoozes = ModelStore(kv, "snooze.", Snooze)
+        lease = Lease(kv, self.clock, self.config.engine.lease_ttl, holder=self.holder)
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(signal.SIGHUP, self._reload.set)
+        log.info("engine %s: %d rules from %s", lease.holder, len(rules),
+                 ", ".join(map(str, self.rule_paths)) or "(none)")
+        tasks = [
+            asyncio.create_task(self._lease_loop(lease, stop), name="lease"),
+            asyncio.create_task(self._consume_loop(stop), name="consume"),
+            asyncio.create_task(self._tick_loop(stop), name="tick"),
+            asyncio.create_task(self._reload_loop(stop), name="reload"),
+        ]
+        try:
+            done, _ = await asyncio.wait([*tasks, asyncio.create_task(stop.wait())],
+                                         return_when=asyncio.FIRST_COMPLETED)
+            for t in done:
+                if t in tasks and not t.cancelled() and t.exception() is not None:
+                    log.error("engine task %s finished unexpectedly", t.get_name(),
+                              exc_info=t.exception())
+                    raise t.exception()  # type: ignore[misc]
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self._step_down()
+            await lease.release()
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.remove_signal_handler(signal.SIGHUP)
+
+    async def _lease_loop(self, lease: Lease, stop: asyncio.Event) -> None:
+        period = max(0.05, self.config.engine.lease_ttl / 3)
+        while not stop.is_set():
+            try:
+                held = await lease.tick()
+            except BusError as e:
+                log.warning("lease renewal failed: %s", e)
+                held = lease.held
+            if held and not self.leader.is_set():
+                await self._take_over()
+            elif not held and self.leader.is_set():
+                log.warning("lease lost: this engine stops acting")
+                await self._step_down()
+            self.metrics.leader.set(1 if self.leader.is_set() else 0)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), period)
+
+    async def _take_over(self) -> None:
+        """Become the acting engine: restore incidents and snoozes from KV, then consume."""
+        assert self.core is not None and self._incidents is not None and self._snoozes is not None
+        async with self._lock:
+            incidents = list((await self._incidents.load()).values())
+            snoozes = list((await self._snoozes.load()).values())
+            self.core = Core(self.core.rules, self.config)
+            self.core.restore(incidents, snoozes, now=self.clock.now())
+            self._consumer = await self.bus.consumer(
+                S.STREAM_EVENTS, self.config.engine.consumer, S.EVENTS_ALL,
+                ack_wait=60, max_ack_pending=50_000)
+            self._subs = [
+                await self.bus.serve(S.ENGINE_STATUS, self._serve_status),
+                await self.bus.serve(S.ENGINE_SNOOZE, self._serve_snooze),
+                await self.bus.subscribe(S.AUDIT_ALL, self._on_audit),
+            ]
+        log.info("this engine is acting: %d open incidents and %d snoozes restored",
+                 len(incidents), len(snoozes))
+        self.leader.set()
+        self.ready.set()
+
+    async def _step_down(self) -> None:
+        self.leader.clear()
+        for sub in self._subs:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+        self._subs = []
+        self._consumer = None
+
+    async def _consume_loop(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            if not self.leader.is_set() or self._consumer is None:
+                await _wait_any(stop, self.leader, timeout=1.0)
+                continue
+            deliveries = await self._consumer.fetch(FETCH_BATCH, timeout=FETCH_TIMEOUT_S)
+            if deliveries and self.leader.is_set():
+                await self.handle(deliveries)
+
+    async def handle(self, deliveries: list[Delivery]) -> None:
+        """Step the core through a batch of deliveries, dispatch and persist, then ack them all."""
+        async with self._lock:
+            assert self.core is not None
+            total = StepResult()
+            for d in deliveries:
+                try:
+                    event = decode_event(d.data)
+                except ValidationError as e:
+                    await self.dead_letters.send(d.subject, d.data, e, d.headers.get("Nats-Msg-Id"))
+                    continue
+                self.metrics.events.labels(type=event.type).inc()
+                total.extend(self.core.step(event, self.clock.now()))
+            await self._commit(total)
+        for d in deliveries:
+            await d.ack()
+
+    async def _tick_loop(self, stop: asyncio.Event) -> None:
+        tick = float(self.config.engine.tick)
+        while not stop.is_set():
+            if not self.leader.is_set() or self.core is None:
+                await _wait_any(stop, self.leader, timeout=1.0)
+                continue
+            now = self.clock.now()
+            wake = min(self.core.next_wakeup(now).timestamp() - now.timestamp(), tick)
+            if wake > 0:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), wake)
+                if stop.is_set() or not self.leader.is_set():
+                    continue
+            await self.tick()
+
+    async def tick(self, now: datetime | None = None) -> StepResult:
+        async with self._lock:
+            assert self.core is not None
+            result = self.core.step(Tick(), now or self.clock.now())
+            await self._commit(result)
+        self._update_gauges()
+        return result
+
+    async def _reload_loop(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._reload.wait(), RELOAD_POLL_S)
+            if stop.is_set():
+                return
+            if self._reload.is_set() or self._current_mtimes() != self._mtimes:
+                self._reload.clear()
+                await self.reload()
+
+    # ------------------------------------------------------------ dispatch and persist
+    async def _commit(self, result: StepResult) -> None:
+        """Requests first (their key makes a re-send harmless), then the audit, then the incidents."""
+        if not (result.actions or result.transitions or result.incidents or result.snoozes
+                or result.errors):
+            return
+        now = self.clock.now()
+        await asyncio.gather(*(self._dispatch(r, now) for r in result.actions))
+        await self._audit([transition_record(t) for t in result.transitions])
+        for t in result.transitions:
+            self._explain(t)
+        for p in result.errors:
+            self.metrics.eval_errors.labels(rule=p.rule).inc()
+            log.warning("rule %s: condition failed on %s (counted as false; reported once): %s",
+                        p.rule, p.entity_id, p.message)
+        assert self._incidents is not None and self._snoozes is not None
+        latest: dict[str, Incident | None] = {}
+        for inc in result.incidents:
+            latest[incident_key(inc.rule, inc.entity_key)] = inc if inc.open else None
+        await self._incidents.save_many(list(latest.items()))
+        snoozes: dict[str, Snooze | None] = {}
+        for s in result.snoozes:
+            snoozes[snooze_key(s.rule, s.entity_id)] = s if s.until > now else None
+        await self._snoozes.save_many(list(snoozes.items()))
+
+    async def _dispatch(self, request: ActionRequest, now: datetime) -> None:
+        await self.bus.js_publish(S.action_subject(request.type), request.model_dump_json().encode(),
+                                  msg_id=request.key)
+        self.metrics.actions.labels(type=request.type, outcome=request.decision).inc()
+        if request.event_time is not None:
+            self.metrics.latency.observe(max(0.0, (now - request.event_time).total_seconds()))
+        if request.decision == "run":
+            log.debug("%s: %s on %s (%s)%s", request.rule, request.type, request.entity_id,
+                      request.phase, " [dry run]" if request.dry_run else "")
+        else:
+            log.info("%s: %s on %s %s: %s", request.rule, request.type, request.entity_id,
+                     request.decision, request.reason or "")
+
+    def _explain(self, t: Transition) -> None:
+        """One line per incident that starts firing or ends, saying which rule and why."""
+        if t.to_status not in ("firing", "resolved"):
+            return
+        rule = self.core.rules.by_name.get(t.rule) if self.core else None
+        why = rule.spec.description if rule is not None and rule.spec.description else ""
+        if t.to_status == "firing":
+            log.info("FIRING %s on %s%s", t.rule, t.entity_id, f": {why}" if why else "")
+        else:
+            log.info("resolved %s on %s%s", t.rule, t.entity_id, f" ({t.reason})" if t.reason else "")
+
+    async def _audit(self, records: list[AuditRecord]) -> None:
+        if not records:
+            return
+        await asyncio.gather(*(self.bus.js_publish(S.audit_subject(r.rule or "engine"),
+                                                   r.model_dump_json().encode(), msg_id=r.id)
+                               for r in records))
+
+    async def _on_audit(self, msg: Any) -> None:
+        """Keep the newest audit records (ours and the runners') for the dashboard."""
+        try:
+            record = AuditRecord.model_validate_json(msg.data)
+        except ValidationError:
+            return
+        self.audit_tail.append(record)
+        if len(self.audit_tail) > 400:
+            del self.audit_tail[:200]
+
+    def _update_gauges(self) -> None:
+        core = self.core
+        if core is None:
+            return
+        counts = {"pending": 0, "firing": 0}
+        for inc in core.open_incidents():
+            counts[inc.status] = counts.get(inc.status, 0) + 1
+        for state, n in counts.items():
+            self.metrics.incidents.labels(state=state).set(n)
+        gpus = core.gpus()
+        self.metrics.gpus.set(len(gpus))
+        self.metrics.held_idle.set(sum(1 for g in gpus if g.idle and g.processes))
+        self.metrics.nodes_online.set(sum(1 for n in core.nodes() if n.online))
+
+    # ------------------------------------------------------------ status and snooze
+    def status(self) -> dict[str, Any]:
+        """The fleet and open incidents, as `gpuevents status` shows them."""
+        from rules.status import fleet_status
+
+        assert self.core is not None
+        return fleet_status(self.core, self.clock.now()).model_dump(mode="json")
+
+    async def _serve_status(self, payload: bytes, subject: str) -> bytes:
+        async with self._lock:
+            return orjson.dumps(self.status())
+
+    async def _serve_snooze(self, payload: bytes, subject: str) -> bytes:
+        try:
+            s = Snooze.model_validate_json(payload)
+        except ValidationError as e:
+            return orjson.dumps({"ok": False, "error": str(e)})
+        return orjson.dumps(await self.snooze(s))
+
+    async def snooze(self, s: Snooze) -> dict[str, Any]:
+        async with self._lock:
+            assert self.core is not None
+            if s.rule not in self.core.rules.by_name:
+                return {"ok": False, "error": f"no rule named {s.rule!r}"}
+            result = self.core.step(s, self.clock.now())
+            await self._commit(result)
+        await self._audit([AuditRecord(time=self.clock.now(), kind="snooze", rule=s.rule,
+                                       entity_id=s.entity_id,
+                                       detail=f"until {s.until.isoformat()} by {s.by or '?'}"
+                                       + (f": {s.reason}" if s.reason else ""))])
+        return {"ok": True, "until": s.until.isoformat()}
+
+
+async def _wait_any(stop: asyncio.Event, other: asyncio.Event, timeout: float) -> None:
+    waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(other.wait())]
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waiters:
+            w.cancel()

@@ -1,0 +1,78 @@
+"""Incidents and snoozes in JetStream KV: loaded before consuming, written with compare-and-set on each transition."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from typing import Generic, TypeVar
+
+from pydantic import BaseModel
+
+from gpuevents.bus import Kv, KvExists, KvWrongRevision
+
+log = logging.getLogger(__name__)
+
+M = TypeVar("M", bound=BaseModel)
+
+_KV_SAFE = re.compile(r"[^A-Za-z0-9_\-]")
+
+
+def kv_token(text: str) -> str:
+    """`text` as one KV key token: letters, digits, `-`, `_` kept, the rest as `=XX` (reversible)."""
+    return _KV_SAFE.sub(lambda m: "".join(f"={b:02X}" for b in m.group(0).encode()), text) or "="
+
+
+def incident_key(rule: str, entity_id: str) -> str:
+    return f"incident.{kv_token(rule)}.{kv_token(entity_id)}"
+
+
+def snooze_key(rule: str, entity_id: str) -> str:
+    return f"snooze.{kv_token(rule)}.{kv_token(entity_id)}"
+
+
+class ModelStore(Generic[M]):
+    """Records of one model under one key prefix, with the revision of each remembered for CAS."""
+
+    def __init__(self, kv: Kv, prefix: str, model: type[M]) -> None:
+        self.kv = kv
+        self.prefix = prefix
+        self.model = model
+        self._revisions: dict[str, int] = {}
+
+    async def load(self) -> dict[str, M]:
+        out: dict[str, M] = {}
+        for entry in await self.kv.items(self.prefix):
+            try:
+                out[entry.key] = self.model.model_validate_json(entry.value)
+            except ValueError as e:
+                log.error("ignoring unreadable %s in KV: %s", entry.key, e)
+                continue
+            self._revisions[entry.key] = entry.revision
+        return out
+
+    async def save(self, key: str, record: M) -> None:
+        """Write `record`; a concurrent writer is detected by its revision and then overwritten."""
+        value = record.model_dump_json().encode()
+        rev = self._revisions.get(key)
+        try:
+            if rev is None:
+                self._revisions[key] = await self.kv.create(key, value)
+            else:
+                self._revisions[key] = await self.kv.update(key, value, last=rev)
+        except (KvExists, KvWrongRevision):
+            # Someone else wrote it (a previous leader's last write): ours is the newer state.
+            log.warning("%s changed under us in KV; writing our state over it", key)
+            current = await self.kv.get(key)
+            if current is None:
+                self._revisions[key] = await self.kv.create(key, value)
+            else:
+                self._revisions[key] = await self.kv.update(key, value, last=current.revision)
+
+    async def delete(self, key: str) -> None:
+        self._revisions.pop(key, None)
+        await self.kv.delete(key)
+
+    async def save_many(self, items: list[tuple[str, M | None]]) -> None:
+        """Write (key, record) pairs concurrently; a None record deletes its key."""
+        await asyncio.gather(*(self.save(k, r) if r is not None else self.delete(k) for k, r in items))
