@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from pydantic import BaseModel
 
 from rules.visibility.fleet_view import AuditResponse, DashboardSource, IncidentsResponse
@@ -61,7 +62,7 @@ async def _audit(request: web.Request) -> web.Response:
     return _json(AuditResponse(records=records[:limit]))
 
 
-def _static(name: str, content_type: str) -> web.Handler:
+def _static(name: str, content_type: str) -> Handler:
     body = (STATIC / name).read_bytes()
 
     async def handler(_request: web.Request) -> web.Response:
@@ -71,7 +72,7 @@ def _static(name: str, content_type: str) -> web.Handler:
 
 
 @web.middleware
-async def _errors(request: web.Request, handler: web.Handler) -> web.StreamResponse:
+async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
     except web.HTTPException:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import builtins
 import logging
 import sys
 from typing import Any, ClassVar, Literal
@@ -63,7 +64,7 @@ def summary_text(report: WeeklyReport, costs: CostModel, top_jobs: int) -> str:
 @register
 class ReportAction:
     type: ClassVar[str] = "report"
-    params: ClassVar[type[ActionParams]] = ReportParams
+    params: ClassVar[builtins.type[ActionParams]] = ReportParams
     entity_kinds = ALL_KINDS
     destructive: ClassVar[bool] = False
     escape = staticmethod(fmt.escape)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from gpuevents.config import CostsConfig, GpuCost
+from gpuevents.config import CostsConfig
 from gpuevents.costs import CostModel
 from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot
 from gpuevents.records import AuditRecord
@@ -20,8 +20,8 @@ from tests.waiting import wait_for
 
 NOW = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-COSTS = CostModel(CostsConfig(models={"H100": GpuCost(price=35040, depreciation_years=4, rated_power_w=700)},
-                              energy_price_kwh=0.0))
+COSTS = CostModel(CostsConfig.model_validate({
+    "models": {"H100": {"price": 35040, "depreciation_years": 4, "rated_power_w": 700}}, "energy_price_kwh": 0.0}))
 
 
 class FleetSource:

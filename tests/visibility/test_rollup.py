@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuevents.config import Config, CostsConfig, GpuCost
+from gpuevents.config import Config, CostsConfig
 from gpuevents.costs import CostModel
 from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot, SnapshotEvent, make_event
 from rules.visibility.recorder import UsageRecorder
@@ -16,8 +16,8 @@ from rules.visibility.rollup import TeamResolver, UsageAggregator, UsageBatch
 from rules.visibility.store import UsageStore
 from tests.visibility.fleetday import DAY_START, ENERGY_KWH, EXPECTED, TEAMS, day_events
 
-COSTS = CostsConfig(models={"A100": GpuCost(price=10000, rated_power_w=400),
-                            "H100": GpuCost(price=30000, rated_power_w=700)})
+COSTS = CostsConfig.model_validate({"models": {"A100": {"price": 10000, "rated_power_w": 400},
+                                               "H100": {"price": 30000, "rated_power_w": 700}}})
 
 
 def _aggregator(interval: float = 60) -> UsageAggregator:
