@@ -30,7 +30,6 @@ class _ProtectFacts(BaseModel):
     node: _NodeFacts = _NodeFacts()
     process: _ProcessFacts | None = None
     processes: list[_ProcessFacts] = Field(default_factory=list)
-    owners: list[str] = Field(default_factory=list)
 
     @field_validator("node", mode="before")
     @classmethod
@@ -39,12 +38,21 @@ class _ProtectFacts(BaseModel):
 
 
 def protection_reason(request: ActionRequest, protect: ProtectConfig) -> str | None:
-    """Why this entity is protected (`user root`, `node label tier=prod`, …), or None."""
+    """Why this destructive action must not touch this entity (`user root (pid 7)`,
+    `node label tier=prod`, …), or None.
+
+    Node labels protect everything on the node. Users, process names and namespaces protect
+    processes: from `kill`, every process it would signal (all of a GPU's); from other
+    destructive actions, the entity itself when it is a process (cordoning a node is not
+    refused because a protected user also has a process on it).
+    """
     facts = _ProtectFacts.model_validate(request.facts)
     for key, value in protect.node_labels.items():
         if facts.node.labels.get(key) == value:
             return f"node label {key}={value}"
-    procs = list(facts.processes)
+    procs: list[_ProcessFacts] = []
+    if request.type == "kill":
+        procs.extend(facts.processes)
     if facts.process is not None:
         procs.append(facts.process)
     users = set(protect.users)
@@ -56,7 +64,4 @@ def protection_reason(request: ActionRequest, protect: ProtectConfig) -> str | N
                 return f"process name {p.name!r} matches {pattern!r}"
         if p.pod and "/" in p.pod and p.pod.split("/", 1)[0] in protect.namespaces:
             return f"namespace {p.pod.split('/', 1)[0]} (pod {p.pod})"
-    for owner in facts.owners:
-        if owner in users:
-            return f"user {owner}"
     return None

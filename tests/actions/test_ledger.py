@@ -1,0 +1,50 @@
+"""The idempotency ledger and the fleet-wide hourly limit, on the in-memory store (same CAS semantics)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from actions.ledger import Ledger
+from actions.limits import take_hourly
+from actions.store import MemoryKv
+from gpuevents.records import AuditRecord
+from tests.actions.conftest import T0
+
+
+async def test_only_one_of_many_concurrent_claims_wins() -> None:
+    kv = MemoryKv()
+    ledgers = [Ledger(kv, f"r{i}") for i in range(5)]
+    claims = await asyncio.gather(*(lg.claim("k", T0, T0 + timedelta(seconds=60)) for lg in ledgers))
+    assert sum(c.won for c in claims) == 1
+
+
+async def test_a_dead_runners_claim_is_taken_over_after_its_deadline() -> None:
+    kv = MemoryKv()
+    dead, alive = Ledger(kv, "dead"), Ledger(kv, "alive")
+    assert (await dead.claim("k", T0, T0 + timedelta(seconds=60))).won
+    assert not (await alive.claim("k", T0 + timedelta(seconds=30), T0 + timedelta(seconds=90))).won
+    late = await alive.claim("k", T0 + timedelta(seconds=61), T0 + timedelta(seconds=121))
+    assert late.won and late.entry is not None and late.entry.attempts == 2 and late.entry.runner == "alive"
+
+
+async def test_done_is_final_and_deferrals_are_not_attempts() -> None:
+    kv = MemoryKv()
+    lg = Ledger(kv, "r")
+    first = await lg.claim("k", T0, T0 + timedelta(seconds=60))
+    await lg.release(first, "deferred")
+    again = await lg.claim("k", T0, T0 + timedelta(seconds=60))
+    assert again.won and again.entry is not None and again.entry.attempts == 1 and again.entry.deferrals == 1
+    record = AuditRecord(time=T0, kind="action", outcome="ok", action_key="k")
+    await lg.finish(again, record)
+    done = await lg.claim("k", T0 + timedelta(hours=1), T0 + timedelta(hours=2))
+    assert not done.won and done.done and done.entry is not None and done.entry.record == record
+
+
+async def test_the_hourly_limit_is_a_rolling_hour() -> None:
+    kv = MemoryKv()
+    t = T0.timestamp()
+    assert [await take_hourly(kv, "kill", 2, t + dt) for dt in (0, 10, 20)] == [True, True, False]
+    assert await take_hourly(kv, "kill", 2, t + 3601)  # the first one left the window
+    assert not await take_hourly(kv, "kill", 2, t + 3602)
+    assert await take_hourly(kv, "cordon", 2, t + 3602)  # per action type

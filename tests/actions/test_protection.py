@@ -1,0 +1,43 @@
+"""Which destructive actions config `protect` refuses, from the facts in the request."""
+
+from __future__ import annotations
+
+from actions.protection import protection_reason
+from gpuevents.config import ProtectConfig
+from tests.actions.conftest import make_request, process_facts
+
+PROTECT = ProtectConfig(users=["root"], process_patterns=["nvidia-*"], node_labels={"tier": "prod"},
+                        namespaces=["kube-system"])
+
+
+def test_kill_on_a_gpu_is_refused_when_any_of_its_processes_is_protected() -> None:
+    req = make_request("kill", facts=process_facts((10, "alice", "python"), (11, "bob", "nvidia-smi")))
+    assert protection_reason(req, PROTECT) == "process name 'nvidia-smi' matches 'nvidia-*'"
+
+
+def test_kill_of_an_ordinary_process_is_allowed() -> None:
+    assert protection_reason(make_request("kill", facts=process_facts((10, "alice", "python"))), PROTECT) is None
+
+
+def test_pods_in_protected_namespaces_are_protected() -> None:
+    facts = {"process": {"pid": 3, "user": "alice", "name": "coredns", "pod": "kube-system/coredns-1"}}
+    req = make_request("kill", entity_kind="process", entity_id="n1/pid3", facts=facts)
+    assert protection_reason(req, PROTECT) == "namespace kube-system (pod kube-system/coredns-1)"
+
+
+def test_a_protected_node_label_protects_every_destructive_action_on_it() -> None:
+    facts = {"node": {"name": "n1", "labels": {"tier": "prod", "zone": "a"}}}
+    for type_ in ("kill", "cordon", "scale", "command"):
+        assert protection_reason(make_request(type_, facts=facts), PROTECT) == "node label tier=prod"
+
+
+def test_cordoning_a_node_is_not_refused_for_a_protected_users_process_on_it() -> None:
+    facts = process_facts((1, "root", "dcgm"), (10, "alice", "python"))
+    assert protection_reason(make_request("cordon", entity_kind="node", entity_id="n1", facts=facts),
+                             PROTECT) is None
+
+
+def test_a_protected_process_entity_is_protected_from_any_destructive_action() -> None:
+    facts = {"process": {"pid": 1, "user": "root", "name": "init"}}
+    req = make_request("command", entity_kind="process", entity_id="n1/pid1", facts=facts)
+    assert protection_reason(req, PROTECT) == "user root (pid 1)"

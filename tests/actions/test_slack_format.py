@@ -1,0 +1,33 @@
+"""Slack's formatting rules: escaping and the Block Kit layout."""
+
+from __future__ import annotations
+
+import json
+
+from actions import slack_format as fmt
+from tests.actions.conftest import T0
+
+
+def test_escape_neutralises_mentions_links_and_entities() -> None:
+    assert fmt.escape("<!channel> <@U1> <https://x|y> a&b") == \
+        "&lt;!channel&gt; &lt;@U1&gt; &lt;https://x|y&gt; a&amp;b"
+
+
+def test_incident_message_says_what_where_since_cost_rule_and_how_to_snooze() -> None:
+    item = fmt.make_item("GPU idle", "idle-gpu-2h", "n1/gpu0", "default", "inc1", {
+        "node": {"name": "n1"}, "gpu": {"index": 0, "model": "H100"},
+        "incident": {"firing_since": T0.isoformat(), "firing_for": "2h"},
+        "cost": {"amount": 3.5, "currency": "EUR", "text": "€3.50"},
+        "processes": [{"pid": 1, "user": "a", "name": "<!here>"}]})
+    text = json.dumps(fmt.incident_blocks(item), ensure_ascii=False)
+    assert "GPU 0 (H100) on n1" in text and "idle-gpu-2h" in text and "€3.50" in text
+    assert f"<!date^{int(T0.timestamp())}^" in text  # Slack shows it in the reader's timezone
+    assert "gpuevents snooze idle-gpu-2h n1/gpu0 --for 4h" in text
+    assert "&lt;!here&gt;" in text and "<!here>" not in text
+
+
+def test_digest_lists_every_item_and_stays_under_slacks_block_limit() -> None:
+    items = [fmt.make_item(f"GPU {i} idle", "r", f"n1/gpu{i}", "default", f"i{i}", {}) for i in range(60)]
+    blocks = fmt.digest_blocks(items, 900)
+    assert len(blocks) <= fmt.MAX_BLOCKS
+    assert "60 GPU incidents for you" in json.dumps(blocks[0]) and "and 37 more" in json.dumps(blocks[-1])
