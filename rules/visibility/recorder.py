@@ -5,17 +5,36 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 
 from gpuevents.config import Config
 from gpuevents.costs import CostModel
 from gpuevents.events import SnapshotEvent
-from rules.visibility.rollup import TeamResolver, UsageAggregator
+from rules.visibility.rollup import TeamResolver, UsageAggregator, UsageBatch
 from rules.visibility.store import UsageStore
 
 log = logging.getLogger(__name__)
 
 PRUNE_EVERY_S = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class WasteDelta:
+    """Money newly counted as wasted by one flush; the engine adds it to `gpuevents_waste_cost_total`."""
+
+    held_idle: float = 0.0
+    unallocated: float = 0.0
+
+
+def waste_of(batch: UsageBatch, costs: CostModel) -> WasteDelta:
+    """What the idle GPU-hours in `batch` cost: depreciation for the time plus the energy drawn."""
+    held = free = 0.0
+    for _key, a in batch.usage:
+        capital_per_s = costs.capital_daily(a.model or None) / 86400
+        held += capital_per_s * a.held_s + costs.energy_cost(a.held_kwh)
+        free += capital_per_s * a.free_s + costs.energy_cost(a.free_kwh)
+    return WasteDelta(held_idle=held, unallocated=free)
 
 
 class UsageRecorder:
@@ -24,8 +43,11 @@ class UsageRecorder:
     A crash loses at most what came since the last flush; the engine flushes on its tick.
     """
 
-    def __init__(self, aggregator: UsageAggregator, store: UsageStore, retention_s: float) -> None:
+    def __init__(
+        self, aggregator: UsageAggregator, store: UsageStore, retention_s: float, costs: CostModel
+    ) -> None:
         self.aggregator = aggregator
+        self.costs = costs
         self.store = store
         self.retention_s = retention_s
         self._lock = asyncio.Lock()
@@ -41,12 +63,12 @@ class UsageRecorder:
             teams=resolver,
             rated_power_w=lambda model: costs.gpu_cost(model).rated_power_w,
         )
-        return cls(aggregator, UsageStore(config.engine.usage_db), config.engine.usage_retention)
+        return cls(aggregator, UsageStore(config.engine.usage_db), config.engine.usage_retention, costs)
 
     def observe(self, event: SnapshotEvent, now: datetime) -> None:
         self.aggregator.observe(event, now)
 
-    def flush_sync(self, now: datetime) -> None:
+    def flush_sync(self, now: datetime) -> WasteDelta:
         """Count up to `now`, write what was counted, prune past the retention once an hour."""
         self.aggregator.settle(now)
         batch = self.aggregator.drain()
@@ -58,10 +80,11 @@ class UsageRecorder:
             self._pruned_at = t
             if removed:
                 log.info("usage rollups: pruned %d buckets older than the retention", removed)
+        return waste_of(batch, self.costs)
 
-    async def flush(self, now: datetime) -> None:
+    async def flush(self, now: datetime) -> WasteDelta:
         async with self._lock:
-            await asyncio.to_thread(self.flush_sync, now)
+            return await asyncio.to_thread(self.flush_sync, now)
 
     def close(self) -> None:
         self.store.close()

@@ -150,9 +150,13 @@ async def test_recorder_writes_settled_buckets_and_keeps_them_across_reopen(tmp_
     recorder.observe(_one_gpu("n", 0, 40), DAY_START)
     await recorder.flush(DAY_START + timedelta(seconds=30))
     recorder.observe(_one_gpu("n", 30, 40), DAY_START + timedelta(seconds=30))
-    await recorder.flush(DAY_START + timedelta(seconds=40))
+    recorder.observe(_one_gpu("n2", 30, 0, idle=True), DAY_START + timedelta(seconds=30))
+    waste = await recorder.flush(DAY_START + timedelta(seconds=40))
     recorder.close()
     with UsageStore(tmp_path / "db" / "usage.sqlite") as store:
         rows = store.usage(0, 2**40)
     assert sum(r.busy_s for r in rows) == pytest.approx(40)
     assert sum(r.util_s for r in rows) == pytest.approx(40 * 40)
+    # n2 was free for 10 s: default GPU (25000 over 4 years, 700 W rated, 0.12 per kWh)
+    assert waste.held_idle == 0
+    assert waste.unallocated == pytest.approx((25000 / 4 / 365 + 0.7 * 24 * 0.12) / 86400 * 10)
