@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import tzinfo
 from typing import Any
 
-from jinja2 import StrictUndefined, TemplateSyntaxError, nodes
+from jinja2 import StrictUndefined, TemplateSyntaxError, Undefined, nodes
 from jinja2.parser import Parser
 from jinja2.runtime import new_context
 from jinja2.sandbox import SandboxedEnvironment
@@ -115,7 +115,7 @@ def _getattr_mapping(obj: Any, name: str) -> Any:
 
 
 def _u2n(value: Any) -> Any:
-    return None if isinstance(value, StrictUndefined) else value
+    return None if isinstance(value, Undefined) else value
 
 
 def _str_join(seq: tuple[Any, ...]) -> str:
@@ -131,6 +131,7 @@ class _Compiler:
             "_gad": _getattr_mapping,
             "_gi": CONDITION_ENV.getitem,
             "_env": CONDITION_ENV,
+            "_Undefined": Undefined,
             "_jctx": _JCTX,
             "_u2n": _u2n,
             "_join": _str_join,
@@ -235,7 +236,7 @@ class _Compiler:
     def v_CondExpr(self, node: nodes.CondExpr) -> str:
         if node.expr2 is None:
             msg = self.bind("the inline if-expression evaluated to false and no else section was defined.")
-            other = f"_env.undefined({msg})"
+            other = f"_Undefined({msg})"  # what Jinja2 emits: the lenient Undefined, whatever the environment's
         else:
             other = self.visit(node.expr2)
         return f"({self.visit(node.expr1)} if {self.visit(node.test)} else {other})"
@@ -287,6 +288,8 @@ class _Compiler:
         if isinstance(target, nodes.Getattr) and target.attr in METHODS:
             obj = self.visit(target.node)
             return f"_ga({obj}, {target.attr!r})({self._signature(node)})"
+        if isinstance(target, nodes.Name):
+            raise self.fail(node, f"unknown function {target.name!r}; functions: {', '.join(sorted(HELPERS))}")
         if isinstance(target, nodes.Getattr):
             raise self.fail(node, f"method {target.attr!r} is not available; available: {', '.join(sorted(METHODS))}")
         raise self.fail(node, f"only helpers ({', '.join(sorted(HELPERS))}) and string/dict methods can be called")
