@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import re
+import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import nats
 import nats.errors
@@ -15,7 +20,7 @@ from gpuevents import subjects as S
 from gpuevents.bus import Bus
 from gpuevents.config import NatsConfig
 from gpuevents.events import AgentInfo, make_event
-from tests.deploy.conftest import AuthServer
+from tests.deploy.conftest import DEPLOY, AuthServer
 from tests.waiting import wait_for
 
 
@@ -188,3 +193,59 @@ async def test_a_wrong_password_or_an_unlisted_node_is_refused(nats_auth_server:
     with pytest.raises(nats.errors.Error, match=r"(?i)authorization"):
         async with connect(server, "agent/c1/n9", server.agent_passwords["n1"]):
             pass
+
+
+def start_logged(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with open(log, "wb") as out:
+        return subprocess.Popen(argv, env=env, stdout=out, stderr=out, cwd=log.parent,
+                                start_new_session=True)
+
+
+async def test_the_real_agent_reports_through_the_image_entrypoint_with_its_node_credentials(
+    nats_auth_server: AuthServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`gpuevents agent` as the DaemonSet runs it: entrypoint, password file, env overrides."""
+    server = nats_auth_server
+    password_file = tmp_path / "nats-agent" / "n1"
+    password_file.parent.mkdir()
+    password_file.write_text(server.agent_passwords["n1"] + "\n")
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        f"nats: {{url: '{server.url}', reconnect_wait: 0.2s, publish_timeout: 2s}}\n"
+        "agent: {sample_interval: 0.2s, snapshot_interval: 0.5s,\n"
+        "        simulation: {nodes: 1, gpus_per_node: 2, speedup: 1.0}}\n"
+    )
+    env = {
+        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "GPUEVENTS_CLUSTER": "c1",
+        "GPUEVENTS_AGENT__NODE_NAME": "n1",
+        "NATS_USER": server.agent("n1")[0],
+        "NATS_PASSWORD_FILE": str(password_file),
+    }
+    async with bus_as(server, server.engine_user, server.engine_password, monkeypatch) as engine:
+        await engine.ensure_streams()
+        log = tmp_path / "agent.log"
+        agent = start_logged(["/bin/sh", str(DEPLOY / "container" / "entrypoint.sh"), "agent",
+                              "-c", str(config), "--simulate"], env, log)
+        try:
+            snapshot = S.event_subject("c1", "n1", "node.snapshot")
+
+            async def stored_snapshot() -> bool:
+                info = await engine.stream_info(S.STREAM_EVENTS)
+                if not info.state.messages:
+                    return False
+                return snapshot in [m.subject async for m in engine.replay(S.STREAM_EVENTS, S.EVENTS_ALL)]
+
+            await wait_for(stored_snapshot, 30, interval=0.2,
+                           what=f"a snapshot from the agent; its log:\n{log.read_text()[-3000:]}")
+        finally:
+            agent.send_signal(signal.SIGTERM)
+            try:
+                agent.wait(20)
+            except subprocess.TimeoutExpired:
+                agent.kill()
+                agent.wait(5)
+    # The agent's only refused requests, if any, are its best-effort stream creation (the engine's job).
+    refused = re.findall(r'user:agent/c1/n1" - (\w+) Violation - Subject "([^"]+)"', server.log.read_text())
+    assert all(kind == "Publish" and subject.startswith("$JS.API.") for kind, subject in refused), refused
