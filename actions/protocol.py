@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
@@ -73,7 +74,7 @@ class Action(Protocol):
     """An action type. Built-ins and plugins are the same: classes with these attributes."""
 
     type: ClassVar[str]
-    params: ClassVar[type[ActionParams]]
+    params: ClassVar[builtins.type[ActionParams]]
     entity_kinds: ClassVar[frozenset[EntityKind]]
     destructive: ClassVar[bool]
     escape: ClassVar[Callable[[str], str]]

@@ -91,7 +91,7 @@ def types() -> list[str]:
 
 def escape_for(type_: str) -> Callable[[str], str]:
     """How values from the machine are escaped when rendered into this action's parameters."""
-    return get(type_).escape  # type: ignore[return-value]
+    return get(type_).escape
 
 
 class ParamsError(ValueError):
@@ -116,7 +116,7 @@ def parse_params(type_: str, params: Mapping[str, Any]) -> ActionParams:
     cls = get(type_)
     data = {k: v for k, v in params.items() if k != "type"}
     try:
-        return cls.params.model_validate({"type": type_, **data})  # type: ignore[no-any-return]
+        return cls.params.model_validate({"type": type_, **data})
     except ValidationError as e:
         raise ParamsError(type_, _problems(e)) from None
 

@@ -86,7 +86,7 @@ def redact(params: dict[str, Any]) -> dict[str, Any]:
 def backoff_delay(attempt: int, base: float, cap: float, rng: random.Random | None = None) -> float:
     """Exponential backoff with jitter: in [d/2, d] for d = min(cap, base * 2^(attempt-1))."""
     d = min(cap, base * 2 ** max(attempt - 1, 0))
-    return d / 2 + (rng or random).uniform(0, d / 2)
+    return float(d / 2 + (rng or random).uniform(0, d / 2))
 
 
 class ActionRunner:

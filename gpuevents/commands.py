@@ -43,11 +43,11 @@ class KillCommand(BaseModel):
     pid: int = Field(gt=0)
     create_time: datetime
     signal: Signal = "TERM"
-    grace_s: float = Field(30, ge=0, description="seconds between `signal` and SIGKILL")
+    grace_s: float = Field(default=30, ge=0, description="seconds between `signal` and SIGKILL")
     reason: str = ""
     rule: str = ""
-    key: str | None = Field(None, description="the action's idempotency key, for the agent's log")
-    require_gpu: bool = Field(True, description="refuse a process that holds no GPU any more")
+    key: str | None = Field(default=None, description="the action's idempotency key, for the agent's log")
+    require_gpu: bool = Field(default=True, description="refuse a process that holds no GPU any more")
 
 
 class KillReply(BaseModel):
@@ -65,7 +65,7 @@ class KillReply(BaseModel):
     outcome: KillOutcome
     pid: int
     reason: str = ""
-    signal: Signal | None = Field(None, description="the last signal sent, if any")
+    signal: Signal | None = Field(default=None, description="the last signal sent, if any")
     user: str | None = None
     name: str | None = None
 

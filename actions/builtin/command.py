@@ -43,7 +43,7 @@ async def run_command(argv: list[str], ctx: ActionContext, *, timeout: float | N
 @register
 class CommandAction:
     type: ClassVar[str] = "command"
-    params: ClassVar[type[ActionParams]] = CommandParams
+    params = CommandParams
     entity_kinds = ALL_KINDS
     destructive: ClassVar[bool] = True
     escape = staticmethod(no_escape)  # argv elements never meet a shell

@@ -21,9 +21,9 @@ ANNOTATION = "gpuevents.io/cordoned-by"
 
 class _NodeParams(ActionParams):
     provider: Literal["kubernetes", "slurm", "command"] = "kubernetes"
-    node: str | None = Field(None, description="default: the entity's node")
+    node: str | None = Field(default=None, description="default: the entity's node")
     reason: str | None = None
-    argv: list[str] | None = Field(None, description="provider command: the argv to run")
+    argv: list[str] | None = Field(default=None, description="provider command: the argv to run")
     timeout: Duration | None = None
 
     @model_validator(mode="after")
@@ -41,7 +41,7 @@ class CordonParams(_NodeParams):
 
 class UncordonParams(_NodeParams):
     type: Literal["uncordon"] = "uncordon"
-    force: bool = Field(False, description="also uncordon a node that gpuevents did not cordon")
+    force: bool = Field(default=False, description="also uncordon a node that gpuevents did not cordon")
 
 
 def _reason(ctx: ActionContext, p: _NodeParams) -> str:
@@ -96,7 +96,7 @@ async def _run(ctx: ActionContext, cordon: bool) -> ActionResult:
 @register
 class CordonAction:
     type: ClassVar[str] = "cordon"
-    params: ClassVar[type[ActionParams]] = CordonParams
+    params = CordonParams
     entity_kinds = frozenset({"node", "gpu"})
     destructive: ClassVar[bool] = True
     escape = staticmethod(no_escape)
@@ -108,7 +108,7 @@ class CordonAction:
 @register
 class UncordonAction:
     type: ClassVar[str] = "uncordon"
-    params: ClassVar[type[ActionParams]] = UncordonParams
+    params = UncordonParams
     entity_kinds = frozenset({"node", "gpu"})
     destructive: ClassVar[bool] = False
     escape = staticmethod(no_escape)

@@ -52,7 +52,7 @@ def incident_payload(ctx: ActionContext, data: Any) -> bytes:
 @register
 class FunctionAction:
     type: ClassVar[str] = "function"
-    params: ClassVar[type[ActionParams]] = FunctionParams
+    params = FunctionParams
     entity_kinds = ALL_KINDS
     destructive: ClassVar[bool] = False
     escape = staticmethod(no_escape)

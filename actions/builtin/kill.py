@@ -52,7 +52,7 @@ def _summary(replies: list[KillReply]) -> str:
 @register
 class KillAction:
     type: ClassVar[str] = "kill"
-    params: ClassVar[type[ActionParams]] = KillParams
+    params = KillParams
     entity_kinds = frozenset({"process", "gpu"})
     destructive: ClassVar[bool] = True
     escape = staticmethod(no_escape)

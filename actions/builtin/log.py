@@ -22,7 +22,7 @@ class LogParams(ActionParams):
 @register
 class LogAction:
     type: ClassVar[str] = "log"
-    params: ClassVar[type[ActionParams]] = LogParams
+    params = LogParams
     entity_kinds = ALL_KINDS
     destructive: ClassVar[bool] = False
     escape = staticmethod(no_escape)

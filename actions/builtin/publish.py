@@ -28,7 +28,7 @@ class PublishParams(ActionParams):
     type: Literal["publish"] = "publish"
     subject: str = Field(min_length=1, pattern=r"^[^\s*>]+$")
     data: Any = None
-    jetstream: bool | None = Field(None, description="unset: JetStream for subjects our streams keep "
+    jetstream: bool | None = Field(default=None, description="unset: JetStream for subjects our streams keep "
                                    "(gpuevents.evt.>, gpuevents.act.>), core NATS otherwise")
 
 
@@ -43,7 +43,7 @@ def encode(data: Any) -> bytes:
 @register
 class PublishAction:
     type: ClassVar[str] = "publish"
-    params: ClassVar[type[ActionParams]] = PublishParams
+    params = PublishParams
     entity_kinds = ALL_KINDS
     destructive: ClassVar[bool] = False
     escape = staticmethod(no_escape)

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from lightkube.resources.apps_v1 import Deployment, StatefulSet
 from lightkube.types import PatchType
@@ -32,11 +32,11 @@ class ScaleParams(ActionParams):
     provider: Literal["kubernetes", "command"] = "kubernetes"
     kind: Literal["Deployment", "StatefulSet"] = "Deployment"
     namespace: str = "default"
-    name: str | None = Field(None, description="the workload (kubernetes); a label for KV (command)")
+    name: str | None = Field(default=None, description="the workload (kubernetes); a label for KV (command)")
     replicas: int | Literal["previous"] = Field(description="a count, or `previous`")
-    argv: list[str] | None = Field(None, description=f"provider command; `{REPLICAS_PLACEHOLDER}` "
+    argv: list[str] | None = Field(default=None, description=f"provider command; `{REPLICAS_PLACEHOLDER}` "
                                    "in an element becomes the count")
-    current: int | None = Field(None, ge=0, description="provider command: the count before "
+    current: int | None = Field(default=None, ge=0, description="provider command: the count before "
                                 "scaling, recorded for `previous`")
     timeout: Duration | None = None
 
@@ -88,7 +88,7 @@ async def _kubernetes(ctx: ActionContext, p: ScaleParams, target: int) -> Action
     what = f"{p.kind} {p.namespace}/{p.name}"
     assert p.name is not None
     with kube_errors(f"get scale of {what}"):
-        scale = await client.get(res, p.name, namespace=p.namespace)
+        scale: Any = await client.get(res, p.name, namespace=p.namespace)
     before = scale.spec.replicas if scale.spec and scale.spec.replicas is not None else 0
     if before == target:
         await _remember(ctx, p, before, target)
@@ -104,7 +104,7 @@ async def _kubernetes(ctx: ActionContext, p: ScaleParams, target: int) -> Action
 @register
 class ScaleAction:
     type: ClassVar[str] = "scale"
-    params: ClassVar[type[ActionParams]] = ScaleParams
+    params = ScaleParams
     entity_kinds = ALL_KINDS
     destructive: ClassVar[bool] = True
     escape = staticmethod(no_escape)

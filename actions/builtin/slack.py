@@ -49,9 +49,9 @@ class SlackParams(ActionParams):
     type: Literal["slack"] = "slack"
     to: str = Field(min_length=1, description="an email, a user id (U…), @handle, #channel or a channel id")
     text: str | None = None
-    template: str | None = Field(None, description="a file whose (rendered) content is the text")
-    digest: bool = Field(False, description="one DM per recipient per window, listing every incident")
-    digest_window: Duration | None = Field(None, description="default: config actions.slack.digest_window, else 15m")
+    template: str | None = Field(default=None, description="a file whose (rendered) content is the text")
+    digest: bool = Field(default=False, description="one DM per recipient per window, listing every incident")
+    digest_window: Duration | None = Field(default=None, description="default: config actions.slack.digest_window, else 15m")
     snooze_hint: bool | None = None
 
     @model_validator(mode="after")
@@ -95,7 +95,7 @@ class SlackAction:
     """Per runner: one instance, holding the `@handle` cache."""
 
     type: ClassVar[str] = "slack"
-    params: ClassVar[type[ActionParams]] = SlackParams
+    params = SlackParams
     entity_kinds = ALL_KINDS
     destructive: ClassVar[bool] = False
     escape = staticmethod(fmt.escape)

@@ -30,7 +30,7 @@ class WebhookParams(ActionParams):
     url: str = Field(pattern=r"^https?://")
     method: Literal["GET", "POST", "PUT", "PATCH", "DELETE"] = "POST"
     headers: dict[str, str] = Field(default_factory=dict)
-    body: Any = Field(None, description="JSON (a mapping, a list, or a string holding JSON); "
+    body: Any = Field(default=None, description="JSON (a mapping, a list, or a string holding JSON); "
                       "unset: the incident")
     timeout: Duration | None = None
 
@@ -61,7 +61,7 @@ def _retry_after(headers: Any) -> float | None:
 @register
 class WebhookAction:
     type: ClassVar[str] = "webhook"
-    params: ClassVar[type[ActionParams]] = WebhookParams
+    params = WebhookParams
     entity_kinds = ALL_KINDS
     destructive: ClassVar[bool] = False
     escape = staticmethod(no_escape)

@@ -37,7 +37,7 @@ class JsonLinesAction:
     """Registered through the entry point; the runner creates one instance and calls `run` per request."""
 
     type: ClassVar[str] = "example.jsonl"
-    params: ClassVar[type[ActionParams]] = JsonLinesParams
+    params = JsonLinesParams
     entity_kinds = ALL_KINDS
     destructive: ClassVar[bool] = False
     escape = staticmethod(no_escape)  # values from the machine go into JSON, which escapes itself
