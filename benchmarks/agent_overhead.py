@@ -1,0 +1,121 @@
+"""Agent overhead: one simulated 8-GPU node with 16 processes, sampled every second; CPU and memory of the agent.
+
+    python benchmarks/agent_overhead.py --json             # 60 s, as the issue asks
+    python benchmarks/agent_overhead.py --seconds 10 --json
+
+Publishes to a real nats-server (started here, a separate process that is not measured) unless
+`--no-nats`. CPU is the process's user+system time from getrusage over the measured window, as a
+percentage of one core; memory is the resident set at the end and the peak.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import psutil
+
+from agent.runner import run_nodes, simulated_agents
+from gpuevents.clock import SystemClock
+from gpuevents.config import AgentConfig, Config, EmbeddedServerConfig, NatsConfig, SimulationConfig
+from gpuevents.events import Event
+
+TARGET_CPU_PCT = 1.0
+TARGET_RSS_MB = 60.0
+
+
+class NullBus:
+    connected = False
+
+    def __init__(self) -> None:
+        self.events = 0
+
+    def publish_event(self, event: Event) -> None:
+        self.events += 1
+
+    async def serve(self, *a: Any, **kw: Any) -> None:
+        return None
+
+
+def cpu_seconds() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+async def measure(seconds: float, use_nats: bool, metrics: bool) -> dict[str, Any]:
+    server = None
+    bus: Any
+    agent_cfg = AgentConfig(node_name="bench-0", sample_interval=1, snapshot_interval=15,
+                            metrics_port=0 if metrics else None,
+                            simulation=SimulationConfig(scenario="steady", gpus_per_node=8))
+    config = Config(agent=agent_cfg)
+    if use_nats:
+        from gpuevents.bus import Bus
+        from gpuevents.server import EmbeddedServer
+
+        tmp = tempfile.mkdtemp(prefix="gpuevents-bench-")
+        server = EmbeddedServer(EmbeddedServerConfig(port=0, data_dir=Path(tmp) / "nats")).start()
+        config = config.model_copy(update={"nats": NatsConfig(url=server.url)})
+        bus = Bus(config.nats, name="bench-agent")
+        await bus.connect()
+        await bus.ensure_streams()
+    else:
+        bus = NullBus()
+    clock = SystemClock()
+    (agent,) = simulated_agents(config, nodes=1, gpus_per_node=8, scenario="steady", start=clock.now())
+    stop = asyncio.Event()
+    task = asyncio.create_task(run_nodes([agent], bus, config=config, clock=clock, stop=stop))
+    await asyncio.sleep(1.5)  # past start-up: imports, the first snapshot, the subscription
+    cpu0, wall0 = cpu_seconds(), time.monotonic()
+    await asyncio.sleep(seconds)
+    cpu1, wall1 = cpu_seconds(), time.monotonic()
+    stop.set()
+    counters = await task
+    rss = psutil.Process().memory_info().rss / 2**20
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    if use_nats:
+        await bus.flush(5)
+        published = bus.stats.published
+        await bus.close()
+        assert server is not None
+        server.stop()
+    else:
+        published = bus.events
+    cpu_pct = 100.0 * (cpu1 - cpu0) / (wall1 - wall0)
+    return {
+        "cpu_pct": round(cpu_pct, 3), "rss_mb": round(rss, 1), "max_rss_mb": round(peak, 1),
+        "seconds": round(wall1 - wall0, 1), "samples": counters.samples, "events_published": published,
+        "gpus": 8, "processes": len(agent.core.held), "nats": use_nats, "metrics": metrics,
+        "targets": {"cpu_pct": TARGET_CPU_PCT, "rss_mb": TARGET_RSS_MB},
+        "ok": cpu_pct <= TARGET_CPU_PCT and rss <= TARGET_RSS_MB,
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--json", action="store_true", help="print the result as JSON on the last line")
+    ap.add_argument("--no-nats", action="store_true", help="publish nowhere (no nats-server)")
+    ap.add_argument("--metrics", action="store_true", help="serve /metrics too (not scraped)")
+    args = ap.parse_args()
+    result = asyncio.run(measure(args.seconds, not args.no_nats, args.metrics))
+    print(f"agent overhead over {result['seconds']}s: {result['cpu_pct']}% of one core "
+          f"(target <= {TARGET_CPU_PCT}), RSS {result['rss_mb']} MiB (target <= {TARGET_RSS_MB}), "
+          f"peak {result['max_rss_mb']} MiB; {result['samples']} samples, "
+          f"{result['processes']} processes on 8 GPUs", flush=True)
+    if args.json:
+        print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""Real-GPU check: run the agent's NVML sampler for a few seconds, print every field and each NVML call's latency.
+
+    python scripts/check_nvml.py              # 5 samples, 1 s apart
+    python scripts/check_nvml.py --seconds 10 --interval 0.5
+
+Exit status: 0 when every sample read cleanly; 1 on any failure (an NVML error other than "not
+supported", a lost GPU, a physical GPU without utilization or memory, no GPU at all); 2 when NVML
+does not load here. Queries a GPU does not support are listed, and are not failures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from agent.attribution import PsutilIdentifier
+from agent.nvml import NvmlSampler, NvmlUnavailable
+from agent.sample import NodeReading
+
+GPU_FIELDS = ("uuid", "model", "util_pct", "mem_used_mib", "mem_total_mib", "mem_pct", "temp_c", "power_w",
+              "power_limit_w", "fan_pct", "ecc_uncorrected", "mig_parent", "lost")
+
+
+def _fmt(v: Any) -> str:
+    return "null" if v is None else str(v)
+
+
+def print_reading(n: int, r: NodeReading, sampler: NvmlSampler, elapsed_ms: float, out: TextIO) -> None:
+    print(f"\n--- sample {n}: {len(r.gpus)} GPU(s), {len(r.procs)} process row(s), "
+          f"{len(r.xids)} XID(s), sample() took {elapsed_ms:.2f} ms", file=out)
+    for g in r.gpus:
+        fields = " ".join(f"{f}={_fmt(getattr(g, f))}" for f in GPU_FIELDS)
+        print(f"gpu {g.index}: {fields}", file=out)
+    pids = {p.pid for p in r.procs}
+    idents = sampler.identify(pids) if pids else {}
+    for p in r.procs:
+        i = idents.get(p.pid)
+        who = (f"user={i.user} name={i.name} create_time={i.create_time.isoformat()} "
+               f"container_id={_fmt(i.container_id)} pod_uid={_fmt(i.pod_uid)} cmdline={i.cmdline[:80]!r}"
+               if i else "identity=unreadable")
+        print(f"  pid {p.pid} on gpu {p.gpu}: mem_mib={_fmt(p.mem_mib)} sm_util_pct={_fmt(p.sm_util_pct)} {who}",
+              file=out)
+    for x in r.xids:
+        print(f"  XID {x.xid} on gpu {x.gpu}", file=out)
+
+
+def problems_in(r: NodeReading, mig_parents: set[int]) -> list[str]:
+    """Missing essentials; MIG parents and instances have no utilization in NVML, so they are spared."""
+    out = []
+    for g in r.gpus:
+        if g.lost:
+            out.append(f"gpu {g.index} ({g.uuid}) is lost")
+        elif g.mig_parent is None and g.index not in mig_parents:
+            missing = [f for f in ("util_pct", "mem_used_mib", "mem_total_mib") if getattr(g, f) is None]
+            if missing:
+                out.append(f"gpu {g.index}: no {', '.join(missing)}")
+        if not g.uuid:
+            out.append(f"gpu {g.index}: no uuid")
+    return out
+
+
+def run_check(nvml: Any = None, *, seconds: float = 5.0, interval: float = 1.0, out: TextIO = sys.stdout) -> int:
+    t0 = time.perf_counter()
+    try:
+        sampler = NvmlSampler(nvml, identifier=PsutilIdentifier(), timing=True)
+    except NvmlUnavailable as e:
+        print(f"FAIL: {e}", file=out)
+        return 2
+    print(f"NVML initialised in {(time.perf_counter() - t0) * 1000:.1f} ms; driver {sampler.driver_version}",
+          file=out)
+    for d in sampler.devices:
+        print(f"device {d.index}: {d.model} {d.uuid}" + (f" (MIG of {d.mig_parent})" if d.mig_parent else "")
+              + (" [MIG enabled]" if d.is_mig_parent else ""), file=out)
+    print(f"XID events: {'registered' if sampler._event_set is not None else 'not supported here'}", file=out)
+    problems: list[str] = []
+    if not sampler.devices:
+        problems.append("NVML lists no GPU")
+    sample_ms: list[float] = []
+    n = 0
+    deadline = time.monotonic() + seconds
+    try:
+        while True:
+            n += 1
+            s0 = time.perf_counter()
+            reading = sampler.sample(datetime.now(UTC))
+            sample_ms.append((time.perf_counter() - s0) * 1000)
+            print_reading(n, reading, sampler, sample_ms[-1], out)
+            mig_parents = {d.index for d in sampler.devices if d.is_mig_parent}
+            problems += [p for p in problems_in(reading, mig_parents) if p not in problems]
+            if time.monotonic() + interval > deadline:
+                break
+            time.sleep(interval)  # the sampling interval itself, as the agent keeps it
+    except Exception as e:  # any crash of the sampler is exactly what this check is for
+        problems.append(f"sampler raised {type(e).__name__}: {e}")
+    finally:
+        sampler.close()
+
+    print("\n--- NVML call latency (ms)", file=out)
+    print(f"{'call':48} {'calls':>6} {'errors':>6} {'mean':>9} {'max':>9}  codes", file=out)
+    for name, st in sorted(sampler.stats.items()):
+        mean = st.total_s / st.calls * 1000 if st.calls else 0.0
+        codes = ",".join(map(str, sorted(st.codes)))
+        print(f"{name:48} {st.calls:6d} {st.errors:6d} {mean:9.3f} {st.max_s * 1000:9.3f}  {codes}", file=out)
+    if sample_ms:
+        print(f"{'sample() whole':48} {len(sample_ms):6d} {0:6d} {sum(sample_ms) / len(sample_ms):9.3f} "
+              f"{max(sample_ms):9.3f}", file=out)
+    unsupported = sorted(sampler._unsupported)
+    if unsupported:
+        print("\nnot supported (reported as null, not a failure): "
+              + ", ".join(f"gpu {i}: {name}" for i, name in unsupported), file=out)
+    problems += sampler.errors
+    if problems:
+        print("\nFAIL:", file=out)
+        for p in problems:
+            print(f"  - {p}", file=out)
+        return 1
+    print(f"\nOK: {n} samples of {len(sampler.devices)} device(s), no failures", file=out)
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--interval", type=float, default=1.0)
+    args = ap.parse_args()
+    return run_check(seconds=args.seconds, interval=args.interval)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
