@@ -230,3 +230,21 @@ def test_backoff_grows_exponentially_with_jitter_and_a_cap() -> None:
 def test_secrets_are_masked_in_the_audit() -> None:
     assert redact({"url": "u", "headers": {"Authorization": "Bearer x", "X-Team": "ml"}}) == {
         "url": "u", "headers": {"Authorization": "***", "X-Team": "ml"}}
+
+
+async def test_a_permanent_failure_is_terminated_and_leaves_the_queue(bus: Bus) -> None:
+    async def garbage(payload: bytes, subject: str) -> bytes:
+        return b"not json"
+
+    await bus.serve(S.function_subject("broken"), garbage)
+    runner = ActionRunner(bus, make_config())
+    stop = asyncio.Event()
+    loop = asyncio.create_task(runner.run(stop))
+    await publish_request(bus, make_request("function", {"name": "broken"}))
+    records = await wait_for(lambda: audit_records(bus), what="an audit record")
+    await wait_for(lambda: consumer_idle(bus, runner.durable), what="the request to leave the queue")
+    stop.set()
+    await loop
+    assert [(r.outcome, r.attempt) for r in records] == [("failed", 1)]
+    assert "answered something that is not a reply" in (records[0].error or "")
+    assert (await bus.stream_info(S.STREAM_ACTIONS)).state.messages == 0
