@@ -63,7 +63,7 @@ def load_rule_set(paths: Sequence[Path | str], default_timezone: str = "UTC") ->
         except LocatedError as e:
             problems.extend(e.problems)
             continue
-        file_rules, file_problems = load_document(doc, default_timezone)
+        file_rules, file_problems = load_document(doc, default_timezone, text)
         problems.extend(file_problems)
         for r in file_rules:
             first = seen.get(r.name)
@@ -79,7 +79,7 @@ def load_rule_set(paths: Sequence[Path | str], default_timezone: str = "UTC") ->
     return RuleSet(rules=tuple(rules), files=tuple(str(f) for f in files))
 
 
-def load_document(doc: YamlDoc, default_timezone: str = "UTC") -> tuple[list[Rule], list[Located]]:
+def load_document(doc: YamlDoc, default_timezone: str = "UTC", text: str = "") -> tuple[list[Rule], list[Located]]:
     """The rules of one parsed file, and its problems."""
     data = doc.data
     if data is None:
@@ -93,23 +93,29 @@ def load_document(doc: YamlDoc, default_timezone: str = "UTC") -> tuple[list[Rul
         return [], [*problems, doc.locate(("rules",), "rules: must be a list of rules")]
     rules = []
     for i, item in enumerate(items):
-        rule, found = _load_rule(doc, i, item, default_timezone)
+        rule, found = _load_rule(doc, i, item, default_timezone, text.splitlines())
         problems.extend(found)
         if rule is not None and not found:
             rules.append(rule)
     return rules, problems
 
 
-def _load_rule(doc: YamlDoc, i: int, item: Any, default_tz: str) -> tuple[Rule | None, list[Located]]:
+def _load_rule(
+    doc: YamlDoc, i: int, item: Any, default_tz: str, lines: list[str]
+) -> tuple[Rule | None, list[Located]]:
     at: tuple[str | int, ...] = ("rules", i)
     if not isinstance(item, dict):
         return None, [doc.locate(at, "a rule is a mapping with name, entity, when and actions")]
+    problems: list[Located] = [
+        doc.locate((*at, str(k)), f"{str(k).lower()}: YAML reads `on`, `yes`, `no` and the like as "
+                   "true/false, not as a key; the entity kind goes in `entity:`")
+        if isinstance(k, bool) else doc.locate((*at, str(k)), f"{k}: keys are names, not numbers")
+        for k in item if not isinstance(k, str)
+    ]
     try:
-        spec = RuleSpec.model_validate(item)
+        spec = RuleSpec.model_validate({k: v for k, v in item.items() if isinstance(k, str)})
     except ValidationError as e:
-        problems = doc.validation_problems(e, prefix=at)
-        return None, [_name_pattern(p) for p in problems]
-    problems: list[Located] = []
+        return None, problems + [_name_pattern(p) for p in doc.validation_problems(e, prefix=at)]
     tz_name = spec.timezone or default_tz
     try:
         tz = calendars.zone(tz_name)
@@ -120,7 +126,7 @@ def _load_rule(doc: YamlDoc, i: int, item: Any, default_tz: str) -> tuple[Rule |
     try:
         condition = compile_condition(spec.when, spec.entity, tz)
     except ExprError as e:
-        problems.append(Located(doc.file, doc.line_of((*at, "when")) + _block_offset(doc, at) + e.line - 1, f"when: {e}"))
+        problems.append(Located(doc.file, doc.line_of((*at, "when")) + _block_offset(doc, at, lines) + e.line - 1, f"when: {e}"))
     triggers = []
     for j, expr in enumerate(spec.schedules()):
         path = (*at, "schedule", j) if isinstance(spec.schedule, list) else (*at, "schedule")
@@ -149,10 +155,14 @@ def _load_rule(doc: YamlDoc, i: int, item: Any, default_tz: str) -> tuple[Rule |
     ), []
 
 
-def _block_offset(doc: YamlDoc, at: tuple[str | int, ...]) -> int:
-    """A `when: >` block starts on the line after its key."""
-    when = doc.data["rules"][at[1]].get("when") if isinstance(doc.data, dict) else None
-    return 1 if isinstance(when, str) and "\n" in when.strip() else 0
+def _block_offset(doc: YamlDoc, at: tuple[str | int, ...], lines: list[str]) -> int:
+    """A `when: |` or `when: >` block starts on the line after its key."""
+    key_line = doc.line_of((*at, "when"))
+    if 0 < key_line <= len(lines):
+        after = lines[key_line - 1].split("when:", 1)[-1].strip()
+        if after[:1] in ("|", ">"):
+            return 1
+    return 0
 
 
 def _name_pattern(p: Located) -> Located:
