@@ -149,7 +149,7 @@ class PsutilIdentifier:
 
 
 def _same(proc: psutil.Process, create_time: datetime, tolerance_s: float) -> bool:
-    return abs(proc.create_time() - create_time.timestamp()) <= tolerance_s
+    return bool(abs(proc.create_time() - create_time.timestamp()) <= tolerance_s)
 
 
 class PsutilControl:
@@ -186,7 +186,7 @@ class PsutilControl:
     def alive(self, pid: int, create_time: datetime) -> bool:
         try:
             p = psutil.Process(pid)
-            return _same(p, create_time, self.tolerance_s) and p.status() != psutil.STATUS_ZOMBIE
+            return _same(p, create_time, self.tolerance_s) and bool(p.status() != psutil.STATUS_ZOMBIE)
         except psutil.NoSuchProcess:
             return False
 

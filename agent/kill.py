@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from pydantic import ValidationError
 
 from agent.sample import LiveProcess, ProcessControl
-from gpuevents.commands import CREATE_TIME_TOLERANCE_S, KillCommand, KillReply
+from gpuevents.commands import CREATE_TIME_TOLERANCE_S, KillCommand, KillOutcome, KillReply, Signal
 from gpuevents.config import ProtectConfig
 
 log = logging.getLogger(__name__)
@@ -94,8 +94,8 @@ class KillHandler:
         try:
             cmd = KillCommand.model_validate_json(payload)
         except ValidationError as e:
-            pid = 0
-            return KillReply(outcome="refused", pid=pid, reason=f"malformed kill command: {e}").model_dump_json().encode()
+            bad = KillReply(outcome="refused", pid=0, reason=f"malformed kill command: {e}")
+            return bad.model_dump_json().encode()
         reply = await self.handle(cmd)
         return reply.model_dump_json().encode()
 
@@ -113,40 +113,36 @@ class KillHandler:
         live = self.control.lookup(pid)
         if live is None:
             return KillReply(outcome="gone", pid=pid, reason="no such process")
-        who = {"user": live.user, "name": live.name}
+        def reply(outcome: KillOutcome, reason: str = "", signal: Signal | None = None) -> KillReply:
+            return KillReply(outcome=outcome, pid=pid, reason=reason, signal=signal,
+                             user=live.user, name=live.name)
+
         if abs((live.create_time - cmd.create_time).total_seconds()) > CREATE_TIME_TOLERANCE_S:
-            return KillReply(
-                outcome="refused", pid=pid, **who,
-                reason=(f"create time differs: pid {pid} started at {live.create_time.isoformat()}, "
-                        f"not {cmd.create_time.isoformat()} (the pid was reused)"),
-            )
+            return reply("refused", f"create time differs: pid {pid} started at {live.create_time.isoformat()}, "
+                                    f"not {cmd.create_time.isoformat()} (the pid was reused)")
         refusal = self.policy.refusal(pid, live, self.pod_of(pid))
         if refusal is not None:
-            return KillReply(outcome="refused", pid=pid, reason=refusal, **who)
+            return reply("refused", refusal)
         if cmd.require_gpu and not self.holds_gpu(live):
-            return KillReply(outcome="refused", pid=pid, reason="it holds no GPU (per the latest sample)", **who)
+            return reply("refused", "it holds no GPU (per the latest sample)")
         if not self.rate.take():
-            reason = ("kills are disabled on this node (agent.kill.max_per_minute: 0)"
-                      if self.rate.per_minute == 0 else
-                      f"rate limit: at most {self.rate.per_minute} kills per minute on this node")
-            return KillReply(outcome="refused", pid=pid, reason=reason, **who)
+            return reply("refused", "kills are disabled on this node (agent.kill.max_per_minute: 0)"
+                         if self.rate.per_minute == 0 else
+                         f"rate limit: at most {self.rate.per_minute} kills per minute on this node")
 
         if not self.control.send(pid, live.create_time, cmd.signal):
-            return KillReply(outcome="gone", pid=pid, reason="it ended before it was signalled", **who)
+            return reply("gone", "it ended before it was signalled")
         if cmd.signal == "KILL":
             await self._wait_end(live, KILL_WAIT_S)
-            return KillReply(outcome="killed", pid=pid, signal="KILL", **who)
+            return reply("killed", signal="KILL")
         if await self._wait_end(live, cmd.grace_s):
-            return KillReply(outcome="exited", pid=pid, signal=cmd.signal, **who)
+            return reply("exited", signal=cmd.signal)
         if not self.control.send(pid, live.create_time, "KILL"):
-            return KillReply(outcome="exited", pid=pid, signal=cmd.signal,
-                             reason=f"it ended just after the {cmd.grace_s:g}s grace", **who)
+            return reply("exited", f"it ended just after the {cmd.grace_s:g}s grace", cmd.signal)
         if await self._wait_end(live, KILL_WAIT_S):
-            return KillReply(outcome="killed", pid=pid, signal="KILL",
-                             reason=f"still running {cmd.grace_s:g}s after {cmd.signal}", **who)
-        return KillReply(outcome="killed", pid=pid, signal="KILL",
-                         reason=f"SIGKILL sent but the process was still there after {KILL_WAIT_S:g}s "
-                                "(uninterruptible sleep?)", **who)
+            return reply("killed", f"still running {cmd.grace_s:g}s after {cmd.signal}", "KILL")
+        return reply("killed", f"SIGKILL sent but the process was still there after {KILL_WAIT_S:g}s "
+                               "(uninterruptible sleep?)", "KILL")
 
     async def _wait_end(self, live: LiveProcess, timeout: float) -> bool:
         """Poll until the process is gone; False if it outlives `timeout`."""

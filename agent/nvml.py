@@ -72,9 +72,10 @@ class NvmlSampler:
                  timing: bool = False) -> None:
         if nvml is None:
             try:
-                import pynvml as nvml
+                import pynvml
             except ImportError as e:  # pragma: no cover - nvidia-ml-py is a dependency
                 raise NvmlUnavailable(f"the pynvml module (nvidia-ml-py) is not installed: {e}") from None
+            nvml = pynvml
         self.nv = nvml
         self.identifier = identifier or PsutilIdentifier()
         self.timing = timing
