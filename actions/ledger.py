@@ -16,6 +16,7 @@ from gpuevents.records import AuditRecord
 log = logging.getLogger(__name__)
 
 LedgerState = Literal["running", "retry", "deferred", "done"]
+LEDGER_PREFIX = "actions.ledger."  # what kv_key("actions", "ledger", key) starts with
 
 
 class LedgerEntry(BaseModel):
@@ -119,6 +120,19 @@ class Ledger:
         assert claim.entry is not None
         entry = claim.entry.model_copy(update={"state": "done", "deadline": None, "record": record})
         return await self._write(claim, entry)
+
+    async def prune(self, now: datetime, keep_s: float) -> int:
+        """Forget keys that finished more than `keep_s` ago (the bucket has no TTL); how many."""
+        removed = 0
+        for k in await self.kv.keys(LEDGER_PREFIX):
+            got = await self.kv.get(k)
+            if got is None:
+                continue
+            entry = LedgerEntry.model_validate_json(got.value)
+            if entry.state == "done" and (now - entry.since).total_seconds() > keep_s:
+                await self.kv.delete(k)
+                removed += 1
+        return removed
 
     async def mark_audited(self, claim: Claim) -> None:
         assert claim.entry is not None

@@ -31,6 +31,7 @@ from gpuevents import subjects as S
 from gpuevents.bus import Bus, BusError, Delivery
 from gpuevents.clock import Clock, SystemClock
 from gpuevents.config import Config
+from gpuevents.durations import format_duration
 from gpuevents.events import new_id
 from gpuevents.records import ActionRequest, AuditRecord, Outcome
 
@@ -40,6 +41,8 @@ SECRET_PARAM_KEYS = frozenset({"authorization", "token", "password", "secret", "
                                "cookie"})
 CLAIM_MARGIN_S = 30.0  # past its deadline plus this, a `running` claim is a dead runner's
 BUSY_RECHECK_S = 5.0
+LEDGER_KEEP_S = 7 * 86400.0  # how long a finished key still blocks a rerun
+PRUNE_EVERY_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -316,6 +319,7 @@ class ActionRunner:
                                            ack_wait=self.ack_wait, max_deliver=-1,
                                            max_ack_pending=max(self.concurrency * 64, 1024))
         tasks: set[asyncio.Task[None]] = set()
+        pruner = asyncio.create_task(self._prune_forever())
         try:
             while not stop.is_set():
                 free = self.concurrency - len(tasks)
@@ -327,9 +331,22 @@ class ActionRunner:
                     tasks.add(task)
                     task.add_done_callback(tasks.discard)
         finally:
+            pruner.cancel()
             if tasks:
                 await asyncio.wait(tasks)
             await consumer.close()
+
+    async def _prune_forever(self) -> None:
+        _, ledger = await self._ready()
+        while True:
+            try:
+                removed = await ledger.prune(self.clock.now(), LEDGER_KEEP_S)
+                if removed:
+                    log.info("forgot %d action keys finished more than %s ago", removed,
+                             format_duration(LEDGER_KEEP_S))
+            except Exception as e:  # never let housekeeping end the runner
+                log.warning("pruning the action ledger failed: %s: %s", type(e).__name__, e)
+            await asyncio.sleep(PRUNE_EVERY_S)
 
     async def _guarded(self, delivery: Delivery) -> None:
         try:

@@ -19,6 +19,7 @@ class KeyValue(Protocol):
     async def create(self, key: str, value: bytes) -> int: ...
     async def update(self, key: str, value: bytes, last: int) -> int: ...
     async def delete(self, key: str) -> None: ...
+    async def keys(self, prefix: str = "") -> list[str]: ...
 
 
 class MemoryKv:
@@ -52,6 +53,9 @@ class MemoryKv:
 
     async def delete(self, key: str) -> None:
         self._data.pop(key, None)
+
+    async def keys(self, prefix: str = "") -> list[str]:
+        return [k for k in self._data if k.startswith(prefix)]
 
 
 def kv_key(*parts: str) -> str:

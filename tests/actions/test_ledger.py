@@ -48,3 +48,15 @@ async def test_the_hourly_limit_is_a_rolling_hour() -> None:
     assert await take_hourly(kv, "kill", 2, t + 3601)  # the first one left the window
     assert not await take_hourly(kv, "kill", 2, t + 3602)
     assert await take_hourly(kv, "cordon", 2, t + 3602)  # per action type
+
+
+async def test_prune_forgets_only_keys_finished_long_ago() -> None:
+    kv = MemoryKv()
+    lg = Ledger(kv, "r")
+    for key, at in (("old", T0), ("new", T0 + timedelta(days=6))):
+        claim = await lg.claim(key, at, at + timedelta(minutes=1))
+        await lg.finish(claim, AuditRecord(time=at, kind="action", outcome="ok", action_key=key))
+    running = await lg.claim("busy", T0, T0 + timedelta(days=30))
+    assert running.won
+    assert await lg.prune(T0 + timedelta(days=8), keep_s=7 * 86400) == 1
+    assert await lg.read("old") is None and await lg.read("new") is not None and await lg.read("busy") is not None

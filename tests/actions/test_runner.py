@@ -248,3 +248,18 @@ async def test_a_permanent_failure_is_terminated_and_leaves_the_queue(bus: Bus) 
     assert [(r.outcome, r.attempt) for r in records] == [("failed", 1)]
     assert "answered something that is not a reply" in (records[0].error or "")
     assert (await bus.stream_info(S.STREAM_ACTIONS)).state.messages == 0
+
+
+async def test_the_ledger_prunes_on_the_real_bucket(bus: Bus, webhook: FakeWebhook) -> None:
+    from datetime import timedelta
+
+    from actions.ledger import Ledger
+
+    runner = ActionRunner(bus, make_config())
+    req = make_request("webhook", {"url": webhook.url()})
+    record = await runner.process(req)
+    await runner.close()
+    ledger = Ledger(await bus.kv(), "janitor")
+    assert await ledger.prune(record.time + timedelta(days=1), keep_s=7 * 86400) == 0
+    assert await ledger.prune(record.time + timedelta(days=8), keep_s=7 * 86400) == 1
+    assert await ledger.read(req.key) is None
