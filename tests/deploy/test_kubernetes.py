@@ -307,3 +307,18 @@ def test_example_rules_load(tmp_path: Path) -> None:
         (tmp_path / name).write_text(text)
     loaded = load_rule_set([tmp_path])
     assert {r.spec.name for r in loaded.rules} == {"idle-gpu-2h", "idle-gpu-8h-stop"}
+
+
+def test_rules_load_from_a_configmap_volume_layout(tmp_path: Path) -> None:
+    """The kubelet mounts a ConfigMap as symlinks into a `..data` directory it swaps on update."""
+    from rules.loader import load_rule_set
+
+    rules = find("ConfigMap", "gpuevents-rules")["data"]
+    version = tmp_path / "..2026_12_01_00_00_00.000000001"
+    version.mkdir()
+    for name, text in rules.items():
+        (version / name).write_text(text)
+        (tmp_path / name).symlink_to(Path("..data") / name)
+    (tmp_path / "..data").symlink_to(version.name)
+    loaded = load_rule_set([tmp_path])
+    assert sorted(r.spec.name for r in loaded.rules) == ["idle-gpu-2h", "idle-gpu-8h-stop"]
