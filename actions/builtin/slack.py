@@ -231,13 +231,14 @@ async def _join_digest(ctx: ActionContext, to: str, item: fmt.MessageItem,
         now = svc.clock.now()
         got = await svc.kv.get(key)
         state = None if got is None else DigestState.model_validate_json(got.value)
+        revision = 0 if got is None else got.revision
         if state is not None and state.leader == me:
             if not state.closed and now < state.due - timedelta(milliseconds=50):
                 raise Deferred((state.due - now).total_seconds(), f"digest for {to} sends at {state.due}")
             closed = state.model_copy(update={"closed": True})
             if not state.closed:
                 try:
-                    await svc.kv.update(key, closed.model_dump_json().encode(), last=got.revision)  # type: ignore[union-attr]
+                    await svc.kv.update(key, closed.model_dump_json().encode(), last=revision)
                 except KvWrongRevision:
                     continue
             return closed.items
@@ -250,13 +251,13 @@ async def _join_digest(ctx: ActionContext, to: str, item: fmt.MessageItem,
                 if got is None:
                     await svc.kv.create(key, new.model_dump_json().encode())
                 else:
-                    await svc.kv.update(key, new.model_dump_json().encode(), last=got.revision)
+                    await svc.kv.update(key, new.model_dump_json().encode(), last=revision)
             except (KvExists, KvWrongRevision):
                 continue
             continue  # now the leader: the loop defers (or sends a stale digest at once)
         grown = state.model_copy(update={"items": [*_without(state.items, item), item]})
         try:
-            await svc.kv.update(key, grown.model_dump_json().encode(), last=got.revision)  # type: ignore[union-attr]
+            await svc.kv.update(key, grown.model_dump_json().encode(), last=revision)
         except KvWrongRevision:
             continue
         return None

@@ -7,9 +7,12 @@ import json
 import pytest
 
 from actions.builtin import slack as slack_module
-from actions.runner import ActionRunner
-from tests.actions.conftest import T0, make_config, make_request
+from actions.runner import ActionRunner, publish_request
+from gpuevents.bus import Bus
+from gpuevents.records import AuditRecord
+from tests.actions.conftest import T0, audit_records, make_config, make_request
 from tests.actions.fakes import FakeSlack, Injected
+from tests.waiting import wait_for
 
 
 @pytest.fixture
@@ -149,3 +152,26 @@ async def test_digest_sends_one_dm_listing_every_incident_of_the_owner(slack: Fa
     alice = slack.dms_to("U001")
     assert len(alice) == 1 and len(slack.dms_to("U002")) == 1
     assert all(f"GPU {i} idle" in all_text(alice[0]) for i in range(3))
+
+
+async def test_digest_through_the_queue_waits_out_the_window_then_sends_once(
+        slack: FakeSlack, token: str, bus: Bus) -> None:
+    import asyncio
+
+    runner = ActionRunner(bus, make_config(actions={"slack": {"base_url": slack.base_url}}))
+    stop = asyncio.Event()
+    loop = asyncio.create_task(runner.run(stop))
+    for i in range(2):
+        await publish_request(bus, make_request("slack", {"to": "U003", "text": f"GPU {i} idle", "digest": True,
+                                                          "digest_window": 0.5}, entity_id=f"n1/gpu{i}"))
+    records = await wait_for(lambda: _two(bus), what="two audit records")
+    stop.set()
+    await loop
+    assert sorted(r.detail or "" for r in records) == ["digest of 2 sent to U003", "queued in the digest for U003"]
+    assert len(slack.dms_to("U003")) == 1
+    assert "GPU 0 idle" in all_text(slack.posted[0]) and "GPU 1 idle" in all_text(slack.posted[0])
+
+
+async def _two(bus: Bus) -> list[AuditRecord] | None:
+    records = await audit_records(bus)
+    return records if len(records) >= 2 else None
