@@ -341,9 +341,9 @@ class Core:
 
     # ------------------------------------------------------------------ tick
     def _tick(self, now: datetime, out: StepResult) -> None:
-        self._expire_snoozes(now, out)
         self._check_nodes(now, out)
         self._check_orphans(now, out)
+        self._expire_snoozes(now, out)
         for rule in self.rules:
             if rule.scheduled:
                 due = self._next_cron.get(rule.name)

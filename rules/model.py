@@ -61,6 +61,13 @@ class RuleSpec(BaseModel):
             raise ValueError("must be longer than 0s")
         return v
 
+    @field_validator("when", mode="before")
+    @classmethod
+    def _literal_when(cls, v: Any) -> Any:
+        if isinstance(v, bool):  # `when: true` is read by YAML as a boolean; mean the same expression
+            return "true" if v else "false"
+        return v
+
     @field_validator("labels", mode="before")
     @classmethod
     def _label_strings(cls, v: Any) -> Any:

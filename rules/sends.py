@@ -175,12 +175,14 @@ class Sender:
         facts: dict[str, Any], dry: bool, now: datetime, total: int, event_time: datetime | None,
     ) -> ActionRequest:
         reason: str | None = None
+        params: dict[str, Any] = {}
         try:
             params = render_params(a.params, names)
             registry.parse_params(a.type, params)
+        except registry.ParamsError as e:
+            reason = f"invalid parameters of action {a.index} ({a.type}) after rendering: {e}"
         except Exception as e:
-            params = {}
-            reason = f"cannot render the parameters of action {a.index} ({a.type}): {e}"
+            reason = f"cannot render the parameters of action {a.index} ({a.type}): {type(e).__name__}: {e}"
         req = ActionRequest(
             key=f"{incident.id}:{phase}:{a.index}:{incident.repeat_count}", type=a.type, params=params,
             rule=rule.name, rule_labels=dict(rule.spec.labels), entity_id=ent.id, entity_kind=rule.kind,
