@@ -40,8 +40,14 @@ def all_docs(paths: list[Path] | None = None) -> Iterator[dict[str, Any]]:
         yield from docs_of(path)
 
 
+def load_yaml(path: Path) -> dict[str, Any]:
+    data = yaml.safe_load(path.read_text())
+    assert isinstance(data, dict), f"{path}: not a mapping"
+    return data
+
+
 def kustomization() -> dict[str, Any]:
-    return yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    return load_yaml(K8S / "kustomization.yaml")
 
 
 def find(kind: str, name: str) -> dict[str, Any]:
@@ -51,7 +57,7 @@ def find(kind: str, name: str) -> dict[str, Any]:
 
 
 def rbac_needs() -> dict[str, Any]:
-    return yaml.safe_load((K8S / "rbac-needs.yaml").read_text())
+    return load_yaml(K8S / "rbac-needs.yaml")
 
 
 def expand(rows: list[dict[str, Any]]) -> set[Grant]:
@@ -177,6 +183,7 @@ def test_the_needs_table_matches_the_kubernetes_calls_of_each_action(action_type
 # ------------------------------------------------------------------ agent and engine pods
 def _container(workload: dict[str, Any]) -> dict[str, Any]:
     (container,) = workload["spec"]["template"]["spec"]["containers"]
+    assert isinstance(container, dict)
     return container
 
 
