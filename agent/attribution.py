@@ -53,15 +53,21 @@ def resolve_owner(
 
 
 class Attributor:
-    """Completes identities with the pod (from the kubelet) and the owner; one result per process, cached."""
+    """Completes identities with the pod (from the kubelet), its labels and the owner; cached per process.
+
+    With `attribution.team_pod_label`, that pod label's value is also put under `team_label`
+    (config `costs.team_label`), the label usage reports group by.
+    """
 
     def __init__(
         self,
         attribution: AttributionConfig,
         owners: Mapping[str, str],
         pods: Callable[[str], PodMeta | None] | None = None,
+        team_label: str = "team",
     ) -> None:
         self.attribution = attribution
+        self.team_label = team_label
         self.owners = dict(owners)
         self.pods = pods
         self._cache: dict[tuple[int, datetime], ProcessIdentity] = {}
@@ -89,7 +95,12 @@ class Attributor:
         owner = ident.owner or resolve_owner(ident.user, pod, self.owners, self.attribution)
         if pod is None:
             return replace(ident, owner=owner)
-        return replace(ident, pod=f"{pod.namespace}/{pod.name}", labels=dict(pod.labels), owner=owner)
+        labels = dict(pod.labels)
+        team_key = self.attribution.team_pod_label
+        if team_key and pod.labels.get(team_key):
+            # reports group by `costs.team_label` in process labels; the pod may name it otherwise
+            labels[self.team_label] = pod.labels[team_key]
+        return replace(ident, pod=f"{pod.namespace}/{pod.name}", labels=labels, owner=owner)
 
 
 class PsutilIdentifier:

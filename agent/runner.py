@@ -56,7 +56,8 @@ class NodeAgent:
             snapshot_interval_s=a.snapshot_interval, labels=a.labels,
             driver_version=sampler.driver_version, hostname=self.hostname,
         )
-        self.attributor = Attributor(a.attribution, config.owners, pods.get if pods else None)
+        self.attributor = Attributor(a.attribution, config.owners, pods.get if pods else None,
+                                     team_label=config.costs.team_label)
         if control is None:
             control = sampler if isinstance(sampler, SimulatedNode) else PsutilControl()
         self.kill = KillHandler(

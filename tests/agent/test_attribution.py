@@ -75,6 +75,13 @@ def test_attributor_adds_pod_and_owner() -> None:
     assert (done.pod, done.labels, done.owner) == ("ml/train-7", {"owner": "pod-owner@x.org"}, "pod-owner@x.org")
 
 
+def test_team_pod_label_becomes_the_team_label() -> None:
+    pod = PodMeta(uid=POD_UID, namespace="ml", name="t", labels={"acme.com/team": "nlp"})
+    att = Attributor(AttributionConfig(team_pod_label="acme.com/team"), {}, {POD_UID: pod}.get)
+    raw = ProcessIdentity(pid=5, create_time=datetime(2026, 1, 1, tzinfo=UTC), user="alice", pod_uid=POD_UID)
+    assert att.complete({5: raw})[5].labels == {"acme.com/team": "nlp", "team": "nlp"}
+
+
 def test_attributor_fills_the_pod_once_the_kubelet_knows_it() -> None:
     pods: dict[str, PodMeta] = {}
     att = Attributor(AttributionConfig(default_domain="x.org"), {}, pods.get)
