@@ -329,3 +329,17 @@ def test_rules_load_from_a_configmap_volume_layout(tmp_path: Path) -> None:
     (tmp_path / "..data").symlink_to(version.name)
     loaded = load_rule_set([tmp_path])
     assert sorted(r.spec.name for r in loaded.rules) == ["idle-gpu-2h", "idle-gpu-8h-stop"]
+
+
+def test_optional_runners_act_with_the_engines_identity_and_nothing_more() -> None:
+    (runners,) = docs_of(K8S / "optional" / "runners.yaml")
+    engine = find("Deployment", "gpuevents-engine")
+    pod = runners["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == engine["spec"]["template"]["spec"]["serviceAccountName"]
+    assert _container(runners)["args"] == ["runner", "-c", "/etc/gpuevents/config.yaml"]
+    env = {e["name"]: e for e in _container(runners)["env"]}
+    engine_env = {e["name"]: e for e in _container(engine)["env"]}
+    for name in ("NATS_USER", "NATS_PASSWORD", "SLACK_BOT_TOKEN", "GPUEVENTS_CLUSTER"):
+        assert env[name] == engine_env[name], name
+    assert _container(runners)["securityContext"] == _container(engine)["securityContext"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
