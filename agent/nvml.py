@@ -17,6 +17,9 @@ log = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
 _MAX_EVENTS_PER_SAMPLE = 64
+#: a per-process SM sample older than this counts as 0%: the driver samples processes on its own
+#: period, so a busy process can have no new sample between two of our reads
+PROC_UTIL_FRESH_US = 5_000_000
 
 
 class NvmlUnavailable(Exception):
@@ -37,6 +40,8 @@ class _Device:
     is_mig_parent: bool = False
     lost: bool = False
     last_util_ts: int = 0
+    #: pid -> (timestamp in µs, SM %) of its newest per-process sample
+    proc_util: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -214,7 +219,7 @@ class NvmlSampler:
             try:
                 gpus.append(self._read_gpu(d))
                 if not d.is_mig_parent:
-                    procs.extend(self._read_procs(d))
+                    procs.extend(self._read_procs(d, int(now.timestamp() * 1_000_000)))
             except GpuLost as e:
                 d.lost = True
                 log.error("gpu %d (%s) is lost (%s); reporting it as lost", d.index, d.uuid, e)
@@ -247,7 +252,7 @@ class NvmlSampler:
             mig_parent=d.mig_parent,
         )
 
-    def _read_procs(self, d: _Device) -> list[ProcReading]:
+    def _read_procs(self, d: _Device, now_us: int) -> list[ProcReading]:
         i, h = d.index, d.handle
         mem: dict[int, float | None] = {}
         for name in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
@@ -256,16 +261,17 @@ class NvmlSampler:
                 prev = mem.get(p.pid)
                 mem[p.pid] = used if prev is None else max(prev, used or 0.0)
         if not mem:
+            d.proc_util.clear()
             return []
-        util = self._process_util(d)
+        util = self._process_util(d, now_us, set(mem))
         return [
             ProcReading(pid=pid, gpu=i, mem_mib=m,
                         sm_util_pct=None if util is None else float(util.get(pid, 0)))
             for pid, m in mem.items()
         ]
 
-    def _process_util(self, d: _Device) -> dict[int, int] | None:
-        """SM utilization per pid since the last call; None where unsupported; absent pid means 0."""
+    def _process_util(self, d: _Device, now_us: int, pids: set[int]) -> dict[int, int] | None:
+        """SM % per pid from samples newer than PROC_UTIL_FRESH_US; None where unsupported; absent means 0."""
         name = "nvmlDeviceGetProcessUtilization"
         if (d.index, name) in self._unsupported:
             return None
@@ -274,24 +280,31 @@ class NvmlSampler:
         except self.nv.NVMLError as e:
             code = int(e.value)
             if code in (self.nv.NVML_ERROR_NOT_FOUND, 0):  # no samples since last_util_ts
-                return {}
-            if code == self.nv.NVML_ERROR_GPU_IS_LOST:
-                raise GpuLost(name) from None
-            if code not in (self.nv.NVML_ERROR_NOT_SUPPORTED, self.nv.NVML_ERROR_FUNCTION_NOT_FOUND):
-                if (d.index, name, code) not in self._warned:
-                    self._warned.add((d.index, name, code))
-                    self.errors.append(f"gpu {d.index}: {name} failed: {e} (code {code})")
-                    log.warning("gpu %d: %s failed: %s", d.index, name, e)
+                samples = []
+            else:
+                self._process_util_failed(d, name, e, code)
                 return None
-            self._unsupported.add((d.index, name))
-            return None
-        latest: dict[int, tuple[int, int]] = {}
         for s in samples:
             ts = int(s.timeStamp)
-            if s.pid not in latest or ts >= latest[s.pid][0]:
-                latest[s.pid] = (ts, int(s.smUtil))
+            old = d.proc_util.get(s.pid)
+            if old is None or ts >= old[0]:
+                d.proc_util[s.pid] = (ts, int(s.smUtil))
             d.last_util_ts = max(d.last_util_ts, ts)
-        return {pid: u for pid, (_, u) in latest.items()}
+        for pid in [p for p in d.proc_util if p not in pids]:
+            del d.proc_util[pid]
+        return {pid: u for pid, (ts, u) in d.proc_util.items() if now_us - ts <= PROC_UTIL_FRESH_US}
+
+    def _process_util_failed(self, d: _Device, name: str, e: Exception, code: int) -> None:
+        """Unsupported: remembered, not asked again. Lost: raised. Anything else: logged once."""
+        if code == self.nv.NVML_ERROR_GPU_IS_LOST:
+            raise GpuLost(name) from None
+        if code in (self.nv.NVML_ERROR_NOT_SUPPORTED, self.nv.NVML_ERROR_FUNCTION_NOT_FOUND):
+            self._unsupported.add((d.index, name))
+        elif (d.index, name, code) not in self._warned:
+            self._warned.add((d.index, name, code))
+            self.errors.append(f"gpu {d.index}: {name} failed: {e} (code {code})")
+            log.warning("gpu %d: %s failed: %s", d.index, name, e)
+        return None
 
     def _read_xids(self) -> tuple[XidReading, ...]:
         if self._event_set is None:

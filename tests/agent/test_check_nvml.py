@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import io
 import os
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -34,7 +35,7 @@ def check(nv: FakeNvml) -> tuple[int, str]:
 
 
 def test_clean_run_prints_every_field_and_latency() -> None:
-    dev = FakeDevice(uuid="GPU-x", util=55, compute=[(os.getpid(), 1234)], proc_util=[(os.getpid(), 10, 55)],
+    dev = FakeDevice(uuid="GPU-x", util=55, compute=[(os.getpid(), 1234)], proc_util=[(os.getpid(), int(time.time() * 1e6), 55)],
                      fail={"nvmlDeviceGetFanSpeed": NVML_ERROR_NOT_SUPPORTED})
     rc, text = check(FakeNvml([dev]))
     assert rc == 0, text

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pynvml
 import pytest
@@ -21,6 +21,7 @@ from tests.agent.fake_pynvml import (
 )
 
 NOW = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+US = int(NOW.timestamp() * 1_000_000)  # NVML's per-process sample timestamps are µs since the epoch
 
 
 class NoPsutil:
@@ -51,7 +52,7 @@ def test_reads_every_field() -> None:
     dev = FakeDevice(uuid="GPU-abc", util=42, mem_used_mib=20480, mem_total_mib=81920, temp=61,
                      power_mw=312_500, limit_mw=700_000, fan=55, ecc=2,
                      compute=[(100, 20000)], graphics=[(101, 10)],
-                     proc_util=[(100, 1_000, 30), (100, 2_000, 40)])
+                     proc_util=[(100, US - 2_000_000, 30), (100, US - 1_000_000, 40)])
     s, _ = sampler([dev])
     assert s.driver_version == "550.54.15"
     r = s.sample(NOW)
@@ -66,13 +67,22 @@ def test_reads_every_field() -> None:
 
 
 def test_last_seen_timestamp_is_passed_back() -> None:
-    dev = FakeDevice(compute=[(100, 1000)], proc_util=[(100, 5_000, 10)])
+    dev = FakeDevice(compute=[(100, 1000)], proc_util=[(100, US - 5_000, 10)])
     s, nv = sampler([dev])
     s.sample(NOW)
-    dev.proc_util.append((100, 9_000, 20))
+    dev.proc_util.append((100, US - 1_000, 20))
     assert s.sample(NOW).procs[0].sm_util_pct == 20.0
     s.sample(NOW)
-    assert nv.util_timestamps == [0, 5_000, 9_000]
+    assert nv.util_timestamps == [0, US - 5_000, US - 1_000]
+
+
+def test_a_process_without_a_new_sample_keeps_its_value_while_fresh() -> None:
+    dev = FakeDevice(compute=[(100, 1000)], proc_util=[(100, US, 70)])
+    s, _ = sampler([dev])
+    assert s.sample(NOW).procs[0].sm_util_pct == 70.0
+    # the driver has not sampled the process again: still busy as far as we know
+    assert s.sample(NOW + timedelta(seconds=2)).procs[0].sm_util_pct == 70.0
+    assert s.sample(NOW + timedelta(seconds=6)).procs[0].sm_util_pct == 0.0
 
 
 def test_unsupported_queries_are_null_and_not_asked_again() -> None:
