@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import date, datetime, time, tzinfo
+from datetime import date, datetime, timedelta, tzinfo
 from functools import lru_cache
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -51,11 +51,13 @@ def is_weekend(day: date) -> bool:
     return day.weekday() >= 5
 
 
+@lru_cache(maxsize=4096)
 def is_holiday(country: str, day: date) -> bool:
     """A public holiday (or an official day off) in `country` on `day`."""
     return day in country_calendar(country)
 
 
+@lru_cache(maxsize=4096)
 def is_workday(country: str, day: date) -> bool:
     """A working day by the country's calendar: weekdays that are not holidays, plus weekend days made working days."""
     cal = country_calendar(country)
@@ -65,8 +67,6 @@ def is_workday(country: str, day: date) -> bool:
 
 def next_workday(country: str, day: date) -> date:
     """The first working day after `day`."""
-    from datetime import timedelta
-
     d = day + timedelta(days=1)
     for _ in range(60):
         if is_workday(country, d):
@@ -183,7 +183,3 @@ def parse_window(spec: str) -> Window:
 def in_window(spec: str, now: datetime, default_tz: tzinfo) -> bool:
     """`now` inside the window; parts without a zone use `default_tz` (the rule's timezone)."""
     return parse_window(spec).contains(now, default_tz)
-
-
-def local_time(now: datetime, tz: tzinfo) -> time:
-    return now.astimezone(tz).time()

@@ -153,13 +153,18 @@ class FleetState:
 
     @staticmethod
     def _process_key(node_key: str, p: ProcessInfo, known: Mapping[str, ProcessInfo]) -> str:
+        """The entity key of `p`: the known process with its pid and (nearly) its create time, else a new one."""
+        key = f"{node_key}/pid{p.pid}@{int(p.create_time.timestamp())}"
+        old = known.get(key)
+        if old is not None and abs((old.create_time - p.create_time).total_seconds()) <= CREATE_TIME_TOLERANCE_S:
+            return key
         prefix = f"{node_key}/pid{p.pid}@"
         for k, old in known.items():
             if old.pid == p.pid and k.startswith(prefix) and (
                 abs((old.create_time - p.create_time).total_seconds()) <= CREATE_TIME_TOLERANCE_S
             ):
                 return k
-        return f"{prefix}{int(p.create_time.timestamp())}"
+        return key
 
     def rebuild(self, ns: NodeState) -> Change:
         """Build the node's views from its infos; report what is new or changed and what is gone."""
@@ -187,13 +192,17 @@ class FleetState:
             )
             procs[pkey] = pv
             by_pid[p.pid] = pv
+        pids_of: dict[int, list[int]] = {}
+        for pv in procs.values():
+            for i in pv.gpus:
+                pids_of.setdefault(i, []).append(pv.pid)
         gpus: dict[int, GpuView] = {}
         for idx in sorted(gpu_infos):
             g = gpu_infos[idx]
             pids = list(g.pids)
-            for pv in procs.values():
-                if idx in pv.gpus and pv.pid not in pids:
-                    pids.append(pv.pid)
+            for pid in pids_of.get(idx, ()):
+                if pid not in pids:
+                    pids.append(pid)
             on_gpu = sorted((by_pid[p] for p in pids if p in by_pid), key=lambda v: v.create_time)
             gpu_owners: list[str] = []
             for pv in on_gpu:

@@ -71,9 +71,8 @@ class GpuView:
 
     def __init__(self, clock: EvalClock, **fields: Any) -> None:
         self._clock = clock
-        for k in self.__slots__:
-            if not k.startswith("_"):
-                setattr(self, k, fields.get(k))
+        for k in _GPU_PUBLIC:
+            setattr(self, k, fields.get(k))
         since = self.idle_since
         self._idle_since_ts: float | None = since.timestamp() if since is not None else None
 
@@ -98,9 +97,8 @@ class ProcessView:
 
     def __init__(self, clock: EvalClock, **fields: Any) -> None:
         self._clock = clock
-        for k in self.__slots__:
-            if not k.startswith("_"):
-                setattr(self, k, fields.get(k))
+        for k in _PROCESS_PUBLIC:
+            setattr(self, k, fields.get(k))
         self._create_ts: float = self.create_time.timestamp()
 
     @property
@@ -109,6 +107,10 @@ class ProcessView:
 
     def __repr__(self) -> str:
         return f"<process {self.id}>"
+
+
+_GPU_PUBLIC = tuple(k for k in GpuView.__slots__ if not k.startswith("_"))
+_PROCESS_PUBLIC = tuple(k for k in ProcessView.__slots__ if not k.startswith("_"))
 
 
 def _public(cls: type, extra: tuple[str, ...] = ()) -> frozenset[str]:
