@@ -54,8 +54,10 @@ def agent(
 
 
 def simulate(
-    nodes: Annotated[int, typer.Option("--nodes", min=1, help="simulated nodes, each its own agent")] = 1,
-    gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", min=1, max=64)] = 8,
+    nodes: Annotated[int | None, typer.Option(
+        "--nodes", min=1, help="simulated nodes, each its own agent [default: agent.simulation.nodes]")] = None,
+    gpus_per_node: Annotated[int | None, typer.Option(
+        "--gpus-per-node", min=1, max=64, help="[default: agent.simulation.gpus_per_node]")] = None,
     scenario: Annotated[str | None, typer.Option(
         "--scenario", help="a shipped scenario (demo, mixed, steady, idle-heavy) or a YAML file")] = None,
     config: ConfigOption = None,
@@ -78,6 +80,8 @@ def simulate(
     except DurationError as e:
         typer.echo(f"error: --for {e}", err=True)
         raise typer.Exit(2) from None
+    nodes = nodes or cfg.agent.simulation.nodes
+    gpus_per_node = gpus_per_node or cfg.agent.simulation.gpus_per_node
     try:
         agents = simulated_agents(cfg, nodes=nodes, gpus_per_node=gpus_per_node, scenario=scenario,
                                   seed=seed, speedup=speedup, start=SystemClock().now())
