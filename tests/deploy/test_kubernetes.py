@@ -343,3 +343,18 @@ def test_optional_runners_act_with_the_engines_identity_and_nothing_more() -> No
         assert env[name] == engine_env[name], name
     assert _container(runners)["securityContext"] == _container(engine)["securityContext"]
     assert pod["securityContext"]["runAsNonRoot"] is True
+
+
+def test_example_rules_pass_their_rule_tests(tmp_path: Path) -> None:
+    from rules.testing import run_test_file
+
+    (tmp_path / "rules").mkdir()
+    for name, text in find("ConfigMap", "gpuevents-rules")["data"].items():
+        (tmp_path / "rules" / name).write_text(text)
+    test_file = tmp_path / "example-rules.test.yaml"
+    test_file.write_text((Path(__file__).parent / "example-rules.test.yaml").read_text())
+    outcome = run_test_file(test_file)
+    assert not outcome.problems, outcome.problems
+    assert len(outcome.tests) == 4
+    failures = {t.name: t.failures for t in outcome.tests if not t.passed}
+    assert not failures, failures
