@@ -170,6 +170,7 @@ def audit(
 
 
 # --- sub-commands (one registration line each) ---
+__import__("agent.cli").cli.register_commands(app)  # gpuevents agent, gpuevents simulate
 
 
 def main() -> None:
