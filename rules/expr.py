@@ -255,7 +255,7 @@ class _Compiler:
             raise self.fail(node, "*args and **kwargs are not supported in conditions")
         args = [self.visit(a) for a in node.args]
         for kw in node.kwargs:
-            if not kw.key.isidentifier():
+            if not isinstance(kw.key, str) or not kw.key.isidentifier():
                 raise self.fail(node, f"bad keyword {kw.key!r}")
             args.append(f"{kw.key}={self.visit(kw.value)}")
         return ", ".join(args)

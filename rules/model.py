@@ -50,7 +50,7 @@ class RuleSpec(BaseModel):
     timezone: str | None = None
     dry_run: bool = False
     labels: dict[str, str] = Field(default_factory=dict)
-    limits: RuleLimits = RuleLimits()
+    limits: RuleLimits = RuleLimits(max_per_hour=None, max_fleet_pct=None)
     actions: list[ActionSpec] = Field(min_length=1)
     on_resolve: list[ActionSpec] = Field(default_factory=list)
 

@@ -94,11 +94,12 @@ def _proc_facts(p: ProcessView) -> dict[str, Any]:
 
 
 def _gpu_facts(g: GpuView) -> dict[str, Any]:
-    return _jsonable({
+    facts: dict[str, Any] = _jsonable({
         "index": g.index, "uuid": g.uuid, "model": g.model, "util_pct": g.util_pct, "mem_used_mib": g.mem_used_mib,
         "mem_total_mib": g.mem_total_mib, "temp_c": g.temp_c, "power_w": g.power_w, "idle": g.idle,
         "idle_since": g.idle_since, "idle_for_s": round(g.idle_for_s, 1), "owner": g.owner, "node": g.node,
     })
+    return facts
 
 
 def facts_of(ent: Entity, incident: Incident, cost: CostView | None, now: datetime) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from gpuevents.clock import utc
-from gpuevents.config import Config, EngineConfig
+from gpuevents.config import Config
 from gpuevents.durations import Duration, format_duration
 from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot, ProcessInfo, SnapshotEvent
 from gpuevents.yamlpos import Located, LocatedError, parse_yaml
@@ -209,7 +209,7 @@ def snapshot_inputs(test: RuleTest, start: datetime, owners: dict[str, str]) -> 
 
 def run_test(tf: TestFile, test: RuleTest, rule_paths: list[Path]) -> TestOutcome:
     rules = load_rule_set(rule_paths, default_timezone=tf.timezone)
-    config = Config(engine=EngineConfig(timezone=tf.timezone, tick=tf.tick), owners=tf.owners)
+    config = Config.model_validate({"engine": {"timezone": tf.timezone, "tick": tf.tick}, "owners": tf.owners})
     core = Core(rules, config, offline_detection=False)
     start = _start(tf, test)
     inputs = snapshot_inputs(test, start, tf.owners)

@@ -51,6 +51,18 @@ class NodeView:
         "cluster", "cordoned", "driver_version", "gpu_count", "gpus_busy", "gpus_idle", "hostname",
         "id", "labels", "last_seen", "name", "online",
     )
+    cluster: str
+    cordoned: bool | None
+    driver_version: str | None
+    gpu_count: int
+    gpus_busy: int
+    gpus_idle: int
+    hostname: str | None
+    id: str
+    labels: dict[str, str]
+    last_seen: datetime | None
+    name: str
+    online: bool
 
     def __init__(self, **fields: Any) -> None:
         for k in self.__slots__:
@@ -68,6 +80,28 @@ class GpuView:
         "lost", "mem_pct", "mem_total_mib", "mem_used_mib", "mig_parent", "model", "node", "owner",
         "owners", "pids", "power_limit_w", "power_w", "processes", "temp_c", "util_pct", "uuid",
     )
+    ecc_uncorrected: int | None
+    fan_pct: float | None
+    id: str
+    idle: bool
+    idle_since: datetime | None
+    index: int
+    lost: bool
+    mem_pct: float | None
+    mem_total_mib: float | None
+    mem_used_mib: float | None
+    mig_parent: str | None
+    model: str | None
+    node: str
+    owner: str | None
+    owners: list[str]
+    pids: list[int]
+    power_limit_w: float | None
+    power_w: float | None
+    processes: list[ProcessView]
+    temp_c: float | None
+    util_pct: float | None
+    uuid: str
 
     def __init__(self, clock: EvalClock, **fields: Any) -> None:
         self._clock = clock
@@ -94,6 +128,23 @@ class ProcessView:
         "_clock", "_create_ts", "cmdline", "container_id", "create_time", "gpu_mem_mib", "gpu_util_pct",
         "gpus", "id", "labels", "name", "node", "owner", "pid", "pod", "pod_uid", "ppid", "uid", "user",
     )
+    cmdline: str
+    container_id: str | None
+    create_time: datetime
+    gpu_mem_mib: float | None
+    gpu_util_pct: float | None
+    gpus: list[int]
+    id: str
+    labels: dict[str, str]
+    name: str
+    node: str
+    owner: str | None
+    pid: int
+    pod: str | None
+    pod_uid: str | None
+    ppid: int | None
+    uid: int | None
+    user: str | None
 
     def __init__(self, clock: EvalClock, **fields: Any) -> None:
         self._clock = clock
