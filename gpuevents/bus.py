@@ -560,6 +560,19 @@ class Bus:
             except nats.errors.Error:
                 pass
 
+    async def stored(self, stream: str, limit: int = 10_000) -> list[StoredMsg]:
+        """The messages a stream holds now, read one by one (any retention, work queues included)."""
+        js = self._jetstream()
+        state = (await js.stream_info(stream)).state
+        out: list[StoredMsg] = []
+        for seq in range(state.first_seq, min(state.last_seq, state.first_seq + limit - 1) + 1):
+            try:
+                m = await js.get_msg(stream, seq)
+            except nats.js.errors.NotFoundError:
+                continue
+            out.append(StoredMsg(m.subject or "", m.data or b"", seq, None))
+        return out
+
     # ------------------------------------------------------------ key-value
     async def kv(self) -> Kv:
         """The `gpuevents-state` bucket (config nats.kv_bucket), created when absent."""

@@ -67,6 +67,8 @@ class Engine:
         self._subs: list[Any] = []
         self.dead_letters = DeadLetters(bus, self.metrics)
         self.audit_tail: list[AuditRecord] = []
+        self.lease_checks = 0
+        self.release_lease_on_stop = True  # tests turn it off to play a crashed engine
 
     # ------------------------------------------------------------ rules
     def load_rules(self) -> RuleSet:
@@ -134,11 +136,17 @@ class Engine:
                               exc_info=t.exception())
                     raise t.exception()  # type: ignore[misc]
         finally:
+            # Let the consumer finish its fetch and batch (it checks `stop` between fetches): a
+            # pull request cancelled mid-way leaves its messages unacknowledged until ack_wait.
+            consume = tasks[1]
+            if stop.is_set() and not consume.done():
+                await asyncio.wait([consume], timeout=FETCH_TIMEOUT_S * 2 + 10)
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await self._step_down()
-            await lease.release()
+            if self.release_lease_on_stop:
+                await lease.release()
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.remove_signal_handler(signal.SIGHUP)
 
@@ -150,6 +158,7 @@ class Engine:
             except BusError as e:
                 log.warning("lease renewal failed: %s", e)
                 held = lease.held
+            self.lease_checks += 1
             if held and not self.leader.is_set():
                 await self._take_over()
             elif not held and self.leader.is_set():
@@ -186,7 +195,9 @@ class Engine:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
         self._subs = []
-        self._consumer = None
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            await consumer.close()
 
     async def _consume_loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
