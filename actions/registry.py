@@ -25,6 +25,7 @@ BUILTIN_MODULES: tuple[str, ...] = (
     "actions.builtin.command",
     "actions.builtin.publish",
     "actions.builtin.function",
+    "rules.visibility.report_action",
 )
 
 _registry: dict[str, type[Any]] = {}

@@ -11,11 +11,14 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from agent.cli import register_commands as register_agent_commands
 from gpuevents.bus import BusError
 from gpuevents.config import Config, load_config
 from gpuevents.durations import DurationError, parse_duration
 from gpuevents.server import ServerError
 from gpuevents.yamlpos import LocatedError
+from rules.cli import app as rules_app
+from rules.visibility.cli import report_command
 
 app = typer.Typer(
     name="gpuevents",
@@ -169,8 +172,55 @@ def audit(
     run_async(show_audit(client_config(load_config_or_exit(config)), rule, entity, seconds, as_json))
 
 
+def rules_backtest(
+    paths: Annotated[list[Path], typer.Argument(help="rule files or directories")],
+    since: Annotated[str, typer.Option("--since", help="how far back to replay, e.g. 7d")] = "7d",
+    as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
+    config: ConfigOption = None,
+) -> None:
+    """Replay the recorded event stream through rules: what would they have done? Nothing is run."""
+    from gpuevents.clock import SystemClock
+    from rules.backtest import run_backtest
+
+    try:
+        seconds = parse_duration(since)
+    except DurationError as e:
+        typer.echo(f"error: --since {e}", err=True)
+        raise typer.Exit(2) from None
+    cfg = client_config(load_config_or_exit(config))
+    try:
+        report = run_async(run_backtest(cfg, paths, seconds, SystemClock().now()))
+    except LocatedError as e:
+        for p in e.problems:
+            typer.echo(str(p), err=True)
+        raise typer.Exit(2) from None
+    if as_json:
+        typer.echo(report.model_dump_json(indent=2))
+        return
+    from rich.table import Table
+
+    out = Console()
+    out.print(f"replayed {report.events} events from {report.start:%Y-%m-%d %H:%M} to "
+              f"{report.end:%Y-%m-%d %H:%M} UTC ({report.malformed} malformed skipped); nothing was run")
+    summary = Table("rule", "would fire", "entities", "actions", "held/suppressed")
+    for r in report.rules:
+        summary.add_row(r.rule, str(r.fired), str(r.entities), str(r.actions_run),
+                        str(r.actions_held_or_suppressed))
+    out.print(summary)
+    detail = Table("fired at", "rule", "entity", "resolved at", "actions")
+    for i in report.incidents:
+        detail.add_row(f"{i.fired_at:%m-%d %H:%M:%S}", i.rule, i.entity_id,
+                       f"{i.resolved_at:%m-%d %H:%M:%S}" if i.resolved_at else "still firing",
+                       ", ".join(i.actions))
+    if report.incidents:
+        out.print(detail)
+
+
 # --- sub-commands (one registration line each) ---
-__import__("agent.cli").cli.register_commands(app)  # gpuevents agent, gpuevents simulate
+register_agent_commands(app)  # gpuevents agent, gpuevents simulate
+app.add_typer(rules_app, name="rules")  # gpuevents rules check|test
+rules_app.command("backtest")(rules_backtest)  # gpuevents rules backtest
+app.command("report")(report_command)  # gpuevents report
 
 
 def main() -> None:

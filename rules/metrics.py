@@ -33,6 +33,9 @@ class EngineMetrics:
                             registry=r)
         self.held_idle = Gauge("gpuevents_held_idle_gpus",
                                "GPUs idle while a process holds them", registry=r)
+        self.waste = Counter("gpuevents_waste_cost",
+                             "Estimated money spent on idle GPUs, by kind (held_idle, unallocated)",
+                             ["kind"], registry=r)
         self.gpus = Gauge("gpuevents_gpus", "GPUs known to the engine", registry=r)
         self.nodes_online = Gauge("gpuevents_nodes_online", "Nodes with a recent snapshot",
                                   registry=r)

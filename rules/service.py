@@ -18,7 +18,7 @@ from gpuevents import subjects as S
 from gpuevents.bus import Bus, BusError, Consumer, Delivery
 from gpuevents.clock import Clock, SystemClock
 from gpuevents.config import Config
-from gpuevents.events import decode_event
+from gpuevents.events import SnapshotEvent, decode_event
 from gpuevents.records import ActionRequest, AuditRecord
 from gpuevents.yamlpos import LocatedError
 from rules.core import Core, Snooze, StepResult, Tick
@@ -29,6 +29,7 @@ from rules.loader import load_rule_set, rule_files
 from rules.metrics import EngineMetrics
 from rules.model import RuleSet
 from rules.store import ModelStore, incident_key, snooze_key
+from rules.visibility.recorder import UsageRecorder
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,7 @@ class Engine:
         self._subs: list[Any] = []
         self.dead_letters = DeadLetters(bus, self.metrics)
         self.audit_tail: list[AuditRecord] = []
+        self.usage: UsageRecorder | None = None
         self.lease_checks = 0
         self.release_lease_on_stop = True  # tests turn it off to play a crashed engine
 
@@ -112,6 +114,7 @@ class Engine:
         """Run until `stop` is set: hold or wait for the lease, then consume, tick and act."""
         rules = self.load_rules()
         self.core = Core(rules, self.config)
+        self.usage = UsageRecorder.from_config(self.config)
         kv = await self.bus.kv()
         self._incidents = ModelStore(kv, "incident.", Incident)
         self._snoozes = ModelStore(kv, "snooze.", Snooze)
@@ -147,6 +150,9 @@ class Engine:
             await self._step_down()
             if self.release_lease_on_stop:
                 await lease.release()
+            if self.usage is not None:
+                await self._flush_usage()
+                self.usage.close()
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.remove_signal_handler(signal.SIGHUP)
 
@@ -220,7 +226,10 @@ class Engine:
                     await self.dead_letters.send(d.subject, d.data, e, d.headers.get("Nats-Msg-Id"))
                     continue
                 self.metrics.events.labels(type=event.type).inc()
-                total.extend(self.core.step(event, self.clock.now()))
+                now = self.clock.now()
+                total.extend(self.core.step(event, now))
+                if self.usage is not None and isinstance(event, SnapshotEvent):
+                    self.usage.observe(event, now)
             await self._commit(total)
         for d in deliveries:
             await d.ack()
@@ -246,7 +255,20 @@ class Engine:
             result = self.core.step(Tick(), now or self.clock.now())
             await self._commit(result)
         self._update_gauges()
+        await self._flush_usage()
         return result
+
+    async def _flush_usage(self) -> None:
+        """Write the usage rollups counted so far; count the waste they add to the metrics."""
+        if self.usage is None:
+            return
+        try:
+            delta = await self.usage.flush(self.clock.now())
+        except Exception:
+            log.exception("usage rollups could not be written; they are kept for the next tick")
+            return
+        self.metrics.waste.labels(kind="held_idle").inc(delta.held_idle)
+        self.metrics.waste.labels(kind="unallocated").inc(delta.unallocated)
 
     async def _reload_loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
