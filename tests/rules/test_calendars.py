@@ -7,7 +7,14 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from rules.calendars import CalendarError, in_window, is_holiday, is_workday, next_workday, parse_window
+from rules.calendars import (
+    CalendarError,
+    in_window,
+    is_holiday,
+    is_workday,
+    next_workday,
+    parse_window,
+)
 
 BERLIN = ZoneInfo("Europe/Berlin")
 NEW_YORK = ZoneInfo("America/New_York")
