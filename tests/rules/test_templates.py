@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 from jinja2.exceptions import SecurityError, UndefinedError
 
-from rules.templates import CompiledTemplate, TemplateError, compile_params, compile_template, render_params
+from rules.templates import (
+    CompiledTemplate,
+    TemplateError,
+    compile_params,
+    compile_template,
+    render_params,
+)
 
 
 def shout(text: str) -> str:
