@@ -290,6 +290,8 @@ class Bus:
             "reconnected_cb": self._on_reconnected,
             "tls": _tls_context(cfg),
         }
+        if cfg.inbox_prefix:
+            opts["inbox_prefix"] = cfg.inbox_prefix
         if cfg.creds_file is not None:
             opts["user_credentials"] = str(cfg.creds_file)
         if os.environ.get("NATS_USER"):
