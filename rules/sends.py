@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
-
-from pydantic import BaseModel, ConfigDict
 
 from actions import registry
 from actions.protection import protection_reason
@@ -21,10 +20,10 @@ from rules.templates import render_params
 from rules.views import GpuView, NodeView, ProcessView
 
 
-class CostView(BaseModel):
+@dataclass(frozen=True, slots=True)
+class CostView:
     """`cost` in templates: what the entity's GPUs cost per hour and the estimated waste so far."""
 
-    model_config = ConfigDict(frozen=True)
     per_hour: float
     so_far: float
     currency: str
@@ -35,10 +34,10 @@ class CostView(BaseModel):
         return self.text
 
 
-class IncidentView(BaseModel):
+@dataclass(frozen=True, slots=True)
+class IncidentView:
     """`incident` in templates."""
 
-    model_config = ConfigDict(frozen=True)
     id: str
     status: str
     started_at: datetime
@@ -47,10 +46,10 @@ class IncidentView(BaseModel):
     count: int
 
 
-class RuleView(BaseModel):
+@dataclass(frozen=True, slots=True)
+class RuleView:
     """`rule` in templates."""
 
-    model_config = ConfigDict(frozen=True)
     name: str
     description: str
     labels: dict[str, str]
