@@ -63,7 +63,7 @@ class CompiledTemplate:
         Template.render would copy and merge the names into a fresh context on every call; sharing
         them is what makes a storm of a thousand firings cheap."""
         ctx = self.template.new_context(dict(names), shared=True)
-        return self.template.environment.concat(self.template.root_render_func(ctx))  # type: ignore[attr-defined,no-any-return]
+        return self.template.environment.concat(self.template.root_render_func(ctx))
 
 
 def compile_template(source: str, kind: str, escape: Callable[[str], str]) -> CompiledTemplate | str:
