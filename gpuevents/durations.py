@@ -53,6 +53,20 @@ def format_duration(seconds: float) -> str:
     return " ".join(parts)
 
 
+def exact_duration(seconds: float) -> str:
+    """`1d2h3m4s500ms`: every unit, so `parse_duration` gives back exactly `seconds` (to the ms)."""
+    ms_total = round(max(0.0, seconds) * 1000)
+    s, ms = divmod(ms_total, 1000)
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if s >= size:
+            parts.append(f"{s // size}{unit}")
+            s %= size
+    if ms:
+        parts.append(f"{ms}ms")
+    return "".join(parts) or "0s"
+
+
 def _validate(value: Any) -> float:
     if isinstance(value, str | int | float):
         return parse_duration(value)
@@ -62,6 +76,6 @@ def _validate(value: Any) -> float:
 Duration = Annotated[
     float,
     BeforeValidator(_validate),
-    PlainSerializer(lambda v: format_duration(v).replace(" ", ""), return_type=str, when_used="json"),
+    PlainSerializer(exact_duration, return_type=str, when_used="json"),
 ]
 """A pydantic field type: accepts `2h` or seconds, holds seconds."""

@@ -133,3 +133,23 @@ def test_subject_shapes() -> None:
 def test_distinct_names_never_share_a_token() -> None:
     assert S.escape_token("a.b") != S.escape_token("a%2Eb")
     assert S.escape_token("a b") != S.escape_token("a_b")
+
+
+@given(seconds=st.floats(min_value=0, max_value=10 * 365 * 86400, allow_nan=False))
+def test_a_duration_survives_json(seconds: float) -> None:
+    from gpuevents.durations import exact_duration, parse_duration
+
+    assert abs(parse_duration(exact_duration(seconds)) - round(seconds, 3)) < 1e-6
+
+
+def test_durations_parse_and_format() -> None:
+    from gpuevents.durations import DurationError, format_duration, parse_duration
+
+    assert parse_duration("90s") == 90
+    assert parse_duration("1h30m") == 5400
+    assert parse_duration("1d") == 86400
+    assert parse_duration("500ms") == 0.5
+    assert format_duration(7500) == "2h 5m"
+    for bad in ("two hours", "2 h x", "", "-1s", "1x"):
+        with pytest.raises(DurationError):
+            parse_duration(bad)
