@@ -142,8 +142,12 @@ def tick_benchmark(gpus: int, tmp: Path, freeze: bool = False) -> dict[str, Any]
         t = time.perf_counter()
         out = core.step(Tick(), now)
         steady.append((time.perf_counter() - t, len(out.transitions), len(out.actions)))
+    t = time.perf_counter()
+    core.next_wakeup(T0 + timedelta(seconds=100))
+    wakeup_s = time.perf_counter() - t
     return {
         "gpus": len(core.state.by_kind["gpu"]),
+        "next_wakeup_s": round(wakeup_s, 4),
         "rules": [r.name for r in rules],
         "time_dependent_rules": [r.name for r in rules if r.condition.time_dependent],
         "snapshot_build_s": round(build_s, 2),

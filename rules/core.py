@@ -119,6 +119,7 @@ class Core:
         self._orphans: set[tuple[str, str]] = set()
         self._restored_at: datetime | None = None
         self._next_sweep: datetime | None = None
+        self._next_deadline: datetime | None = None  # the earliest future `for`/repeat deadline
         self._next_cron: dict[str, datetime] = {}
         self._full_eval: set[str] = set()
         self.rules = RuleSet()
@@ -305,6 +306,10 @@ class Core:
             self.limiter.set_firing(rule, after.entity_key, True)
         elif before is not None and before.status == "firing" and after.status != "firing":
             self.limiter.set_firing(rule, after.entity_key, False)
+        if after.open and not rule.scheduled:
+            d = next_deadline(after, rule.for_s, rule.repeat_s)
+            if d is not None and d > now and (self._next_deadline is None or d < self._next_deadline):
+                self._next_deadline = d
         if not reason and not after.open:
             reason = after.resolve_reason or ""
         out.transitions += transitions(before, after, reason)
@@ -341,6 +346,7 @@ class Core:
 
     # ------------------------------------------------------------------ tick
     def _tick(self, now: datetime, out: StepResult) -> None:
+        self._next_deadline = None  # recomputed below, and by every commit
         self._check_nodes(now, out)
         self._check_orphans(now, out)
         self._expire_snoozes(now, out)
@@ -365,10 +371,21 @@ class Core:
             self._full_eval.clear()
             self._next_sweep = now + timedelta(seconds=self.tick_s)
         for rule in self.rules:
-            if rule.scheduled or rule.name in swept or (rule.for_s <= 0 and rule.repeat_s is None):
+            if rule.scheduled or (rule.for_s <= 0 and rule.repeat_s is None):
                 continue
-            incs = self.incidents[rule.name]
-            due_keys = [k for k, inc in incs.items() if (d := next_deadline(inc, rule.for_s, rule.repeat_s)) and d <= now]
+            due_keys = []
+            soonest = self._next_deadline
+            for k, inc in self.incidents[rule.name].items():
+                d = next_deadline(inc, rule.for_s, rule.repeat_s)
+                if d is None:
+                    continue
+                if d <= now:
+                    due_keys.append(k)
+                elif soonest is None or d < soonest:
+                    soonest = d
+            self._next_deadline = soonest
+            if rule.name in swept:
+                continue
             table = self.state.by_kind[rule.kind]
             for k in due_keys:
                 ent = table.get(k)
@@ -467,26 +484,25 @@ class Core:
         expiring, a node going offline or past its grace; never before `now`."""
         now = utc(now)
         best = self._next_sweep or now
+        if self._next_deadline is not None and now < self._next_deadline < best:
+            best = self._next_deadline
         for rule in self.rules:
             if rule.scheduled:
                 nxt = self._next_cron.get(rule.name) or rule.next_cron(now - timedelta(seconds=1))
                 if nxt is not None:
                     best = min(best, nxt)
-            elif rule.for_s > 0 or rule.repeat_s is not None:
-                for inc in self.incidents[rule.name].values():
-                    d = next_deadline(inc, rule.for_s, rule.repeat_s)
-                    if d is not None and d < best:
-                        best = d
         for s in self.snoozes.values():
             best = min(best, s.until)
         for ns in self.state.nodes.values():
             off = self._offline_at(ns)
             if off is None:
                 continue
-            if ns.online:
+            if ns.online and off > now:
                 best = min(best, off)
-            elif ns.offline_since is not None:
-                best = min(best, ns.offline_since + timedelta(seconds=self.offline_grace_s))
+            elif not ns.online and ns.offline_since is not None:
+                grace_end = ns.offline_since + timedelta(seconds=self.offline_grace_s)
+                if grace_end > now:
+                    best = min(best, grace_end)
         return max(best, now)
 
 
