@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, tzinfo
+from datetime import datetime, timedelta, tzinfo
 from typing import Any, Literal
 
 from apscheduler.triggers.cron import CronTrigger
@@ -155,8 +155,6 @@ class Rule:
         for t in self.triggers:
             nxt = t.get_next_fire_time(None, after)
             if nxt is not None and nxt <= after:
-                from datetime import timedelta
-
                 nxt = t.get_next_fire_time(None, after + timedelta(seconds=1))
             if nxt is not None and (best is None or nxt < best):
                 best = nxt
