@@ -34,7 +34,8 @@ class KillCommand(BaseModel):
     """Ask the agent to end one process: `signal`, then SIGKILL if it is still alive after `grace_s`.
 
     The agent checks, before signalling anything, that `pid` is alive with the same `create_time`
-    (else `gone`: the process ended, or its pid was reused), that it is not pid 1, not protected
+    (else `gone` when no such pid lives, `refused` "create time differs" when the pid was reused by
+    another process), that it is not pid 1, not protected
     (config `protect`), and still holds a GPU (else `refused` with the reason).
     """
 
@@ -55,7 +56,7 @@ class KillReply(BaseModel):
 
     - `exited`: it ended within `grace_s` after `signal`.
     - `killed`: it outlived the grace and ended after SIGKILL.
-    - `gone`: no process with that pid and create time; nothing was signalled.
+    - `gone`: no process with that pid any more; nothing was signalled.
     - `refused`: the agent would not signal it (pid 1, protected user or name, no GPU held,
       the agent's own rate limit); `reason` says which.
     """

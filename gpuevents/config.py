@@ -98,7 +98,6 @@ class SimulationConfig(_Section):
 
 class AgentKillConfig(_Section):
     max_per_minute: int = Field(10, ge=0)
-    default_grace: Duration = 30
 
 
 class AgentConfig(_Section):
