@@ -133,7 +133,8 @@ async def run_runners(config: Config, count: int, clock: Clock | None = None) ->
 def demo_config(config: Config) -> Config:
     """The demo: the short demo rules, a simulated node that holds a GPU idle, the dashboard on."""
     data = config.model_dump()
-    data["engine"].update(rules=[DEMO_RULES], tick=5, dashboard_port=config.engine.dashboard_port or 8080)
+    port = 8080 if config.engine.dashboard_port is None else config.engine.dashboard_port
+    data["engine"].update(rules=[DEMO_RULES], tick=5, dashboard_port=port)
     data["agent"].update(sampler="simulated", snapshot_interval=5)
     data["agent"]["simulation"].update(scenario="demo")
     return Config.model_validate(data)
