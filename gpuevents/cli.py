@@ -73,6 +73,15 @@ def client_config(config: Config) -> Config:
     return config.model_copy(update={"nats": config.nats.model_copy(update={"url": url})})
 
 
+def duration_option(text: str, option: str) -> float:
+    """Seconds in a duration option, or a clear error and exit 2."""
+    try:
+        return parse_duration(text)
+    except DurationError as e:
+        typer.echo(f"error: {option} {e}", err=True)
+        raise typer.Exit(2) from None
+
+
 def run_async(coro: Any) -> Any:
     try:
         return asyncio.run(coro)
@@ -145,11 +154,7 @@ def snooze(
     """Exempt one entity from one rule for a while (stored in KV, audited)."""
     from gpuevents.commands_cli import do_snooze
 
-    try:
-        seconds = parse_duration(for_)
-    except DurationError as e:
-        typer.echo(f"error: --for {e}", err=True)
-        raise typer.Exit(2) from None
+    seconds = duration_option(for_, "--for")
     run_async(do_snooze(client_config(load_config_or_exit(config)), rule, entity, seconds, reason))
 
 
@@ -164,11 +169,7 @@ def audit(
     """What the engine did and why: transitions and action outcomes."""
     from gpuevents.commands_cli import show_audit
 
-    try:
-        seconds = parse_duration(since)
-    except DurationError as e:
-        typer.echo(f"error: --since {e}", err=True)
-        raise typer.Exit(2) from None
+    seconds = duration_option(since, "--since")
     run_async(show_audit(client_config(load_config_or_exit(config)), rule, entity, seconds, as_json))
 
 
@@ -182,11 +183,7 @@ def rules_backtest(
     from gpuevents.clock import SystemClock
     from rules.backtest import run_backtest
 
-    try:
-        seconds = parse_duration(since)
-    except DurationError as e:
-        typer.echo(f"error: --since {e}", err=True)
-        raise typer.Exit(2) from None
+    seconds = duration_option(since, "--since")
     cfg = client_config(load_config_or_exit(config))
     try:
         report = run_async(run_backtest(cfg, paths, seconds, SystemClock().now()))

@@ -102,32 +102,30 @@ async def _dashboard(engine: Any, port: int, stop: asyncio.Event) -> None:
         await runner.cleanup()
 
 
-async def run_engine(config: Config, clock: Clock | None = None) -> None:
-    clock = clock or SystemClock()
+async def _run_connected(config: Config, name: str,
+                         parts: Callable[[Bus], dict[str, Callable[[asyncio.Event], Awaitable[Any]]]]) -> None:
+    """Connect, make sure the streams exist, run the parts until Ctrl-C or SIGTERM, close."""
     async with stop_on_signals() as stop:
-        bus = Bus(config.nats, name=f"engine-{config.cluster}")
+        bus = Bus(config.nats, name=name)
         await bus.connect()
         try:
             await bus.ensure_streams()
-            await run_parts(engine_parts(config, bus, clock), stop)
+            await run_parts(parts(bus), stop)
         finally:
             await bus.close()
+
+
+async def run_engine(config: Config, clock: Clock | None = None) -> None:
+    clock = clock or SystemClock()
+    await _run_connected(config, f"engine-{config.cluster}", lambda bus: engine_parts(config, bus, clock))
 
 
 async def run_runners(config: Config, count: int, clock: Clock | None = None) -> None:
     from actions.runner import ActionRunner
 
     clock = clock or SystemClock()
-    async with stop_on_signals() as stop:
-        bus = Bus(config.nats, name=f"runner-{config.cluster}")
-        await bus.connect()
-        try:
-            await bus.ensure_streams()
-            parts = {f"runner{i}": ActionRunner(bus, config, clock, name=f"runner{i}").run
-                     for i in range(count)}
-            await run_parts(parts, stop)
-        finally:
-            await bus.close()
+    await _run_connected(config, f"runner-{config.cluster}", lambda bus: {
+        f"runner{i}": ActionRunner(bus, config, clock, name=f"runner{i}").run for i in range(count)})
 
 
 def demo_config(config: Config) -> Config:
