@@ -194,6 +194,7 @@ def _compile_actions(
             problems.append(doc.locate((*path, "type"), f"{at[-1]}[{idx}]: a {spec.type} action does not apply "
                                        f"to a {kind} rule (it acts on {', '.join(sorted(kinds))})"))
         raw = spec.params()
+        raw = _inline_template_file(doc, path, cls, raw, problems)
         problems.extend(_check_params(doc, path, spec.type, cls, raw))
         tree, errors = compile_params(raw, kind, registry.escape_for(spec.type))
         for p, err in errors:
@@ -204,6 +205,26 @@ def _compile_actions(
         out.append(CompiledAction(type=spec.type, index=idx, params=tree, destructive=destructive,
                                   line=doc.line_of(path)))
     return out
+
+
+def _inline_template_file(doc: YamlDoc, path: tuple[str | int, ...], cls: Any, raw: dict[str, Any],
+                          problems: list[Any]) -> dict[str, Any]:
+    """`template: FILE` (relative to the rule file) becomes `text:` with the file's content, compiled
+    like any other template, so a message kept in its own file is checked at load like an inline one."""
+    fields = getattr(getattr(cls, "params", None), "model_fields", {})
+    name = raw.get("template")
+    if not isinstance(name, str) or "text" not in fields or "template" not in fields:
+        return raw
+    if raw.get("text"):
+        problems.append(doc.locate((*path, "template"), "give `text` or `template`, not both"))
+        return raw
+    file = Path(name) if Path(name).is_absolute() else Path(doc.file).parent / name
+    try:
+        content = file.read_text()
+    except OSError as e:
+        problems.append(doc.locate((*path, "template"), f"template: cannot read {file}: {e.strerror}"))
+        return raw
+    return {k: v for k, v in raw.items() if k != "template"} | {"text": content}
 
 
 def _check_params(doc: YamlDoc, path: tuple[str | int, ...], type_: str, cls: Any, raw: dict[str, Any]) -> list[Located]:
