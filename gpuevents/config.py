@@ -308,12 +308,12 @@ def load_config(
     except ValidationError as e:
         problems = doc.validation_problems(e)
         env_keys = {"__".join(n[len(ENV_PREFIX):].lower().split("__")): n for n in used}
-        fixed = []
-        for p, err in zip(problems, e.errors(), strict=True):
+        fixed: list[Located] = []
+        for problem, err in zip(problems, e.errors(), strict=True):
             dotted = "__".join(str(x) for x in err["loc"] if isinstance(x, str))
             if dotted in env_keys:
-                fixed.append(Located(f"env {env_keys[dotted]}", 0, p.message))
+                fixed.append(Located(f"env {env_keys[dotted]}", 0, problem.message))
             else:
-                fixed.append(p)
+                fixed.append(problem)
         raise LocatedError(fixed) from None
 

@@ -78,7 +78,7 @@ def _message(e: Any) -> str:
     return msg
 
 
-class _Loader(yaml.SafeLoader):
+class _Loader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML ships no type stubs here
     pass
 
 

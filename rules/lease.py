@@ -45,6 +45,7 @@ class Lease:
         self.key = key
         self._revision: int | None = None
         self._expires_at: datetime | None = None
+        self._acquired_at: datetime | None = None
 
     @property
     def held(self) -> bool:
