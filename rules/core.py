@@ -56,6 +56,7 @@ class Core:
         self.error_counts: Counter[tuple[str, str]] = Counter()
         self._by_entity: dict[str, set[str]] = {}
         self._orphans: set[tuple[str, str]] = set()
+        self._erroring: dict[str, dict[str, None]] = {}  # node key -> keys of entities whose evaluation raised
         self._restored_at: datetime | None = None
         self._next_sweep: datetime | None = None
         self._next_deadline: datetime | None = None  # the earliest future `for`/repeat deadline
@@ -72,6 +73,8 @@ class Core:
             self.incidents.setdefault(r.name, {})
             if not r.scheduled:
                 self._event_rules[r.kind].append(r)
+        self._time_rules = {k: [r for r in v if r.condition.time_dependent] for k, v in self._event_rules.items()}
+        self._has_time_rules = any(self._time_rules.values())
         self._next_cron = {k: v for k, v in self._next_cron.items() if k in rules.by_name}
 
     def replace_rules(self, rules: RuleSet) -> list[Incident]:
@@ -172,16 +175,34 @@ class Core:
         for e in change.gone:
             self._close_all(e, now, "gone", out)
         if ns is not None and not ns.online:
+            ns.full_next = True  # not evaluated now: evaluate every entity when it is back
             return
         by_kind: dict[str, list[Entity]] = {"node": [], "gpu": [], "process": []}
         for e in change.changed:
             by_kind[e.kind].append(e)
+        erroring = self._erroring.pop(change.node_key, None)
+        if erroring and ns is not None:
+            # A condition that raised is evaluated again on every event (errors are counted, not cached).
+            fresh = {e.key for e in change.changed}
+            for k in erroring:
+                e = ns.entities.get(k)
+                if e is not None and k not in fresh:
+                    by_kind[e.kind].append(e)
         for kind, rules in self._event_rules.items():
             ents = by_kind[kind]
             if not ents:
                 continue
             for rule in rules:
                 for e in ents:
+                    self._evaluate(rule, e, now, out, event.time)
+        if ns is not None and self._has_time_rules:
+            # Unchanged entities keep their results, except under conditions that read the clock: an event
+            # evaluates those for its whole node, as ticks do for the fleet.
+            done = {e.key for ents in by_kind.values() for e in ents}
+            for e in ns.entities.values():
+                if e.key in done:
+                    continue
+                for rule in self._time_rules[e.kind]:
                     self._evaluate(rule, e, now, out, event.time)
 
     def _snooze(self, s: Snooze, now: datetime, out: StepResult) -> None:
@@ -277,6 +298,7 @@ class Core:
         self._commit(rule, ent, before, resolve(before, now, reason), now, out, reason)
 
     def _error(self, rule: Rule, ent: Entity, e: Exception, out: StepResult) -> None:
+        self._erroring.setdefault(ent.node_key, {})[ent.key] = None
         message = f"{type(e).__name__}: {e}"
         k = (rule.name, message)
         self.error_counts[k] += 1

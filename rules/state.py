@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from operator import itemgetter
 from typing import Any
 
 from gpuevents.events import (
@@ -14,6 +15,7 @@ from gpuevents.events import (
     GpuInfo,
     GpuXidEvent,
     NodeInfo,
+    NodeSnapshot,
     ProcessEvent,
     ProcessInfo,
     SnapshotEvent,
@@ -23,6 +25,35 @@ from rules.views import EntityView, EvalClock, GpuView, NodeView, ProcessView
 
 CREATE_TIME_TOLERANCE_S = 1.0
 """psutil's create times wobble between reads; within this, the same pid is the same process."""
+
+
+def _fields_getter(model: type[Any], ignore: frozenset[str]) -> Callable[[Any], tuple[Any, ...]]:
+    """The values of `model`'s fields but `ignore`, as one tuple, to tell whether a view's inputs changed."""
+    get = itemgetter(*(k for k in model.model_fields if k not in ignore))
+    return lambda m: get(m.__dict__)  # type: ignore[no-any-return]
+
+
+_node_fields = _fields_getter(NodeInfo, frozenset({"online", "last_seen"}))
+_gpu_fields = _fields_getter(GpuInfo, frozenset({"idle_for_s"}))
+_process_fields = _fields_getter(ProcessInfo, frozenset({"age_s"}))
+"""What a view is built from; `online`/`last_seen` are the engine's, the others only move with time."""
+
+
+def _gpu_raw(g: GpuInfo) -> tuple[Any, ...]:
+    """A GPU's inputs; `idle_for_s` counts only when it is what `idle_since` is derived from."""
+    if g.idle and g.idle_since is None and g.idle_for_s is not None:
+        return (*_gpu_fields(g), g.idle_for_s)
+    return _gpu_fields(g)
+
+
+def _snapshot_sig(snap: NodeSnapshot) -> tuple[Any, ...]:
+    return (
+        _node_fields(snap.node), tuple(map(_gpu_raw, snap.gpus)), tuple(map(_process_fields, snap.processes)),
+    )
+
+
+def _same_items(a: list[Any], b: list[Any]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
 
 @dataclass(eq=False)
@@ -54,6 +85,12 @@ class NodeState:
     online: bool = True
     offline_since: datetime | None = None
     stopping: bool = False
+    full_next: bool = False  # rebuild every view and report every entity next time (the core skipped one)
+    node_sig: tuple[Any, ...] = ()
+    gpu_sigs: dict[int, tuple[Any, ...]] = field(default_factory=dict)
+    proc_sigs: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    gpu_views: list[GpuView] = field(default_factory=list)
+    snap_sig: tuple[Any, ...] | None = None  # the last snapshot's inputs, while nothing else changed them
 
     @property
     def prefix(self) -> str:
@@ -90,6 +127,13 @@ class FleetState:
         ns = self.nodes.get(key)
         if isinstance(event, SnapshotEvent):
             snap = event.data
+            sig = _snapshot_sig(snap)
+            if ns is not None and sig == ns.snap_sig and self._unchanged(ns):
+                # The node repeats its last snapshot (times aside): every view stays, nothing to evaluate.
+                self._seen(ns, now)
+                assert ns.node_entity is not None
+                ns.node_entity.view.last_seen = ns.last_seen
+                return Change(key, [], [])
             if ns is None:
                 ns = self._new_node(key, event.node, event.cluster, snap.node)
             ns.info = snap.node
@@ -100,15 +144,21 @@ class FleetState:
             ns.proc_infos = {}
             for p in snap.processes:
                 ns.proc_infos[self._process_key(key, p, old_procs)] = p
+            self._seen(ns, now)
+            change = self.rebuild(ns)
+            ns.snap_sig = sig
+            return change
         elif isinstance(event, GpuEvent | GpuXidEvent):
             if ns is None:
                 ns = self._new_node(key, event.node, event.cluster, NodeInfo(name=event.node, cluster=event.cluster))
             g = event.data
+            ns.snap_sig = None
             ns.gpu_infos[g.index] = self._idle_since(g, ns.gpu_infos.get(g.index), event.time)
         elif isinstance(event, ProcessEvent):
             if ns is None:
                 ns = self._new_node(key, event.node, event.cluster, NodeInfo(name=event.node, cluster=event.cluster))
             p = event.data
+            ns.snap_sig = None
             pkey = self._process_key(key, p, ns.proc_infos)
             if event.type == "process.started":
                 ns.proc_infos[pkey] = p
@@ -129,6 +179,14 @@ class FleetState:
             return None
         self._seen(ns, now)
         return self.rebuild(ns)
+
+    @staticmethod
+    def _unchanged(ns: NodeState) -> bool:
+        """Whether the node's views are as its last rebuild left them (same online state, nothing pending)."""
+        return (
+            not ns.full_next and not ns.stopping and ns.node_entity is not None and bool(ns.node_sig)
+            and ns.node_sig[-1] == ns.online
+        )
 
     def _seen(self, ns: NodeState, t: datetime) -> None:
         if ns.last_seen is None or t > ns.last_seen:
@@ -167,35 +225,68 @@ class FleetState:
         return key
 
     def rebuild(self, ns: NodeState) -> Change:
-        """Build the node's views from its infos; report what is new or changed and what is gone."""
+        """Build the node's views from its infos; report what is new or changed and what is gone.
+
+        A view whose inputs equal the ones it was built from (ignoring `idle_for_s` and `age_s`, which only
+        move with time) is kept, and so is the entity; only new and changed entities are in `changed`, since a
+        condition can only change when its inputs do (time-dependent ones are re-swept on ticks). A change to
+        the node's own fields, its online state, or `full_next` set rebuilds and reports everything."""
         clock = self.clock
         owners = self.owners
         nkey = ns.key
         info = ns.info
         gpu_infos = ns.gpu_infos
+        old_entities = ns.entities
         n_idle = sum(1 for g in gpu_infos.values() if g.idle)
-        node_view = NodeView(
-            id=nkey, name=ns.name, cluster=ns.cluster, labels=dict(info.labels), gpu_count=len(gpu_infos) or info.gpu_count,
-            gpus_busy=len(gpu_infos) - n_idle if gpu_infos else info.gpus_busy, gpus_idle=n_idle if gpu_infos else info.gpus_idle,
-            online=ns.online and not ns.stopping, last_seen=ns.last_seen, cordoned=info.cordoned,
-            driver_version=info.driver_version, hostname=info.hostname,
+        online = ns.online and not ns.stopping
+        node_sig = (
+            _node_fields(info), len(gpu_infos) or info.gpu_count,
+            len(gpu_infos) - n_idle if gpu_infos else info.gpus_busy, n_idle if gpu_infos else info.gpus_idle,
+            online,
         )
+        old_node = ns.node_entity
+        full = ns.full_next or old_node is None or node_sig != ns.node_sig
+        ns.full_next = False
+        if full:
+            node_view = NodeView(
+                id=nkey, name=ns.name, cluster=ns.cluster, labels=dict(info.labels), gpu_count=node_sig[1],
+                gpus_busy=node_sig[2], gpus_idle=node_sig[3], online=online, last_seen=ns.last_seen,
+                cordoned=info.cordoned, driver_version=info.driver_version, hostname=info.hostname,
+            )
+            ns.node_sig = node_sig
+        else:
+            assert old_node is not None
+            node_view = old_node.view
+            node_view.last_seen = ns.last_seen
+        old_psigs = ns.proc_sigs
+        new_psigs: dict[str, tuple[Any, ...]] = {}
         procs: dict[str, ProcessView] = {}
+        fresh: set[int] = set()  # ids of views built now
         by_pid: dict[int, ProcessView] = {}
         for pkey, p in ns.proc_infos.items():
-            owner = p.owner or (owners.get(p.user, p.user) if p.user else None)
-            pv = ProcessView(
-                clock, id=pkey.split("@", 1)[0], node=ns.name, pid=p.pid, name=p.name, cmdline=p.cmdline, user=p.user,
-                uid=p.uid, owner=owner, create_time=p.create_time, ppid=p.ppid, gpus=list(p.gpus),
-                gpu_mem_mib=p.gpu_mem_mib, gpu_util_pct=p.gpu_util_pct, container_id=p.container_id,
-                pod_uid=p.pod_uid, pod=p.pod, labels=dict(p.labels),
-            )
+            sig = _process_fields(p)
+            new_psigs[pkey] = sig
+            old = old_entities.get(pkey)
+            if not full and old is not None and old_psigs.get(pkey) == sig:
+                pv = old.view
+            else:
+                owner = p.owner or (owners.get(p.user, p.user) if p.user else None)
+                pv = ProcessView(
+                    clock, id=pkey.split("@", 1)[0], node=ns.name, pid=p.pid, name=p.name, cmdline=p.cmdline,
+                    user=p.user, uid=p.uid, owner=owner, create_time=p.create_time, ppid=p.ppid, gpus=list(p.gpus),
+                    gpu_mem_mib=p.gpu_mem_mib, gpu_util_pct=p.gpu_util_pct, container_id=p.container_id,
+                    pod_uid=p.pod_uid, pod=p.pod, labels=dict(p.labels),
+                )
+                fresh.add(id(pv))
             procs[pkey] = pv
             by_pid[p.pid] = pv
+        ns.proc_sigs = new_psigs
         pids_of: dict[int, list[int]] = {}
         for pv in procs.values():
             for i in pv.gpus:
                 pids_of.setdefault(i, []).append(pv.pid)
+        old_gsigs = ns.gpu_sigs
+        new_gsigs: dict[int, tuple[Any, ...]] = {}
         gpus: dict[int, GpuView] = {}
         for idx in sorted(gpu_infos):
             g = gpu_infos[idx]
@@ -204,6 +295,15 @@ class FleetState:
                 if pid not in pids:
                     pids.append(pid)
             on_gpu = sorted((by_pid[p] for p in pids if p in by_pid), key=lambda v: v.create_time)
+            sig = _gpu_fields(g)
+            new_gsigs[idx] = sig
+            old = old_entities.get(f"{nkey}/gpu{idx}")
+            if (
+                not full and old is not None and old_gsigs.get(idx) == sig and old.view.pids == pids
+                and _same_items(old.view.processes, on_gpu)
+            ):
+                gpus[idx] = old.view
+                continue
             gpu_owners: list[str] = []
             for pv in on_gpu:
                 if pv.owner and pv.owner not in gpu_owners:
@@ -213,7 +313,7 @@ class FleetState:
             mem_pct = g.mem_pct
             if mem_pct is None and g.mem_used_mib is not None and g.mem_total_mib:
                 mem_pct = 100.0 * g.mem_used_mib / g.mem_total_mib
-            gpus[idx] = GpuView(
+            gv = gpus[idx] = GpuView(
                 clock, id=f"{nkey}/gpu{idx}", node=ns.name, index=idx, uuid=g.uuid, model=g.model,
                 util_pct=g.util_pct, mem_used_mib=g.mem_used_mib, mem_total_mib=g.mem_total_mib, mem_pct=mem_pct,
                 temp_c=g.temp_c, power_w=g.power_w, power_limit_w=g.power_limit_w, fan_pct=g.fan_pct,
@@ -221,29 +321,57 @@ class FleetState:
                 processes=on_gpu, owners=gpu_owners, owner=gpu_owners[0] if gpu_owners else (g.owner or None),
                 mig_parent=g.mig_parent, lost=g.lost,
             )
+            fresh.add(id(gv))
+        ns.gpu_sigs = new_gsigs
         gpu_list = list(gpus.values())
         new: dict[str, Entity] = {}
-        node_ent = Entity(nkey, nkey, "node", nkey, node_view, {
-            "node": node_view, "gpus": gpu_list, "entity": EntityView(nkey, "node", ns.name, ns.cluster), CLOCK_KEY: clock,
-        })
+        changed: list[Entity] = []
+        by_kind = self.by_kind
+        nodes_changed = full or len(gpus) != len(ns.gpu_views) or any(id(gv) in fresh for gv in gpu_list)
+        if nodes_changed or old_node is None:
+            node_ent = Entity(nkey, nkey, "node", nkey, node_view, {
+                "node": node_view, "gpus": gpu_list, "entity": EntityView(nkey, "node", ns.name, ns.cluster),
+                CLOCK_KEY: clock,
+            })
+            changed.append(node_ent)
+        else:
+            node_ent = old_node
         new[nkey] = node_ent
+        ns.gpu_views = gpu_list
         for gv in gpu_list:
-            new[gv.id] = Entity(gv.id, gv.id, "gpu", nkey, gv, {
-                "gpu": gv, "node": node_view, "entity": EntityView(gv.id, "gpu", ns.name, ns.cluster), CLOCK_KEY: clock,
-            })
+            key = gv.id
+            if id(gv) in fresh:
+                ent = Entity(key, key, "gpu", nkey, gv, {
+                    "gpu": gv, "node": node_view, "entity": EntityView(key, "gpu", ns.name, ns.cluster),
+                    CLOCK_KEY: clock,
+                })
+                changed.append(ent)
+            else:
+                ent = old_entities[key]
+            new[key] = ent
         for pkey, pv in procs.items():
-            new[pkey] = Entity(pkey, pv.id, "process", nkey, pv, {
-                "process": pv, "node": node_view, "gpus": [gpus[i] for i in pv.gpus if i in gpus],
-                "entity": EntityView(pv.id, "process", ns.name, ns.cluster), CLOCK_KEY: clock,
-            })
-        gone = [e for k, e in ns.entities.items() if k not in new]
+            pgpus = [gpus[i] for i in pv.gpus if i in gpus]
+            old = old_entities.get(pkey)
+            if (
+                old is None or old.view is not pv or any(id(gv) in fresh for gv in pgpus)
+                or not _same_items(old.ctx["gpus"], pgpus)
+            ):
+                ent = Entity(pkey, pv.id, "process", nkey, pv, {
+                    "process": pv, "node": node_view, "gpus": pgpus,
+                    "entity": EntityView(pv.id, "process", ns.name, ns.cluster), CLOCK_KEY: clock,
+                })
+                changed.append(ent)
+            else:
+                ent = old
+            new[pkey] = ent
+        gone = [e for k, e in old_entities.items() if k not in new]
         for e in gone:
-            self.by_kind[e.kind].pop(e.key, None)
-        for k, e in new.items():
-            self.by_kind[e.kind][k] = e
+            by_kind[e.kind].pop(e.key, None)
+        for e in changed:
+            by_kind[e.kind][e.key] = e
         ns.entities = new
         ns.node_entity = node_ent
-        return Change(nkey, list(new.values()), gone)
+        return Change(nkey, changed, gone)
 
     def remove_node(self, key: str) -> list[Entity]:
         """Forget a node; its entities are gone."""
