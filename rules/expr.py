@@ -8,7 +8,7 @@ so results equal the sandboxed `compile_expression` (a property test compares th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import tzinfo
 from typing import Any
@@ -21,13 +21,48 @@ from jinja2.utils import _PassArg
 
 from gpuevents.durations import DurationError, parse_duration
 from rules import calendars
-from rules.views import FIELDS_OF, TIME_FIELDS, EvalClock
+from rules.views import (
+    FIELDS_OF,
+    TIME_FIELDS,
+    EntityView,
+    EvalClock,
+    GpuView,
+    NodeView,
+    ProcessView,
+)
 
 CLOCK_KEY = "$clock"
 """Where a context dict holds its EvalClock."""
 
 CONDITION_ENV = SandboxedEnvironment(undefined=StrictUndefined)
-_JCTX = new_context(CONDITION_ENV, None, {})
+"""Jinja2's sandbox as conditions are defined by: it parses them, and compiled conditions equal its results."""
+
+_VIEW_FIELDS: dict[type, frozenset[str]] = {
+    GpuView: FIELDS_OF["gpu"], ProcessView: FIELDS_OF["process"], NodeView: FIELDS_OF["node"],
+    EntityView: FIELDS_OF["entity"],
+}
+
+
+class _ConditionEnv(SandboxedEnvironment):
+    """The sandbox with a shortcut for a view's public field, which it would reach the long way.
+
+    The sandbox's `getitem(view, "idle")` tries `view["idle"]` (a TypeError: views are not subscriptable),
+    then `getattr`, then checks that the value is safe: a public field of a plain object always is. The
+    shortcut returns the same value without raising and catching that TypeError (filters like `selectattr`
+    and `map(attribute=)` look every item up this way)."""
+
+    def getitem(self, obj: Any, argument: Any) -> Any:
+        fields = _VIEW_FIELDS.get(type(obj))
+        if fields is not None and type(argument) is str and argument in fields:
+            try:
+                return getattr(obj, argument)
+            except AttributeError:
+                pass
+        return super().getitem(obj, argument)
+
+
+_FAST_ENV = _ConditionEnv(undefined=StrictUndefined)
+_JCTX = new_context(_FAST_ENV, None, {})
 
 ENTITY_NAMES: dict[str, frozenset[str]] = {
     "gpu": frozenset({"gpu", "node", "entity"}),
@@ -122,6 +157,39 @@ def _str_join(seq: tuple[Any, ...]) -> str:
     return "".join(map(str, seq))
 
 
+def _select_attr(value: Any, attr: str, keep: bool) -> Iterator[Any]:
+    """`selectattr(attr)` (keep) / `rejectattr(attr)`: Jinja2's `select_or_reject` with no test, unrolled."""
+    if value:
+        get = _FAST_ENV.getitem
+        for item in value:
+            if bool(get(item, attr)) is keep:
+                yield item
+
+
+def _select(value: Any, keep: bool) -> Iterator[Any]:
+    """`select` (keep) / `reject` with no test: Jinja2's `select_or_reject`, unrolled."""
+    if value:
+        for item in value:
+            if bool(item) is keep:
+                yield item
+
+
+def _map_attr(value: Any, attr: str) -> Iterator[Any]:
+    """`map(attribute=attr)`: Jinja2's `sync_do_map` with an attribute and no default, unrolled."""
+    if value:
+        get = _FAST_ENV.getitem
+        for item in value:
+            yield get(item, attr)
+
+
+def _simple_attr(node: nodes.Node) -> bool:
+    """A constant attribute name Jinja2 looks up in one step (no dots, not an index)."""
+    return (
+        isinstance(node, nodes.Const) and type(node.value) is str and "." not in node.value
+        and not node.value.isdigit()
+    )
+
+
 class _Compiler:
     def __init__(self, kind: str, tz: tzinfo) -> None:
         self.names = ENTITY_NAMES[kind] | {"now"}
@@ -129,8 +197,11 @@ class _Compiler:
         self.ns: dict[str, Any] = {
             "_ga": _getattr,
             "_gad": _getattr_mapping,
-            "_gi": CONDITION_ENV.getitem,
-            "_env": CONDITION_ENV,
+            "_gi": _FAST_ENV.getitem,
+            "_env": _FAST_ENV,
+            "_selattr": _select_attr,
+            "_sel": _select,
+            "_mapattr": _map_attr,
             "_Undefined": Undefined,
             "_jctx": _JCTX,
             "_u2n": _u2n,
@@ -276,10 +347,34 @@ class _Compiler:
         return f"{fn}({first}{self.visit(node.node)}{', ' + sig if sig else ''})"
 
     def v_Filter(self, node: nodes.Filter) -> str:
-        return self._filter_or_test(node, CONDITION_ENV.filters, FILTERS, "filter")
+        fast = self._fast_filter(node)
+        if fast is not None:
+            return fast
+        return self._filter_or_test(node, _FAST_ENV.filters, FILTERS, "filter")
+
+    def _fast_filter(self, node: nodes.Filter) -> str | None:
+        """The common filters with their usual arguments as direct Python, with Jinja2's exact semantics."""
+        if node.node is None or node.dyn_args is not None or node.dyn_kwargs is not None:
+            return None
+        name, args, kwargs = node.name, node.args, node.kwargs
+        if name == "list" and not args and not kwargs:
+            return f"list({self.visit(node.node)})"
+        if name in ("select", "reject") and not args and not kwargs:
+            return f"_sel({self.visit(node.node)}, {name == 'select'})"
+        if name in ("selectattr", "rejectattr") and len(args) == 1 and not kwargs and _simple_attr(args[0]):
+            assert isinstance(args[0], nodes.Const)
+            return f"_selattr({self.visit(node.node)}, {args[0].value!r}, {name == 'selectattr'})"
+        if (
+            name == "map" and not args and len(kwargs) == 1 and kwargs[0].key == "attribute"
+            and _simple_attr(kwargs[0].value)
+        ):
+            value = kwargs[0].value
+            assert isinstance(value, nodes.Const)
+            return f"_mapattr({self.visit(node.node)}, {value.value!r})"
+        return None
 
     def v_Test(self, node: nodes.Test) -> str:
-        return self._filter_or_test(node, CONDITION_ENV.tests, TESTS, "test")
+        return self._filter_or_test(node, _FAST_ENV.tests, TESTS, "test")
 
     def v_Call(self, node: nodes.Call) -> str:
         target = node.node

@@ -144,12 +144,31 @@ def _atom() -> st.SearchStrategy[str]:
     )
 
 
+SEQUENCES = ["gpu.processes", "(gpu.processes + gpu.processes)", "[gpu, gpu]", "[node, gpu, entity]", "gpu.owners",
+             "gpu.pids", "[1, 0, none, 'x', '']", "node.labels", "'ab'", "gpu.owner", "[]", "gpu.idle"]
+SEQ_FILTERS = ["selectattr('idle')", "rejectattr('idle')", "selectattr('owner')", "rejectattr('pod')",
+               "selectattr('pod')", "selectattr('missing')", "selectattr('keys')", "selectattr('a.b')",
+               "selectattr('0')", "selectattr('idle', 'true')", "map(attribute='pid')", "map(attribute='owner')",
+               "map(attribute='missing')", "map(attribute='0')", "map(attribute='owner', default='x')", "map('lower')",
+               "select", "reject", "select('none')", "list"]
+SEQ_ENDS = ["list", "list | length", "length", "first", "join(',')", "count", "sort | list", "unique | list"]
+
+
+def _seq_expr() -> st.SearchStrategy[str]:
+    """Sequences through the filters that have fast paths (and some that do not), ended by a consumer."""
+    chain = st.lists(st.sampled_from(SEQ_FILTERS), min_size=1, max_size=2)
+    return st.tuples(st.sampled_from(SEQUENCES), chain, st.sampled_from(SEQ_ENDS)).map(
+        lambda t: "(" + " | ".join([t[0], *t[1], t[2]]) + ")"
+    )
+
+
 def _expr(depth: int = 3) -> st.SearchStrategy[str]:
     if depth == 0:
-        return _atom()
+        return st.one_of(_atom(), _seq_expr())
     sub = _expr(depth - 1)
     return st.one_of(
         _atom(),
+        _seq_expr(),
         st.tuples(sub, st.sampled_from(["==", "!=", "<", "<=", ">", ">="]), sub).map(lambda t: f"({t[0]} {t[1]} {t[2]})"),
         st.tuples(sub, st.sampled_from(["and", "or"]), sub).map(lambda t: f"({t[0]} {t[1]} {t[2]})"),
         st.tuples(sub, st.sampled_from(["+", "-", "*", "/", "//", "%", "~"]), sub).map(lambda t: f"({t[0]} {t[1]} {t[2]})"),
