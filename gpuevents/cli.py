@@ -16,7 +16,7 @@ from gpuevents.bus import BusError
 from gpuevents.config import Config, load_config
 from gpuevents.durations import DurationError, parse_duration
 from gpuevents.server import ServerError
-from gpuevents.yamlpos import LocatedError
+from gpuevents.yamlpos import Located, LocatedError, YamlDoc, parse_yaml
 from rules.cli import app as rules_app
 from rules.visibility.cli import report_command
 
@@ -60,8 +60,26 @@ def load_config_or_exit(path: Path | None) -> Config:
 @config_app.command("check")
 def config_check(config: Annotated[Path, typer.Option("-c", "--config", help="config YAML")]) -> None:
     """Validate a config file: `file:line: key: problem`, exit 1 on errors."""
-    load_config_or_exit(config)
+    cfg = load_config_or_exit(config)
+    problems = unknown_limit_types(cfg, config)
+    for p in problems:
+        typer.echo(str(p), err=True)
+    if problems:
+        raise typer.Exit(1)
     typer.echo(f"{config}: ok")
+
+
+def unknown_limit_types(cfg: Config, path: Path | None) -> list[Located]:
+    """`engine.limits` keys that name no action type: a typo there silently removes a safety limit."""
+    from actions import registry
+
+    known = set(registry.types())
+    unknown = [k for k in cfg.engine.limits if k not in known]
+    if not unknown:
+        return []
+    doc = parse_yaml(path.read_text(), str(path)) if path is not None else YamlDoc(file="<env>", data={})
+    return [doc.locate(("engine", "limits", k), f"engine.limits.{k}: unknown action type; known: "
+                       f"{', '.join(sorted(known))}") for k in unknown]
 
 
 def client_config(config: Config) -> Config:

@@ -146,6 +146,13 @@ class EngineConfig(_Section):
     usage_retention: Duration = 90 * 86400
     runners: int = Field(1, ge=0, description="action runners in the engine process")
 
+    @field_validator("tick", "lease_ttl")
+    @classmethod
+    def _positive(cls, v: float) -> float:
+        if v <= 0:
+            raise ValueError("must be greater than 0s")
+        return v
+
     @field_validator("timezone")
     @classmethod
     def _tz(cls, v: str) -> str:

@@ -28,6 +28,9 @@ EventType = Literal[
 ]
 EVENT_TYPES: tuple[str, ...] = EventType.__args__  # type: ignore[attr-defined]
 
+MAX_AGE_S = 100 * 365 * 86400.0
+"""Durations on the wire are bounded: a corrupt value is a malformed event, not an overflow later."""
+
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
 
@@ -80,7 +83,7 @@ class GpuInfo(_Model):
     ecc_uncorrected: int | None = None
     idle: bool = False
     idle_since: datetime | None = None
-    idle_for_s: float | None = None
+    idle_for_s: float | None = Field(None, ge=0, le=MAX_AGE_S)
     pids: list[int] = Field(default_factory=list)
     owners: list[str] = Field(default_factory=list)
     owner: str | None = None
@@ -105,7 +108,7 @@ class ProcessInfo(_Model):
     uid: int | None = None
     owner: str | None = None
     create_time: datetime
-    age_s: float | None = None
+    age_s: float | None = Field(None, ge=0, le=MAX_AGE_S)
     ppid: int | None = None
     gpus: list[int] = Field(default_factory=list)
     gpu_mem_mib: float | None = None

@@ -76,9 +76,14 @@ def start_metrics(port: int | None, registry: Any) -> None:
 
 def engine_parts(config: Config, bus: Bus, clock: Clock) -> dict[str, Callable[[asyncio.Event], Awaitable[Any]]]:
     """The engine, its in-process action runners, its usage recorder and dashboard."""
+    from actions import registry
     from actions.runner import ActionRunner
     from rules.service import Engine
 
+    unknown = sorted(set(config.engine.limits) - set(registry.types()))
+    if unknown:
+        raise ValueError(f"engine.limits names unknown action types {unknown}; known: "
+                         f"{', '.join(registry.types())} (run `gpuevents config check`)")
     engine = Engine(config, bus, clock=clock)
     start_metrics(config.engine.metrics_port, engine.metrics.registry)
     parts: dict[str, Callable[[asyncio.Event], Awaitable[Any]]] = {"engine": engine.run}

@@ -94,7 +94,13 @@ def parse_yaml(text: str, file: str) -> YamlDoc:
     if node is None:
         return doc
     constructor = _Loader("")
-    doc.data = _build(node, (), doc, constructor)
+    try:
+        doc.data = _build(node, (), doc, constructor)
+    except RecursionError:
+        raise LocatedError([Located(file, 1, "invalid YAML: an alias refers to itself (or nests too deep)")]) from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        raise LocatedError([Located(file, mark.line + 1 if mark else 1, f"invalid YAML: {e}")]) from None
     return doc
 
 

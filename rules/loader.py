@@ -54,9 +54,13 @@ def load_rule_set(paths: Sequence[Path | str], default_timezone: str = "UTC") ->
     seen: dict[str, Rule] = {}
     for f in files:
         try:
-            text = f.read_text()
+            text = f.read_text(encoding="utf-8")
         except OSError as e:
             problems.append(Located(str(f), 0, f"cannot read: {e.strerror}"))
+            continue
+        except UnicodeDecodeError as e:
+            line = f.read_bytes()[: e.start].count(b"\n") + 1
+            problems.append(Located(str(f), line, f"not UTF-8 text (byte {e.object[e.start]:#04x}); save the file as UTF-8"))
             continue
         try:
             doc = parse_yaml(text, str(f))

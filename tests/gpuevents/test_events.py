@@ -153,3 +153,16 @@ def test_durations_parse_and_format() -> None:
     for bad in ("two hours", "2 h x", "", "-1s", "1x"):
         with pytest.raises(DurationError):
             parse_duration(bad)
+
+
+def test_an_absurd_duration_is_a_malformed_event() -> None:
+    e = make_event("gpu.idle", "n", GpuInfo(node="n", index=0))
+    import orjson
+
+    obj = orjson.loads(encode_event(e))
+    obj["data"]["idle_for_s"] = 1e300
+    with pytest.raises(ValidationError):
+        decode_event(orjson.dumps(obj))
+    obj["data"]["idle_for_s"] = -5
+    with pytest.raises(ValidationError):
+        decode_event(orjson.dumps(obj))
