@@ -14,7 +14,7 @@ import psutil
 
 from agent.cgroups import read_cgroup
 from agent.kubelet import PodMeta
-from agent.sample import LiveProcess, ProcessIdentity
+from agent.sample import AccessDenied, LiveProcess, ProcessIdentity
 from gpuevents.config import AttributionConfig
 
 log = logging.getLogger(__name__)
@@ -180,8 +180,10 @@ class PsutilControl:
                 except KeyError:
                     user = str(p.uids().real)
                 return LiveProcess(pid=pid, create_time=_ts(p.create_time()), user=user, name=p.name())
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
+        except psutil.NoSuchProcess:  # ZombieProcess is one too
             return None
+        except psutil.AccessDenied as e:  # alive, but not ours to read: never report it as gone
+            raise AccessDenied(str(e)) from None
 
     def send(self, pid: int, create_time: datetime, signal_name: str) -> bool:
         try:
@@ -193,6 +195,8 @@ class PsutilControl:
             return True
         except psutil.NoSuchProcess:
             return False
+        except psutil.AccessDenied as e:
+            raise AccessDenied(str(e)) from None
 
     def alive(self, pid: int, create_time: datetime) -> bool:
         try:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 
 from pydantic import ValidationError
 
-from agent.sample import LiveProcess, ProcessControl
+from agent.sample import AccessDenied, LiveProcess, ProcessControl
 from gpuevents.commands import CREATE_TIME_TOLERANCE_S, KillCommand, KillOutcome, KillReply, Signal
 from gpuevents.config import ProtectConfig
 
@@ -19,6 +19,8 @@ log = logging.getLogger(__name__)
 
 #: how long to wait for the end after SIGKILL before answering anyway
 KILL_WAIT_S = 10.0
+#: the refusal when the OS will not let the agent read or signal the process
+ACCESS_DENIED = "access denied (the agent needs CAP_KILL / root)"
 
 
 class KillPolicy:
@@ -110,7 +112,10 @@ class KillHandler:
         early = self.policy.refusal(pid, None)
         if early is not None:
             return KillReply(outcome="refused", pid=pid, reason=early)
-        live = self.control.lookup(pid)
+        try:
+            live = self.control.lookup(pid)
+        except AccessDenied:
+            return KillReply(outcome="refused", pid=pid, reason=ACCESS_DENIED)
         if live is None:
             return KillReply(outcome="gone", pid=pid, reason="no such process")
         def reply(outcome: KillOutcome, reason: str = "", signal: Signal | None = None) -> KillReply:
@@ -129,7 +134,14 @@ class KillHandler:
             return reply("refused", "kills are disabled on this node (agent.kill.max_per_minute: 0)"
                          if self.rate.per_minute == 0 else
                          f"rate limit: at most {self.rate.per_minute} kills per minute on this node")
+        try:
+            return await self._signal(cmd, live, reply)
+        except AccessDenied:
+            return reply("refused", ACCESS_DENIED)
 
+    async def _signal(self, cmd: KillCommand, live: LiveProcess,
+                      reply: Callable[..., KillReply]) -> KillReply:
+        pid = cmd.pid
         if not self.control.send(pid, live.create_time, cmd.signal):
             return reply("gone", "it ended before it was signalled")
         if cmd.signal == "KILL":

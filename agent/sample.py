@@ -101,13 +101,19 @@ class Sampler(Protocol):
     def close(self) -> None: ...
 
 
+class AccessDenied(Exception):
+    """The agent may not look at or signal this process (it runs without CAP_KILL / root)."""
+
+
 class ProcessControl(Protocol):
     """Looks up and signals processes, for the kill command."""
 
-    def lookup(self, pid: int) -> LiveProcess | None: ...
+    def lookup(self, pid: int) -> LiveProcess | None:
+        """The live process, None when there is none; raises AccessDenied when it may not be read."""
+        ...
 
     def send(self, pid: int, create_time: datetime, signal_name: str) -> bool:
-        """Signal the process if it is still the same one; False when it is gone."""
+        """Signal the process if it is still the same one; False when it is gone; AccessDenied if not allowed."""
         ...
 
     def alive(self, pid: int, create_time: datetime) -> bool: ...

@@ -169,3 +169,34 @@ def test_rate_limit_window_rolls() -> None:
     t[0] = 60.0
     assert rl.take()
     assert not RateLimit(0).take()
+
+
+async def test_a_process_the_agent_may_not_read_is_refused_not_gone(
+        children: list[subprocess.Popen[str]], monkeypatch: pytest.MonkeyPatch) -> None:
+    target = spawn()
+    children.append(target)
+    agent = agent_for([target.pid])
+    ct = created(target.pid)
+
+    def denied(self: psutil.Process) -> str:
+        raise psutil.AccessDenied(self.pid)
+
+    monkeypatch.setattr(psutil.Process, "name", denied)  # what an agent without root sees
+    reply = await kill(agent, target.pid, create_time=ct, grace_s=1)
+    assert (reply.outcome, reply.reason) == ("refused", "access denied (the agent needs CAP_KILL / root)")
+    assert target.poll() is None
+
+
+async def test_a_process_the_agent_may_not_signal_is_refused(
+        children: list[subprocess.Popen[str]], monkeypatch: pytest.MonkeyPatch) -> None:
+    target = spawn()
+    children.append(target)
+    agent = agent_for([target.pid])
+
+    def denied(self: psutil.Process, sig: int) -> None:
+        raise psutil.AccessDenied(self.pid)
+
+    monkeypatch.setattr(psutil.Process, "send_signal", denied)
+    reply = await kill(agent, target.pid, grace_s=1)
+    assert (reply.outcome, reply.reason) == ("refused", "access denied (the agent needs CAP_KILL / root)")
+    assert target.poll() is None
