@@ -17,6 +17,7 @@ from typing import Any
 import nats
 import nats.errors
 import nats.js.errors
+import orjson
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
@@ -72,8 +73,9 @@ class KvEntry:
 class Kv:
     """A JetStream key-value bucket; `create` and `update(last=)` are the compare-and-set tools."""
 
-    def __init__(self, kv: Any) -> None:
+    def __init__(self, kv: Any, pipe: _AckPipe | None = None) -> None:
         self._kv = kv
+        self._pipe = pipe
 
     async def get(self, key: str) -> KvEntry | None:
         try:
@@ -113,6 +115,35 @@ class Kv:
         except nats.js.errors.KeyNotFoundError:
             pass
 
+    async def write_many(self, writes: Sequence[tuple[str, bytes | None, int | None]],
+                         timeout: float = 5.0) -> list[int | BusError]:
+        """Many compare-and-set writes, pipelined: (key, value, last revision or None to create); a None value
+        deletes the key (unconditionally, like `delete`). Per write, in order: the new revision, or KvExists /
+        KvWrongRevision when the key is not at `last` (a create over a deleted key gets KvExists too: `create`
+        handles that case), or another BusError."""
+        if self._pipe is None:
+            raise BusError("this bucket has no pipelined writes (open it with Bus.kv)")
+        pre: str = self._kv._pre
+        items: list[tuple[str, bytes, dict[str, str] | None]] = []
+        for key, value, last in writes:
+            if value is None:
+                items.append((f"{pre}{key}", b"", {"KV-Operation": "DEL"}))
+            else:
+                items.append((f"{pre}{key}", value,
+                              {api.Header.EXPECTED_LAST_SUBJECT_SEQUENCE: str(last or 0)}))
+        results = await self._pipe.publish(items, timeout)
+        out: list[int | BusError] = []
+        for (key, _, last), r in zip(writes, results, strict=True):
+            err = _ack_error(r, f"KV write of {key}")
+            if err is None:
+                assert isinstance(r, dict)
+                out.append(int(r["seq"]))
+            elif isinstance(r, dict) and r["error"].get("err_code") in (10071, 10164):
+                out.append(KvExists(key) if not last else KvWrongRevision(key))
+            else:
+                out.append(err)
+        return out
+
     async def keys(self, prefix: str = "") -> list[str]:
         """Keys starting with `prefix` (a whole-token prefix such as `incident.`)."""
         return [e.key for e in await self._scan(prefix, meta_only=True)]
@@ -134,6 +165,95 @@ class Kv:
         finally:
             await watcher.stop()
         return out
+
+
+@dataclass(frozen=True)
+class PublishItem:
+    """One message for `Bus.js_publish_many`."""
+
+    subject: str
+    payload: bytes
+    msg_id: str | None = None
+    headers: dict[str, str] | None = None
+
+
+class _AckPipe:
+    """JetStream publishes whose acks are awaited together: one wildcard reply subscription and a future per
+    message (nats-py's `publish_async` loses error replies: its reply handler raises instead of failing the
+    future, so a refused write would only time out)."""
+
+    def __init__(self, nc: Client) -> None:
+        self._nc = nc
+        self._prefix = ""
+        self._futures: dict[str, asyncio.Future[Any]] = {}
+        self._n = 0
+
+    async def _on_reply(self, msg: Msg) -> None:
+        fut = self._futures.pop(msg.subject[len(self._prefix):], None)
+        if fut is None or fut.done():
+            return
+        if msg.headers and msg.headers.get(api.Header.STATUS) == "503":
+            fut.set_exception(nats.errors.NoRespondersError())
+            return
+        try:
+            fut.set_result(orjson.loads(msg.data))
+        except orjson.JSONDecodeError as e:
+            fut.set_exception(BusError(f"unreadable JetStream ack: {e}"))
+
+    async def publish(
+        self, items: Sequence[tuple[str, bytes, dict[str, str] | None]], timeout: float,
+    ) -> list[dict[str, Any] | BaseException]:
+        """Publish every item, then wait for all their acks (up to `timeout`): per item, in order, the ack's
+        JSON (`seq`, or `error` with `err_code`) or the exception it got (TimeoutError when none came)."""
+        if not self._prefix:
+            inbox = self._nc.new_inbox()
+            await self._nc.subscribe(f"{inbox}.*", cb=self._on_reply)
+            self._prefix = f"{inbox}."
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        tokens: list[str] = []
+        futures: list[asyncio.Future[Any]] = []
+        for subject, payload, headers in items:
+            self._n += 1
+            token = str(self._n)
+            fut: asyncio.Future[Any] = loop.create_future()
+            self._futures[token] = fut
+            tokens.append(token)
+            futures.append(fut)
+            try:
+                await self._nc.publish(subject, payload, reply=self._prefix + token, headers=headers)
+            except (nats.errors.Error, OSError) as e:
+                self._futures.pop(token, None)
+                fut.set_exception(e)
+        waiting = [f for f in futures if not f.done()]
+        if waiting:
+            await asyncio.wait(waiting, timeout=max(0.0, deadline - loop.time()))
+        out: list[dict[str, Any] | BaseException] = []
+        for token, fut in zip(tokens, futures, strict=True):
+            if not fut.done():
+                self._futures.pop(token, None)
+                fut.cancel()
+                out.append(TimeoutError())
+            else:
+                e = fut.exception()
+                out.append(e if e is not None else fut.result())
+        return out
+
+
+def _ack_error(r: dict[str, Any] | BaseException, what: str) -> BusError | None:
+    """None for a stored message's ack, else the BusError its reply or exception means."""
+    if isinstance(r, dict):
+        if "error" not in r:
+            return None
+        e = r["error"]
+        return BusError(f"{what} failed: {e.get('description', e)} (err_code {e.get('err_code')})")
+    if isinstance(r, nats.errors.NoRespondersError):
+        return BusNoResponders(f"no stream stores {what.rsplit(' ', 1)[-1]}")
+    if isinstance(r, TimeoutError | nats.errors.TimeoutError):
+        return BusTimeout(f"{what} timed out")
+    if isinstance(r, BusError):
+        return r
+    return BusError(f"{what} failed: {r}")
 
 
 class Delivery:
@@ -236,6 +356,7 @@ class Bus:
         self._nc: Client | None = None
         self._js: JetStreamContext | None = None
         self._kv: Kv | None = None
+        self._pipe: _AckPipe | None = None
         self._buffer: collections.deque[tuple[str, bytes, str]] = collections.deque()
         self._wake = asyncio.Event()
         self._connected = asyncio.Event()
@@ -474,6 +595,35 @@ class Bus:
             raise BusError(f"JetStream publish to {subject} failed: {e}") from e
         return int(ack.seq)
 
+    def _ack_pipe(self) -> _AckPipe:
+        if self._pipe is None:
+            self._pipe = _AckPipe(self._nats())
+        return self._pipe
+
+    async def js_publish_many(self, items: Sequence[PublishItem], *,
+                              timeout: float | None = None) -> list[int | BusError]:
+        """Publish many messages to JetStream, pipelined: all are sent, then their acks are awaited together
+        (one wait instead of a round trip each). Per item, in order: its stream sequence, or the BusError
+        `js_publish` would have raised (BusNoResponders, BusTimeout, BusError)."""
+        if not items:
+            return []
+        prepared: list[tuple[str, bytes, dict[str, str] | None]] = []
+        for it in items:
+            headers = dict(it.headers or {})
+            if it.msg_id:
+                headers["Nats-Msg-Id"] = it.msg_id
+            prepared.append((it.subject, it.payload, headers or None))
+        results = await self._ack_pipe().publish(prepared, timeout or self.config.publish_timeout)
+        out: list[int | BusError] = []
+        for it, r in zip(items, results, strict=True):
+            err = _ack_error(r, f"JetStream publish to {it.subject}")
+            if err is None:
+                assert isinstance(r, dict)
+                out.append(int(r["seq"]))
+            else:
+                out.append(err)
+        return out
+
     async def publish_core(self, subject: str, payload: bytes) -> None:
         await self._nats().publish(subject, payload)
 
@@ -587,5 +737,5 @@ class Bus:
                 handle = await js.create_key_value(
                     bucket=bucket, history=1, replicas=self.config.streams.replicas,
                     description="gpuevents: incidents, snoozes, leases, idempotency keys")
-            self._kv = Kv(handle)
+            self._kv = Kv(handle, self._ack_pipe())
         return self._kv
