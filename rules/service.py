@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import gc
 import logging
 import signal
 from collections.abc import Sequence
@@ -15,7 +17,7 @@ import orjson
 from pydantic import ValidationError
 
 from gpuevents import subjects as S
-from gpuevents.bus import Bus, BusError, Consumer, Delivery
+from gpuevents.bus import Bus, BusError, Consumer, Delivery, KvExists, KvWrongRevision, PublishItem
 from gpuevents.clock import Clock, SystemClock
 from gpuevents.config import Config
 from gpuevents.events import SnapshotEvent, decode_event
@@ -28,7 +30,7 @@ from rules.lease import Lease
 from rules.loader import load_rule_set, rule_files
 from rules.metrics import EngineMetrics
 from rules.model import RuleSet
-from rules.store import ModelStore, incident_key, snooze_key
+from rules.store import M, ModelStore, incident_key, snooze_key
 from rules.visibility.recorder import UsageRecorder
 
 log = logging.getLogger(__name__)
@@ -36,6 +38,10 @@ log = logging.getLogger(__name__)
 FETCH_BATCH = 512
 FETCH_TIMEOUT_S = 0.5
 RELOAD_POLL_S = 1.0
+AUDIT_TAIL = 400
+GC_THRESHOLDS = (50_000, 20, 100)
+"""The fleet state is millions of long-lived objects: with Python's default (700, 10, 10) a large first round
+spends a third of its time in collections that find nothing (measured: 1,050 -> 660 µs a snapshot)."""
 
 
 def transition_record(t: Transition) -> AuditRecord:
@@ -67,7 +73,7 @@ class Engine:
         self._consumer: Consumer | None = None
         self._subs: list[Any] = []
         self.dead_letters = DeadLetters(bus, self.metrics)
-        self.audit_tail: list[AuditRecord] = []
+        self._audit_raw: collections.deque[bytes] = collections.deque(maxlen=AUDIT_TAIL)
         self.usage: UsageRecorder | None = None
         self.lease_checks = 0
         self.release_lease_on_stop = True  # tests turn it off to play a crashed engine
@@ -114,10 +120,13 @@ class Engine:
         """Run until `stop` is set: hold or wait for the lease, then consume, tick and act."""
         rules = self.load_rules()
         self.core = Core(rules, self.config)
+        gc_before = gc.get_threshold()
+        gc.freeze()  # what is loaded by now lives as long as the process: keep it out of collections
+        gc.set_threshold(*GC_THRESHOLDS)
         self.usage = UsageRecorder.from_config(self.config)
         kv = await self.bus.kv()
-        self._incidents = ModelStore(kv, "incident.", Incident)
-        self._snoozes = ModelStore(kv, "snooze.", Snooze)
+        self._incidents = PipelinedStore(kv, "incident.", Incident)
+        self._snoozes = PipelinedStore(kv, "snooze.", Snooze)
         lease = Lease(kv, self.clock, self.config.engine.lease_ttl, holder=self.holder)
         loop = asyncio.get_running_loop()
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
@@ -155,6 +164,7 @@ class Engine:
                 self.usage.close()
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.remove_signal_handler(signal.SIGHUP)
+            gc.set_threshold(*gc_before)
 
     async def _lease_loop(self, lease: Lease, stop: asyncio.Event) -> None:
         period = max(0.05, self.config.engine.lease_ttl / 3)
@@ -287,7 +297,7 @@ class Engine:
                 or result.errors):
             return
         now = self.clock.now()
-        await asyncio.gather(*(self._dispatch(r, now) for r in result.actions))
+        await self._dispatch_all(result.actions, now)
         await self._audit([transition_record(t) for t in result.transitions])
         for t in result.transitions:
             self._explain(t)
@@ -305,9 +315,18 @@ class Engine:
             snoozes[snooze_key(s.rule, s.entity_id)] = s if s.until > now else None
         await self._snoozes.save_many(list(snoozes.items()))
 
-    async def _dispatch(self, request: ActionRequest, now: datetime) -> None:
-        await self.bus.js_publish(S.action_subject(request.type), request.model_dump_json().encode(),
-                                  msg_id=request.key)
+    async def _dispatch_all(self, requests: list[ActionRequest], now: datetime) -> None:
+        """Publish the requests pipelined; count and log the ones stored; raise the first failure."""
+        if not requests:
+            return
+        results = await self.bus.js_publish_many([
+            PublishItem(S.action_subject(r.type), r.model_dump_json().encode(), msg_id=r.key) for r in requests])
+        for request, r in zip(requests, results, strict=True):
+            if not isinstance(r, BusError):
+                self._dispatched(request, now)
+        _raise_first(results)
+
+    def _dispatched(self, request: ActionRequest, now: datetime) -> None:
         self.metrics.actions.labels(type=request.type, outcome=request.decision).inc()
         if request.event_time is not None:
             self.metrics.latency.observe(max(0.0, (now - request.event_time).total_seconds()))
@@ -332,19 +351,24 @@ class Engine:
     async def _audit(self, records: list[AuditRecord]) -> None:
         if not records:
             return
-        await asyncio.gather(*(self.bus.js_publish(S.audit_subject(r.rule or "engine"),
-                                                   r.model_dump_json().encode(), msg_id=r.id)
-                               for r in records))
+        _raise_first(await self.bus.js_publish_many([
+            PublishItem(S.audit_subject(r.rule or "engine"), r.model_dump_json().encode(), msg_id=r.id)
+            for r in records]))
 
     async def _on_audit(self, msg: Any) -> None:
-        """Keep the newest audit records (ours and the runners') for the dashboard."""
-        try:
-            record = AuditRecord.model_validate_json(msg.data)
-        except ValidationError:
-            return
-        self.audit_tail.append(record)
-        if len(self.audit_tail) > 400:
-            del self.audit_tail[:200]
+        """Keep the newest audit records (ours and the runners') for the dashboard, parsed when it asks."""
+        self._audit_raw.append(msg.data)
+
+    @property
+    def audit_tail(self) -> list[AuditRecord]:
+        """The newest audit records, oldest first (unreadable ones left out)."""
+        out = []
+        for raw in list(self._audit_raw):
+            try:
+                out.append(AuditRecord.model_validate_json(raw))
+            except ValidationError:
+                continue
+        return out
 
     def _update_gauges(self) -> None:
         core = self.core
@@ -391,6 +415,40 @@ class Engine:
                                        detail=f"until {s.until.isoformat()} by {s.by or '?'}"
                                        + (f": {s.reason}" if s.reason else ""))])
         return {"ok": True, "until": s.until.isoformat()}
+
+
+def _raise_first(results: Sequence[int | BusError]) -> None:
+    for r in results:
+        if isinstance(r, BusError):
+            raise r
+
+
+class PipelinedStore(ModelStore[M]):
+    """A ModelStore whose `save_many` pipelines the writes (one wait for all their acks); a write that finds
+    the key changed under it (another leader's last write) takes `save`'s path: read it, write over it."""
+
+    async def save_many(self, items: list[tuple[str, M | None]]) -> None:
+        if not items:
+            return
+        writes: list[tuple[str, bytes | None, int | None]] = []
+        for key, record in items:
+            if record is None:
+                self._revisions.pop(key, None)
+                writes.append((key, None, None))
+            else:
+                writes.append((key, record.model_dump_json().encode(), self._revisions.get(key)))
+        results = await self.kv.write_many(writes)
+        retry: list[tuple[str, M | None]] = []
+        for (key, record), r in zip(items, results, strict=True):
+            if isinstance(r, int):
+                if record is not None:
+                    self._revisions[key] = r
+            elif isinstance(r, KvExists | KvWrongRevision) and record is not None:
+                retry.append((key, record))
+            else:
+                raise r
+        if retry:
+            await super().save_many(retry)
 
 
 async def _wait_any(stop: asyncio.Event, other: asyncio.Event, timeout: float) -> None:
