@@ -40,7 +40,10 @@ def waste_of(batch: UsageBatch, costs: CostModel) -> WasteDelta:
 class UsageRecorder:
     """Aggregates in memory (`observe`, cheap, no I/O); `flush` writes and prunes in a worker thread.
 
-    A crash loses at most what came since the last flush; the engine flushes on its tick.
+    The aggregator is touched only on the event loop: `flush` settles and drains it there (pure and
+    fast) and hands the worker thread a batch that nothing else refers to, so snapshots observed
+    while a write is in flight land in the next batch. A crash loses at most what came since the
+    last flush; the engine flushes on its tick.
     """
 
     def __init__(
@@ -68,23 +71,35 @@ class UsageRecorder:
     def observe(self, event: SnapshotEvent, now: datetime) -> None:
         self.aggregator.observe(event, now)
 
-    def flush_sync(self, now: datetime) -> WasteDelta:
-        """Count up to `now`, write what was counted, prune past the retention once an hour."""
-        self.aggregator.settle(now)
-        batch = self.aggregator.drain()
-        if batch:
-            self.store.add(batch)
-        t = now.timestamp()
-        if self._pruned_at is None or t - self._pruned_at >= PRUNE_EVERY_S:
-            removed = self.store.prune(t - self.retention_s)
-            self._pruned_at = t
-            if removed:
-                log.info("usage rollups: pruned %d buckets older than the retention", removed)
-        return waste_of(batch, self.costs)
-
     async def flush(self, now: datetime) -> WasteDelta:
+        """Count up to `now`, write what was counted, prune past the retention once an hour.
+
+        Returns the waste the written batch adds. If the write fails, the batch goes back into the
+        aggregator (it was one transaction, so none of it was stored) and the next flush carries it.
+        """
         async with self._lock:
-            return await asyncio.to_thread(self.flush_sync, now)
+            self.aggregator.settle(now)  # on the loop, like observe(): never both at once
+            batch = self.aggregator.drain()
+            if batch:
+                try:
+                    await asyncio.to_thread(self.store.add, batch)
+                except Exception:  # not on cancellation: the thread may still write it
+                    self.aggregator.restore(batch)
+                    raise
+            await self._prune(now.timestamp())
+            return waste_of(batch, self.costs)
+
+    async def _prune(self, t: float) -> None:
+        if self._pruned_at is not None and t - self._pruned_at < PRUNE_EVERY_S:
+            return
+        try:
+            removed = await asyncio.to_thread(self.store.prune, t - self.retention_s)
+        except Exception:  # the batch is written; pruning is retried on the next flush
+            log.exception("usage rollups: pruning buckets older than the retention failed")
+            return
+        self._pruned_at = t
+        if removed:
+            log.info("usage rollups: pruned %d buckets older than the retention", removed)
 
     def close(self) -> None:
         self.store.close()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import NamedTuple
 
@@ -40,6 +40,9 @@ class UsageAmounts:
     busy_kwh: float = 0.0
     held_kwh: float = 0.0
     free_kwh: float = 0.0
+
+
+_USAGE_SUMS = tuple(f.name for f in fields(UsageAmounts) if f.name != "model")
 
 
 class IdleJobKey(NamedTuple):
@@ -165,6 +168,24 @@ class UsageAggregator:
         self._usage = {}
         self._jobs = {}
         return batch
+
+    def restore(self, batch: UsageBatch) -> None:
+        """Add a drained batch back (its write failed), so the next drain hands it over again."""
+        for key, amounts in batch.usage:
+            a = self._usage.get(key)
+            if a is None:
+                self._usage[key] = amounts
+                continue
+            a.model = a.model or amounts.model
+            for name in _USAGE_SUMS:
+                setattr(a, name, getattr(a, name) + getattr(amounts, name))
+        for job_key, job in batch.idle_jobs:
+            j = self._jobs.get(job_key)
+            if j is None:
+                self._jobs[job_key] = job
+            else:
+                j.held_s += job.held_s
+                j.held_kwh += job.held_kwh
 
     # ------------------------------------------------------------ counting
     def _count(self, cluster: str, mark: _NodeMark, until: float) -> None:
