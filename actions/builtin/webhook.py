@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, ClassVar, Literal
 
 import aiohttp
@@ -16,7 +17,6 @@ from actions.protocol import (
     ActionResult,
     PermanentError,
     TransientError,
-    no_escape,
 )
 from actions.registry import register
 from actions.services import services_of
@@ -33,6 +33,15 @@ class WebhookParams(ActionParams):
     body: Any = Field(default=None, description="JSON (a mapping, a list, or a string holding JSON); "
                       "unset: the incident")
     timeout: Duration | None = None
+
+
+def json_escape(text: str) -> str:
+    """A value from the machine as the inside of a JSON string: `"`, `\\` and control characters escaped.
+
+    So a process named `x", "channel": "#general` stays one string value in `'{"text": "{{ process.name }}"}'`.
+    Lone surrogates (undecodable bytes in a process name) become `?`, so the body always encodes."""
+    clean = text.encode("utf-8", "replace").decode("utf-8") if not text.isascii() else text
+    return json.dumps(clean, ensure_ascii=False)[1:-1]
 
 
 def request_body(ctx: ActionContext, body: Any) -> tuple[bytes, str]:
@@ -64,7 +73,7 @@ class WebhookAction:
     params = WebhookParams
     entity_kinds = ALL_KINDS
     destructive: ClassVar[bool] = False
-    escape = staticmethod(no_escape)
+    escape = staticmethod(json_escape)  # string bodies are JSON; headers get no raw CR/LF either
 
     async def run(self, ctx: ActionContext) -> ActionResult:
         p = ctx.params

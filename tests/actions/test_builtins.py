@@ -11,11 +11,13 @@ import pytest
 from pydantic import ValidationError
 
 from actions.builtin.publish import PublishParams
+from actions.registry import escape_for
 from actions.runner import ActionRunner
 from gpuevents import subjects as S
 from gpuevents.bus import Bus
 from gpuevents.yamlpos import LocatedError
 from rules.loader import load_rule_set
+from rules.templates import compile_params, render_params
 from tests.actions.conftest import make_config, make_request
 from tests.actions.fakes import FakeWebhook
 from tests.waiting import wait_for
@@ -62,6 +64,49 @@ async def test_webhook_sends_the_rendered_json_body_and_headers(webhook: FakeWeb
     assert sent["method"] == "PUT" and sent["headers"]["X-Team"] == "ml"
     assert sent["headers"]["Content-Type"] == "application/json"
     assert json.loads(sent["body"]) == {"text": "GPU 0 idle", "n": 2}
+
+
+def rendered(type_: str, params: dict[str, object], **names: object) -> dict[str, object]:
+    """The parameters as the engine renders them: compiled with the action's escape, then rendered."""
+    tree, errors = compile_params(params, "process", escape_for(type_))
+    assert errors == []
+    return render_params(tree, names)
+
+
+EVIL = 'x", "channel": "#general'
+
+
+async def test_webhook_string_body_keeps_a_hostile_process_name_inside_its_string(webhook: FakeWebhook) -> None:
+    process = {"name": EVIL + "\\ \n", "user": "bob\r\nX-Injected: 1"}
+    params = rendered("webhook", {"url": webhook.url(), "body": '{"text": "{{ process.name }} idles"}',
+                                  "headers": {"X-User": "{{ process.user }}"}}, process=process)
+    runner = ActionRunner(None, make_config())
+    record = await runner.process(make_request("webhook", params, entity_kind="process"))
+    await runner.close()
+    assert record.outcome == "ok"
+    sent = webhook.requests[0]
+    assert sent["headers"]["Content-Type"] == "application/json"
+    assert json.loads(sent["body"]) == {"text": EVIL + "\\ \n idles"}
+    assert "X-Injected" not in sent["headers"] and sent["headers"]["X-User"] == "bob\\r\\nX-Injected: 1"
+
+
+async def test_webhook_mapping_body_stays_one_value_per_key(webhook: FakeWebhook) -> None:
+    params = rendered("webhook", {"url": webhook.url(), "body": {"text": "{{ process.name }}"}},
+                      process={"name": EVIL})
+    runner = ActionRunner(None, make_config())
+    await runner.process(make_request("webhook", params, entity_kind="process"))
+    await runner.close()
+    sent = json.loads(webhook.requests[0]["body"])
+    # Serialised as data: the name cannot add a key; its quotes keep the JSON escape (documented).
+    assert list(sent) == ["text"] and sent["text"] == EVIL.replace('"', '\\"')
+
+
+async def test_command_argv_takes_a_hostile_value_as_one_literal_argument() -> None:
+    hostile = '$(touch /tmp/gpuevents-pwned); x" ; rm -rf / #'
+    params = rendered("command", {"argv": [sys.executable, "-c", "import sys; print(repr(sys.argv[1]))",
+                                           "{{ process.name }}"]}, process={"name": hostile})
+    record = await ActionRunner(None, make_config()).process(make_request("command", params))
+    assert record.outcome == "ok" and repr(hostile) in record.detail
 
 
 async def test_webhook_without_a_body_posts_the_incident(webhook: FakeWebhook) -> None:
