@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from html import escape
 from zoneinfo import ZoneInfo
 
@@ -142,16 +144,26 @@ def render_html(report: WeeklyReport, costs: CostModel) -> str:
     return "".join(parts)
 
 
-def _md(text: str) -> str:
-    """Table-safe Markdown text: pipes, backticks and angle brackets neutralised."""
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("`", "\\`").replace("<", "&lt;").replace(">", "&gt;")
+# Every character with a meaning inside a GFM table cell (inline Markdown, raw HTML, entities, the
+# cell separator, GitHub's $math$) is escaped; line breaks and other control characters become
+# spaces, so the row stays one line. `:` and the dot of `www.` are escaped because GFM's autolink
+# extension links `http://…` and `www.…` only where it reads them unescaped; e-mail addresses
+# still become links, to the address they show.
+_MD_ESCAPES = {ord(c): "\\" + c for c in "\\`*_~[]!|$:"} | {ord("&"): "&amp;", ord("<"): "&lt;", ord(">"): "&gt;"}
+_MD_WWW = re.compile(r"(www)\.", re.IGNORECASE)
+
+
+def markdown_cell(text: str) -> str:
+    """Any string as one inert Markdown table cell: shown as written, never a link, image or markup."""
+    one_line = "".join(" " if unicodedata.category(c) in ("Cc", "Zl", "Zp") else c for c in text)
+    return _MD_WWW.sub(r"\1\\.", one_line.translate(_MD_ESCAPES))
 
 
 def render_markdown(report: WeeklyReport, costs: CostModel) -> str:
     f = costs.format
     fl = report.fleet
     lines = [
-        "# GPU usage report" + (f" — team {_md(team_label(report.team))}" if report.team is not None else ""),
+        "# GPU usage report" + (f" — team {markdown_cell(team_label(report.team))}" if report.team is not None else ""),
         "",
         _period(report),
         "",
@@ -166,18 +178,18 @@ def render_markdown(report: WeeklyReport, costs: CostModel) -> str:
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for t in report.teams:
-        lines.append(f"| **{_md(team_label(t.team))}** | {_h(t.busy_h)} | {_h(t.held_idle_h)} | {_pct(t.util_pct)} | "
+        lines.append(f"| **{markdown_cell(team_label(t.team))}** | {_h(t.busy_h)} | {_h(t.held_idle_h)} | {_pct(t.util_pct)} | "
                      f"{f(t.held_idle_cost)} | {_h(t.unallocated_h)} | {f(t.unallocated_cost)} |")
         for o in t.owners:
-            lines.append(f"| {_md(o.owner)} | {_h(o.busy_h)} | {_h(o.held_idle_h)} | {_pct(o.util_pct)} | "
+            lines.append(f"| {markdown_cell(o.owner)} | {_h(o.busy_h)} | {_h(o.held_idle_h)} | {_pct(o.util_pct)} | "
                          f"{f(o.held_idle_cost)} | | |")
     lines += ["", "## Top idle jobs", ""]
     if report.top_idle_jobs:
         lines += ["| job | node | GPUs | owner | team | held idle GPU-h | cost |",
                   "| --- | --- | --- | --- | --- | ---: | ---: |"]
         for j in report.top_idle_jobs:
-            lines.append(f"| {_md(j.name)} | {_md(j.node)} | {','.join(map(str, j.gpus))} | {_md(j.owner)} | "
-                         f"{_md(team_label(j.team))} | {_h(j.held_idle_h)} | {f(j.cost)} |")
+            lines.append(f"| {markdown_cell(j.name)} | {markdown_cell(j.node)} | {','.join(map(str, j.gpus))} | {markdown_cell(j.owner)} | "
+                         f"{markdown_cell(team_label(j.team))} | {_h(j.held_idle_h)} | {f(j.cost)} |")
     else:
         lines.append("No job held an idle GPU this week.")
     return "\n".join(lines) + "\n"
