@@ -30,6 +30,7 @@ class AgentCounters:
     samples: int = 0
     sample_errors: int = 0
     events: dict[str, int] = field(default_factory=dict)
+    restarts: dict[str, int] = field(default_factory=dict)  # helper task -> times it was started again
 
     def count_event(self, type_: str) -> None:
         self.events[type_] = self.events.get(type_, 0) + 1

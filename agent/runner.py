@@ -18,6 +18,7 @@ from agent.kubelet import PodDirectory
 from agent.metrics import AgentCollector, AgentCounters, MetricsServer
 from agent.sample import ProcessControl, Sampler
 from agent.scenario import Scenario, load_scenario
+from agent.serving import ConcurrentServer, serve_concurrently
 from agent.simulate import SimulatedNode, fleet
 from gpuevents import __version__
 from gpuevents.clock import Clock, SystemClock
@@ -36,8 +37,8 @@ class EventBus(Protocol):
 
     def publish_event(self, event: Event) -> None: ...
 
-    async def serve(self, subject: str, handler: Callable[[bytes, str], Awaitable[bytes]],
-                    queue: str | None = None) -> Any: ...
+    async def subscribe(self, subject: str, handler: Callable[[Any], Awaitable[None]],
+                        queue: str | None = None) -> Any: ...
 
 
 class NodeAgent:
@@ -118,8 +119,42 @@ def open_sampler(config: Config, *, simulate: bool = False, start: datetime | No
 
 
 # ------------------------------------------------------------------ loops
+#: a helper task that fails is started again after this long, doubling up to the max
+RESTART_BACKOFF_S = 1.0
+RESTART_BACKOFF_MAX_S = 60.0
+
+
+async def supervise(what: str, run: Callable[[], Awaitable[None]], stop: asyncio.Event,
+                    counters: AgentCounters | None = None) -> None:
+    """Run `run()` until `stop` is set; whenever it fails (or returns early) log it and start it again,
+    after a backoff that doubles up to RESTART_BACKOFF_MAX_S (and starts over after a long good run)."""
+    delay = RESTART_BACKOFF_S
+    while not stop.is_set():
+        started = asyncio.get_running_loop().time()
+        try:
+            await run()
+        except Exception as e:
+            why = f"failed: {type(e).__name__}: {e}"
+            log.debug("%s failed", what, exc_info=True)
+        else:
+            if stop.is_set():
+                return
+            why = "returned unexpectedly"
+        if asyncio.get_running_loop().time() - started > RESTART_BACKOFF_MAX_S:
+            delay = RESTART_BACKOFF_S
+        if counters is not None:
+            counters.restarts[what] = counters.restarts.get(what, 0) + 1
+        log.error("%s %s; restarting it in %.1fs", what, why, delay)
+        try:
+            await asyncio.wait_for(stop.wait(), delay)
+        except TimeoutError:
+            pass
+        delay = min(delay * 2, RESTART_BACKOFF_MAX_S)
+
+
 async def _serve_kills(bus: EventBus, agents: list[NodeAgent], cluster: str, stop: asyncio.Event) -> None:
-    """Subscribe each node's kill subject once NATS is reachable (nats-py resubscribes after reconnects)."""
+    """Subscribe each node's kill subject once NATS is reachable (nats-py resubscribes after reconnects),
+    each command answered in its own task; runs until `stop`, unsubscribing whatever way it ends."""
     while not bus.connected:
         if stop.is_set():
             return
@@ -127,9 +162,24 @@ async def _serve_kills(bus: EventBus, agents: list[NodeAgent], cluster: str, sto
             await asyncio.wait_for(stop.wait(), 0.2)
         except TimeoutError:
             pass
-    for a in agents:
-        await bus.serve(command_subject(cluster, a.node, "kill"), a.kill.serve_bytes)
-    log.info("serving kill commands for %d node(s)", len(agents))
+    servers: list[ConcurrentServer] = []
+    subs: list[Any] = []
+    try:
+        for a in agents:
+            server, sub = await serve_concurrently(bus, command_subject(cluster, a.node, "kill"),
+                                                   a.kill.serve_bytes, what="kill command")
+            servers.append(server)
+            subs.append(sub)
+        log.info("serving kill commands for %d node(s)", len(agents))
+        await stop.wait()
+    finally:
+        for sub in subs:  # a restart must not leave a second subscription answering the same commands
+            try:
+                await sub.unsubscribe()
+            except Exception as e:
+                log.debug("unsubscribing a kill subject: %r", e)
+        for server in servers:
+            await server.close()
 
 
 async def _refresh_pods(pods: PodDirectory, stop: asyncio.Event) -> None:
@@ -144,14 +194,6 @@ async def _refresh_pods(pods: PodDirectory, stop: asyncio.Event) -> None:
                 pass
 
 
-def _guard(task: asyncio.Task[None], what: str) -> None:
-    def done(t: asyncio.Task[None]) -> None:
-        if not t.cancelled() and t.exception() is not None:
-            log.error("%s finished unexpectedly: %r", what, t.exception())
-
-    task.add_done_callback(done)
-
-
 async def run_nodes(agents: list[NodeAgent], bus: EventBus, *, config: Config, clock: Clock,
                     stop: asyncio.Event, counters: AgentCounters | None = None,
                     pods: PodDirectory | None = None) -> AgentCounters:
@@ -162,11 +204,11 @@ async def run_nodes(agents: list[NodeAgent], bus: EventBus, *, config: Config, c
     if config.agent.metrics_port is not None:
         metrics = MetricsServer(AgentCollector(lambda: [a.core for a in agents], counters),
                                 config.agent.metrics_port).start()
-    helpers = [asyncio.create_task(_serve_kills(bus, agents, config.cluster, stop))]
-    _guard(helpers[0], "kill service")
+    helpers = [asyncio.create_task(supervise(
+        "kill service", lambda: _serve_kills(bus, agents, config.cluster, stop), stop, counters))]
     if pods is not None:
-        helpers.append(asyncio.create_task(_refresh_pods(pods, stop)))
-        _guard(helpers[-1], "kubelet pod refresh")
+        helpers.append(asyncio.create_task(supervise(
+            "kubelet pod refresh", lambda: _refresh_pods(pods, stop), stop, counters)))
 
     def publish(event: Event) -> None:
         bus.publish_event(event)

@@ -17,13 +17,14 @@ from actions.protocol import (
 )
 from actions.registry import register
 from actions.services import services_of
+from agent import kill as agent_kill
 from gpuevents.bus import BusNoResponders, BusTimeout
 from gpuevents.commands import KILL_VERB, KillCommand, KillReply, KillTarget, Signal, kill_targets
 from gpuevents.durations import Duration
 from gpuevents.records import ActionRequest
 from gpuevents.subjects import command_subject
 
-REPLY_MARGIN_S = 10.0  # on top of the grace: the agent's checks and the round trip
+REPLY_MARGIN_S = 10.0  # on top of the agent's longest answer: its checks and the round trip
 
 
 class KillParams(ActionParams):
@@ -31,6 +32,12 @@ class KillParams(ActionParams):
     signal: Signal = "TERM"
     grace: Duration = 30
     reason: str = ""
+
+
+def reply_timeout(p: KillParams) -> float:
+    """How long the agent may take to answer one command: the grace, the wait after SIGKILL, a margin.
+    The agent answers the commands of one action concurrently, so this bounds the whole action too."""
+    return p.grace + agent_kill.KILL_WAIT_S + REPLY_MARGIN_S
 
 
 def node_of(request: ActionRequest) -> str:
@@ -59,7 +66,7 @@ class KillAction:
 
     def run_timeout(self, params: ActionParams, default: float) -> float:
         assert isinstance(params, KillParams)
-        return params.grace + REPLY_MARGIN_S + default
+        return reply_timeout(params) + default
 
     async def run(self, ctx: ActionContext) -> ActionResult:
         p = ctx.params
@@ -85,7 +92,7 @@ class KillAction:
                           rule=ctx.request.rule, key=ctx.request.key)
         try:
             raw = await services_of(ctx).bus.request(subject, cmd.model_dump_json().encode(),
-                                                     p.grace + REPLY_MARGIN_S)
+                                                     reply_timeout(p))
         except BusNoResponders:
             raise TransientError(f"no agent answers on {subject}") from None
         except BusTimeout:

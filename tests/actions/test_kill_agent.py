@@ -11,10 +11,13 @@ from datetime import UTC, datetime
 import psutil
 import pytest
 
+from actions.builtin import kill as kill_action
 from actions.runner import ActionRunner
+from agent import kill as agent_kill
 from agent.attribution import PsutilControl
 from agent.kill import KillHandler, KillPolicy, RateLimit
 from agent.sample import LiveProcess
+from agent.serving import serve_concurrently
 from gpuevents import subjects as S
 from gpuevents.bus import Bus
 from gpuevents.config import ProtectConfig
@@ -62,20 +65,44 @@ async def children() -> AsyncIterator[Children]:
         await c.close()
 
 
+class Unkillable(PsutilControl):
+    """Real processes, except that SIGKILL to `stuck` pids is lost, as for a process in uninterruptible
+    sleep; every command the handler sees is counted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stuck: set[int] = set()
+        self.signals: list[tuple[int, str]] = []
+
+    def send(self, pid: int, create_time: datetime, signal_name: str) -> bool:
+        self.signals.append((pid, signal_name))
+        if signal_name == "KILL" and pid in self.stuck:
+            return self.alive(pid, create_time)
+        return super().send(pid, create_time, signal_name)
+
+
 @pytest.fixture
-async def on_gpu(bus: Bus) -> set[int]:
-    """The agent of node n1, with the real kill handler; pids in the returned set 'hold a GPU'."""
+def control() -> Unkillable:
+    return Unkillable()
+
+
+@pytest.fixture
+async def on_gpu(bus: Bus, control: Unkillable) -> AsyncIterator[set[int]]:
+    """The agent of node n1, with the real kill handler served as the agent serves it (each command in
+    its own task); pids in the returned set 'hold a GPU'."""
     holding: set[int] = set()
     handler = KillHandler(
-        control=PsutilControl(),
+        control=control,
         policy=KillPolicy(ProtectConfig(users=[], process_patterns=["sleep"]), agent_pid=os.getpid(),
                           node_labels={}),
         rate=RateLimit(100),
         holds_gpu=lambda p: isinstance(p, LiveProcess) and p.pid in holding,
         poll_s=0.02,
     )
-    await bus.serve(S.command_subject("default", "n1", "kill"), handler.serve_bytes)
-    return holding
+    server, sub = await serve_concurrently(bus, S.command_subject("default", "n1", "kill"), handler.serve_bytes)
+    yield holding
+    await sub.unsubscribe()
+    await server.close()
 
 
 async def gone(proc: asyncio.subprocess.Process) -> bool:
@@ -130,3 +157,25 @@ async def test_a_process_that_already_ended_is_gone(bus: Bus, on_gpu: set[int], 
     record = await ActionRunner(bus, make_config()).process(
         make_request("kill", {}, entity_kind="process", facts={"process": f}))
     assert record.outcome == "ok" and record.detail == f"pid {short.pid} gone (no such process)"
+
+
+async def test_two_stuck_processes_on_a_gpu_are_handled_at_once_and_each_signalled_once(
+        bus: Bus, on_gpu: set[int], children: Children, control: Unkillable,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Shrunk to keep the test short; the proportions are the real ones: the agent may spend
+    # grace + KILL_WAIT_S on each command, more than grace + the margin.
+    monkeypatch.setattr(agent_kill, "KILL_WAIT_S", 1.0)
+    monkeypatch.setattr(kill_action, "REPLY_MARGIN_S", 0.8)
+    first = await children.start(sys.executable, "-c", IGNORES_TERM, wait_ready=True)
+    second = await children.start(sys.executable, "-c", IGNORES_TERM, wait_ready=True)
+    on_gpu.update({first.pid, second.pid})
+    control.stuck.update({first.pid, second.pid})
+    runner = ActionRunner(bus, make_config())
+    record = await runner.process(make_request(
+        "kill", {"grace": 0.5}, facts={"processes": [fact(first), fact(second)]}))
+    stuck = "SIGKILL sent but the process was still there after 1s (uninterruptible sleep?)"
+    assert (record.outcome, record.attempt) == ("ok", 1), record
+    assert record.detail == f"pid {first.pid} killed ({stuck}); pid {second.pid} killed ({stuck})"
+    # One TERM and one KILL each: no command was sent twice.
+    assert sorted(control.signals) == sorted([(first.pid, "TERM"), (first.pid, "KILL"),
+                                              (second.pid, "TERM"), (second.pid, "KILL")])
