@@ -116,6 +116,8 @@ class AgentConfig(_Section):
     kill: AgentKillConfig = AgentKillConfig()
     metrics_port: int | None = Field(None, ge=0, le=65535, description="dcgm-compatible /metrics")
     simulation: SimulationConfig = SimulationConfig()
+    kubernetes_node: bool | None = Field(None, description="read this node's labels and cordon from the "
+                                         "Kubernetes API (connection: actions.kubernetes); unset: in a pod")
 
     @field_validator("sample_interval", "snapshot_interval")
     @classmethod
