@@ -34,6 +34,9 @@ from rules.views import EntityView, EvalClock, GpuView, NodeView, ProcessView
 __all__ = ["Core", "CoreInput", "EvalProblem", "ForgetNode", "Snooze", "StepResult", "Tick", "run_inputs"]
 
 OFFLINE_AFTER_INTERVALS = 3
+CATCHUP_GRACE_S = 300.0
+"""A cron instant missed during a restart or failover runs late if it is at most this old (or 3 ticks, or 3
+lease TTLs, whichever is longer), as APScheduler's misfire_grace_time with coalesce: once, at the latest instant."""
 
 
 class Core:
@@ -62,6 +65,12 @@ class Core:
         self._next_deadline: datetime | None = None  # the earliest future `for`/repeat deadline
         self._next_cron: dict[str, datetime] = {}
         self._full_eval: set[str] = set()
+        self._restored = False  # `restore` was called: an engine resuming, which catches up missed cron instants
+        self._settle_s = OFFLINE_AFTER_INTERVALS * self.snapshot_interval_s
+        self._catchup: dict[str, tuple[datetime, datetime]] = {}  # rule -> (missed cron instant, when to run it)
+        self._stale: set[tuple[str, str]] = set()  # restored incidents whose rule changed while no engine ran
+        self._removed: list[Incident] = []  # restored incidents of rules that no longer exist: closed next step
+        self._deferred: set[str] = set()  # rules whose firing waits until the fleet is observed after a restore
         self.rules = RuleSet()
         self._set_rules(rules)
 
@@ -76,44 +85,76 @@ class Core:
         self._time_rules = {k: [r for r in v if r.condition.time_dependent] for k, v in self._event_rules.items()}
         self._has_time_rules = any(self._time_rules.values())
         self._next_cron = {k: v for k, v in self._next_cron.items() if k in rules.by_name}
+        self._catchup = {k: v for k, v in self._catchup.items() if k in rules.by_name}
+        self._liveness_rules = [r for r in rules if r.reads_liveness and not r.scheduled]
+        limits = self.config.engine.limits
+        self._fleet_limited = {
+            r.name for r in rules
+            if any(a.destructive and (r.spec.limits.max_fleet_pct is not None or (
+                a.type in limits and limits[a.type].max_fleet_pct is not None)) for a in r.actions)
+        }
 
-    def replace_rules(self, rules: RuleSet) -> list[Incident]:
-        """Switch to a new, valid set. Incidents of unchanged rules (same hash) stay; the others are dropped
-        and returned (delete them from the store); new and changed rules are evaluated in full at the next tick."""
-        dropped: list[Incident] = []
+    def replace_rules(self, rules: RuleSet, now: datetime | None = None) -> StepResult:
+        """Switch to a new, valid set at `now` (default: the last step's instant). Incidents of unchanged rules
+        (same hash: description and labels do not count) stay. Those of changed or removed rules close through
+        the normal path, as `rule_changed` / `rule_removed`: the result has their transitions (audit them), the
+        OLD rule's `on_resolve` requests for firing ones, and the closed incidents (persist them). New and
+        changed rules are evaluated in full at the next tick."""
+        if now is not None:
+            self.clock.set(utc(now))
+        now = self.clock.utc
+        out = StepResult()
         for name, incs in list(self.incidents.items()):
             new = rules.by_name.get(name)
             old = self.rules.by_name.get(name)
             if new is not None and old is not None and new.hash == old.hash:
                 continue
+            if old is not None:
+                reason: ResolveReason = "rule_removed" if new is None else "rule_changed"
+                table = self.state.by_kind[old.kind]
+                for key in list(incs):
+                    self._close(old, key, table.get(key), now, reason, out)
             for inc in incs.values():
-                dropped.append(inc)
                 self._unindex(inc)
             del self.incidents[name]
             self._next_cron.pop(name, None)
+            self._catchup.pop(name, None)
         for r in rules:
             old = self.rules.by_name.get(r.name)
             if old is None or old.hash != r.hash:
                 self._full_eval.add(r.name)
         self._set_rules(rules)
         self._rebuild_limits()
-        return dropped
+        return out
 
     # ------------------------------------------------------------------ restore
     def restore(self, incidents: Iterable[Incident], snoozes: Iterable[Snooze] = (), now: datetime | None = None) -> None:
         """Resume after a restart: open incidents of known, unchanged rules come back as they were (a pending one
-        keeps its start, a firing one is not fired again); entities not yet seen get `offline_grace` to reappear."""
+        keeps its start, a firing one is not fired again); entities not yet seen get `offline_grace` to reappear.
+
+        Incidents of a rule changed while no engine ran close as `rule_changed` at the first tick that sees
+        their entity (with the rule's `on_resolve`: the old rule is not known any more), or when it does not come
+        back; those of a removed rule close as `rule_removed` with the next step's result (no actions: nothing
+        is known of the rule). Missed cron instants are caught up (see CATCHUP_GRACE_S)."""
         for inc in incidents:
-            rule = self.rules.by_name.get(inc.rule)
-            if rule is None or not inc.open or (inc.rule_hash and inc.rule_hash != rule.hash):
+            if not inc.open:
                 continue
+            rule = self.rules.by_name.get(inc.rule)
+            if rule is None:
+                self._removed.append(inc)
+                continue
+            if inc.rule_hash and inc.rule_hash not in (rule.hash, rule.legacy_hash):
+                self._stale.add((rule.name, inc.entity_key))
+            elif inc.rule_hash != rule.hash:
+                inc = inc.model_copy(update={"rule_hash": rule.hash})
             self.incidents[rule.name][inc.entity_key] = inc
             self._by_entity.setdefault(inc.entity_key, set()).add(rule.name)
             if inc.entity_key not in self.state.by_kind[rule.kind]:
                 self._orphans.add((rule.name, inc.entity_key))
         for s in snoozes:
             self.snoozes[(s.rule, s.entity_id)] = s
-        self._restored_at = now
+        self._restored_at = utc(now) if now is not None else None
+        self._restored = True
         self._full_eval.update(self.rules.by_name)
         self._rebuild_limits()
 
@@ -123,7 +164,7 @@ class Core:
             rule = self.rules.by_name[name]
             for inc in incs.values():
                 if inc.status == "firing":
-                    self.limiter.set_firing(rule, inc.entity_key, True)
+                    self.limiter.set_firing(rule, inc.entity_key, True, self.state.node_key(inc.cluster, inc.node))
 
     # ------------------------------------------------------------------ reading
     def nodes(self) -> list[NodeView]:
@@ -153,6 +194,12 @@ class Core:
         out = StepResult()
         if self._restored_at is None:
             self._restored_at = now
+        if self._removed:
+            for inc in self._removed:
+                after = resolve(inc, now, "rule_removed")
+                out.transitions += transitions(inc, after, "rule_removed")
+                out.incidents.append(after)
+            self._removed = []
         if isinstance(item, Tick):
             self._tick(now, out)
         elif isinstance(item, Snooze):
@@ -176,6 +223,7 @@ class Core:
             self._close_all(e, now, "gone", out)
         if ns is not None and not ns.online:
             ns.full_next = True  # not evaluated now: evaluate every entity when it is back
+            self._evaluate_liveness(ns, now, out)
             return
         by_kind: dict[str, list[Entity]] = {"node": [], "gpu": [], "process": []}
         for e in change.changed:
@@ -246,10 +294,26 @@ class Core:
             opened = open_incident(rule.name, rule.hash, ent.id, ent.key, rule.kind, view.cluster, view.node, now)
             after = step(opened, True, now, rule.for_s, rule.repeat_s)
         else:
+            opened = before
             after = step(before, matched, now, rule.for_s, rule.repeat_s)
-            if after is before:
+            if after is before and not rule.scheduled:
                 return
+        if after.status == "firing" and opened.status != "firing" and self._fleet_unobserved(rule, now):
+            # Since the restore the fleet is only partly seen, so its share would be too high, and a held action is
+            # never retried: stay pending; the rule is evaluated again once the fleet has been observed.
+            self._deferred.add(rule.name)
+            if before is not None and not rule.scheduled:
+                return
+            after = opened
+        if rule.scheduled and after.open:
+            after = after.model_copy(update={"last_eval_at": now})  # persisted: a restart knows what ran
         self._commit(rule, ent, before, after, now, out, event_time=event_time)
+
+    def _fleet_unobserved(self, rule: Rule, now: datetime) -> bool:
+        return (
+            self._restored and rule.name in self._fleet_limited and self._restored_at is not None
+            and (now - self._restored_at).total_seconds() < self._settle_s
+        )
 
     def _commit(
         self, rule: Rule, ent: Entity | None, before: Incident | None, after: Incident, now: datetime,
@@ -263,9 +327,9 @@ class Core:
             incs.pop(after.entity_key, None)
             self._unindex(after)
         if (before is None or before.status != "firing") and after.status == "firing":
-            self.limiter.set_firing(rule, after.entity_key, True)
+            self.limiter.set_firing(rule, after.entity_key, True, self.state.node_key(after.cluster, after.node))
         elif before is not None and before.status == "firing" and after.status != "firing":
-            self.limiter.set_firing(rule, after.entity_key, False)
+            self.limiter.set_firing(rule, after.entity_key, False, self.state.node_key(after.cluster, after.node))
         if after.open and not rule.scheduled:
             d = next_deadline(after, rule.for_s, rule.repeat_s)
             if d is not None and d > now and (self._next_deadline is None or d < self._next_deadline):
@@ -276,8 +340,8 @@ class Core:
         out.incidents.append(after)
         phase = send_phase(before, after)
         if phase is not None and ent is not None:
-            total = len(self.state.by_kind[rule.kind])
-            out.actions += self.sender.requests(rule, ent, after, phase, now, total, event_time)
+            totals = {k: len(v) for k, v in self.state.by_kind.items()}
+            out.actions += self.sender.requests(rule, ent, after, phase, now, totals, event_time)
 
     def _unindex(self, inc: Incident) -> None:
         rules = self._by_entity.get(inc.entity_key)
@@ -286,6 +350,7 @@ class Core:
             if not rules:
                 del self._by_entity[inc.entity_key]
         self._orphans.discard((inc.rule, inc.entity_key))
+        self._stale.discard((inc.rule, inc.entity_key))
 
     def _close_all(self, ent: Entity, now: datetime, reason: ResolveReason, out: StepResult) -> None:
         for name in list(self._by_entity.get(ent.key, ())):
@@ -310,19 +375,33 @@ class Core:
         self._next_deadline = None  # recomputed below, and by every commit
         self._check_nodes(now, out)
         self._check_orphans(now, out)
+        self._check_stale(now, out)
         self._expire_snoozes(now, out)
+        if self._deferred and not self._restored_at_most(now, self._settle_s):
+            for name in sorted(self._deferred):
+                rule = self.rules.by_name.get(name)
+                if rule is not None:
+                    self._sweep(rule, now, out)
+            self._deferred.clear()
         for rule in self.rules:
             if rule.scheduled:
                 due = self._next_cron.get(rule.name)
                 if due is None:
                     due = self._next_cron[rule.name] = rule.next_cron(now - timedelta(seconds=1)) or now
+                    if self._restored:
+                        self._plan_catchup(rule, now, due)
                 if due <= now:
+                    self._catchup.pop(rule.name, None)
                     self._sweep(rule, now, out)
                     nxt = rule.next_cron(now)
                     if nxt is not None:
                         self._next_cron[rule.name] = nxt
                     else:
                         self._next_cron.pop(rule.name, None)
+                late = self._catchup.get(rule.name)
+                if late is not None and now >= late[1]:
+                    del self._catchup[rule.name]
+                    self._sweep(rule, now, out, since=late[0])
         swept: set[str] = set()
         if self._next_sweep is None or now >= self._next_sweep:
             for rule in self.rules:
@@ -350,19 +429,40 @@ class Core:
             table = self.state.by_kind[rule.kind]
             for k in due_keys:
                 ent = table.get(k)
-                if ent is not None and self._online(ent):
+                if ent is not None and (rule.reads_liveness or self._online(ent)):
                     self._evaluate(rule, ent, now, out)
 
-    def _sweep(self, rule: Rule, now: datetime, out: StepResult) -> None:
-        """Evaluate `rule` for every entity of its kind on an online node (the hot loop of a tick)."""
+    def _restored_at_most(self, now: datetime, seconds: float) -> bool:
+        return self._restored_at is not None and (now - self._restored_at).total_seconds() < seconds
+
+    def _plan_catchup(self, rule: Rule, now: datetime, due: datetime) -> None:
+        """After a restore: the latest cron instant before `now` runs late, once, if it is recent enough. It runs
+        when the fleet has been observed (three snapshot intervals after the restore), for the entities whose
+        incident was not evaluated at or after it (`last_eval_at`)."""
+        missed = rule.last_cron(now)
+        if missed is None or missed >= due:
+            return
+        grace = max(CATCHUP_GRACE_S, 3 * self.tick_s, 3 * float(self.config.engine.lease_ttl))
+        if (now - missed).total_seconds() > grace:
+            return
+        start = self._restored_at or now
+        self._catchup[rule.name] = (missed, max(now, start + timedelta(seconds=self._settle_s)))
+
+    def _sweep(self, rule: Rule, now: datetime, out: StepResult, since: datetime | None = None) -> None:
+        """Evaluate `rule` for every entity of its kind on an online node (the hot loop of a tick); with `since`,
+        skip entities whose incident was evaluated at or after it."""
         incs = self.incidents[rule.name]
         test = rule.condition.test
         nodes = self.state.nodes
-        any_offline = any(not ns.online for ns in nodes.values())
+        skip_offline = not rule.reads_liveness and any(not ns.online for ns in nodes.values())
         snoozes = self.snoozes
         for key, ent in self.state.by_kind[rule.kind].items():
-            if any_offline and not nodes[ent.node_key].online:
+            if skip_offline and not nodes[ent.node_key].online:
                 continue
+            if since is not None:
+                done = incs.get(key)
+                if done is not None and (done.last_eval_at or done.active_at) >= since:
+                    continue
             if snoozes and self._snoozed(rule.name, ent, now):
                 self._close(rule, key, ent, now, "snoozed", out)
                 continue
@@ -397,6 +497,13 @@ class Core:
         online = off is None or now < off
         if online != ns.online:
             self.state.set_online(ns, online, off or now)
+            self._evaluate_liveness(ns, now, out)
+
+    def _evaluate_liveness(self, ns: NodeState, now: datetime, out: StepResult) -> None:
+        """Node rules that read `online` / `last_seen` see a node go offline (or come back) at once."""
+        if self._liveness_rules and ns.node_entity is not None:
+            for rule in self._liveness_rules:
+                self._evaluate(rule, ns.node_entity, now, out)
 
     def _check_nodes(self, now: datetime, out: StepResult) -> None:
         gone: list[str] = []
@@ -407,8 +514,24 @@ class Core:
             ):
                 gone.append(key)
         for key in gone:
+            ns = self.state.nodes[key]
+            if self._liveness_open(ns):
+                # An "agent down" incident is open: keep the node so that it goes on (and resolves when the node
+                # is back, or as gone when it is forgotten); the incidents of other rules end as gone.
+                for e in [*ns.entities.values(), *([ns.node_entity] if ns.node_entity is not None else [])]:
+                    for name in list(self._by_entity.get(e.key, ())):
+                        rule = self.rules.by_name[name]
+                        if not rule.reads_liveness:
+                            self._close(rule, e.key, e, now, "gone", out)
+                continue
             for e in self.state.remove_node(key):
                 self._close_all(e, now, "gone", out)
+
+    def _liveness_open(self, ns: NodeState) -> bool:
+        if not self._liveness_rules or ns.node_entity is None:
+            return False
+        names = self._by_entity.get(ns.node_entity.key, ())
+        return any(self.rules.by_name[n].reads_liveness for n in names)
 
     def _check_orphans(self, now: datetime, out: StepResult) -> None:
         if not self._orphans:
@@ -425,7 +548,24 @@ class Core:
             inc = self.incidents[name].get(key)
             node_known = inc is not None and self.state.node_key(inc.cluster, inc.node) in self.state.nodes
             if node_known or waited >= self.offline_grace_s:
-                self._close(rule, key, None, now, "gone", out)
+                self._close(rule, key, None, now, "rule_changed" if (name, key) in self._stale else "gone", out)
+
+    def _check_stale(self, now: datetime, out: StepResult) -> None:
+        """Close restored incidents of rules changed while no engine ran, once their entity is seen; evaluate it
+        again under the rule as it is now (an entity not seen is left to `_check_orphans`)."""
+        if not self._stale:
+            return
+        for name, key in sorted(self._stale):
+            rule = self.rules.by_name.get(name)
+            if rule is None or key not in self.incidents[name]:
+                self._stale.discard((name, key))
+                continue
+            ent = self.state.by_kind[rule.kind].get(key)
+            if ent is None:
+                continue
+            self._close(rule, key, ent, now, "rule_changed", out)
+            if not rule.scheduled and (rule.reads_liveness or self._online(ent)):
+                self._evaluate(rule, ent, now, out)
 
     def _expire_snoozes(self, now: datetime, out: StepResult) -> None:
         expired = [k for k, s in self.snoozes.items() if s.until <= now]
@@ -452,6 +592,10 @@ class Core:
                 nxt = self._next_cron.get(rule.name) or rule.next_cron(now - timedelta(seconds=1))
                 if nxt is not None:
                     best = min(best, nxt)
+        for _, run_at in self._catchup.values():
+            best = min(best, run_at)
+        if self._deferred and self._restored_at is not None:
+            best = min(best, self._restored_at + timedelta(seconds=self._settle_s))
         for s in self.snoozes.values():
             best = min(best, s.until)
         for ns in self.state.nodes.values():

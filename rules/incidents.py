@@ -16,7 +16,8 @@ from pydantic import BaseModel, ConfigDict
 from gpuevents.durations import format_duration
 from gpuevents.records import AuditRecord, EntityKind, IncidentStatus, Phase
 
-ResolveReason = Literal["condition", "gone", "snoozed"]
+ResolveReason = Literal["condition", "gone", "snoozed", "rule_changed", "rule_removed"]
+"""Why an incident closed; `rule_changed` / `rule_removed`: a reload (or a restart) changed or removed its rule."""
 
 
 class Incident(BaseModel):
@@ -39,6 +40,8 @@ class Incident(BaseModel):
     last_sent_at: datetime | None = None
     sends: int = 0
     resolve_reason: ResolveReason | None = None
+    last_eval_at: datetime | None = None
+    """Scheduled rules: when the incident was last evaluated (a cron instant, or a catch-up after a restart)."""
 
     @property
     def open(self) -> bool:

@@ -10,6 +10,13 @@ from gpuevents.records import Decision
 from rules.model import CompiledAction, Rule
 
 HOUR_S = 3600.0
+NODE_TARGET_TYPES = frozenset({"cordon", "uncordon"})
+"""Actions that act on the entity's node: their fleet share is counted in nodes, whatever the rule's kind."""
+
+
+def target_unit(action_type: str, rule_kind: str) -> str:
+    """What an action's fleet share counts: `node` for cordon/uncordon, else entities of the rule's kind."""
+    return "node" if action_type in NODE_TARGET_TYPES else rule_kind
 
 
 class Limiter:
@@ -23,14 +30,15 @@ class Limiter:
         self._rule_runs: dict[str, deque[float]] = {}
         self._type_runs: dict[str, deque[float]] = {}
         self._firing_rule: dict[str, set[str]] = {}
-        self._firing_type: dict[str, dict[str, int]] = {}  # action type -> entity key -> firing incidents
+        self._firing_type: dict[tuple[str, str], dict[str, int]] = {}  # (type, unit) -> target key -> incidents
 
     def reset_firing(self) -> None:
         self._firing_rule.clear()
         self._firing_type.clear()
 
-    def set_firing(self, rule: Rule, entity_key: str, firing: bool) -> None:
-        """Keep the share of firing entities: call on every change into or out of `firing`."""
+    def set_firing(self, rule: Rule, entity_key: str, firing: bool, node_key: str = "") -> None:
+        """Keep the share of firing entities: call on every change into or out of `firing`. For each action type
+        of the rule's `actions`, the target counted is the entity, or its node (`node_key`) for cordon/uncordon."""
         keys = self._firing_rule.setdefault(rule.name, set())
         if firing == (entity_key in keys):
             return
@@ -38,13 +46,15 @@ class Limiter:
             keys.add(entity_key)
         else:
             keys.discard(entity_key)
-        for t in {a.type for a in (*rule.actions, *rule.on_resolve)}:
-            counts = self._firing_type.setdefault(t, {})
-            n = counts.get(entity_key, 0) + (1 if firing else -1)
+        for t in {a.type for a in rule.actions}:
+            unit = target_unit(t, rule.kind)
+            target = (node_key or entity_key) if unit == "node" else entity_key
+            counts = self._firing_type.setdefault((t, unit), {})
+            n = counts.get(target, 0) + (1 if firing else -1)
             if n > 0:
-                counts[entity_key] = n
+                counts[target] = n
             else:
-                counts.pop(entity_key, None)
+                counts.pop(target, None)
 
     def firing_count(self, rule: str) -> int:
         return len(self._firing_rule.get(rule, ()))
@@ -57,19 +67,33 @@ class Limiter:
             runs.popleft()
         return len(runs)
 
-    def decide(self, rule: Rule, action: CompiledAction, total: int, now_ts: float) -> tuple[Decision, str | None]:
-        """`held` (too much of the fleet firing, destructive only), `suppressed` (rate), else `run`."""
-        if action.destructive and total > 0:
+    def decide(
+        self, rule: Rule, action: CompiledAction, totals: Mapping[str, int], now_ts: float,
+    ) -> tuple[Decision, str | None]:
+        """`held` (too much of the fleet firing, destructive only), `suppressed` (rate), else `run`.
+
+        `totals`: the entities known of each kind (`node`, `gpu`, `process`). A rule's `max_fleet_pct` is its
+        firing entities out of those of its kind; `engine.limits.<type>.max_fleet_pct` is the targets of that
+        action type affected by any firing rule, out of all targets of that unit (nodes for cordon/uncordon)."""
+        if action.destructive:
             pct = rule.spec.limits.max_fleet_pct
-            share = 100.0 * self.firing_count(rule.name) / total
-            if pct is not None and share > pct:
-                return "held", f"{share:.1f}% of {rule.kind} entities are firing {rule.name}, over max_fleet_pct {pct:g}%"
+            total = totals.get(rule.kind, 0)
+            if pct is not None and total > 0:
+                n = self.firing_count(rule.name)
+                share = 100.0 * n / total
+                if share > pct:
+                    return "held", (f"{n} of {total} {rule.kind} entities ({share:.1f}%) are firing {rule.name}, "
+                                    f"over max_fleet_pct {pct:g}%")
             fleet = self.engine_limits.get(action.type)
-            if fleet is not None and fleet.max_fleet_pct is not None:
-                share = 100.0 * len(self._firing_type.get(action.type, {})) / total
+            unit = target_unit(action.type, rule.kind)
+            total = totals.get(unit, 0)
+            if fleet is not None and fleet.max_fleet_pct is not None and total > 0:
+                n = len(self._firing_type.get((action.type, unit), {}))
+                share = 100.0 * n / total
                 if share > fleet.max_fleet_pct:
-                    return "held", (f"{share:.1f}% of {rule.kind} entities are firing rules with {action.type}, over "
-                                    f"engine.limits.{action.type}.max_fleet_pct {fleet.max_fleet_pct:g}%")
+                    return "held", (f"{n} of {total} {unit}s ({share:.1f}%) are targets of firing rules with "
+                                    f"{action.type}, over engine.limits.{action.type}.max_fleet_pct "
+                                    f"{fleet.max_fleet_pct:g}%")
         per_rule = rule.spec.limits.max_per_hour
         if per_rule is not None and self._recent(self._rule_runs.get(rule.name), now_ts) >= per_rule:
             return "suppressed", f"rule {rule.name} ran {per_rule} actions in the last hour (max_per_hour)"

@@ -8,12 +8,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from jinja2 import nodes
 from pydantic import ValidationError
 
 from actions import registry
 from gpuevents.yamlpos import Located, LocatedError, YamlDoc, parse_yaml
 from rules import calendars
-from rules.expr import ExprError, compile_condition
+from rules.expr import ExprError, compile_condition, parse_expression
 from rules.model import (
     DESTRUCTIVE_TYPES,
     ActionSpec,
@@ -156,6 +157,8 @@ def _load_rule(
         hash=rule_hash(spec, tz_name),
         file=doc.file,
         line=doc.line_of(at),
+        legacy_hash=legacy_rule_hash(spec, tz_name),
+        reads_liveness=spec.entity == "node" and reads_liveness(spec.when),
     ), []
 
 
@@ -176,7 +179,35 @@ def _name_pattern(p: Located) -> Located:
     return Located(p.file, p.line, message)
 
 
+HASH_IGNORES = ("description", "labels")
+"""Fields a rule's hash leaves out: they change what messages say, not whether an open incident is right
+(templates and requests read them from the running rule, so an edit shows at the next send)."""
+
+
 def rule_hash(spec: RuleSpec, tz_name: str) -> str:
+    """What makes a rule behave differently: a reload closes the open incidents of a rule whose hash changed."""
+    body = spec.model_dump(mode="json", by_alias=True)
+    body["timezone"] = tz_name
+    for k in HASH_IGNORES:
+        body.pop(k, None)
+    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+LIVENESS_FIELDS = frozenset({"online", "last_seen"})
+
+
+def reads_liveness(source: str) -> bool:
+    """Whether a condition reads `online` or `last_seen` (as an attribute, or a key: `node['online']`)."""
+    try:
+        expr = parse_expression(source)
+    except ExprError:
+        return False
+    return any(n.attr in LIVENESS_FIELDS for n in expr.find_all(nodes.Getattr)) or any(
+        n.value in LIVENESS_FIELDS for n in expr.find_all(nodes.Const))
+
+
+def legacy_rule_hash(spec: RuleSpec, tz_name: str) -> str:
+    """The hash over the whole spec that incidents stored by earlier engines carry."""
     body = spec.model_dump(mode="json", by_alias=True)
     body["timezone"] = tz_name
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:16]

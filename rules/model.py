@@ -128,6 +128,10 @@ class Rule:
     hash: str
     file: str = ""
     line: int = 0
+    legacy_hash: str = ""
+    """The hash as engines before the narrower `rule_hash` computed it, so their incidents restore unchanged."""
+    reads_liveness: bool = False
+    """A node rule whose condition reads `node.online` or `node.last_seen`: evaluated on offline nodes too."""
 
     @property
     def name(self) -> str:
@@ -148,6 +152,22 @@ class Rule:
     @property
     def scheduled(self) -> bool:
         return bool(self.triggers)
+
+    def last_cron(self, at: datetime) -> datetime | None:
+        """The latest cron instant at or before `at` (looked for up to 8 days back)."""
+        best: datetime | None = None
+        for t in self.triggers:
+            for back in (120, 3600, 86400, 8 * 86400):  # a short window first: a `* * * * *` has many instants
+                prev: datetime | None = None
+                nxt = t.get_next_fire_time(None, at - timedelta(seconds=back))
+                while nxt is not None and nxt <= at:
+                    prev = nxt
+                    nxt = t.get_next_fire_time(nxt, nxt + timedelta(seconds=1))
+                if prev is not None:
+                    if best is None or prev > best:
+                        best = prev
+                    break
+        return best
 
     def next_cron(self, after: datetime) -> datetime | None:
         """The first cron instant strictly after `after`."""

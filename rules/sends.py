@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -156,9 +157,10 @@ class Sender:
         return names
 
     def requests(
-        self, rule: Rule, ent: Entity, incident: Incident, phase: Phase, now: datetime, total: int,
+        self, rule: Rule, ent: Entity, incident: Incident, phase: Phase, now: datetime, totals: Mapping[str, int],
         event_time: datetime | None = None,
     ) -> list[ActionRequest]:
+        """The requests of `phase`; `totals`: entities known of each kind, for the fleet-share limits."""
         specs = rule.on_resolve if phase == "resolve" else rule.actions
         if not specs:
             return []
@@ -167,12 +169,12 @@ class Sender:
         dry = rule.spec.dry_run or self.config.engine.dry_run
         out = []
         for a in specs:
-            out.append(self._one(rule, ent, incident, phase, a, names, facts, dry, now, total, event_time))
+            out.append(self._one(rule, ent, incident, phase, a, names, facts, dry, now, totals, event_time))
         return out
 
     def _one(
         self, rule: Rule, ent: Entity, incident: Incident, phase: Phase, a: CompiledAction, names: dict[str, Any],
-        facts: dict[str, Any], dry: bool, now: datetime, total: int, event_time: datetime | None,
+        facts: dict[str, Any], dry: bool, now: datetime, totals: Mapping[str, int], event_time: datetime | None,
     ) -> ActionRequest:
         reason: str | None = None
         params: dict[str, Any] = {}
@@ -201,7 +203,7 @@ class Sender:
             # on_resolve restores what the firing did (uncordon, scale back): never rate-limited, held or
             # counted, since a suppressed or held one is not retried and would leave the change in place.
             return req.model_copy(update={"decision": "dry_run", "reason": "dry run"}) if dry else req
-        decision, why_not = self.limiter.decide(rule, a, total, now.timestamp())
+        decision, why_not = self.limiter.decide(rule, a, totals, now.timestamp())
         if decision != "run":
             return req.model_copy(update={"decision": decision, "reason": why_not})
         if dry:

@@ -106,11 +106,13 @@ class Engine:
         self._mtimes = self._current_mtimes()
         async with self._lock:
             assert self.core is not None
-            dropped = self.core.replace_rules(rules)
-            if self._incidents is not None and dropped:
-                await self._incidents.save_many([(incident_key(i.rule, i.entity_key), None) for i in dropped])
+            # Incidents of changed or removed rules close through the normal path: audited, on_resolve run.
+            closed = self.core.replace_rules(rules, self.clock.now())
+            if self._incidents is not None:
+                await self._commit(closed)
         self.metrics.reloads.labels(result="ok").inc()
-        log.info("rules reloaded: %d rules (%d incidents of changed rules dropped)", len(rules), len(dropped))
+        log.info("rules reloaded: %d rules (%d incidents of changed or removed rules closed)", len(rules),
+                 len(closed.incidents))
         await self._audit([AuditRecord(time=self.clock.now(), kind="reload",
                                        detail=f"{len(rules)} rules loaded")])
         return True
