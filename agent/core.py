@@ -118,6 +118,7 @@ class NodeCore:
         self.thresholds = thresholds
         self.snapshot_interval = timedelta(seconds=snapshot_interval_s)
         self.labels = dict(labels or {})
+        self.cordoned: bool | None = None  # known only from the Kubernetes node (agent.kubernetes_node)
         self.driver_version = driver_version
         self.hostname = hostname
         self.gpu_states: dict[int, GpuState] = {}
@@ -241,7 +242,7 @@ class NodeCore:
         )
         return NodeInfo(
             name=self.node, cluster=self.cluster, labels=dict(self.labels),
-            gpu_count=len(self.readings), gpus_busy=busy, gpus_idle=idle,
+            gpu_count=len(self.readings), gpus_busy=busy, gpus_idle=idle, cordoned=self.cordoned,
             driver_version=self.driver_version, hostname=self.hostname,
         )
 

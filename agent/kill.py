@@ -29,8 +29,12 @@ class KillPolicy:
     def __init__(self, protect: ProtectConfig, *, agent_pid: int, node_labels: Mapping[str, str]) -> None:
         self.protect = protect
         self.agent_pid = agent_pid
-        self.node_protected = bool(protect.node_labels) and any(
-            node_labels.get(k) == v for k, v in protect.node_labels.items()
+        self.set_node_labels(node_labels)
+
+    def set_node_labels(self, node_labels: Mapping[str, str]) -> None:
+        """The node's labels changed (the Kubernetes node was read again)."""
+        self.node_protected = bool(self.protect.node_labels) and any(
+            node_labels.get(k) == v for k, v in self.protect.node_labels.items()
         )
 
     def refusal(self, pid: int, live: LiveProcess | None, pod: str | None = None) -> str | None:

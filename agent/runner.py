@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import socket
@@ -11,10 +12,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from agent import kubenode
 from agent.attribution import Attributor, PsutilControl, PsutilIdentifier
 from agent.core import NodeCore
 from agent.kill import KillHandler, KillPolicy, RateLimit
 from agent.kubelet import PodDirectory
+from agent.kubenode import NodeLookup, NodeState
 from agent.metrics import AgentCollector, AgentCounters, MetricsServer
 from agent.sample import ProcessControl, Sampler
 from agent.scenario import Scenario, load_scenario
@@ -68,6 +71,13 @@ class NodeAgent:
             holds_gpu=lambda p: self.core.holds_gpu(p.pid, p.create_time),
             pod_of=self._pod_of,
         )
+
+    def apply_kubernetes_node(self, state: NodeState) -> None:
+        """The Node object's labels under the configured ones (config wins), and its cordon."""
+        labels = {**state.labels, **self.config.agent.labels}
+        self.core.labels = labels
+        self.core.cordoned = state.cordoned
+        self.kill.policy.set_node_labels(labels)
 
     def _pod_of(self, pid: int) -> str | None:
         held = self.core.held_process(pid)
@@ -182,6 +192,21 @@ async def _serve_kills(bus: EventBus, agents: list[NodeAgent], cluster: str, sto
             await server.close()
 
 
+async def _watch_node(lookup: NodeLookup, agent: NodeAgent, stop: asyncio.Event) -> None:
+    """Read the agent's Kubernetes node every `kubenode.REFRESH_S` and apply what it says."""
+    try:
+        while not stop.is_set():
+            state = await lookup.refresh()
+            if state is not None:
+                agent.apply_kubernetes_node(state)
+            try:
+                await asyncio.wait_for(stop.wait(), kubenode.REFRESH_S)
+            except TimeoutError:
+                pass
+    finally:
+        await lookup.close()
+
+
 async def _refresh_pods(pods: PodDirectory, stop: asyncio.Event) -> None:
     import aiohttp
 
@@ -196,7 +221,8 @@ async def _refresh_pods(pods: PodDirectory, stop: asyncio.Event) -> None:
 
 async def run_nodes(agents: list[NodeAgent], bus: EventBus, *, config: Config, clock: Clock,
                     stop: asyncio.Event, counters: AgentCounters | None = None,
-                    pods: PodDirectory | None = None) -> AgentCounters:
+                    pods: PodDirectory | None = None,
+                    nodes: dict[str, NodeLookup] | None = None) -> AgentCounters:
     """Sample every agent each `sample_interval` until `stop` is set; publishing never blocks the loop."""
     counters = counters or AgentCounters()
     interval = config.agent.sample_interval
@@ -209,6 +235,11 @@ async def run_nodes(agents: list[NodeAgent], bus: EventBus, *, config: Config, c
     if pods is not None:
         helpers.append(asyncio.create_task(supervise(
             "kubelet pod refresh", lambda: _refresh_pods(pods, stop), stop, counters)))
+    for a in agents:
+        lookup = (nodes or {}).get(a.node)
+        if lookup is not None:
+            helpers.append(asyncio.create_task(supervise(
+                "kubernetes node lookup", functools.partial(_watch_node, lookup, a, stop), stop, counters)))
 
     def publish(event: Event) -> None:
         bus.publish_event(event)
@@ -262,7 +293,8 @@ async def run_agent(config: Config, bus: EventBus, clock: Clock | None = None,
     agent = NodeAgent(config, sampler, pods=pods)
     log.info("agent for node %s: %s sampler, %d GPU(s) known at start", agent.node, sampler.kind,
              len(getattr(sampler, "devices", [])) or getattr(sampler, "gpu_count", 0))
-    return await run_nodes([agent], bus, config=config, clock=clock, stop=stop, pods=pods)
+    nodes = {agent.node: NodeLookup(config, agent.node)} if kubenode.wanted(config) else None
+    return await run_nodes([agent], bus, config=config, clock=clock, stop=stop, pods=pods, nodes=nodes)
 
 
 def simulated_agents(config: Config, *, nodes: int, gpus_per_node: int,

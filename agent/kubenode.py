@@ -1,0 +1,85 @@
+"""This node's labels and cordon state from the Kubernetes API: GET /api/v1/nodes/<own name>, nothing else."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import httpx2
+from lightkube import ApiError, AsyncClient, ConfigError
+from lightkube.resources.core_v1 import Node
+
+from actions.kube import make_client
+from actions.protocol import PermanentError
+from gpuevents.config import Config
+
+log = logging.getLogger(__name__)
+
+#: how often the Node object is read again
+REFRESH_S = 60.0
+#: the longest one read may take
+TIMEOUT_S = 10.0
+
+
+def wanted(config: Config) -> bool:
+    """`agent.kubernetes_node`, unset meaning: when the agent runs in a Kubernetes pod."""
+    on = config.agent.kubernetes_node
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) if on is None else on
+
+
+@dataclass
+class NodeState:
+    """What the API said about the node last time it answered."""
+
+    labels: dict[str, str] = field(default_factory=dict)
+    cordoned: bool = False
+
+
+class NodeLookup:
+    """Reads the agent's own Node object; keeps the last good answer when the API fails."""
+
+    def __init__(self, config: Config, node: str,
+                 client_factory: Callable[[], AsyncClient] | None = None) -> None:
+        self.node = node
+        self._factory = client_factory or (lambda: make_client(config.actions.kubernetes))
+        self._client: AsyncClient | None = None
+        self.state: NodeState | None = None
+        self.errors = 0
+        self._last_error = ""
+
+    async def refresh(self) -> NodeState | None:
+        """Read the node now; the state (the previous one when this read failed)."""
+        try:
+            if self._client is None:
+                self._client = self._factory()
+            obj = await asyncio.wait_for(self._client.get(Node, name=self.node), TIMEOUT_S)
+        except (ApiError, httpx2.HTTPError, ConfigError, PermanentError, TimeoutError, OSError) as e:
+            self._failed(e)
+            return self.state
+        labels = dict(obj.metadata.labels or {}) if obj.metadata else {}
+        cordoned = bool(obj.spec.unschedulable) if obj.spec else False
+        if self._last_error:
+            log.info("kubernetes node %s is readable again", self.node)
+            self._last_error = ""
+        self.state = NodeState(labels=labels, cordoned=cordoned)
+        return self.state
+
+    def _failed(self, e: Exception) -> None:
+        self.errors += 1
+        if isinstance(e, ApiError):
+            why = f"{e.status.message or e} (HTTP {e.status.code or e.response.status_code})"
+            if (e.status.code or e.response.status_code) == 403:
+                why += "; the agent's service account needs `get` on nodes (deploy/kubernetes/rbac.yaml)"
+        else:
+            why = f"{type(e).__name__}: {e}"
+        if why != self._last_error:  # once per kind of failure, not every minute
+            log.warning("cannot read kubernetes node %s: %s; keeping what was known", self.node, why)
+        self._last_error = why
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
