@@ -123,6 +123,7 @@ class Core:
             old = self.rules.by_name.get(r.name)
             if old is None or old.hash != r.hash:
                 self._full_eval.add(r.name)
+                self._next_sweep = None  # at the next tick, not up to `engine.tick` later
         self._set_rules(rules)
         self._rebuild_limits()
         return out

@@ -139,3 +139,13 @@ def test_incidents_stored_with_the_hash_of_earlier_engines_restore_unchanged(tmp
     out = restarted.step(Tick(), at(90))
     assert out.transitions == [] and out.actions == []
     assert [i.status for i in restarted.open_incidents()] == ["firing"]
+
+
+def test_a_changed_rule_is_evaluated_at_the_very_next_tick(tmp_path: Path) -> None:
+    core = Core(scale_rules(tmp_path))
+    core.step(held(0), at(0))
+    core.step(Tick(), at(1))  # a sweep: the next one would be `engine.tick` later
+    core.replace_rules(rules_from(tmp_path, SCALE.format(description="d", severity="info").replace(
+        "gpu.idle and gpu.processes", "gpu.idle")), at(2))
+    assert core.next_wakeup(at(2)) == at(2)
+    assert [t.to_status for t in core.step(Tick(), at(3)).transitions] == ["pending", "firing"]
