@@ -7,8 +7,8 @@
 2. Baseline: a bare nats-py pull consumer that only decodes them (orjson) and acks.
 3. Engine: the real engine (rules/library + a no-`for` hot-GPU rule) consumes the same messages
    from its own durable; `snapshots_per_s` is its rate at saturation.
-4. Latency: while a publisher holds a steady 1,000 snapshots/s, threshold events (`gpu.hot`) are
-   published; each one's action request is seen on `gpuevents.act.>`; p50/p99 of
+4. Latency: while a publisher holds a steady 1,000 snapshots/s of the same fleet, threshold events
+   (`gpu.hot`) are published; each one's action request is seen on `gpuevents.act.>`; p50/p99 of
    dispatch time minus the event's time.
 
 The last line with --json is one JSON object with the figures and where the engine's time went.
@@ -214,7 +214,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         breakdown["fetch_ack_and_loop"] = round((elapsed - handle) / total * 1e6, 1)
         rss_mb = psutil.Process().memory_info().rss / 2**20
 
-        latencies = await steady_latency(bus, args, cfg)
+        latencies = await steady_latency(bus, args, cfg, t0)
         stop.set()
         await task
         await bus.close()
@@ -237,8 +237,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-async def steady_latency(bus: Bus, args: argparse.Namespace, cfg: Config) -> list[float]:
-    """p50/p99 from a threshold event's publication to its action's dispatch, at a steady 1,000 snapshots/s."""
+async def steady_latency(bus: Bus, args: argparse.Namespace, cfg: Config, fleet_t0: datetime) -> list[float]:
+    """p50/p99 from a threshold event's publication to its action's dispatch, at a steady 1,000 snapshots/s.
+
+    The fleet is the one the saturation run loaded (same processes, same idle times), so the load is steady:
+    built from a new `t0`, every process would look restarted and every GPU newly idle, and the first two
+    seconds would be a fleet-wide restart (every incident resolved as gone and opened again)."""
     latencies: list[float] = []
     expected = [10**9]
     all_seen = asyncio.Event()
@@ -253,7 +257,7 @@ async def steady_latency(bus: Bus, args: argparse.Namespace, cfg: Config) -> lis
     await bus.subscribe(S.ACTIONS_ALL, on_request)
     t0 = datetime.now(UTC)
     names = [f"node-{i:05d}" for i in range(args.nodes)]
-    templates = {n: node_snapshot(n, i, t0, t0) for i, n in enumerate(names)}
+    templates = {n: node_snapshot(n, i, t0, fleet_t0) for i, n in enumerate(names)}
     rate, hot_every = 1000, 0.05
     start = time.perf_counter()
     sent = hot = 0

@@ -91,6 +91,7 @@ class NodeState:
     proc_sigs: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     gpu_views: list[GpuView] = field(default_factory=list)
     snap_sig: tuple[Any, ...] | None = None  # the last snapshot's inputs, while nothing else changed them
+    snapshot: NodeSnapshot | None = None  # the snapshot the views were built from (kept while repeated)
 
     @property
     def prefix(self) -> str:
@@ -147,6 +148,7 @@ class FleetState:
             self._seen(ns, now)
             change = self.rebuild(ns)
             ns.snap_sig = sig
+            ns.snapshot = snap
             return change
         elif isinstance(event, GpuEvent | GpuXidEvent):
             if ns is None:
@@ -372,6 +374,13 @@ class FleetState:
         ns.entities = new
         ns.node_entity = node_ent
         return Change(nkey, changed, gone)
+
+    def current_snapshot(self, event: SnapshotEvent) -> NodeSnapshot:
+        """After `apply(event)`: the snapshot the node's views stand on, which is `event.data` or, when the node
+        repeated itself, the earlier snapshot equal to it but for `idle_for_s`, `age_s`, `online`, `last_seen`
+        (handing that one on lets the new copy be freed at once instead of aging through the collector)."""
+        ns = self.nodes.get(self.node_key(event.cluster, event.node))
+        return ns.snapshot if ns is not None and ns.snapshot is not None else event.data
 
     def remove_node(self, key: str) -> list[Entity]:
         """Forget a node; its entities are gone."""
