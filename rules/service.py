@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import gc
 import logging
 import signal
+from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -47,6 +49,10 @@ and incidents (by a twentieth of it once the consumer has caught up), it is coll
 find nothing (a first round of 2,000 nodes spends a third of its time in them), each one longer, up to
 half a second. Freed state is still freed by reference counting; only cyclic garbage alive at a freeze is
 kept, and freezes happen only while the fleet grows."""
+
+
+_audit_subject = functools.lru_cache(maxsize=4096)(S.audit_subject)
+_action_subject = functools.lru_cache(maxsize=256)(S.action_subject)
 
 
 def transition_record(t: Transition) -> AuditRecord:
@@ -238,13 +244,14 @@ class Engine:
         async with self._lock:
             assert self.core is not None
             total = StepResult()
+            counts: Counter[str] = Counter()
             for d in deliveries:
                 try:
                     event = decode_event(d.data)
                 except ValidationError as e:
                     await self.dead_letters.send(d.subject, d.data, e, d.headers.get("Nats-Msg-Id"))
                     continue
-                self.metrics.events.labels(type=event.type).inc()
+                counts[event.type] += 1
                 now = self.clock.now()
                 total.extend(self.core.step(event, now))
                 if self.usage is not None and isinstance(event, SnapshotEvent):
@@ -253,6 +260,8 @@ class Engine:
                     snap = self.core.state.current_snapshot(event)
                     self.usage.observe(event if snap is event.data else event.model_copy(update={"data": snap}),
                                        now)
+            for type_, n in counts.items():
+                self.metrics.events.labels(type=type_).inc(n)
             await self._commit(total)
         for d in deliveries:
             await d.ack()
@@ -317,13 +326,13 @@ class Engine:
 
     # ------------------------------------------------------------ dispatch and persist
     async def _commit(self, result: StepResult) -> None:
-        """Requests first (their key makes a re-send harmless), then the audit, then the incidents."""
+        """Requests and the audit first (requests sent first; a re-send is harmless: requests have a key, the
+        audit is at least once), both stored before the incidents are written."""
         if not (result.actions or result.transitions or result.incidents or result.snoozes
                 or result.errors):
             return
         now = self.clock.now()
-        await self._dispatch_all(result.actions, now)
-        await self._audit([transition_record(t) for t in result.transitions])
+        await self._dispatch_all(result.actions, now, [transition_record(t) for t in result.transitions])
         for t in result.transitions:
             self._explain(t)
         for p in result.errors:
@@ -340,13 +349,18 @@ class Engine:
             snoozes[snooze_key(s.rule, s.entity_id)] = s if s.until > now else None
         await self._snoozes.save_many(list(snoozes.items()))
 
-    async def _dispatch_all(self, requests: list[ActionRequest], now: datetime) -> None:
-        """Publish the requests pipelined; count and log the ones stored; raise the first failure."""
-        if not requests:
+    async def _dispatch_all(self, requests: list[ActionRequest], now: datetime,
+                            audit: list[AuditRecord] | None = None) -> None:
+        """Publish the requests, then the audit records, pipelined (one wait for all their acks); count and log
+        the requests stored; raise the first failure."""
+        items = [PublishItem(_action_subject(r.type), r.model_dump_json().encode(), msg_id=r.key)
+                 for r in requests]
+        items += [PublishItem(_audit_subject(r.rule or "engine"), r.model_dump_json().encode(), msg_id=r.id)
+                  for r in audit or ()]
+        if not items:
             return
-        results = await self.bus.js_publish_many([
-            PublishItem(S.action_subject(r.type), r.model_dump_json().encode(), msg_id=r.key) for r in requests])
-        for request, r in zip(requests, results, strict=True):
+        results = await self.bus.js_publish_many(items)
+        for request, r in zip(requests, results, strict=False):
             if not isinstance(r, BusError):
                 self._dispatched(request, now)
         _raise_first(results)
@@ -377,7 +391,7 @@ class Engine:
         if not records:
             return
         _raise_first(await self.bus.js_publish_many([
-            PublishItem(S.audit_subject(r.rule or "engine"), r.model_dump_json().encode(), msg_id=r.id)
+            PublishItem(_audit_subject(r.rule or "engine"), r.model_dump_json().encode(), msg_id=r.id)
             for r in records]))
 
     async def _on_audit(self, msg: Any) -> None:
