@@ -197,7 +197,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         base_rate = await baseline(server.url, total)
 
         timings = Timings()
-        timings.wrap(service, "decode_event", "decode")
+        timings.wrap(service.RepeatDecoder, "decode", "decode")
         timings.wrap(Core, "step", "core_step")
         timings.wrap(service.Engine, "_commit", "commit_dispatch_persist")
         timings.wrap(service.Engine, "handle", "handle_batch")
