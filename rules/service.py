@@ -85,6 +85,7 @@ class Engine:
         self._subs: list[Any] = []
         self.dead_letters = DeadLetters(bus, self.metrics)
         self.decoder = RepeatDecoder()
+        self._inflight: asyncio.Task[None] | None = None  # the last batch's commit and acks
         self._audit_raw: collections.deque[bytes] = collections.deque(maxlen=AUDIT_TAIL)
         self.usage: UsageRecorder | None = None
         self.lease_checks = 0
@@ -118,6 +119,7 @@ class Engine:
             return False
         self._mtimes = self._current_mtimes()
         async with self._lock:
+            await self._settle()
             assert self.core is not None
             # Incidents of changed or removed rules close through the normal path: audited, on_resolve run.
             closed = self.core.replace_rules(rules, self.clock.now())
@@ -172,6 +174,10 @@ class Engine:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            try:
+                await self._settle()  # the last batch's commit and acks
+            except (BusError, asyncio.CancelledError) as e:
+                log.warning("the last batch was not committed (it will be redelivered): %r", e)
             await self._step_down()
             if self.release_lease_on_stop:
                 await lease.release()
@@ -241,7 +247,10 @@ class Engine:
                 await self.handle(deliveries)
 
     async def handle(self, deliveries: list[Delivery]) -> None:
-        """Step the core through a batch of deliveries, dispatch and persist, then ack them all."""
+        """Step the core through a batch of deliveries; then, once the previous batch is committed, start this
+        one's commit (dispatch, audit, persist) and acks in the background. The next batch is thus stepped
+        while this one's acks are on their way; commits stay in order, one in flight at most, and a failed
+        one is raised by the next `handle` or `settle`."""
         async with self._lock:
             assert self.core is not None
             total = StepResult()
@@ -263,10 +272,24 @@ class Engine:
                                        now)
             for type_, n in counts.items():
                 self.metrics.events.labels(type=type_).inc(n)
-            await self._commit(total)
+            await self._settle()
+            self._inflight = asyncio.create_task(self._commit_and_ack(total, deliveries), name="commit")
+        self._freeze_grown_state(caught_up=len(deliveries) < FETCH_BATCH)
+
+    async def _commit_and_ack(self, result: StepResult, deliveries: list[Delivery]) -> None:
+        await self._commit(result)
         for d in deliveries:
             await d.ack()
-        self._freeze_grown_state(caught_up=len(deliveries) < FETCH_BATCH)
+
+    async def settle(self) -> None:
+        """Wait until the batch in flight is committed and acknowledged (raises what its commit raised)."""
+        async with self._lock:
+            await self._settle()
+
+    async def _settle(self) -> None:
+        task, self._inflight = self._inflight, None
+        if task is not None:
+            await task
 
     def _freeze_grown_state(self, caught_up: bool) -> None:
         """Collect and freeze once the state has grown by FREEZE_GROWTH, or by a little once caught up."""
@@ -296,6 +319,7 @@ class Engine:
 
     async def tick(self, now: datetime | None = None) -> StepResult:
         async with self._lock:
+            await self._settle()
             assert self.core is not None
             result = self.core.step(Tick(), now or self.clock.now())
             await self._commit(result)
@@ -434,6 +458,7 @@ class Engine:
 
     async def _serve_status(self, payload: bytes, subject: str) -> bytes:
         async with self._lock:
+            await self._settle()
             return orjson.dumps(self.status())
 
     async def _serve_snooze(self, payload: bytes, subject: str) -> bytes:
@@ -445,6 +470,7 @@ class Engine:
 
     async def snooze(self, s: Snooze) -> dict[str, Any]:
         async with self._lock:
+            await self._settle()
             assert self.core is not None
             if s.rule not in self.core.rules.by_name:
                 return {"ok": False, "error": f"no rule named {s.rule!r}"}
