@@ -235,8 +235,8 @@ class _AckPipe:
                 fut.cancel()
                 out.append(TimeoutError())
             else:
-                e = fut.exception()
-                out.append(e if e is not None else fut.result())
+                err = fut.exception()
+                out.append(err if err is not None else fut.result())
         return out
 
 

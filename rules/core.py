@@ -234,9 +234,9 @@ class Core:
             # A condition that raised is evaluated again on every event (errors are counted, not cached).
             fresh = {e.key for e in change.changed}
             for k in erroring:
-                e = ns.entities.get(k)
-                if e is not None and k not in fresh:
-                    by_kind[e.kind].append(e)
+                ent = ns.entities.get(k)
+                if ent is not None and k not in fresh:
+                    by_kind[ent.kind].append(ent)
         for kind, rules in self._event_rules.items():
             ents = by_kind[kind]
             if not ents:

@@ -500,9 +500,9 @@ class RepeatDecoder:
     def decode(self, raw: bytes) -> Event:
         i = raw.find(b',"data":')
         if i > 0 and raw[-1:] == b"}":
-            event = self._repeat(raw, i)
-            if event is not None:
-                return event
+            repeated = self._repeat(raw, i)
+            if repeated is not None:
+                return repeated
             segment = raw[i + 8:-1]
         else:
             segment = b""

@@ -30,7 +30,7 @@ CREATE_TIME_TOLERANCE_S = 1.0
 def _fields_getter(model: type[Any], ignore: frozenset[str]) -> Callable[[Any], tuple[Any, ...]]:
     """The values of `model`'s fields but `ignore`, as one tuple, to tell whether a view's inputs changed."""
     get = itemgetter(*(k for k in model.model_fields if k not in ignore))
-    return lambda m: get(m.__dict__)  # type: ignore[no-any-return]
+    return lambda m: get(m.__dict__)
 
 
 _node_fields = _fields_getter(NodeInfo, frozenset({"online", "last_seen"}))
