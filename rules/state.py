@@ -128,8 +128,10 @@ class FleetState:
         ns = self.nodes.get(key)
         if isinstance(event, SnapshotEvent):
             snap = event.data
-            sig = _snapshot_sig(snap)
-            if ns is not None and sig == ns.snap_sig and self._unchanged(ns):
+            # The very snapshot object the views stand on (the engine's decoder reuses it for repeated bytes)
+            # is equal to itself: no need to compare.
+            sig = ns.snap_sig if ns is not None and snap is ns.snapshot else _snapshot_sig(snap)
+            if ns is not None and sig is not None and sig == ns.snap_sig and self._unchanged(ns):
                 # The node repeats its last snapshot (times aside): every view stays, nothing to evaluate.
                 self._seen(ns, now)
                 assert ns.node_entity is not None
