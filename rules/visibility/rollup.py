@@ -110,6 +110,20 @@ class _NodeMark:
     snapshot: NodeSnapshot
     at: float
     counted_until: float
+    plan: list[_GpuPlan] | None = None  # what the snapshot adds per second, worked out once
+
+
+@dataclass
+class _GpuPlan:
+    """One GPU of a snapshot: its state, power, utilisation, and who shares its time."""
+
+    index: int
+    model: str
+    state: str  # busy | held | free
+    watts: float
+    util_pct: float | None
+    shares: list[tuple[str, str]]
+    jobs: list[tuple[str, str, ProcessInfo]]  # (job, name, a process) when held idle
 
 
 def _job_of(process: ProcessInfo) -> tuple[str, str]:
@@ -147,11 +161,14 @@ class UsageAggregator:
         at = min(event.time.timestamp(), now.timestamp())
         key = (event.cluster, event.data.node.name or event.node)
         mark = self._nodes.get(key)
+        plan = None
         if mark is not None:
             if at <= mark.at:
                 return  # a redelivered or out-of-order snapshot: already counted
             self._count(key[0], mark, min(at, mark.at + self.max_gap))
-        self._nodes[key] = _NodeMark(snapshot=event.data, at=at, counted_until=at)
+            if mark.snapshot is event.data:
+                plan = mark.plan  # the engine hands a repeated snapshot over as the object it holds
+        self._nodes[key] = _NodeMark(snapshot=event.data, at=at, counted_until=at, plan=plan)
 
     def settle(self, now: datetime) -> None:
         """Count every node's current state up to `now` (capped), so a flush misses nothing."""
@@ -193,16 +210,20 @@ class UsageAggregator:
         if until <= start:
             return
         mark.counted_until = until
+        if mark.plan is None:
+            mark.plan = self._plan(mark.snapshot)
         t = start
         while t < until:
             hour = int(t // HOUR) * HOUR
             end = min(until, hour + HOUR)
-            self._add_interval(cluster, mark.snapshot, hour, end - t)
+            self._add_interval(cluster, mark.snapshot.node.name, mark.plan, mark.snapshot.node.labels,
+                               hour, end - t)
             t = end
 
-    def _add_interval(self, cluster: str, snap: NodeSnapshot, hour: int, seconds: float) -> None:
+    def _plan(self, snap: NodeSnapshot) -> list[_GpuPlan]:
+        """Per GPU, what does not depend on the interval: state, power, owners and teams, idle jobs."""
         procs = {p.pid: p for p in snap.processes}
-        node = snap.node.name
+        plan = []
         for gpu in snap.gpus:
             if gpu.lost:
                 continue
@@ -210,16 +231,30 @@ class UsageAggregator:
             held = bool(gpu.pids) or bool(gpu.owners)
             state = "busy" if not gpu.idle else ("held" if held else "free")
             watts = gpu.power_w if gpu.power_w is not None else self.rated_power_w(gpu.model)
-            kwh = max(watts, 0.0) * seconds / 3_600_000
             shares = self._shares(gpu, holders, snap.node.labels) if state != "free" else [
                 (UNALLOCATED, self.teams.team_of(UNALLOCATED, None, snap.node.labels))
             ]
-            part = 1.0 / len(shares)
-            for owner, team in shares:
+            jobs: dict[str, tuple[str, ProcessInfo]] = {}
+            if state == "held":
+                for p in holders:
+                    job, name = _job_of(p)
+                    jobs.setdefault(job, (name, p))
+            plan.append(_GpuPlan(index=gpu.index, model=gpu.model or "", state=state, watts=watts,
+                                 util_pct=gpu.util_pct, shares=shares,
+                                 jobs=[(job, name, p) for job, (name, p) in jobs.items()]))
+        return plan
+
+    def _add_interval(self, cluster: str, node: str, plan: list[_GpuPlan], node_labels: Mapping[str, str],
+                      hour: int, seconds: float) -> None:
+        for gpu in plan:
+            state = gpu.state
+            kwh = max(gpu.watts, 0.0) * seconds / 3_600_000
+            part = 1.0 / len(gpu.shares)
+            for owner, team in gpu.shares:
                 key = UsageKey(hour, cluster, node, gpu.index, owner, team)
                 a = self._usage.get(key)
                 if a is None:
-                    a = self._usage[key] = UsageAmounts(model=gpu.model or "")
+                    a = self._usage[key] = UsageAmounts(model=gpu.model)
                 s = seconds * part
                 if state == "busy":
                     a.busy_s += s
@@ -233,8 +268,8 @@ class UsageAggregator:
                 if gpu.util_pct is not None:
                     a.util_s += gpu.util_pct * s
                     a.util_known_s += s
-            if state == "held" and holders:
-                self._add_idle_jobs(cluster, node, gpu, holders, snap.node.labels, hour, seconds, kwh)
+            if gpu.jobs:
+                self._add_idle_jobs(cluster, node, gpu, node_labels, hour, seconds, kwh)
 
     def _shares(
         self, gpu: GpuInfo, holders: list[ProcessInfo], node_labels: Mapping[str, str]
@@ -250,26 +285,21 @@ class UsageAggregator:
         self,
         cluster: str,
         node: str,
-        gpu: GpuInfo,
-        holders: list[ProcessInfo],
+        gpu: _GpuPlan,
         node_labels: Mapping[str, str],
         hour: int,
         seconds: float,
         kwh: float,
     ) -> None:
-        jobs: dict[str, tuple[str, ProcessInfo]] = {}
-        for p in holders:
-            job, name = _job_of(p)
-            jobs.setdefault(job, (name, p))
-        part = 1.0 / len(jobs)
-        for job, (name, p) in jobs.items():
+        part = 1.0 / len(gpu.jobs)
+        for job, name, p in gpu.jobs:
             key = IdleJobKey(hour, cluster, node, gpu.index, job)
             a = self._jobs.get(key)
             if a is None:
                 owner = self.teams.owner_of(p)
                 a = self._jobs[key] = IdleJobAmounts(
                     name=name, owner=owner, team=self.teams.team_of(owner, p, node_labels),
-                    model=gpu.model or "",
+                    model=gpu.model,
                 )
             a.held_s += seconds * part
             a.held_kwh += kwh * part
