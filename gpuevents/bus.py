@@ -646,7 +646,7 @@ class Bus:
                 reply = await handler(msg.data, msg.subject)
             except Exception as e:
                 log.exception("handler for %s failed", msg.subject)
-                reply = b'{"error": %s}' % repr(f"{type(e).__name__}: {e}").replace("'", '"').encode()
+                reply = orjson.dumps({"error": f"{type(e).__name__}: {e}"})
             if msg.reply:
                 await msg.respond(reply)
 

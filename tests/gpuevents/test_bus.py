@@ -169,6 +169,15 @@ async def test_a_failing_handler_answers_with_an_error(bus: Bus) -> None:
     reply = await bus.request("gpuevents.fn.boom", b"", timeout=2)
     assert b"nope" in reply and b"error" in reply
 
+    async def quotes(payload: bytes, subject: str) -> bytes:
+        raise ValueError("it's \"quoted\" \\ here")
+
+    await bus.serve("gpuevents.fn.quotes", quotes)
+    import orjson
+
+    answer = orjson.loads(await bus.request("gpuevents.fn.quotes", b"", timeout=2))
+    assert answer == {"error": "ValueError: it's \"quoted\" \\ here"}
+
 
 async def test_request_timeout_is_a_bus_timeout(bus: Bus) -> None:
     async def slow(payload: bytes, subject: str) -> bytes:
