@@ -27,6 +27,9 @@ class EngineMetrics:
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
             registry=r,
         )
+        self.bus_retries = Counter("gpuevents_engine_bus_retries_total",
+                                   "Commits or dead-letter writes retried because NATS did not take them",
+                                   registry=r)
         self.reloads = Counter("gpuevents_rule_reloads_total", "Rule reloads by result", ["result"],
                                registry=r)
         self.leader = Gauge("gpuevents_engine_leader", "1 while this engine holds the lease",

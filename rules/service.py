@@ -10,7 +10,7 @@ import gc
 import logging
 import signal
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -85,7 +85,8 @@ class Engine:
         self._subs: list[Any] = []
         self.dead_letters = DeadLetters(bus, self.metrics)
         self.decoder = RepeatDecoder()
-        self._inflight: asyncio.Task[None] | None = None  # the last batch's commit and acks
+        self._inflight: asyncio.Task[None] | None = None
+        self._stopping = False  # the last batch's commit and acks
         self._audit_raw: collections.deque[bytes] = collections.deque(maxlen=AUDIT_TAIL)
         self.usage: UsageRecorder | None = None
         self.lease_checks = 0
@@ -124,7 +125,7 @@ class Engine:
             # Incidents of changed or removed rules close through the normal path: audited, on_resolve run.
             closed = self.core.replace_rules(rules, self.clock.now())
             if self._incidents is not None:
-                await self._commit(closed)
+                await self._retry_bus(lambda: self._commit(closed), "commit the incidents a reload closed")
         self.metrics.reloads.labels(result="ok").inc()
         log.info("rules reloaded: %d rules (%d incidents of changed or removed rules closed)", len(rules),
                  len(closed.incidents))
@@ -174,6 +175,7 @@ class Engine:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            self._stopping = True
             try:
                 await self._settle()  # the last batch's commit and acks
             except (BusError, asyncio.CancelledError) as e:
@@ -259,11 +261,18 @@ class Engine:
                 try:
                     event = self.decoder.decode(d.data)
                 except ValidationError as e:
-                    await self.dead_letters.send(d.subject, d.data, e, d.headers.get("Nats-Msg-Id"))
+                    await self._dead_letter(d, e)
                     continue
                 counts[event.type] += 1
                 now = self.clock.now()
-                total.extend(self.core.step(event, now))
+                try:
+                    total.extend(self.core.step(event, now))
+                except Exception as e:
+                    # A schema-valid event the core cannot digest must not stop the fleet's watch, nor
+                    # come back forever: it is dead-lettered like a malformed one, with the reason.
+                    log.exception("event %s from %s could not be applied", event.type, d.subject)
+                    await self._dead_letter(d, e)
+                    continue
                 if self.usage is not None and isinstance(event, SnapshotEvent):
                     # A repeated snapshot is counted from the equal one already held (the usage figures
                     # read none of the fields that may differ), so the new copy dies young.
@@ -277,9 +286,31 @@ class Engine:
         self._freeze_grown_state(caught_up=len(deliveries) < FETCH_BATCH)
 
     async def _commit_and_ack(self, result: StepResult, deliveries: list[Delivery]) -> None:
-        await self._commit(result)
+        await self._retry_bus(lambda: self._commit(result), "commit the batch's actions, audit and incidents")
         for d in deliveries:
             await d.ack()
+
+    async def _dead_letter(self, d: Delivery, err: Exception) -> None:
+        await self._retry_bus(lambda: self.dead_letters.send(d.subject, d.data, err, d.headers.get("Nats-Msg-Id")),
+                              "store a malformed event in the dead-letter queue")
+
+    async def _retry_bus(self, op: Callable[[], Awaitable[None]], what: str) -> None:
+        """Run `op` until the bus takes it: a NATS blip is ridden out, not a reason to stop the engine.
+
+        Every step of a commit is safe to repeat (requests and audit records carry message ids, incident
+        writes overwrite). Gives up, raising, only once the engine is stopping."""
+        delay = 0.1
+        while True:
+            try:
+                await op()
+                return
+            except BusError as e:
+                if self._stopping:
+                    raise
+                self.metrics.bus_retries.inc()
+                log.warning("could not %s (%s); retrying in %.1fs", what, e, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
 
     async def settle(self) -> None:
         """Wait until the batch in flight is committed and acknowledged (raises what its commit raised)."""
@@ -322,7 +353,7 @@ class Engine:
             await self._settle()
             assert self.core is not None
             result = self.core.step(Tick(), now or self.clock.now())
-            await self._commit(result)
+            await self._retry_bus(lambda: self._commit(result), "commit a tick")
         self._update_gauges()
         await self._flush_usage()
         return result
@@ -347,7 +378,14 @@ class Engine:
                 return
             if self._reload.is_set() or self._current_mtimes() != self._mtimes:
                 self._reload.clear()
-                await self.reload()
+                try:
+                    await self.reload()
+                except Exception:
+                    # LocatedError is handled inside; anything else is a bug, and still no reason to stop
+                    # watching the fleet with the rules that run.
+                    self._mtimes = self._current_mtimes()
+                    self.metrics.reloads.labels(result="failed").inc()
+                    log.exception("rule reload failed; the previous rules keep running")
 
     # ------------------------------------------------------------ dispatch and persist
     async def _commit(self, result: StepResult) -> None:
@@ -475,7 +513,7 @@ class Engine:
             if s.rule not in self.core.rules.by_name:
                 return {"ok": False, "error": f"no rule named {s.rule!r}"}
             result = self.core.step(s, self.clock.now())
-            await self._commit(result)
+            await self._retry_bus(lambda: self._commit(result), "commit a snooze")
         await self._audit([AuditRecord(time=self.clock.now(), kind="snooze", rule=s.rule,
                                        entity_id=s.entity_id,
                                        detail=f"until {s.until.isoformat()} by {s.by or '?'}"
