@@ -659,12 +659,15 @@ class Bus:
     # ------------------------------------------------------------ consumers
     async def consumer(self, stream: str, durable: str, filter_subjects: str | Sequence[str], *,
                        ack_wait: float = 30.0, max_deliver: int = -1,
-                       max_ack_pending: int = 20_000) -> Consumer:
-        """A durable pull consumer with explicit acks; created if absent, bound if present."""
+                       max_ack_pending: int = 20_000, ack_all: bool = False) -> Consumer:
+        """A durable pull consumer with explicit acks; created if absent, bound if present.
+
+        `ack_all`: acknowledging a message acknowledges every earlier one too (AckAll), for a consumer
+        that handles its messages strictly in order and can ack a whole batch with its last message."""
         filters = [filter_subjects] if isinstance(filter_subjects, str) else list(filter_subjects)
         cfg = api.ConsumerConfig(
             durable_name=durable,
-            ack_policy=api.AckPolicy.EXPLICIT,
+            ack_policy=api.AckPolicy.ALL if ack_all else api.AckPolicy.EXPLICIT,
             ack_wait=ack_wait,
             max_deliver=max_deliver,
             max_ack_pending=max_ack_pending,

@@ -218,7 +218,7 @@ class Engine:
             self.core.restore(incidents, snoozes, now=self.clock.now())
             self._consumer = await self.bus.consumer(
                 S.STREAM_EVENTS, self.config.engine.consumer, S.EVENTS_ALL,
-                ack_wait=60, max_ack_pending=50_000)
+                ack_wait=60, max_ack_pending=50_000, ack_all=True)
             self._subs = [
                 await self.bus.serve(S.ENGINE_STATUS, self._serve_status),
                 await self.bus.serve(S.ENGINE_SNOOZE, self._serve_snooze),
@@ -287,8 +287,9 @@ class Engine:
 
     async def _commit_and_ack(self, result: StepResult, deliveries: list[Delivery]) -> None:
         await self._retry_bus(lambda: self._commit(result), "commit the batch's actions, audit and incidents")
-        for d in deliveries:
-            await d.ack()
+        if deliveries:
+            # The consumer acks all: the batch's last message acknowledges the batch (batches commit in order).
+            await deliveries[-1].ack()
 
     async def _dead_letter(self, d: Delivery, err: Exception) -> None:
         await self._retry_bus(lambda: self.dead_letters.send(d.subject, d.data, err, d.headers.get("Nats-Msg-Id")),

@@ -196,3 +196,20 @@ async def test_replay_since_skips_older_messages(bus: Bus) -> None:
     assert len(ids) == 1
     later = datetime.now(UTC) + timedelta(seconds=60)
     assert [m async for m in bus.replay(S.STREAM_EVENTS, S.EVENTS_ALL, since=later)] == []
+
+
+async def test_ack_all_acknowledges_a_batch_with_its_last_message(bus: Bus) -> None:
+    for i in range(5):
+        bus.publish_event(_idle(index=i))
+    assert await bus.flush(5)
+    c = await bus.consumer(S.STREAM_EVENTS, "batch", S.EVENTS_ALL, ack_wait=1, ack_all=True)
+    batch = await c.fetch(10, timeout=1)
+    assert len(batch) == 5
+    await batch[-1].ack()
+    await wait_for(lambda: _nothing_pending(c), what="every message acknowledged")
+    again = await bus.consumer(S.STREAM_EVENTS, "batch", S.EVENTS_ALL, ack_wait=1, ack_all=True)
+    assert await again.fetch(10, timeout=1.5) == []  # nothing is redelivered after ack_wait
+
+
+async def _nothing_pending(c) -> bool:  # type: ignore[no-untyped-def]
+    return await c.pending() == 0
