@@ -6,6 +6,7 @@ import getpass
 import os
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -45,6 +46,10 @@ def test_owner_from_default_domain_last_else_none() -> None:
 def test_identify_a_real_process() -> None:
     p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "x" * 300])
     try:
+        # Right after fork the child has no command line yet: wait (with a deadline) until it has exec'd.
+        deadline = time.monotonic() + 10
+        while not psutil.Process(p.pid).cmdline() and time.monotonic() < deadline:
+            time.sleep(0.01)
         ident = PsutilIdentifier(cmdline_max=64).identify([p.pid])[p.pid]
         assert ident.user == getpass.getuser() and ident.uid == os.getuid()
         assert ident.ppid == os.getpid() and ident.name.startswith("python")
