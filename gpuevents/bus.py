@@ -487,21 +487,23 @@ class Bus:
     async def ensure_streams(self) -> None:
         """Create or update GPUEVENTS, GPUEVENTS_ACT, GPUEVENTS_AUDIT, GPUEVENTS_DLQ and the KV bucket."""
         st = self.config.streams
-        common = {"storage": api.StorageType.FILE, "num_replicas": st.replicas,
-                  "duplicate_window": DUPLICATE_WINDOW_S}
+
+        def stream(name: str, subject: str, description: str, max_age: float | None = None,
+                   retention: api.RetentionPolicy | None = None) -> api.StreamConfig:
+            return api.StreamConfig(name=name, subjects=[subject], description=description, max_age=max_age,
+                                    retention=retention, storage=api.StorageType.FILE,
+                                    num_replicas=st.replicas, duplicate_window=DUPLICATE_WINDOW_S)
+
         wanted = [
-            api.StreamConfig(name=S.STREAM_EVENTS, subjects=[S.EVENTS_ALL], max_age=st.events_max_age,
-                             description="gpuevents: events from node agents", **common),
-            api.StreamConfig(name=S.STREAM_ACTIONS, subjects=[S.ACTIONS_ALL],
-                             retention=api.RetentionPolicy.WORK_QUEUE,
-                             description="gpuevents: action requests (work queue)", **common),
-            api.StreamConfig(name=S.STREAM_AUDIT, subjects=[S.AUDIT_ALL], max_age=st.audit_max_age,
-                             description="gpuevents: audit records", **common),
-            api.StreamConfig(name=S.STREAM_DLQ, subjects=[S.DLQ_ALL], max_age=st.dlq_max_age,
-                             description="gpuevents: malformed messages", **common),
+            stream(S.STREAM_EVENTS, S.EVENTS_ALL, "gpuevents: events from node agents", st.events_max_age),
+            stream(S.STREAM_ACTIONS, S.ACTIONS_ALL, "gpuevents: action requests (work queue)",
+                   retention=api.RetentionPolicy.WORK_QUEUE),
+            stream(S.STREAM_AUDIT, S.AUDIT_ALL, "gpuevents: audit records", st.audit_max_age),
+            stream(S.STREAM_DLQ, S.DLQ_ALL, "gpuevents: malformed messages", st.dlq_max_age),
         ]
         jsm = self._jetstream()
         for cfg in wanted:
+            assert cfg.name is not None
             try:
                 await jsm.stream_info(cfg.name)
                 await jsm.update_stream(cfg)
@@ -695,7 +697,7 @@ class Bus:
                                  deliver_policy=api.DeliverPolicy.ALL, mem_storage=True)
         if since is not None:
             cfg.deliver_policy = api.DeliverPolicy.BY_START_TIME
-            cfg.opt_start_time = since.astimezone(UTC).isoformat().replace("+00:00", "Z")
+            cfg.opt_start_time = since.astimezone(UTC)
         sub = await js.pull_subscribe(filter_subject, stream=stream, config=cfg)
         try:
             while True:
