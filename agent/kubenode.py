@@ -7,14 +7,16 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import httpx2
-from lightkube import ApiError, AsyncClient, ConfigError
-from lightkube.resources.core_v1 import Node
-
-from actions.kube import make_client
 from actions.protocol import PermanentError
 from gpuevents.config import Config
+
+if TYPE_CHECKING:
+    from lightkube import AsyncClient
+
+# lightkube and its HTTP client are imported only when a lookup runs: an agent outside Kubernetes
+# never loads them (a few MiB of the agent's memory budget).
 
 log = logging.getLogger(__name__)
 
@@ -38,13 +40,19 @@ class NodeState:
     cordoned: bool = False
 
 
+def _make_client(config: Config) -> AsyncClient:
+    from actions.kube import make_client
+
+    return make_client(config.actions.kubernetes)
+
+
 class NodeLookup:
     """Reads the agent's own Node object; keeps the last good answer when the API fails."""
 
     def __init__(self, config: Config, node: str,
                  client_factory: Callable[[], AsyncClient] | None = None) -> None:
         self.node = node
-        self._factory = client_factory or (lambda: make_client(config.actions.kubernetes))
+        self._factory = client_factory or (lambda: _make_client(config))
         self._client: AsyncClient | None = None
         self.state: NodeState | None = None
         self.errors = 0
@@ -52,6 +60,10 @@ class NodeLookup:
 
     async def refresh(self) -> NodeState | None:
         """Read the node now; the state (the previous one when this read failed)."""
+        import httpx2
+        from lightkube import ApiError, ConfigError
+        from lightkube.resources.core_v1 import Node
+
         try:
             if self._client is None:
                 self._client = self._factory()
@@ -68,6 +80,8 @@ class NodeLookup:
         return self.state
 
     def _failed(self, e: Exception) -> None:
+        from lightkube import ApiError
+
         self.errors += 1
         if isinstance(e, ApiError):
             why = f"{e.status.message or e} (HTTP {e.status.code or e.response.status_code})"
