@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-import orjson
 from pydantic import Field, field_validator
 
 from actions.protocol import (
@@ -20,6 +19,7 @@ from actions.registry import register
 from actions.services import services_of
 from gpuevents import subjects as S
 from gpuevents.bus import BusError, BusNoResponders
+from gpuevents.events import dumps
 
 STORED_PREFIXES = (f"{S.PREFIX}.evt.",)
 #: subjects a rule may not publish to, with what to use instead: commands to agents, action requests
@@ -58,7 +58,7 @@ def encode(data: Any) -> bytes:
         return data
     if isinstance(data, str):
         return data.encode()
-    return orjson.dumps(data, option=orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC)
+    return dumps(data)
 
 
 @register

@@ -21,6 +21,7 @@ from actions.protocol import (
 from actions.registry import register
 from actions.services import services_of
 from gpuevents.durations import Duration
+from gpuevents.events import dumps
 
 RESPONSE_MAX = 1024
 
@@ -57,7 +58,7 @@ def request_body(ctx: ActionContext, body: Any) -> tuple[bytes, str]:
         except orjson.JSONDecodeError:
             return body.encode(), "text/plain; charset=utf-8"
         return body.encode(), "application/json"
-    return orjson.dumps(body, option=orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC), "application/json"
+    return dumps(body), "application/json"
 
 
 def _retry_after(headers: Any) -> float | None:
