@@ -14,7 +14,7 @@ from gpuevents.bus import Bus, BusNoResponders, BusTimeout
 from gpuevents.clock import SystemClock
 from gpuevents.config import Config
 from gpuevents.durations import format_duration
-from gpuevents.records import AuditRecord
+from gpuevents.records import AuditRecord, decode_audit
 
 out = Console()
 
@@ -91,13 +91,7 @@ async def show_audit(config: Config, rule: str | None, entity: str | None, secon
     records: list[AuditRecord] = []
     async with Bus(config.nats, name="gpuevents-audit") as bus:
         async for m in bus.replay(S.STREAM_AUDIT, subject, since=since):
-            try:
-                r = AuditRecord.model_validate_json(m.data)
-            except ValueError:
-                continue
-            if entity and r.entity_id != entity:
-                continue
-            records.append(r)
+            records += [r for r in decode_audit(m.data) if not entity or r.entity_id == entity]
     if as_json:
         for r in records:
             typer.echo(r.model_dump_json())

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from gpuevents import subjects as S
 from gpuevents.events import new_id
 
 EntityKind = Literal["node", "gpu", "process"]
@@ -69,3 +71,62 @@ class AuditRecord(BaseModel):
     detail: str | None = None
     params: dict[str, Any] = Field(default_factory=dict)
     dry_run: bool = False
+
+
+AUDIT_MESSAGE_BYTES = 64 * 1024
+"""An audit message holds one record or more (JSON lines) up to about this size: the engine writes a batch's
+transitions of one rule as one message, not one message each."""
+
+
+class AuditMessage(BaseModel):
+    """One message for GPUEVENTS_AUDIT: records of one rule as JSON lines, with a message id for dedup."""
+
+    model_config = ConfigDict(frozen=True)
+
+    subject: str
+    payload: bytes
+    msg_id: str
+    count: int
+
+
+def audit_messages(records: Iterable[AuditRecord], max_bytes: int = AUDIT_MESSAGE_BYTES) -> list[AuditMessage]:
+    """Group records by rule (their subject is `gpuevents.audit.<rule>`) into messages of up to `max_bytes`;
+    records keep their order within a rule. A message's id is its first record's id and its count, so the
+    same records sent again are stored once."""
+    lines: dict[str, list[bytes]] = {}
+    firsts: dict[str, list[str]] = {}
+    sizes: dict[str, int] = {}
+    out: list[AuditMessage] = []
+
+    def close(rule: str) -> None:
+        batch = lines.pop(rule)
+        out.append(AuditMessage(subject=S.audit_subject(rule), payload=b"\n".join(batch),
+                                msg_id=f"{firsts.pop(rule)[0]}+{len(batch)}", count=len(batch)))
+        sizes.pop(rule)
+
+    for r in records:
+        rule = r.rule or "engine"
+        line = r.model_dump_json().encode()
+        if rule in lines and sizes[rule] + len(line) + 1 > max_bytes:
+            close(rule)
+        if rule not in lines:
+            lines[rule], firsts[rule], sizes[rule] = [], [r.id], 0
+        lines[rule].append(line)
+        sizes[rule] += len(line) + 1
+    for rule in list(lines):
+        close(rule)
+    return out
+
+
+def decode_audit(payload: bytes) -> list[AuditRecord]:
+    """The records of one audit message (one JSON object per line); lines that are not a record are left out."""
+    out = []
+    for line in payload.split(b"\n"):
+        if not line.strip():
+            continue
+        try:
+            out.append(AuditRecord.model_validate_json(line))
+        except ValidationError:
+            continue
+    return out
+

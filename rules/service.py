@@ -10,7 +10,7 @@ import gc
 import logging
 import signal
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ from gpuevents.bus import Bus, BusError, Consumer, Delivery, KvExists, KvWrongRe
 from gpuevents.clock import Clock, SystemClock
 from gpuevents.config import Config
 from gpuevents.events import Event, NodeSnapshot, SnapshotEvent, decode_event
-from gpuevents.records import ActionRequest, AuditRecord
+from gpuevents.records import ActionRequest, AuditRecord, audit_messages, decode_audit
 from gpuevents.yamlpos import LocatedError
 from rules.core import Core, Snooze, StepResult, Tick
 from rules.deadletter import DeadLetters
@@ -41,6 +41,7 @@ FETCH_BATCH = 512
 FETCH_TIMEOUT_S = 0.5
 RELOAD_POLL_S = 1.0
 AUDIT_TAIL = 400
+AUDIT_TAIL_BYTES = 1 << 20  # the newest audit messages kept for the dashboard (a batch's message holds many)
 GC_THRESHOLDS = (700, 10, 10)  # Python's defaults: small young collections, short pauses
 FREEZE_GROWTH = 20_000
 """The fleet state is millions of long-lived, acyclic objects. Each time it has grown by this many entities
@@ -51,7 +52,6 @@ half a second. Freed state is still freed by reference counting; only cyclic gar
 kept, and freezes happen only while the fleet grows."""
 
 
-_audit_subject = functools.lru_cache(maxsize=4096)(S.audit_subject)
 _action_subject = functools.lru_cache(maxsize=256)(S.action_subject)
 
 
@@ -87,7 +87,8 @@ class Engine:
         self.decoder = RepeatDecoder()
         self._inflight: asyncio.Task[None] | None = None
         self._stopping = False  # the last batch's commit and acks
-        self._audit_raw: collections.deque[bytes] = collections.deque(maxlen=AUDIT_TAIL)
+        self._audit_raw: collections.deque[bytes] = collections.deque()
+        self._audit_bytes = 0
         self.usage: UsageRecorder | None = None
         self.lease_checks = 0
         self.release_lease_on_stop = True  # tests turn it off to play a crashed engine
@@ -125,7 +126,7 @@ class Engine:
             # Incidents of changed or removed rules close through the normal path: audited, on_resolve run.
             closed = self.core.replace_rules(rules, self.clock.now())
             if self._incidents is not None:
-                await self._retry_bus(lambda: self._commit(closed), "commit the incidents a reload closed")
+                await self._commit(closed, "commit the incidents a reload closed")
         self.metrics.reloads.labels(result="ok").inc()
         log.info("rules reloaded: %d rules (%d incidents of changed or removed rules closed)", len(rules),
                  len(closed.incidents))
@@ -286,7 +287,7 @@ class Engine:
         self._freeze_grown_state(caught_up=len(deliveries) < FETCH_BATCH)
 
     async def _commit_and_ack(self, result: StepResult, deliveries: list[Delivery]) -> None:
-        await self._retry_bus(lambda: self._commit(result), "commit the batch's actions, audit and incidents")
+        await self._commit(result, "commit the batch's actions, audit and incidents")
         if deliveries:
             # The consumer acks all: the batch's last message acknowledges the batch (batches commit in order).
             await deliveries[-1].ack()
@@ -354,7 +355,7 @@ class Engine:
             await self._settle()
             assert self.core is not None
             result = self.core.step(Tick(), now or self.clock.now())
-            await self._retry_bus(lambda: self._commit(result), "commit a tick")
+            await self._commit(result, "commit a tick")
         self._update_gauges()
         await self._flush_usage()
         return result
@@ -389,45 +390,45 @@ class Engine:
                     log.exception("rule reload failed; the previous rules keep running")
 
     # ------------------------------------------------------------ dispatch and persist
-    async def _commit(self, result: StepResult) -> None:
-        """Requests and the audit first (requests sent first; a re-send is harmless: requests have a key, the
-        audit is at least once), both stored before the incidents are written."""
+    async def _commit(self, result: StepResult, what: str) -> None:
+        """Send the step's action requests and audit records (pipelined: one wait for all their acks), then write
+        its incidents and snoozes; retried until the bus takes all of it (`_retry_bus`).
+
+        The messages are built once, so a retry sends the very same ones and JetStream stores each once
+        (requests carry their key, audit messages their first record's id). Requests and audit are stored
+        before the incidents are written."""
         if not (result.actions or result.transitions or result.incidents or result.snoozes
                 or result.errors):
             return
         now = self.clock.now()
-        await self._dispatch_all(result.actions, now, [transition_record(t) for t in result.transitions])
         for t in result.transitions:
             self._explain(t)
         for p in result.errors:
             self.metrics.eval_errors.labels(rule=p.rule).inc()
             log.warning("rule %s: condition failed on %s (counted as false; reported once): %s",
                         p.rule, p.entity_id, p.message)
-        assert self._incidents is not None and self._snoozes is not None
-        latest: dict[str, Incident | None] = {}
+        items = [PublishItem(_action_subject(r.type), r.model_dump_json().encode(), msg_id=r.key)
+                 for r in result.actions]
+        items += _audit_items(map(transition_record, result.transitions))
+        incidents: dict[str, Incident | None] = {}
         for inc in result.incidents:
-            latest[incident_key(inc.rule, inc.entity_key)] = inc if inc.open else None
-        await self._incidents.save_many(list(latest.items()))
+            incidents[incident_key(inc.rule, inc.entity_key)] = inc if inc.open else None
         snoozes: dict[str, Snooze | None] = {}
         for s in result.snoozes:
             snoozes[snooze_key(s.rule, s.entity_id)] = s if s.until > now else None
-        await self._snoozes.save_many(list(snoozes.items()))
+        assert self._incidents is not None and self._snoozes is not None
+        incident_store, snooze_store = self._incidents, self._snoozes
 
-    async def _dispatch_all(self, requests: list[ActionRequest], now: datetime,
-                            audit: list[AuditRecord] | None = None) -> None:
-        """Publish the requests, then the audit records, pipelined (one wait for all their acks); count and log
-        the requests stored; raise the first failure."""
-        items = [PublishItem(_action_subject(r.type), r.model_dump_json().encode(), msg_id=r.key)
-                 for r in requests]
-        items += [PublishItem(_audit_subject(r.rule or "engine"), r.model_dump_json().encode(), msg_id=r.id)
-                  for r in audit or ()]
-        if not items:
-            return
-        results = await self.bus.js_publish_many(items)
-        for request, r in zip(requests, results, strict=False):
-            if not isinstance(r, BusError):
-                self._dispatched(request, now)
-        _raise_first(results)
+        async def write() -> None:
+            if items:
+                _raise_first(await self.bus.js_publish_many(items))
+            await incident_store.save_many(list(incidents.items()))
+            await snooze_store.save_many(list(snoozes.items()))
+
+        await self._retry_bus(write, what)
+        dispatched = self.clock.now()
+        for request in result.actions:
+            self._dispatched(request, dispatched)
 
     def _dispatched(self, request: ActionRequest, now: datetime) -> None:
         self.metrics.actions.labels(type=request.type, outcome=request.decision).inc()
@@ -452,26 +453,28 @@ class Engine:
             log.info("resolved %s on %s%s", t.rule, t.entity_id, f" ({t.reason})" if t.reason else "")
 
     async def _audit(self, records: list[AuditRecord]) -> None:
-        if not records:
-            return
-        _raise_first(await self.bus.js_publish_many([
-            PublishItem(_audit_subject(r.rule or "engine"), r.model_dump_json().encode(), msg_id=r.id)
-            for r in records]))
+        if records:
+            _raise_first(await self.bus.js_publish_many(_audit_items(records)))
 
     async def _on_audit(self, msg: Any) -> None:
-        """Keep the newest audit records (ours and the runners') for the dashboard, parsed when it asks."""
+        """Keep the newest audit messages (ours and the runners') for the dashboard, parsed when it asks."""
         self._audit_raw.append(msg.data)
+        self._audit_bytes += len(msg.data)
+        while self._audit_bytes > AUDIT_TAIL_BYTES and len(self._audit_raw) > 1:
+            self._audit_bytes -= len(self._audit_raw.popleft())
 
     @property
     def audit_tail(self) -> list[AuditRecord]:
-        """The newest audit records, oldest first (unreadable ones left out)."""
-        out = []
-        for raw in list(self._audit_raw):
-            try:
-                out.append(AuditRecord.model_validate_json(raw))
-            except ValidationError:
-                continue
-        return out
+        """The newest AUDIT_TAIL audit records, oldest first (unreadable ones left out)."""
+        newest: list[list[AuditRecord]] = []
+        n = 0
+        for raw in reversed(self._audit_raw):
+            records = decode_audit(raw)
+            newest.append(records)
+            n += len(records)
+            if n >= AUDIT_TAIL:
+                break
+        return [r for records in reversed(newest) for r in records][-AUDIT_TAIL:]
 
     def _update_gauges(self) -> None:
         core = self.core
@@ -514,7 +517,7 @@ class Engine:
             if s.rule not in self.core.rules.by_name:
                 return {"ok": False, "error": f"no rule named {s.rule!r}"}
             result = self.core.step(s, self.clock.now())
-            await self._retry_bus(lambda: self._commit(result), "commit a snooze")
+            await self._commit(result, "commit a snooze")
         await self._audit([AuditRecord(time=self.clock.now(), kind="snooze", rule=s.rule,
                                        entity_id=s.entity_id,
                                        detail=f"until {s.until.isoformat()} by {s.by or '?'}"
@@ -568,6 +571,10 @@ class RepeatDecoder:
             return SnapshotEvent.model_validate(envelope)
         except ValidationError:
             return None  # let decode_event say what is wrong
+
+
+def _audit_items(records: Iterable[AuditRecord]) -> list[PublishItem]:
+    return [PublishItem(m.subject, m.payload, msg_id=m.msg_id) for m in audit_messages(records)]
 
 
 def _raise_first(results: Sequence[int | BusError]) -> None:

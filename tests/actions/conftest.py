@@ -12,7 +12,7 @@ import pytest
 from gpuevents import subjects as S
 from gpuevents.bus import Bus
 from gpuevents.config import Config
-from gpuevents.records import ActionRequest, AuditRecord
+from gpuevents.records import ActionRequest, AuditRecord, decode_audit
 from tests.actions.fakes import FakeKubernetes, FakeSlack, FakeWebhook, SlackUser
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
@@ -93,5 +93,4 @@ async def webhook() -> AsyncIterator[FakeWebhook]:
 
 async def audit_records(bus: Bus) -> list[AuditRecord]:
     """Everything in GPUEVENTS_AUDIT, oldest first."""
-    return [AuditRecord.model_validate_json(m.data)
-            async for m in bus.replay(S.STREAM_AUDIT, S.AUDIT_ALL)]
+    return [r async for m in bus.replay(S.STREAM_AUDIT, S.AUDIT_ALL) for r in decode_audit(m.data)]

@@ -26,7 +26,7 @@ from gpuevents.bus import Bus
 from gpuevents.clock import SystemClock
 from gpuevents.config import Config, NatsConfig, ProtectConfig
 from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot, ProcessInfo, make_event
-from gpuevents.records import AuditRecord
+from gpuevents.records import AuditRecord, decode_audit
 from rules.service import Engine
 from tests.actions.fakes import FakeKubernetes, FakeSlack, FakeWebhook, SlackUser
 from tests.waiting import wait_for
@@ -136,7 +136,7 @@ async def test_a_rule_with_every_built_in_action_runs_end_to_end(
                                      cluster="c1"))
 
         async def outcomes() -> dict[str, AuditRecord]:
-            recs = [AuditRecord.model_validate_json(m.data) async for m in bus.replay(S.STREAM_AUDIT, S.AUDIT_ALL)]
+            recs = [r async for m in bus.replay(S.STREAM_AUDIT, S.AUDIT_ALL) for r in decode_audit(m.data)]
             return {r.action_type: r for r in recs if r.kind == "action" and r.outcome is not None}
 
         fired = {"log", "slack", "webhook", "command", "publish", "function", "cordon", "scale", "kill"}

@@ -14,7 +14,7 @@ from gpuevents.bus import Bus
 from gpuevents.clock import ManualClock, SystemClock
 from gpuevents.config import Config
 from gpuevents.events import encode_event
-from gpuevents.records import ActionRequest, AuditRecord
+from gpuevents.records import ActionRequest, AuditRecord, decode_audit
 from rules.service import Engine
 from tests.engine.conftest import T0, snapshot
 from tests.waiting import wait_for
@@ -51,7 +51,7 @@ async def act_requests(bus: Bus) -> list[ActionRequest]:
 
 
 async def audit_records(bus: Bus) -> list[AuditRecord]:
-    return [AuditRecord.model_validate_json(m.data) async for m in bus.replay(S.STREAM_AUDIT, S.AUDIT_ALL)]
+    return [r async for m in bus.replay(S.STREAM_AUDIT, S.AUDIT_ALL) for r in decode_audit(m.data)]
 
 
 def incident(engine: Engine, entity_id: str):  # type: ignore[no-untyped-def]

@@ -11,6 +11,7 @@ from gpuevents import subjects as S
 from gpuevents.bus import Bus, BusError
 from gpuevents.clock import ManualClock
 from gpuevents.config import Config
+from gpuevents.records import decode_audit
 from rules.core import Core
 from rules.service import Engine
 from tests.engine.conftest import T0, snapshot
@@ -59,6 +60,35 @@ async def test_a_commit_the_bus_refuses_is_retried_not_fatal(
         assert engine.metrics.bus_retries._value.get() >= 2
         kv = await bus.kv()
         assert await kv.keys("incident.")  # the pending incident was persisted in the end
+
+
+async def test_a_commit_whose_acks_were_lost_is_sent_again_and_stored_once(
+    engine_config: Config, bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bus stored the batch's audit but the acks never came: the retry sends the same messages, and
+    JetStream's dedup keeps one copy. The batch's transitions of one rule travel as one audit message."""
+    real = Bus.js_publish_many
+    lost = {"left": 1}
+
+    async def acks_lost(self: Bus, items: Any) -> Any:
+        results = await real(self, items)
+        if lost["left"] > 0 and any(it.subject.startswith("gpuevents.audit.") for it in items):
+            lost["left"] -= 1
+            raise BusError("no acks within the timeout")
+        return results
+
+    monkeypatch.setattr(Bus, "js_publish_many", acks_lost)
+    nodes = [f"n{i}" for i in range(5)]
+    await publish(bus, *(snapshot(n, T0) for n in nodes))  # before the engine starts: one fetched batch
+    async with running(Engine(engine_config, bus, clock=ManualClock(T0))) as engine:
+        await wait_for(lambda: all(incident(engine, f"{n}/gpu0") for n in nodes), what="five pending incidents")
+        await engine.settle()
+        assert lost["left"] == 0 and engine.metrics.bus_retries._value.get() >= 1
+    messages = [m async for m in bus.replay(S.STREAM_AUDIT, S.audit_subject("idle-gpu-1h"))]
+    records = [r for m in messages for r in decode_audit(m.data)]
+    assert len(messages) == 1
+    assert sorted(r.entity_id for r in records) == [f"{n}/gpu0" for n in nodes]
+    assert {(r.from_status, r.to_status) for r in records} == {("inactive", "pending")}
 
 
 async def test_an_unexpected_reload_failure_keeps_the_rules(
