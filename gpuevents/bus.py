@@ -257,19 +257,35 @@ def _ack_error(r: dict[str, Any] | BaseException, what: str) -> BusError | None:
 
 
 class Delivery:
-    """One message from a durable consumer, with its acknowledgements."""
+    """One message from a durable consumer, with its acknowledgements. Its JetStream metadata (delivery
+    count, stream sequence, time) is read from the ack subject when first asked for."""
 
-    __slots__ = ("_msg", "data", "headers", "num_delivered", "stream_seq", "subject", "time")
+    __slots__ = ("_md", "_msg", "data", "headers", "subject")
 
     def __init__(self, msg: Msg) -> None:
         self._msg = msg
+        self._md: Msg.Metadata | None = None
         self.subject: str = msg.subject
         self.data: bytes = msg.data
-        self.headers: dict[str, str] = dict(msg.headers or {})
-        md = msg.metadata
-        self.num_delivered: int = md.num_delivered or 1
-        self.stream_seq: int = md.sequence.stream if md.sequence else 0
-        self.time: datetime | None = md.timestamp
+        self.headers: dict[str, str] = msg.headers or {}
+
+    def _metadata(self) -> Msg.Metadata:
+        if self._md is None:
+            self._md = self._msg.metadata
+        return self._md
+
+    @property
+    def num_delivered(self) -> int:
+        return self._metadata().num_delivered or 1
+
+    @property
+    def stream_seq(self) -> int:
+        seq = self._metadata().sequence
+        return seq.stream if seq else 0
+
+    @property
+    def time(self) -> datetime | None:
+        return self._metadata().timestamp
 
     async def ack(self) -> None:
         await _ack_call(self._msg.ack())
@@ -295,32 +311,107 @@ async def _ack_call(coro: Awaitable[Any]) -> None:
 
 
 class Consumer:
-    """A durable pull consumer. A fetch that times out means "no work", not an error."""
+    """A durable pull consumer. A fetch that times out means "no work", not an error.
 
-    def __init__(self, sub: JetStreamContext.PullSubscription, stream: str, durable: str) -> None:
-        self._sub = sub
+    Pull requests are sent on the consumer's own inbox, one open at a time: `{batch, expires}` where
+    `expires` is the fetch's timeout. Messages land in a local queue as they arrive; a fetch returns
+    what is queued as soon as there is some, without a task or a timer per message (a burst read from the
+    socket at once is queued at once).
+    With `prefetch`, the next request is sent as soon as the open one has delivered its whole batch, so
+    the next batch is on its way while this one is handled (at most two batches queued). `close` gives
+    queued, unhandled messages back (nak) so another consumer gets them at once, not after ack_wait."""
+
+    def __init__(self, nc: Client, js: JetStreamContext, stream: str, durable: str, *,
+                 prefetch: bool = False) -> None:
+        self._nc = nc
+        self._js = js
         self.stream = stream
         self.durable = durable
+        self.prefetch = prefetch
+        self._next_subject = f"{api.DEFAULT_PREFIX}.CONSUMER.MSG.NEXT.{stream}.{durable}"
+        self._inbox = nc.new_inbox()
+        self._sub: Any = None
+        self._queue: collections.deque[Msg] = collections.deque()
+        self._arrived = asyncio.Event()
+        self._owed = 0  # messages the open pull request may still deliver (0: none open)
+        self._open_until = 0.0  # when the open request expires (loop time)
+        self._batch = 1
+        self._expires_s = 1.0
+        self._refused = ""  # the last status that ended a request early (409 ...), for the log
+
+    async def start(self) -> Consumer:
+        self._sub = await self._nc.subscribe(self._inbox, cb=self._on_msg)
+        return self
+
+    async def _on_msg(self, msg: Msg) -> None:
+        headers = msg.headers
+        status = headers.get(api.Header.STATUS) if headers and not msg.reply else None
+        if status is None:
+            self._queue.append(msg)
+            self._owed -= 1
+            if self._owed <= 0:
+                self._owed = 0
+                if self.prefetch and len(self._queue) <= self._batch:
+                    await self._request()
+        elif status != "100":  # 100 is a heartbeat; 404, 408, 409: the open request is over
+            self._owed = 0
+            if status == "409":
+                self._refused = f"{status} {headers.get(api.Header.DESCRIPTION, '')}".strip() if headers else ""
+        self._arrived.set()
+
+    async def _request(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._owed = self._batch
+        self._open_until = loop.time() + self._expires_s
+        body = orjson.dumps({"batch": self._batch, "expires": int(self._expires_s * 1e9)})
+        try:
+            await self._nc.publish(self._next_subject, body, reply=self._inbox)
+        except (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError,
+                nats.errors.OutboundBufferLimitError):
+            self._owed = 0
 
     async def fetch(self, batch: int = 256, timeout: float = 1.0) -> list[Delivery]:
+        """Up to `batch` messages, or [] when none came within `timeout`."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        self._batch, self._expires_s = max(1, batch), max(0.05, timeout)
+        while not self._queue:
+            if self._owed == 0 or loop.time() > self._open_until + 1.0:  # none open (or lost in a reconnect)
+                refused = self._refused
+                if refused:
+                    self._refused = ""
+                    log.warning("consumer %s: pull request refused (%s)", self.durable, refused)
+                    await asyncio.sleep(min(0.5, max(0.0, deadline - loop.time())))  # don't spin on a refusal
+                await self._request()
+            if not await self._wait(deadline):
+                return []
+        n = min(batch, len(self._queue))
+        return [Delivery(self._queue.popleft()) for _ in range(n)]
+
+    async def _wait(self, until: float) -> bool:
+        """Wait for the next arrival (message or status) until loop time `until`; False when none came."""
+        self._arrived.clear()
+        remaining = until - asyncio.get_running_loop().time()
+        if remaining <= 0:
+            return False
         try:
-            msgs = await self._sub.fetch(batch, timeout=timeout)
-        except (TimeoutError, nats.errors.TimeoutError):
-            return []
-        except (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError):
-            await asyncio.sleep(min(timeout, 0.5))  # the connection is coming back; don't spin
-            return []
-        return [Delivery(m) for m in msgs]
+            await asyncio.wait_for(self._arrived.wait(), remaining)
+        except TimeoutError:
+            return False
+        return True
 
     async def pending(self) -> int:
-        info = await self._sub.consumer_info()
+        info = await self._js.consumer_info(self.stream, self.durable)
         return int(info.num_pending or 0) + int(info.num_ack_pending or 0)
 
     async def close(self) -> None:
-        try:
-            await self._sub.unsubscribe()
-        except (nats.errors.ConnectionClosedError, nats.errors.BadSubscriptionError):
-            pass
+        sub, self._sub = self._sub, None
+        if sub is not None:
+            with contextlib.suppress(nats.errors.ConnectionClosedError, nats.errors.BadSubscriptionError):
+                await sub.unsubscribe()
+        queued, self._queue = list(self._queue), collections.deque()
+        for msg in queued:
+            await Delivery(msg).nak()
 
 
 @dataclass(frozen=True)
@@ -661,11 +752,13 @@ class Bus:
     # ------------------------------------------------------------ consumers
     async def consumer(self, stream: str, durable: str, filter_subjects: str | Sequence[str], *,
                        ack_wait: float = 30.0, max_deliver: int = -1,
-                       max_ack_pending: int = 20_000, ack_all: bool = False) -> Consumer:
+                       max_ack_pending: int = 20_000, ack_all: bool = False,
+                       prefetch: bool = False) -> Consumer:
         """A durable pull consumer with explicit acks; created if absent, bound if present.
 
         `ack_all`: acknowledging a message acknowledges every earlier one too (AckAll), for a consumer
-        that handles its messages strictly in order and can ack a whole batch with its last message."""
+        that handles its messages strictly in order and can ack a whole batch with its last message.
+        `prefetch`: the next batch is requested while this one is handled (see Consumer)."""
         filters = [filter_subjects] if isinstance(filter_subjects, str) else list(filter_subjects)
         cfg = api.ConsumerConfig(
             durable_name=durable,
@@ -677,11 +770,14 @@ class Bus:
         )
         if len(filters) > 1:
             cfg.filter_subjects = filters
-        sub = await self._jetstream().pull_subscribe(
-            filters[0], durable=durable, stream=stream, config=cfg,
-            pending_msgs_limit=max(max_ack_pending, 1024),
-        )
-        return Consumer(sub, stream, durable)
+        else:
+            cfg.filter_subject = filters[0]
+        js = self._jetstream()
+        try:
+            await js.consumer_info(stream, durable)
+        except nats.js.errors.NotFoundError:
+            await js.add_consumer(stream, config=cfg)
+        return await Consumer(self._nats(), js, stream, durable, prefetch=prefetch).start()
 
     async def replay(self, stream: str, filter_subject: str, since: datetime | None = None,
                      batch: int = 512) -> AsyncIterator[StoredMsg]:

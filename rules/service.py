@@ -219,7 +219,7 @@ class Engine:
             self.core.restore(incidents, snoozes, now=self.clock.now())
             self._consumer = await self.bus.consumer(
                 S.STREAM_EVENTS, self.config.engine.consumer, S.EVENTS_ALL,
-                ack_wait=60, max_ack_pending=50_000, ack_all=True)
+                ack_wait=60, max_ack_pending=50_000, ack_all=True, prefetch=True)
             self._subs = [
                 await self.bus.serve(S.ENGINE_STATUS, self._serve_status),
                 await self.bus.serve(S.ENGINE_SNOOZE, self._serve_snooze),

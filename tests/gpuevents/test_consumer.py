@@ -1,0 +1,84 @@
+"""The pull consumer against a real nats-server: prompt fetches, prefetch given back on close, restarts."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from gpuevents import subjects as S
+from gpuevents.bus import Bus, Consumer, Delivery
+from gpuevents.events import GpuInfo, decode_event, make_event
+from gpuevents.server import EmbeddedServer
+from tests.waiting import wait_for
+
+
+def _idle(index: int):  # type: ignore[no-untyped-def]
+    return make_event("gpu.idle", "n1", GpuInfo(node="n1", index=index, util_pct=0, idle=True), cluster="c1")
+
+
+async def _publish(bus: Bus, *indexes: int) -> list[str]:
+    events = [_idle(i) for i in indexes]
+    for e in events:
+        bus.publish_event(e)
+    assert await bus.flush(5)
+    return [e.id for e in events]
+
+
+async def _fetch_ids(c: Consumer, n: int, timeout: float = 10) -> list[Delivery]:
+    got: list[Delivery] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < deadline:
+        got += await c.fetch(n - len(got), timeout=0.5)
+    return got
+
+
+async def test_a_fetch_returns_what_is_there_without_waiting_for_a_full_batch(bus: Bus) -> None:
+    ids = await _publish(bus, 0, 1, 2)
+    c = await bus.consumer(S.STREAM_EVENTS, "prompt", S.EVENTS_ALL)
+    start = time.monotonic()
+    first = await c.fetch(512, timeout=20)
+    assert [decode_event(d.data).id for d in first] == ids
+    assert time.monotonic() - start < 10, "the fetch waited for its batch instead of returning what was there"
+    # a fetch already waiting gets what is published meanwhile
+    waiting = asyncio.create_task(c.fetch(512, timeout=20))
+    later = await _publish(bus, 3)
+    got = await asyncio.wait_for(waiting, 15)
+    assert [decode_event(d.data).id for d in got] == later
+    assert got[0].num_delivered == 1 and got[0].stream_seq == 4 and got[0].time is not None
+    await got[0].ack()
+    await c.close()
+
+
+async def test_prefetched_messages_are_given_back_when_the_consumer_closes(bus: Bus) -> None:
+    ids = await _publish(bus, *range(6))
+    c = await bus.consumer(S.STREAM_EVENTS, "pre", S.EVENTS_ALL, ack_wait=30, prefetch=True)
+    first = await c.fetch(2, timeout=5)
+    assert [decode_event(d.data).id for d in first] == ids[:2]
+    for d in first:
+        await d.ack()
+
+    async def prefetched() -> bool:  # delivered to this consumer, not yet handed out nor acknowledged
+        info = await bus._jetstream().consumer_info(S.STREAM_EVENTS, "pre")
+        return info.num_ack_pending == 4 and info.num_pending == 0
+
+    await wait_for(prefetched, what="the next two batches to be prefetched")
+    await c.close()
+    # given back at once (nak): a new binding gets them again long before the 30 s ack_wait
+    again = await bus.consumer(S.STREAM_EVENTS, "pre", S.EVENTS_ALL, ack_wait=30)
+    rest = await _fetch_ids(again, 4, timeout=10)
+    assert sorted(decode_event(d.data).id for d in rest) == sorted(ids[2:])
+    assert [d.num_delivered for d in rest] == [2, 2, 2, 2]
+
+
+async def test_a_consumer_keeps_fetching_across_a_server_restart(bus: Bus, nats_server: EmbeddedServer) -> None:
+    c = await bus.consumer(S.STREAM_EVENTS, "restart", S.EVENTS_ALL, prefetch=True)
+    before = await _publish(bus, 0)
+    got = await _fetch_ids(c, 1)
+    assert [decode_event(d.data).id for d in got] == before
+    await got[0].ack()
+    nats_server.stop()
+    nats_server.start()
+    after = await _publish(bus, 1)  # buffered until the bus has reconnected
+    got = await _fetch_ids(c, 1, timeout=20)
+    assert [decode_event(d.data).id for d in got] == after
+    await got[0].ack()
