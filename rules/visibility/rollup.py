@@ -43,6 +43,7 @@ class UsageAmounts:
 
 
 _USAGE_SUMS = tuple(f.name for f in fields(UsageAmounts) if f.name != "model")
+_STATES = {"busy": 0, "held": 1, "free": 2}
 
 
 class IdleJobKey(NamedTuple):
@@ -103,7 +104,7 @@ class TeamResolver:
         return NO_TEAM
 
 
-@dataclass
+@dataclass(slots=True)
 class _NodeMark:
     """The last snapshot of a node, and how far its state has been counted."""
 
@@ -111,6 +112,20 @@ class _NodeMark:
     at: float
     counted_until: float
     plan: list[_GpuPlan] | None = None  # what the snapshot adds per second, worked out once
+    bound: _Bound | None = None  # the plan's buckets of one hour, looked up once
+
+
+@dataclass(slots=True)
+class _Bound:
+    """A plan tied to the buckets of one hour (valid until the aggregator is drained): per share of a GPU, the
+    amounts to add to, its state (0 busy, 1 held, 2 free), its part of the GPU, kWh per second and
+    utilisation; per idle job, its amounts, part and kWh per second."""
+
+    generation: int
+    hour: int
+    cluster: str
+    usage: list[tuple[UsageAmounts, int, float, float, float | None]]
+    jobs: list[tuple[IdleJobAmounts, float, float]]
 
 
 @dataclass
@@ -155,20 +170,22 @@ class UsageAggregator:
         self._nodes: dict[tuple[str, str], _NodeMark] = {}
         self._usage: dict[UsageKey, UsageAmounts] = {}
         self._jobs: dict[IdleJobKey, IdleJobAmounts] = {}
+        self._generation = 0  # a drain starts new buckets: bound plans look theirs up again
 
     def observe(self, event: SnapshotEvent, now: datetime) -> None:
         """Count the node's previous state up to this snapshot, then remember this one."""
         at = min(event.time.timestamp(), now.timestamp())
         key = (event.cluster, event.data.node.name or event.node)
         mark = self._nodes.get(key)
-        plan = None
         if mark is not None:
             if at <= mark.at:
                 return  # a redelivered or out-of-order snapshot: already counted
             self._count(key[0], mark, min(at, mark.at + self.max_gap))
             if mark.snapshot is event.data:
-                plan = mark.plan  # the engine hands a repeated snapshot over as the object it holds
-        self._nodes[key] = _NodeMark(snapshot=event.data, at=at, counted_until=at, plan=plan)
+                # the engine hands a repeated snapshot over as the object it holds: plan and buckets stay
+                mark.at = mark.counted_until = at
+                return
+        self._nodes[key] = _NodeMark(snapshot=event.data, at=at, counted_until=at)
 
     def settle(self, now: datetime) -> None:
         """Count every node's current state up to `now` (capped), so a flush misses nothing."""
@@ -184,6 +201,7 @@ class UsageAggregator:
         batch = UsageBatch(usage=list(self._usage.items()), idle_jobs=list(self._jobs.items()))
         self._usage = {}
         self._jobs = {}
+        self._generation += 1
         return batch
 
     def restore(self, batch: UsageBatch) -> None:
@@ -216,8 +234,13 @@ class UsageAggregator:
         while t < until:
             hour = int(t // HOUR) * HOUR
             end = min(until, hour + HOUR)
-            self._add_interval(cluster, mark.snapshot.node.name, mark.plan, mark.snapshot.node.labels,
-                               hour, end - t)
+            bound = mark.bound
+            if bound is None or bound.generation != self._generation or bound.hour != hour or (
+                bound.cluster != cluster
+            ):
+                bound = mark.bound = self._bind(cluster, mark.snapshot.node.name, mark.plan,
+                                                mark.snapshot.node.labels, hour)
+            self._add_interval(bound, end - t)
             t = end
 
     def _plan(self, snap: NodeSnapshot) -> list[_GpuPlan]:
@@ -244,32 +267,55 @@ class UsageAggregator:
                                  jobs=[(job, name, p) for job, (name, p) in jobs.items()]))
         return plan
 
-    def _add_interval(self, cluster: str, node: str, plan: list[_GpuPlan], node_labels: Mapping[str, str],
-                      hour: int, seconds: float) -> None:
+    def _bind(self, cluster: str, node: str, plan: list[_GpuPlan], node_labels: Mapping[str, str],
+              hour: int) -> _Bound:
+        """Look up (or create) the buckets `plan` adds to in `hour`."""
+        usage: list[tuple[UsageAmounts, int, float, float, float | None]] = []
+        jobs: list[tuple[IdleJobAmounts, float, float]] = []
         for gpu in plan:
-            state = gpu.state
-            kwh = max(gpu.watts, 0.0) * seconds / 3_600_000
+            state = _STATES[gpu.state]
+            kwh_per_s = max(gpu.watts, 0.0) / 3_600_000
             part = 1.0 / len(gpu.shares)
             for owner, team in gpu.shares:
                 key = UsageKey(hour, cluster, node, gpu.index, owner, team)
                 a = self._usage.get(key)
                 if a is None:
                     a = self._usage[key] = UsageAmounts(model=gpu.model)
-                s = seconds * part
-                if state == "busy":
-                    a.busy_s += s
-                    a.busy_kwh += kwh * part
-                elif state == "held":
-                    a.held_s += s
-                    a.held_kwh += kwh * part
-                else:
-                    a.free_s += s
-                    a.free_kwh += kwh * part
-                if gpu.util_pct is not None:
-                    a.util_s += gpu.util_pct * s
-                    a.util_known_s += s
+                usage.append((a, state, part, kwh_per_s * part, gpu.util_pct))
             if gpu.jobs:
-                self._add_idle_jobs(cluster, node, gpu, node_labels, hour, seconds, kwh)
+                job_part = 1.0 / len(gpu.jobs)
+                for job, name, p in gpu.jobs:
+                    job_key = IdleJobKey(hour, cluster, node, gpu.index, job)
+                    j = self._jobs.get(job_key)
+                    if j is None:
+                        owner = self.teams.owner_of(p)
+                        j = self._jobs[job_key] = IdleJobAmounts(
+                            name=name, owner=owner, team=self.teams.team_of(owner, p, node_labels),
+                            model=gpu.model,
+                        )
+                    jobs.append((j, job_part, kwh_per_s * job_part))
+        return _Bound(generation=self._generation, hour=hour, cluster=cluster, usage=usage, jobs=jobs)
+
+    @staticmethod
+    def _add_interval(bound: _Bound, seconds: float) -> None:
+        for a, state, part, kwh_per_s, util_pct in bound.usage:
+            s = seconds * part
+            kwh = kwh_per_s * seconds
+            if state == 0:
+                a.busy_s += s
+                a.busy_kwh += kwh
+            elif state == 1:
+                a.held_s += s
+                a.held_kwh += kwh
+            else:
+                a.free_s += s
+                a.free_kwh += kwh
+            if util_pct is not None:
+                a.util_s += util_pct * s
+                a.util_known_s += s
+        for j, part, kwh_per_s in bound.jobs:
+            j.held_s += seconds * part
+            j.held_kwh += kwh_per_s * seconds
 
     def _shares(
         self, gpu: GpuInfo, holders: list[ProcessInfo], node_labels: Mapping[str, str]
@@ -280,26 +326,3 @@ class UsageAggregator:
             by_owner.setdefault(self.teams.owner_of(p), p)
         owners = list(gpu.owners) or ([gpu.owner] if gpu.owner else []) or list(by_owner) or ["unknown"]
         return [(o, self.teams.team_of(o, by_owner.get(o), node_labels)) for o in dict.fromkeys(owners)]
-
-    def _add_idle_jobs(
-        self,
-        cluster: str,
-        node: str,
-        gpu: _GpuPlan,
-        node_labels: Mapping[str, str],
-        hour: int,
-        seconds: float,
-        kwh: float,
-    ) -> None:
-        part = 1.0 / len(gpu.jobs)
-        for job, name, p in gpu.jobs:
-            key = IdleJobKey(hour, cluster, node, gpu.index, job)
-            a = self._jobs.get(key)
-            if a is None:
-                owner = self.teams.owner_of(p)
-                a = self._jobs[key] = IdleJobAmounts(
-                    name=name, owner=owner, team=self.teams.team_of(owner, p, node_labels),
-                    model=gpu.model,
-                )
-            a.held_s += seconds * part
-            a.held_kwh += kwh * part

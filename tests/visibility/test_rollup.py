@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections import defaultdict
 from datetime import timedelta
 from pathlib import Path
@@ -160,3 +161,40 @@ async def test_recorder_writes_settled_buckets_and_keeps_them_across_reopen(tmp_
     # n2 was free for 10 s: default GPU (25000 over 4 years, 700 W rated, 0.12 per kWh)
     assert waste.held_idle == 0
     assert waste.unallocated == pytest.approx((25000 / 4 / 365 + 0.7 * 24 * 0.12) / 86400 * 10)
+
+
+def test_a_repeated_snapshot_object_counts_like_equal_copies_across_drains_and_hours() -> None:
+    """The engine hands a node's repeated snapshot over as the very object it holds; the aggregator then
+    keeps that snapshot's plan and buckets. Totals must equal counting fresh copies, drains in between."""
+    held: dict[str, NodeSnapshot] = {}
+    shared = []
+    for e in day_events():
+        last = held.get(e.node)
+        if last is not None and last == e.data:
+            e = e.model_copy(update={"data": last})
+        held[e.node] = e.data
+        shared.append(e)
+    assert sum(a is not b for a, b in zip(shared, day_events(), strict=True)) > 0
+    assert sum(e.data is held[e.node] for e in shared) < len(shared)  # the day's snapshots do change
+
+    fresh, reused = _aggregator(), _aggregator()
+    batches: list[UsageBatch] = []
+    for i, (a, b) in enumerate(zip(day_events(), shared, strict=True)):
+        fresh.observe(a, a.time)
+        reused.observe(b, b.time)
+        if i % 37 == 0:
+            batches.append(copy.deepcopy(reused.drain()))  # as written: later counts must not land in it
+    end = DAY_START + timedelta(days=1)
+    fresh.settle(end)
+    reused.settle(end)
+    batches.append(reused.drain())
+    merged = _aggregator()
+    for batch in batches:
+        merged.restore(batch)
+    expected, got = fresh.drain(), merged.drain()
+    assert dict(got.usage).keys() == dict(expected.usage).keys()
+    for key, amounts in expected.usage:
+        other = dict(got.usage)[key]
+        for name in ("busy_s", "held_s", "free_s", "util_s", "busy_kwh", "held_kwh", "free_kwh"):
+            assert getattr(other, name) == pytest.approx(getattr(amounts, name)), (key, name)
+    assert {k: pytest.approx(j.held_s) for k, j in expected.idle_jobs} == {k: j.held_s for k, j in got.idle_jobs}
