@@ -32,17 +32,19 @@ MAX_AGE_S = 100 * 365 * 86400.0
 """Durations on the wire are bounded: a corrupt value is a malformed event, not an overflow later."""
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_PAIRS = [a + b for a in _CROCKFORD for b in _CROCKFORD]  # 10 bits -> 2 characters
+_SHIFTS = tuple(range(120, -1, -10))
+
+
+def ulid_text(value: int) -> str:
+    """A 128-bit value as the 26 Crockford base32 characters of a ULID (the first one carries 3 bits)."""
+    return "".join([_PAIRS[(value >> s) & 1023] for s in _SHIFTS])
 
 
 def new_id(now_ms: int | None = None) -> str:
     """A ULID: 48 bits of milliseconds then 80 random bits, Crockford base32, sortable by time."""
     ms = int(_time.time() * 1000) if now_ms is None else now_ms
-    value = (ms << 80) | int.from_bytes(os.urandom(10), "big")
-    out = []
-    for _ in range(26):
-        out.append(_CROCKFORD[value & 31])
-        value >>= 5
-    return "".join(reversed(out))
+    return ulid_text((ms << 80) | int.from_bytes(os.urandom(10), "big"))
 
 
 class _Model(BaseModel):

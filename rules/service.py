@@ -56,9 +56,10 @@ _action_subject = functools.lru_cache(maxsize=256)(S.action_subject)
 
 
 def transition_record(t: Transition) -> AuditRecord:
-    return AuditRecord(time=t.time, kind="transition", rule=t.rule, entity_id=t.entity_id,
-                       cluster=t.cluster, incident_id=t.incident_id, from_status=t.from_status,
-                       to_status=t.to_status, detail=t.reason or None)
+    # Built from a validated Transition whose fields have the record's types: no second validation.
+    return AuditRecord.model_construct(time=t.time, kind="transition", rule=t.rule, entity_id=t.entity_id,
+                                       cluster=t.cluster, incident_id=t.incident_id, from_status=t.from_status,
+                                       to_status=t.to_status, detail=t.reason or None)
 
 
 class Engine:

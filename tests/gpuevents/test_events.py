@@ -23,6 +23,7 @@ from gpuevents.events import (
     encode_event,
     make_event,
     new_id,
+    ulid_text,
 )
 
 names = st.text(min_size=1, max_size=40)
@@ -105,6 +106,16 @@ def test_ids_sort_by_time() -> None:
     ids = [new_id(base + i * 1000) for i in range(50)]
     assert ids == sorted(ids)
     assert len(set(ids)) == 50
+
+
+@given(value=st.integers(min_value=0, max_value=2**128 - 1))
+def test_ulid_text_is_crockford_base32_of_the_value(value: int) -> None:
+    text = ulid_text(value)
+    digits, v = [], value
+    for _ in range(26):  # the reference: 26 base-32 digits, most significant first
+        digits.append("0123456789ABCDEFGHJKMNPQRSTVWXYZ"[v & 31])
+        v >>= 5
+    assert text == "".join(reversed(digits))
 
 
 @given(name=names)
