@@ -20,6 +20,7 @@ import nats.js.errors
 import orjson
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext, api
 
 from gpuevents import subjects as S
@@ -29,6 +30,7 @@ from gpuevents.events import Event, encode_event
 log = logging.getLogger(__name__)
 
 DUPLICATE_WINDOW_S = 120.0
+_SCAN_SETTLE_S = 0.05
 _PUBLISH_BATCH = 256
 
 
@@ -156,10 +158,23 @@ class Kv:
         watcher = await self._kv.watch(f"{prefix}>" if prefix else ">", ignore_deletes=True,
                                        meta_only=meta_only)
         out: list[KvEntry] = []
+        last_seen = False  # an entry with nothing pending after it came: the scan is complete
+        marker = False
         try:
-            async for e in watcher:
+            while not last_seen:
+                try:
+                    # nats-py's "initial values done" marker (None) can come before entries still on their way
+                    # (it checks the consumer's pending count against what its callback has processed): after
+                    # it, wait briefly for them unless the last entry has been seen.
+                    e = await watcher.updates(timeout=_SCAN_SETTLE_S if marker else 30.0)
+                except nats.errors.TimeoutError:
+                    if marker:
+                        break
+                    raise BusTimeout(f"listing keys under {prefix!r} timed out") from None
                 if e is None:
-                    break
+                    marker = True
+                    continue
+                last_seen = e.delta == 0
                 if e.operation is None and e.key.startswith(prefix):
                     out.append(KvEntry(e.key, e.value or b"", e.revision or 0))
         finally:
@@ -310,65 +325,106 @@ async def _ack_call(coro: Awaitable[Any]) -> None:
         log.warning("acknowledgement lost with the connection: %s", e)
 
 
+_REFUSAL_BACKOFF_MAX_S = 5.0
+_CLOSE_MARGIN_S = 1.0
+_CLOSE_QUIET_S = 0.1
+
+
 class Consumer:
-    """A durable pull consumer. A fetch that times out means "no work", not an error.
+    """A durable pull consumer with explicit acks. A fetch that times out means "no work", not an error.
 
-    Pull requests are sent on the consumer's own inbox, one open at a time: `{batch, expires}` where
-    `expires` is the fetch's timeout. Messages land in a local queue as they arrive; a fetch returns
-    what is queued as soon as there is some, without a task or a timer per message (a burst read from the
-    socket at once is queued at once).
-    With `prefetch`, the next request is sent as soon as the open one has delivered its whole batch, so
-    the next batch is on its way while this one is handled (at most two batches queued). `close` gives
-    queued, unhandled messages back (nak) so another consumer gets them at once, not after ack_wait."""
+    It pulls on its own inbox, one pull request open at a time, each request with its own reply token so
+    that a status (404 no messages, 408 expired, 409 refused, 503 no consumer) is tied to its request.
+    Messages land in a local queue as they arrive and a fetch returns what is queued as soon as there is
+    some, without a task or a timer per message. A request asks for at most what the caller can take
+    (`batch`), so nothing more is claimed than was asked for: the first one of a fetch does not wait
+    (`no_wait`: what is there now); only when there was nothing does one wait, up to the fetch's timeout.
 
-    def __init__(self, nc: Client, js: JetStreamContext, stream: str, durable: str, *,
-                 prefetch: bool = False) -> None:
+    With `prefetch`, the next request goes out as soon as the previous one is over and at most one batch
+    is queued, so the next batch is on its way while this one is handled. `close` lets the open request
+    finish and gives every queued or still arriving message back (nak), so another consumer gets them at
+    once rather than after ack_wait. A refused request is logged and retried with a growing delay; a
+    consumer that is gone is created again (`recreate`)."""
+
+    def __init__(self, nc: Client, stream: str, durable: str, *, prefetch: bool = False,
+                 recreate: Callable[[], Awaitable[None]] | None = None) -> None:
         self._nc = nc
-        self._js = js
         self.stream = stream
         self.durable = durable
         self.prefetch = prefetch
+        self._recreate = recreate
         self._next_subject = f"{api.DEFAULT_PREFIX}.CONSUMER.MSG.NEXT.{stream}.{durable}"
         self._inbox = nc.new_inbox()
-        self._sub: Any = None
+        self._sub: Subscription | None = None
         self._queue: collections.deque[Msg] = collections.deque()
         self._arrived = asyncio.Event()
-        self._owed = 0  # messages the open pull request may still deliver (0: none open)
-        self._open_until = 0.0  # when the open request expires (loop time)
+        self._token = 0  # the open request's reply token: requests are numbered, this counts them
+        self._open = False
+        self._owed = 0  # messages the open request may still deliver
+        self._open_until = 0.0  # loop time after which the open request is taken as lost
+        self._found_none = False  # the last request ended finding nothing more: the next one may wait
+        self._refusal: tuple[str, str] | None = None
+        self._refusals = 0
+        self._closing = False
         self._batch = 1
         self._expires_s = 1.0
-        self._refused = ""  # the last status that ended a request early (409 ...), for the log
 
     async def start(self) -> Consumer:
-        self._sub = await self._nc.subscribe(self._inbox, cb=self._on_msg)
+        self._sub = await self._nc.subscribe(f"{self._inbox}.*", cb=self._on_msg)
         return self
+
+    @property
+    def requests_sent(self) -> int:
+        return self._token
+
+    @property
+    def caught_up(self) -> bool:
+        """Nothing queued, and the server had nothing more when last asked."""
+        return not self._queue and self._found_none
 
     async def _on_msg(self, msg: Msg) -> None:
         headers = msg.headers
         status = headers.get(api.Header.STATUS) if headers and not msg.reply else None
         if status is None:
-            self._queue.append(msg)
+            if self._closing:
+                await Delivery(msg).nak()
+            else:
+                self._queue.append(msg)
+                self._refusals = 0
             self._owed -= 1
-            if self._owed <= 0:
-                self._owed = 0
-                if self.prefetch and len(self._queue) <= self._batch:
-                    await self._request()
-        elif status != "100":  # 100 is a heartbeat; 404, 408, 409: the open request is over
-            self._owed = 0
-            if status == "409":
-                self._refused = f"{status} {headers.get(api.Header.DESCRIPTION, '')}".strip() if headers else ""
+            if self._open and self._owed <= 0:
+                await self._end(found_none=False)
+        elif status != "100" and msg.subject == f"{self._inbox}.{self._token}" and self._open:
+            # 100 is a heartbeat; any other status ends its request
+            if status not in ("404", "408"):
+                self._refusal = (status, headers.get(api.Header.DESCRIPTION, "") if headers else "")
+            await self._end(found_none=True)
         self._arrived.set()
 
+    async def _end(self, found_none: bool) -> None:
+        self._open = False
+        self._owed = 0
+        self._found_none = found_none
+        if self.prefetch and not self._closing and self._refusal is None and len(self._queue) <= self._batch:
+            await self._request()
+
     async def _request(self) -> None:
+        """Open a pull request: `no_wait` unless the last one found nothing (then it waits up to expires)."""
         loop = asyncio.get_running_loop()
-        self._owed = self._batch
-        self._open_until = loop.time() + self._expires_s
-        body = orjson.dumps({"batch": self._batch, "expires": int(self._expires_s * 1e9)})
+        self._token += 1
+        self._open, self._owed = True, self._batch
+        body: dict[str, Any] = {"batch": self._batch}
+        if self._found_none:
+            body["expires"] = int(self._expires_s * 1e9)
+            self._open_until = loop.time() + self._expires_s + _CLOSE_MARGIN_S
+        else:
+            body["no_wait"] = True
+            self._open_until = loop.time() + _CLOSE_MARGIN_S + 4.0
         try:
-            await self._nc.publish(self._next_subject, body, reply=self._inbox)
+            await self._nc.publish(self._next_subject, orjson.dumps(body), reply=f"{self._inbox}.{self._token}")
         except (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError,
                 nats.errors.OutboundBufferLimitError):
-            self._owed = 0
+            self._open = False
 
     async def fetch(self, batch: int = 256, timeout: float = 1.0) -> list[Delivery]:
         """Up to `batch` messages, or [] when none came within `timeout`."""
@@ -376,24 +432,52 @@ class Consumer:
         deadline = loop.time() + timeout
         self._batch, self._expires_s = max(1, batch), max(0.05, timeout)
         while not self._queue:
-            if self._owed == 0 or loop.time() > self._open_until + 1.0:  # none open (or lost in a reconnect)
-                refused = self._refused
-                if refused:
-                    self._refused = ""
-                    log.warning("consumer %s: pull request refused (%s)", self.durable, refused)
-                    await asyncio.sleep(min(0.5, max(0.0, deadline - loop.time())))  # don't spin on a refusal
+            if self._closing:
+                return []
+            if self._refusal is not None and not await self._refused(deadline):
+                return []
+            if self._open and loop.time() > self._open_until:
+                log.debug("consumer %s: pull request %d never ended (lost in a reconnect?)", self.durable,
+                          self._token)
+                self._open, self._found_none = False, True
+            if not self._open:
                 await self._request()
             if not await self._wait(deadline):
                 return []
-        n = min(batch, len(self._queue))
-        return [Delivery(self._queue.popleft()) for _ in range(n)]
+        out = [Delivery(self._queue.popleft()) for _ in range(min(batch, len(self._queue)))]
+        if self.prefetch and not self._open and self._refusal is None and len(self._queue) <= self._batch:
+            await self._request()
+        return out
+
+    async def _refused(self, deadline: float) -> bool:
+        """Log a refused request and wait before the next one (longer each time; recreate a consumer that is
+        gone); False when the fetch's deadline came first."""
+        status, description = self._refusal or ("", "")
+        self._refusal = None
+        self._refusals += 1
+        gone = status == "503" or "deleted" in description.lower()
+        if self._refusals in (1, 10) or self._refusals % 100 == 0:
+            log.warning("consumer %s on %s: pull request refused (%s %s)%s", self.durable, self.stream, status,
+                        description, "; creating it again" if gone and self._recreate else "")
+        delay = min(_REFUSAL_BACKOFF_MAX_S, 0.05 * 2 ** min(self._refusals, 10))
+        if gone and self._recreate is not None:
+            with contextlib.suppress(BusError, nats.errors.Error):
+                await self._recreate()
+        loop = asyncio.get_running_loop()
+        if loop.time() + delay > deadline:
+            await asyncio.sleep(max(0.0, deadline - loop.time()))
+            self._refusal = (status, description)  # the next fetch waits again
+            self._refusals -= 1
+            return False
+        await asyncio.sleep(delay)
+        return True
 
     async def _wait(self, until: float) -> bool:
-        """Wait for the next arrival (message or status) until loop time `until`; False when none came."""
-        self._arrived.clear()
+        """Wait until something arrives (a message or a status), up to loop time `until`."""
         remaining = until - asyncio.get_running_loop().time()
         if remaining <= 0:
             return False
+        self._arrived.clear()
         try:
             await asyncio.wait_for(self._arrived.wait(), remaining)
         except TimeoutError:
@@ -401,17 +485,26 @@ class Consumer:
         return True
 
     async def pending(self) -> int:
-        info = await self._js.consumer_info(self.stream, self.durable)
+        info = await self._nc.jetstream().consumer_info(self.stream, self.durable)
         return int(info.num_pending or 0) + int(info.num_ack_pending or 0)
 
     async def close(self) -> None:
+        """Give back what is queued and what the open request still delivers (nak), then unsubscribe."""
+        self._closing = True
+        queued, self._queue = list(self._queue), collections.deque()
+        for msg in queued:
+            await Delivery(msg).nak()
+        # What the open request is still sending arrives within moments; a waiting request whose messages have
+        # stopped coming is dropped by the server with the subscription. Anything later is redelivered after
+        # ack_wait (explicit acks: delayed, never lost).
+        loop = asyncio.get_running_loop()
+        limit = min(self._open_until, loop.time() + self._expires_s + _CLOSE_MARGIN_S)
+        while self._open and self._nc.is_connected and await self._wait(min(limit, loop.time() + _CLOSE_QUIET_S)):
+            pass
         sub, self._sub = self._sub, None
         if sub is not None:
             with contextlib.suppress(nats.errors.ConnectionClosedError, nats.errors.BadSubscriptionError):
                 await sub.unsubscribe()
-        queued, self._queue = list(self._queue), collections.deque()
-        for msg in queued:
-            await Delivery(msg).nak()
 
 
 @dataclass(frozen=True)
@@ -519,7 +612,10 @@ class Bus:
         log.info("connected to NATS at %s", nc.connected_url.netloc if nc.connected_url else "?")
 
     async def _on_error(self, e: Exception) -> None:
-        log.debug("nats: %s", e)
+        if isinstance(e, nats.errors.SlowConsumerError):
+            log.warning("nats: a subscription fell behind and dropped a message (%s)", e)
+        else:
+            log.debug("nats: %s", e)
 
     async def _on_disconnected(self) -> None:
         self.stats.disconnects += 1
@@ -752,17 +848,16 @@ class Bus:
     # ------------------------------------------------------------ consumers
     async def consumer(self, stream: str, durable: str, filter_subjects: str | Sequence[str], *,
                        ack_wait: float = 30.0, max_deliver: int = -1,
-                       max_ack_pending: int = 20_000, ack_all: bool = False,
-                       prefetch: bool = False) -> Consumer:
+                       max_ack_pending: int = 20_000, prefetch: bool = False) -> Consumer:
         """A durable pull consumer with explicit acks; created if absent, bound if present.
 
-        `ack_all`: acknowledging a message acknowledges every earlier one too (AckAll), for a consumer
-        that handles its messages strictly in order and can ack a whole batch with its last message.
-        `prefetch`: the next batch is requested while this one is handled (see Consumer)."""
+        Every message is acknowledged on its own: a delivery lost on the way (a reconnect) is redelivered
+        after `ack_wait`, never acknowledged by a later one. `prefetch`: the next batch is requested while
+        this one is handled (see Consumer)."""
         filters = [filter_subjects] if isinstance(filter_subjects, str) else list(filter_subjects)
         cfg = api.ConsumerConfig(
             durable_name=durable,
-            ack_policy=api.AckPolicy.ALL if ack_all else api.AckPolicy.EXPLICIT,
+            ack_policy=api.AckPolicy.EXPLICIT,
             ack_wait=ack_wait,
             max_deliver=max_deliver,
             max_ack_pending=max_ack_pending,
@@ -773,11 +868,20 @@ class Bus:
         else:
             cfg.filter_subject = filters[0]
         js = self._jetstream()
-        try:
-            await js.consumer_info(stream, durable)
-        except nats.js.errors.NotFoundError:
+
+        async def create() -> None:
             await js.add_consumer(stream, config=cfg)
-        return await Consumer(self._nats(), js, stream, durable, prefetch=prefetch).start()
+
+        try:
+            info = await js.consumer_info(stream, durable)
+        except nats.js.errors.NotFoundError:
+            await create()
+        else:
+            if info.config.ack_policy != api.AckPolicy.EXPLICIT:
+                log.warning("consumer %s on %s acknowledges with %s, not explicitly: a delivery lost on the way "
+                            "can be acknowledged with a later one. Delete it to have it created again.",
+                            durable, stream, info.config.ack_policy)
+        return await Consumer(self._nats(), stream, durable, prefetch=prefetch, recreate=create).start()
 
     async def replay(self, stream: str, filter_subject: str, since: datetime | None = None,
                      batch: int = 512) -> AsyncIterator[StoredMsg]:

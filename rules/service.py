@@ -220,7 +220,7 @@ class Engine:
             self.core.restore(incidents, snoozes, now=self.clock.now())
             self._consumer = await self.bus.consumer(
                 S.STREAM_EVENTS, self.config.engine.consumer, S.EVENTS_ALL,
-                ack_wait=60, max_ack_pending=50_000, ack_all=True, prefetch=True)
+                ack_wait=60, max_ack_pending=50_000, prefetch=True)
             self._subs = [
                 await self.bus.serve(S.ENGINE_STATUS, self._serve_status),
                 await self.bus.serve(S.ENGINE_SNOOZE, self._serve_snooze),
@@ -246,15 +246,21 @@ class Engine:
             if not self.leader.is_set() or self._consumer is None:
                 await _wait_any(stop, self.leader, timeout=1.0)
                 continue
-            deliveries = await self._consumer.fetch(FETCH_BATCH, timeout=FETCH_TIMEOUT_S)
-            if deliveries and self.leader.is_set():
-                await self.handle(deliveries)
+            consumer = self._consumer
+            deliveries = await consumer.fetch(FETCH_BATCH, timeout=FETCH_TIMEOUT_S)
+            if not deliveries:
+                continue
+            if self.leader.is_set():
+                await self.handle(deliveries, caught_up=consumer.caught_up)
+            else:  # the lease went while fetching: give them back for the next leader
+                for d in deliveries:
+                    await d.nak()
 
-    async def handle(self, deliveries: list[Delivery]) -> None:
+    async def handle(self, deliveries: list[Delivery], caught_up: bool = True) -> None:
         """Step the core through a batch of deliveries; then, once the previous batch is committed, start this
         one's commit (dispatch, audit, persist) and acks in the background. The next batch is thus stepped
         while this one's acks are on their way; commits stay in order, one in flight at most, and a failed
-        one is raised by the next `handle` or `settle`."""
+        one is raised by the next `handle` or `settle`. `caught_up`: the stream had nothing more to give."""
         async with self._lock:
             assert self.core is not None
             total = StepResult()
@@ -285,13 +291,13 @@ class Engine:
                 self.metrics.events.labels(type=type_).inc(n)
             await self._settle()
             self._inflight = asyncio.create_task(self._commit_and_ack(total, deliveries), name="commit")
-        self._freeze_grown_state(caught_up=len(deliveries) < FETCH_BATCH)
+        self._freeze_grown_state(caught_up)
 
     async def _commit_and_ack(self, result: StepResult, deliveries: list[Delivery]) -> None:
         await self._commit(result, "commit the batch's actions, audit and incidents")
         if deliveries:
-            # The consumer acks all: the batch's last message acknowledges the batch (batches commit in order).
-            await deliveries[-1].ack()
+            for d in deliveries:
+                await d.ack()
 
     async def _dead_letter(self, d: Delivery, err: Exception) -> None:
         await self._retry_bus(lambda: self.dead_letters.send(d.subject, d.data, err, d.headers.get("Nats-Msg-Id")),

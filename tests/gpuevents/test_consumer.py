@@ -9,7 +9,6 @@ from gpuevents import subjects as S
 from gpuevents.bus import Bus, Consumer, Delivery
 from gpuevents.events import GpuInfo, decode_event, make_event
 from gpuevents.server import EmbeddedServer
-from tests.waiting import wait_for
 
 
 def _idle(index: int):  # type: ignore[no-untyped-def]
@@ -24,7 +23,7 @@ async def _publish(bus: Bus, *indexes: int) -> list[str]:
     return [e.id for e in events]
 
 
-async def _fetch_ids(c: Consumer, n: int, timeout: float = 10) -> list[Delivery]:
+async def _fetch_all(c: Consumer, n: int, timeout: float = 10) -> list[Delivery]:
     got: list[Delivery] = []
     deadline = time.monotonic() + timeout
     while len(got) < n and time.monotonic() < deadline:
@@ -49,36 +48,55 @@ async def test_a_fetch_returns_what_is_there_without_waiting_for_a_full_batch(bu
     await c.close()
 
 
-async def test_prefetched_messages_are_given_back_when_the_consumer_closes(bus: Bus) -> None:
-    ids = await _publish(bus, *range(6))
+async def test_prefetched_and_arriving_messages_are_given_back_when_the_consumer_closes(bus: Bus) -> None:
+    """The engine's settings: closing right after a batch (a step-down) leaves nothing waiting for ack_wait."""
+    ids = await _publish(bus, *range(300))
     c = await bus.consumer(S.STREAM_EVENTS, "pre", S.EVENTS_ALL, ack_wait=30, prefetch=True)
-    first = await c.fetch(2, timeout=5)
-    assert [decode_event(d.data).id for d in first] == ids[:2]
+    first = await c.fetch(100, timeout=5)
     for d in first:
         await d.ack()
-
-    async def prefetched() -> bool:  # delivered to this consumer, not yet handed out nor acknowledged
-        info = await bus._jetstream().consumer_info(S.STREAM_EVENTS, "pre")
-        return info.num_ack_pending == 4 and info.num_pending == 0
-
-    await wait_for(prefetched, what="the next two batches to be prefetched")
     await c.close()
-    # given back at once (nak): a new binding gets them again long before the 30 s ack_wait
+    # given back at once (nak): a new binding gets the rest long before the 30 s ack_wait
     again = await bus.consumer(S.STREAM_EVENTS, "pre", S.EVENTS_ALL, ack_wait=30)
-    rest = await _fetch_ids(again, 4, timeout=10)
-    assert sorted(decode_event(d.data).id for d in rest) == sorted(ids[2:])
-    assert [d.num_delivered for d in rest] == [2, 2, 2, 2]
+    rest = await _fetch_all(again, 300 - len(first), timeout=10)
+    assert sorted(decode_event(d.data).id for d in first + rest) == sorted(ids)
+
+
+async def test_a_fetch_claims_no_more_than_it_asks_for(bus: Bus) -> None:
+    """The action runner asks for as many as it has free slots; what is published while it is busy stays on
+    the server for the other runners instead of waiting in this one's queue past ack_wait."""
+    await _publish(bus, 0)
+    c = await bus.consumer(S.STREAM_EVENTS, "claim", S.EVENTS_ALL)
+    got = await c.fetch(2, timeout=5)
+    assert len(got) == 1
+    await _publish(bus, 1, 2, 3, 4, 5)
+    info = await bus._jetstream().consumer_info(S.STREAM_EVENTS, "claim")
+    assert info.num_ack_pending == 1 and info.num_pending == 5
+    more = await _fetch_all(c, 3)
+    assert len(more) == 3
+    info = await bus._jetstream().consumer_info(S.STREAM_EVENTS, "claim")
+    assert info.num_ack_pending == 4 and info.num_pending == 2
+
+
+async def test_a_deleted_consumer_is_created_again_without_a_storm_of_requests(bus: Bus) -> None:
+    c = await bus.consumer(S.STREAM_EVENTS, "gone", S.EVENTS_ALL)
+    assert await c.fetch(10, timeout=0.3) == []
+    await bus._jetstream().delete_consumer(S.STREAM_EVENTS, "gone")
+    ids = await _publish(bus, 7)
+    got = await _fetch_all(c, 1, timeout=15)
+    assert [decode_event(d.data).id for d in got] == ids
+    assert c.requests_sent < 50, f"{c.requests_sent} pull requests: the consumer spun on a refusal"
 
 
 async def test_a_consumer_keeps_fetching_across_a_server_restart(bus: Bus, nats_server: EmbeddedServer) -> None:
     c = await bus.consumer(S.STREAM_EVENTS, "restart", S.EVENTS_ALL, prefetch=True)
     before = await _publish(bus, 0)
-    got = await _fetch_ids(c, 1)
+    got = await _fetch_all(c, 1)
     assert [decode_event(d.data).id for d in got] == before
     await got[0].ack()
     nats_server.stop()
     nats_server.start()
     after = await _publish(bus, 1)  # buffered until the bus has reconnected
-    got = await _fetch_ids(c, 1, timeout=20)
+    got = await _fetch_all(c, 1, timeout=20)
     assert [decode_event(d.data).id for d in got] == after
     await got[0].ack()
