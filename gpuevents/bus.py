@@ -377,11 +377,6 @@ class Consumer:
     def requests_sent(self) -> int:
         return self._token
 
-    @property
-    def caught_up(self) -> bool:
-        """Nothing queued, and the server had nothing more when last asked."""
-        return not self._queue and self._found_none
-
     async def _on_msg(self, msg: Msg) -> None:
         headers = msg.headers
         status = headers.get(api.Header.STATUS) if headers and not msg.reply else None

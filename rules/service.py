@@ -43,13 +43,13 @@ RELOAD_POLL_S = 1.0
 AUDIT_TAIL = 400
 AUDIT_TAIL_BYTES = 1 << 20  # the newest audit messages kept for the dashboard (a batch's message holds many)
 GC_THRESHOLDS = (700, 10, 10)  # Python's defaults: small young collections, short pauses
-FREEZE_GROWTH = 20_000
+FREEZE_STEP = 1_000
 """The fleet state is millions of long-lived, acyclic objects. Each time it has grown by this many entities
-and incidents (by a twentieth of it once the consumer has caught up), it is collected once and frozen
-(`gc.freeze`): collections never walk it again. Without that, a growing state costs full collections that
-find nothing (a first round of 2,000 nodes spends a third of its time in them), each one longer, up to
-half a second. Freed state is still freed by reference counting; only cyclic garbage alive at a freeze is
-kept, and freezes happen only while the fleet grows."""
+and incidents, the young generations are collected and everything alive is frozen (`gc.freeze`, which costs
+nothing): collections never walk the state again. Without that, a growing state costs full collections
+that find nothing: the first round of the throughput benchmark (2,000 new nodes) spent a third of its time
+in them, up to 0.2 s each. Frozen objects are still freed by reference counting when the state drops them;
+only cyclic garbage alive at a freeze would be kept, and full collections during catch-up found none."""
 
 
 _action_subject = functools.lru_cache(maxsize=256)(S.action_subject)
@@ -251,16 +251,16 @@ class Engine:
             if not deliveries:
                 continue
             if self.leader.is_set():
-                await self.handle(deliveries, caught_up=consumer.caught_up)
+                await self.handle(deliveries)
             else:  # the lease went while fetching: give them back for the next leader
                 for d in deliveries:
                     await d.nak()
 
-    async def handle(self, deliveries: list[Delivery], caught_up: bool = True) -> None:
+    async def handle(self, deliveries: list[Delivery]) -> None:
         """Step the core through a batch of deliveries; then, once the previous batch is committed, start this
         one's commit (dispatch, audit, persist) and acks in the background. The next batch is thus stepped
         while this one's acks are on their way; commits stay in order, one in flight at most, and a failed
-        one is raised by the next `handle` or `settle`. `caught_up`: the stream had nothing more to give."""
+        one is raised by the next `handle` or `settle`."""
         async with self._lock:
             assert self.core is not None
             total = StepResult()
@@ -291,7 +291,7 @@ class Engine:
                 self.metrics.events.labels(type=type_).inc(n)
             await self._settle()
             self._inflight = asyncio.create_task(self._commit_and_ack(total, deliveries), name="commit")
-        self._freeze_grown_state(caught_up)
+        self._freeze_grown_state()
 
     async def _commit_and_ack(self, result: StepResult, deliveries: list[Delivery]) -> None:
         await self._commit(result, "commit the batch's actions, audit and incidents")
@@ -331,14 +331,15 @@ class Engine:
         if task is not None:
             await task
 
-    def _freeze_grown_state(self, caught_up: bool) -> None:
-        """Collect and freeze once the state has grown by FREEZE_GROWTH, or by a little once caught up."""
+    def _freeze_grown_state(self) -> None:
+        """Collect the young generations and freeze, once the state has grown by FREEZE_STEP."""
         core = self.core
         if core is None:
             return
         size = sum(map(len, core.state.by_kind.values())) + sum(map(len, core.incidents.values()))
-        if size >= self._frozen_size + (FREEZE_GROWTH // 20 if caught_up else FREEZE_GROWTH):
-            gc.collect()
+        self._frozen_size = min(self._frozen_size, size)  # it shrank: count growth from here
+        if size >= self._frozen_size + FREEZE_STEP:
+            gc.collect(1)
             gc.freeze()
             self._frozen_size = size
 
