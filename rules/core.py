@@ -24,14 +24,14 @@ from rules.incidents import (
     step,
     transitions,
 )
-from rules.inputs import CoreInput, EvalProblem, ForgetNode, Snooze, StepResult, Tick
+from rules.inputs import CoreInput, EvalProblem, ForgetNode, Snooze, StepResult, Sweep, Tick
 from rules.limits import Limiter
 from rules.model import Rule, RuleSet
 from rules.sends import Sender
 from rules.state import Entity, FleetState, NodeState
 from rules.views import EntityView, EvalClock, GpuView, NodeView, ProcessView
 
-__all__ = ["Core", "CoreInput", "EvalProblem", "ForgetNode", "Snooze", "StepResult", "Tick", "run_inputs"]
+__all__ = ["Core", "CoreInput", "EvalProblem", "ForgetNode", "Snooze", "StepResult", "Sweep", "Tick", "run_inputs"]
 
 OFFLINE_AFTER_INTERVALS = 3
 CATCHUP_GRACE_S = 300.0
@@ -202,7 +202,11 @@ class Core:
                 out.incidents.append(after)
             self._removed = []
         if isinstance(item, Tick):
-            self._tick(now, out)
+            self._tick(now, out, sweep=item.sweep)
+        elif isinstance(item, Sweep):
+            rule = self.rules.by_name.get(item.rule)
+            if rule is not None:
+                self._sweep(rule, now, out, keys=item.keys)
         elif isinstance(item, Snooze):
             self._snooze(item, now, out)
         elif isinstance(item, ForgetNode):
@@ -375,7 +379,7 @@ class Core:
             out.errors.append(EvalProblem(rule=rule.name, entity_id=ent.id, message=message))
 
     # ------------------------------------------------------------------ tick
-    def _tick(self, now: datetime, out: StepResult) -> None:
+    def _tick(self, now: datetime, out: StepResult, sweep: bool = True) -> None:
         self._next_deadline = None  # recomputed below, and by every commit
         self._check_nodes(now, out)
         self._check_orphans(now, out)
@@ -410,8 +414,11 @@ class Core:
         if self._next_sweep is None or now >= self._next_sweep:
             for rule in self.rules:
                 if not rule.scheduled and (rule.condition.time_dependent or rule.name in self._full_eval):
-                    self._sweep(rule, now, out)
-                    swept.add(rule.name)
+                    if sweep:
+                        self._sweep(rule, now, out)
+                        swept.add(rule.name)
+                    else:
+                        out.sweeps.append(rule.name)
             self._full_eval.clear()
             self._next_sweep = now + timedelta(seconds=self.tick_s)
         for rule in self.rules:
@@ -472,15 +479,18 @@ class Core:
                 continue
             self._advance(rule, ent, before, matched, now, out, event_time)
 
-    def _sweep(self, rule: Rule, now: datetime, out: StepResult, since: datetime | None = None) -> None:
-        """Evaluate `rule` for every entity of its kind on an online node (the hot loop of a tick); with `since`,
-        skip entities whose incident was evaluated at or after it."""
+    def _sweep(self, rule: Rule, now: datetime, out: StepResult, since: datetime | None = None,
+               keys: tuple[str, ...] | None = None) -> None:
+        """Evaluate `rule` for every entity of its kind on an online node (the hot loop of a tick), or for those
+        of `keys` that still exist; with `since`, skip entities whose incident was evaluated at or after it."""
         incs = self.incidents[rule.name]
         test = rule.condition.test
         nodes = self.state.nodes
         skip_offline = not rule.reads_liveness and any(not ns.online for ns in nodes.values())
         snoozes = self.snoozes
-        for key, ent in self.state.by_kind[rule.kind].items():
+        table = self.state.by_kind[rule.kind]
+        entities = table.items() if keys is None else ((k, table[k]) for k in keys if k in table)
+        for key, ent in entities:
             if skip_offline and not nodes[ent.node_key].online:
                 continue
             if since is not None:

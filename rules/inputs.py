@@ -14,10 +14,24 @@ from rules.incidents import Incident, Transition
 
 
 class Tick(BaseModel):
-    """Time passed: evaluate what depends on time. Send one at every `next_wakeup`."""
+    """Time passed: evaluate what depends on time. Send one at every `next_wakeup`.
+
+    `sweep=False`: the periodic re-evaluation of time-dependent rules over every entity is not done here but
+    named in `StepResult.sweeps`, for the caller to run as `Sweep` steps a slice at a time (the engine does,
+    so that a big fleet's sweep never holds events back for long)."""
 
     model_config = ConfigDict(frozen=True)
     type: Literal["tick"] = "tick"
+    sweep: bool = True
+
+
+class Sweep(BaseModel):
+    """Evaluate one rule for these entities (keys) now: a slice of a tick's sweep (see `Tick.sweep`)."""
+
+    model_config = ConfigDict(frozen=True)
+    type: Literal["sweep"] = "sweep"
+    rule: str
+    keys: tuple[str, ...]
 
 
 class Snooze(BaseModel):
@@ -50,7 +64,7 @@ class EvalProblem(BaseModel):
     message: str
 
 
-CoreInput = Event | Tick | Snooze | ForgetNode
+CoreInput = Event | Tick | Sweep | Snooze | ForgetNode
 
 
 @dataclass
@@ -62,6 +76,7 @@ class StepResult:
     incidents: list[Incident] = field(default_factory=list)
     errors: list[EvalProblem] = field(default_factory=list)
     snoozes: list[Snooze] = field(default_factory=list)
+    sweeps: list[str] = field(default_factory=list)  # rules a `Tick(sweep=False)` left to `Sweep` steps
 
     def extend(self, other: StepResult) -> None:
         self.transitions += other.transitions
@@ -69,3 +84,4 @@ class StepResult:
         self.incidents += other.incidents
         self.errors += other.errors
         self.snoozes += other.snoozes
+        self.sweeps += other.sweeps

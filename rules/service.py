@@ -9,6 +9,7 @@ import functools
 import gc
 import logging
 import signal
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import datetime
@@ -25,7 +26,7 @@ from gpuevents.config import Config
 from gpuevents.events import Event, NodeSnapshot, SnapshotEvent, decode_event
 from gpuevents.records import ActionRequest, AuditRecord, audit_messages, decode_audit
 from gpuevents.yamlpos import LocatedError
-from rules.core import Core, Snooze, StepResult, Tick
+from rules.core import Core, Snooze, StepResult, Sweep, Tick
 from rules.deadletter import DeadLetters
 from rules.incidents import Incident, Transition
 from rules.lease import Lease
@@ -38,18 +39,24 @@ from rules.visibility.recorder import UsageRecorder
 log = logging.getLogger(__name__)
 
 FETCH_BATCH = 512
+SWEEP_SLICE = 2_000  # entities evaluated per step of a tick's sweep: a few milliseconds
 FETCH_TIMEOUT_S = 0.5
 RELOAD_POLL_S = 1.0
 AUDIT_TAIL = 400
 AUDIT_TAIL_BYTES = 1 << 20  # the newest audit messages kept for the dashboard (a batch's message holds many)
 GC_THRESHOLDS = (700, 10, 10)  # Python's defaults: small young collections, short pauses
 FREEZE_STEP = 1_000
-"""The fleet state is millions of long-lived, acyclic objects. Each time it has grown by this many entities
-and incidents, the young generations are collected and everything alive is frozen (`gc.freeze`, which costs
-nothing): collections never walk the state again. Without that, a growing state costs full collections
-that find nothing: the first round of the throughput benchmark (2,000 new nodes) spent a third of its time
-in them, up to 0.2 s each. Frozen objects are still freed by reference counting when the state drops them;
-only cyclic garbage alive at a freeze would be kept, and full collections during catch-up found none."""
+FREEZE_EVERY_S = 1.0
+"""The fleet state is millions of long-lived objects without cycles. Each second (or each time it has grown
+by FREEZE_STEP entities and incidents), the young generations are collected and everything alive is frozen
+(`gc.freeze`, which costs nothing): the old generation then holds only what came since, and its full
+collections stay short. Without that, collections walk the whole state and find nothing: the first round
+of the throughput benchmark (2,000 new nodes) spent a third of its time in them, and at a steady load they
+stalled the engine for 0.1 - 0.2 s, the longest waits an event had. Frozen objects are still freed by
+reference counting when the state drops them; cyclic garbage that was alive at a freeze (none was found in
+the benchmark) is collected by the full collection every FULL_GC_EVERY_S, which walks everything (about a
+second for 2,000 nodes of 8 GPUs, once an hour)."""
+FULL_GC_EVERY_S = 3600.0
 
 
 _action_subject = functools.lru_cache(maxsize=256)(S.action_subject)
@@ -94,6 +101,8 @@ class Engine:
         self.lease_checks = 0
         self.release_lease_on_stop = True  # tests turn it off to play a crashed engine
         self._frozen_size = 0
+        self._next_freeze = 0.0
+        self._full_gc_at = 0.0
 
     # ------------------------------------------------------------ rules
     def load_rules(self) -> RuleSet:
@@ -144,6 +153,7 @@ class Engine:
         gc.freeze()  # what is loaded by now lives as long as the process: keep it out of collections
         gc.set_threshold(*GC_THRESHOLDS)
         self._frozen_size = 0
+        self._full_gc_at = time.monotonic() + FULL_GC_EVERY_S
         self.usage = UsageRecorder.from_config(self.config)
         kv = await self.bus.kv()
         self._incidents = PipelinedStore(kv, "incident.", Incident)
@@ -291,7 +301,7 @@ class Engine:
                 self.metrics.events.labels(type=type_).inc(n)
             await self._settle()
             self._inflight = asyncio.create_task(self._commit_and_ack(total, deliveries), name="commit")
-        self._freeze_grown_state()
+        self._freeze()
 
     async def _commit_and_ack(self, result: StepResult, deliveries: list[Delivery]) -> None:
         await self._commit(result, "commit the batch's actions, audit and incidents")
@@ -331,17 +341,26 @@ class Engine:
         if task is not None:
             await task
 
-    def _freeze_grown_state(self) -> None:
-        """Collect the young generations and freeze, once the state has grown by FREEZE_STEP."""
+    def _freeze(self) -> None:
+        """Collect the young generations and freeze what is alive (see FREEZE_STEP), at most every
+        FREEZE_EVERY_S or when the state has grown by FREEZE_STEP; a full collection every FULL_GC_EVERY_S."""
         core = self.core
         if core is None:
             return
+        now = time.monotonic()
         size = sum(map(len, core.state.by_kind.values())) + sum(map(len, core.incidents.values()))
         self._frozen_size = min(self._frozen_size, size)  # it shrank: count growth from here
-        if size >= self._frozen_size + FREEZE_STEP:
+        if now < self._next_freeze and size < self._frozen_size + FREEZE_STEP:
+            return
+        if now >= self._full_gc_at:
+            self._full_gc_at = now + FULL_GC_EVERY_S
+            gc.unfreeze()
+            gc.collect()
+        else:
             gc.collect(1)
-            gc.freeze()
-            self._frozen_size = size
+        gc.freeze()
+        self._frozen_size = size
+        self._next_freeze = now + FREEZE_EVERY_S
 
     async def _tick_loop(self, stop: asyncio.Event) -> None:
         tick = float(self.config.engine.tick)
@@ -359,13 +378,29 @@ class Engine:
             await self.tick()
 
     async def tick(self, now: datetime | None = None) -> StepResult:
+        """Step the core through a tick; the periodic sweep of time-dependent rules runs SWEEP_SLICE entities at
+        a time, letting the events that arrive meanwhile in between (a slice is evaluated at its own time)."""
         async with self._lock:
             await self._settle()
             assert self.core is not None
-            result = self.core.step(Tick(), now or self.clock.now())
+            result = self.core.step(Tick(sweep=False), now or self.clock.now())
             await self._commit(result, "commit a tick")
+        for name in result.sweeps:
+            rule = self.core.rules.by_name.get(name)
+            keys = list(self.core.state.by_kind[rule.kind]) if rule is not None else []
+            for i in range(0, len(keys), SWEEP_SLICE):
+                await asyncio.sleep(0)  # events first
+                if not self.leader.is_set():
+                    return result
+                async with self._lock:
+                    await self._settle()
+                    part = self.core.step(Sweep(rule=name, keys=tuple(keys[i:i + SWEEP_SLICE])),
+                                          now or self.clock.now())
+                    await self._commit(part, "commit a sweep")
+                result.extend(part)
         self._update_gauges()
         await self._flush_usage()
+        self._freeze()
         return result
 
     async def _flush_usage(self) -> None:

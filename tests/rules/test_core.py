@@ -7,7 +7,7 @@ from pathlib import Path
 
 from gpuevents.config import Config
 from gpuevents.events import AgentInfo, GpuEvent, ProcessEvent, make_event
-from rules.core import Core, Snooze, Tick
+from rules.core import Core, Snooze, Sweep, Tick
 
 from .helpers import T0, at, config, gpu, proc, rules_from, snapshot
 
@@ -313,3 +313,43 @@ def test_clusters_other_than_the_engines_prefix_entity_ids(tmp_path: Path) -> No
     core = idle_core(tmp_path)
     (req,) = core.step(held_idle(cluster="c2"), at(0)).actions
     assert req.entity_id == "c2:n1/gpu0" and req.cluster == "c2"
+
+
+def test_a_sweep_in_slices_gives_what_one_tick_gives(tmp_path: Path) -> None:
+    """The engine sweeps time-dependent rules a slice of entities at a time (`Tick(sweep=False)` names them,
+    `Sweep` steps evaluate them); done at the tick's time, that is the same as one full tick."""
+    text = """\
+rules:
+  - name: timed
+    entity: gpu
+    when: gpu.idle_for_s > 30
+    for: 60s
+    actions: [{type: log, message: m}]
+  - name: untimed
+    entity: gpu
+    when: gpu.util_pct > 50
+    actions: [{type: log, message: m}]
+"""
+    cfg = Config.model_validate({"agent": {"snapshot_interval": "1h"}})  # online for three hours
+    whole, sliced = Core(rules_from(tmp_path, text), cfg), Core(rules_from(tmp_path, text), cfg)
+    for core in (whole, sliced):
+        for n in range(5):
+            core.step(snapshot(at(0), node=f"n{n}", gpus=[gpu(0, 0), gpu(1, 90), gpu(2, 0)]), at(0))
+
+    def seen(t: float) -> list[tuple[str, str, str]]:
+        one = whole.step(Tick(), at(t))
+        part = sliced.step(Tick(sweep=False), at(t))
+        if t == 40:  # the sweep is left to the Sweep steps
+            assert part.sweeps == ["timed"] and part.transitions == []
+        for name in part.sweeps:
+            keys = list(sliced.state.by_kind["gpu"])
+            for i in range(0, len(keys), 4):
+                part.extend(sliced.step(Sweep(rule=name, keys=tuple(keys[i:i + 4])), at(t)))
+        got = sorted((x.rule, x.entity_id, x.to_status) for x in part.transitions)
+        assert got == sorted((x.rule, x.entity_id, x.to_status) for x in one.transitions)
+        return got
+
+    assert seen(10) == []
+    assert seen(40) == sorted(("timed", f"n{n}/gpu{g}", "pending") for n in range(5) for g in (0, 2))
+    assert seen(130) == sorted(("timed", f"n{n}/gpu{g}", "firing") for n in range(5) for g in (0, 2))
+    assert [i.status for i in sliced.open_incidents()] == [i.status for i in whole.open_incidents()]
