@@ -424,17 +424,9 @@ class Core:
         for rule in self.rules:
             if rule.scheduled or (rule.for_s <= 0 and rule.repeat_s is None):
                 continue
-            due_keys = []
-            soonest = self._next_deadline
-            for k, inc in self.incidents[rule.name].items():
-                d = next_deadline(inc, rule.for_s, rule.repeat_s)
-                if d is None:
-                    continue
-                if d <= now:
-                    due_keys.append(k)
-                elif soonest is None or d < soonest:
-                    soonest = d
-            self._next_deadline = soonest
+            due_keys, soonest = self._due(rule, now)
+            if soonest is not None and (self._next_deadline is None or soonest < self._next_deadline):
+                self._next_deadline = soonest
             if rule.name in swept:
                 continue
             table = self.state.by_kind[rule.kind]
@@ -442,6 +434,42 @@ class Core:
                 ent = table.get(k)
                 if ent is not None and (rule.reads_liveness or self._online(ent)):
                     self._evaluate(rule, ent, now, out)
+
+    def _due(self, rule: Rule, now: datetime) -> tuple[list[str], datetime | None]:
+        """The keys of `rule`'s incidents whose `next_deadline` is at or before `now`, and the earliest of the
+        others (the hot loop of a tick: each incident's start or last send is compared with `now` less the
+        rule's `for` or `repeat`, rather than its deadline worked out)."""
+        for_td = timedelta(seconds=rule.for_s) if rule.for_s > 0 else None
+        repeat_td = timedelta(seconds=rule.repeat_s) if rule.repeat_s is not None else None
+        pending_cut = now - for_td if for_td is not None else None
+        repeat_cut = now - repeat_td if repeat_td is not None else None
+        due: list[str] = []
+        first_pending: datetime | None = None
+        first_sent: datetime | None = None
+        for k, inc in self.incidents[rule.name].items():
+            status = inc.status
+            if status == "pending":
+                if pending_cut is None:
+                    continue
+                start = inc.active_at
+                if start <= pending_cut:
+                    due.append(k)
+                elif first_pending is None or start < first_pending:
+                    first_pending = start
+            elif status == "firing" and repeat_cut is not None:
+                sent = inc.last_sent_at
+                if sent is None:
+                    continue
+                if sent <= repeat_cut:
+                    due.append(k)
+                elif first_sent is None or sent < first_sent:
+                    first_sent = sent
+        later = []
+        if first_pending is not None and for_td is not None:
+            later.append(first_pending + for_td)
+        if first_sent is not None and repeat_td is not None:
+            later.append(first_sent + repeat_td)
+        return due, min(later) if later else None
 
     def _restored_at_most(self, now: datetime, seconds: float) -> bool:
         return self._restored_at is not None and (now - self._restored_at).total_seconds() < seconds
