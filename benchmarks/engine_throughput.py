@@ -10,6 +10,10 @@
 4. Latency: while a publisher holds a steady 1,000 snapshots/s of the same fleet, threshold events
    (`gpu.hot`) are published; each one's action request is seen on `gpuevents.act.>`; p50/p99 of
    dispatch time minus the event's time.
+5. Changing readings (a figure, not a target): `--changing-rounds` more rounds of the fleet whose
+   temperatures, power and busy utilisation move on every snapshot, as a real agent's do;
+   `changing_snapshots_per_s` is the engine's rate on them, from the first one published to the
+   last one consumed.
 
 The last line with --json is one JSON object with the figures and where the engine's time went.
 Publisher, engine and measuring all share this process, so the figures are conservative.
@@ -84,6 +88,17 @@ def node_snapshot(node: str, i: int, at: datetime, t0: datetime) -> NodeSnapshot
                                      gpu_util_pct=util / 2))
     return NodeSnapshot(node=NodeInfo(name=node, cluster="bench", labels={"env": "dev", "pool": "h100"},
                                       gpu_count=8, driver_version="550.54"), gpus=gpus, processes=procs)
+
+
+def changing_snapshot(node: str, i: int, r: int, t0: datetime) -> NodeSnapshot:
+    """The node of `node_snapshot` in round `r`, its readings moving as a real agent's do: temperature, power,
+    a busy GPU's utilisation and its processes' share of it (the jobs, owners and idle GPUs stay)."""
+    snap = node_snapshot(node, i, t0, t0)
+    gpus = [g.model_copy(update={"temp_c": 55.0 + (r + g.index) % 7, "power_w": (g.power_w or 0) + r % 5,
+                                 "util_pct": g.util_pct + (r % 3 if g.util_pct > 50 else 0)}) for g in snap.gpus]
+    procs = [p.model_copy(update={"gpu_util_pct": (p.gpu_util_pct or 0) + r % 3 if (p.gpu_util_pct or 0) > 0
+                                  else p.gpu_util_pct}) for p in snap.processes]
+    return snap.model_copy(update={"gpus": gpus, "processes": procs})
 
 
 def snapshot_payloads(nodes: int, rounds: int, t0: datetime) -> list[tuple[str, bytes, str]]:
@@ -216,6 +231,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         rss_mb = psutil.Process().memory_info().rss / 2**20
 
         latencies = await steady_latency(bus, args, cfg, t0)
+        changing_rate = await changing_throughput(bus, engine, args, t0)
         stop.set()
         await task
         await bus.close()
@@ -234,6 +250,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "p50_ms": round(lat[len(lat) // 2], 2) if lat else None,
         "p99_ms": round(lat[min(len(lat) - 1, int(len(lat) * 0.99))], 2) if lat else None,
         "latency_samples": len(lat),
+        "changing_snapshots_per_s": round(changing_rate),
         "us_per_snapshot": breakdown,
     }
 
@@ -288,12 +305,34 @@ async def steady_latency(bus: Bus, args: argparse.Namespace, cfg: Config, fleet_
     return latencies
 
 
+async def changing_throughput(bus: Bus, engine: service.Engine, args: argparse.Namespace,
+                              fleet_t0: datetime) -> float:
+    """The engine's rate on `--changing-rounds` rounds of the same fleet whose readings change on every
+    snapshot (`changing_snapshot`): each one rebuilds its node's views, evaluates their rules again and is
+    decoded in full. Not a target; the figure a real fleet sees."""
+    before = events_consumed(engine)
+    now = datetime.now(UTC)
+    payloads = []
+    for r in range(args.changing_rounds):
+        for i in range(args.nodes):
+            name = f"node-{i:05d}"
+            e = make_event("node.snapshot", name, changing_snapshot(name, i, r, fleet_t0), cluster="bench",
+                           time=now + timedelta(milliseconds=r * 100 + 1))
+            payloads.append((S.event_subject("bench", name, e.type), encode_event(e), e.id))
+    total = len(payloads)
+    start = time.perf_counter()  # the engine consumes while they are published (this process does both)
+    await publish_all(bus, payloads)
+    await wait_until(lambda: events_consumed(engine) >= before + total, 600)
+    return total / (time.perf_counter() - start)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--nodes", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--steady-seconds", type=float, default=10)
+    ap.add_argument("--changing-rounds", type=int, default=2)
     args = ap.parse_args()
     result = asyncio.run(run(args))
     if not args.json:

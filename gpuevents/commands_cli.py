@@ -92,6 +92,7 @@ async def show_audit(config: Config, rule: str | None, entity: str | None, secon
     async with Bus(config.nats, name="gpuevents-audit") as bus:
         async for m in bus.replay(S.STREAM_AUDIT, subject, since=since):
             records += [r for r in decode_audit(m.data) if not entity or r.entity_id == entity]
+    records.sort(key=lambda r: r.time)  # a batch's records are grouped by rule in the stream
     if as_json:
         for r in records:
             typer.echo(r.model_dump_json())

@@ -94,14 +94,14 @@ def audit_messages(records: Iterable[AuditRecord], max_bytes: int = AUDIT_MESSAG
     records keep their order within a rule. A message's id is its first record's id and its count, so the
     same records sent again are stored once."""
     lines: dict[str, list[bytes]] = {}
-    firsts: dict[str, list[str]] = {}
+    firsts: dict[str, str] = {}
     sizes: dict[str, int] = {}
     out: list[AuditMessage] = []
 
     def close(rule: str) -> None:
         batch = lines.pop(rule)
         out.append(AuditMessage(subject=S.audit_subject(rule), payload=b"\n".join(batch),
-                                msg_id=f"{firsts.pop(rule)[0]}+{len(batch)}", count=len(batch)))
+                                msg_id=f"{firsts.pop(rule)}+{len(batch)}", count=len(batch)))
         sizes.pop(rule)
 
     for r in records:
@@ -110,7 +110,7 @@ def audit_messages(records: Iterable[AuditRecord], max_bytes: int = AUDIT_MESSAG
         if rule in lines and sizes[rule] + len(line) + 1 > max_bytes:
             close(rule)
         if rule not in lines:
-            lines[rule], firsts[rule], sizes[rule] = [], [r.id], 0
+            lines[rule], firsts[rule], sizes[rule] = [], r.id, 0
         lines[rule].append(line)
         sizes[rule] += len(line) + 1
     for rule in list(lines):

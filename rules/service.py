@@ -519,7 +519,9 @@ class Engine:
             n += len(records)
             if n >= AUDIT_TAIL:
                 break
-        return [r for records in reversed(newest) for r in records][-AUDIT_TAIL:]
+        tail = [r for records in reversed(newest) for r in records]
+        tail.sort(key=lambda r: r.time)  # a batch's records are grouped by rule in the stream
+        return tail[-AUDIT_TAIL:]
 
     def _update_gauges(self) -> None:
         core = self.core
