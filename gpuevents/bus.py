@@ -364,7 +364,8 @@ class Consumer:
         self._open_until = 0.0  # loop time after which the open request is taken as lost
         self._found_none = False  # the last request ended finding nothing more: the next one may wait
         self._refusal: tuple[str, str] | None = None
-        self._refusals = 0
+        self._refusals = 0  # refusals in a row
+        self._retry_at = 0.0  # loop time before which no request goes out (backing off)
         self._closing = False
         self._batch = 1
         self._expires_s = 1.0
@@ -400,7 +401,7 @@ class Consumer:
         self._open = False
         self._owed = 0
         self._found_none = found_none
-        if self.prefetch and not self._closing and self._refusal is None and len(self._queue) <= self._batch:
+        if self._may_prefetch():
             await self._request()
 
     async def _request(self) -> None:
@@ -429,8 +430,12 @@ class Consumer:
         while not self._queue:
             if self._closing:
                 return []
-            if self._refusal is not None and not await self._refused(deadline):
-                return []
+            if self._refusal is not None:
+                await self._refused()
+            if loop.time() < self._retry_at:  # backing off after a refusal
+                await asyncio.sleep(max(0.0, min(deadline, self._retry_at) - loop.time()))
+                if loop.time() < self._retry_at:
+                    return []
             if self._open and loop.time() > self._open_until:
                 log.debug("consumer %s: pull request %d never ended (lost in a reconnect?)", self.durable,
                           self._token)
@@ -440,13 +445,18 @@ class Consumer:
             if not await self._wait(deadline):
                 return []
         out = [Delivery(self._queue.popleft()) for _ in range(min(batch, len(self._queue)))]
-        if self.prefetch and not self._open and self._refusal is None and len(self._queue) <= self._batch:
+        if not self._open and self._may_prefetch():
             await self._request()
         return out
 
-    async def _refused(self, deadline: float) -> bool:
-        """Log a refused request and wait before the next one (longer each time; recreate a consumer that is
-        gone); False when the fetch's deadline came first."""
+    def _may_prefetch(self) -> bool:
+        return (self.prefetch and not self._closing and self._refusal is None and len(self._queue) <= self._batch
+                and asyncio.get_running_loop().time() >= self._retry_at)
+
+    async def _refused(self) -> None:
+        """Log a refused request (the first, the tenth, every hundredth in a row), recreate a consumer that is
+        gone, and set when the next request may go: later each time, up to _REFUSAL_BACKOFF_MAX_S. The count
+        starts again when a message comes."""
         status, description = self._refusal or ("", "")
         self._refusal = None
         self._refusals += 1
@@ -454,18 +464,11 @@ class Consumer:
         if self._refusals in (1, 10) or self._refusals % 100 == 0:
             log.warning("consumer %s on %s: pull request refused (%s %s)%s", self.durable, self.stream, status,
                         description, "; creating it again" if gone and self._recreate else "")
-        delay = min(_REFUSAL_BACKOFF_MAX_S, 0.05 * 2 ** min(self._refusals, 10))
         if gone and self._recreate is not None:
             with contextlib.suppress(BusError, nats.errors.Error):
                 await self._recreate()
-        loop = asyncio.get_running_loop()
-        if loop.time() + delay > deadline:
-            await asyncio.sleep(max(0.0, deadline - loop.time()))
-            self._refusal = (status, description)  # the next fetch waits again
-            self._refusals -= 1
-            return False
-        await asyncio.sleep(delay)
-        return True
+        delay = min(_REFUSAL_BACKOFF_MAX_S, 0.05 * 2 ** min(self._refusals, 10))
+        self._retry_at = asyncio.get_running_loop().time() + delay
 
     async def _wait(self, until: float) -> bool:
         """Wait until something arrives (a message or a status), up to loop time `until`."""

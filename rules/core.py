@@ -205,7 +205,7 @@ class Core:
             self._tick(now, out, sweep=item.sweep)
         elif isinstance(item, Sweep):
             rule = self.rules.by_name.get(item.rule)
-            if rule is not None:
+            if rule is not None and not rule.scheduled and item.rule_hash in ("", rule.hash):
                 self._sweep(rule, now, out, keys=item.keys)
         elif isinstance(item, Snooze):
             self._snooze(item, now, out)

@@ -26,12 +26,14 @@ class Tick(BaseModel):
 
 
 class Sweep(BaseModel):
-    """Evaluate one rule for these entities (keys) now: a slice of a tick's sweep (see `Tick.sweep`)."""
+    """Evaluate one rule for these entities (keys) now: a slice of a tick's sweep (see `Tick.sweep`). With
+    `rule_hash`, a rule that has changed since (a reload between slices) is left to its own next sweep."""
 
     model_config = ConfigDict(frozen=True)
     type: Literal["sweep"] = "sweep"
     rule: str
     keys: tuple[str, ...]
+    rule_hash: str = ""
 
 
 class Snooze(BaseModel):

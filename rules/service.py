@@ -59,6 +59,7 @@ reference counting when the state drops them; cyclic garbage that was alive at a
 the benchmark) is collected by the full collection every FULL_GC_EVERY_S, which walks everything (about a
 second for 2,000 nodes of 8 GPUs, once an hour)."""
 FULL_GC_EVERY_S = 3600.0
+_PYTHON_GC_THRESHOLDS = gc.get_threshold()  # as the process had them before any engine ran
 
 
 _action_subject = functools.lru_cache(maxsize=256)(S.action_subject)
@@ -151,7 +152,6 @@ class Engine:
         """Run until `stop` is set: hold or wait for the lease, then consume, tick and act."""
         rules = self.load_rules()
         self.core = Core(rules, self.config)
-        gc_before = gc.get_threshold()
         gc.freeze()  # what is loaded by now lives as long as the process: keep it out of collections
         gc.set_threshold(*GC_THRESHOLDS)
         self._frozen_size = 0
@@ -202,7 +202,8 @@ class Engine:
                 self.usage.close()
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.remove_signal_handler(signal.SIGHUP)
-            gc.set_threshold(*gc_before)
+            gc.set_threshold(*_PYTHON_GC_THRESHOLDS)
+            gc.unfreeze()  # what this engine froze is collectable again once it is gone
 
     async def _lease_loop(self, lease: Lease, stop: asyncio.Event) -> None:
         period = max(0.05, self.config.engine.lease_ttl / 3)
@@ -357,7 +358,9 @@ class Engine:
         if now >= self._full_gc_at:
             self._full_gc_at = now + FULL_GC_EVERY_S
             gc.unfreeze()
-            gc.collect()
+            found = gc.collect()
+            log.info("hourly full garbage collection: %.2f s, %d unreachable objects",
+                     time.monotonic() - now, found)
         else:
             gc.collect(1)
         gc.freeze()
@@ -387,17 +390,20 @@ class Engine:
             assert self.core is not None
             result = self.core.step(Tick(sweep=False), now or self.clock.now())
             await self._commit(result, "commit a tick")
+        core = self.core
         for name in result.sweeps:
-            rule = self.core.rules.by_name.get(name)
-            keys = list(self.core.state.by_kind[rule.kind]) if rule is not None else []
+            rule = core.rules.by_name.get(name)
+            if rule is None:
+                continue
+            keys = list(core.state.by_kind[rule.kind])
             for i in range(0, len(keys), SWEEP_SLICE):
                 await asyncio.sleep(0)  # events first
-                if not self.leader.is_set():
-                    return result
                 async with self._lock:
+                    if not self.leader.is_set() or self.core is not core:
+                        return result  # the lease went, or another core took over: its own ticks sweep
                     await self._settle()
-                    part = self.core.step(Sweep(rule=name, keys=tuple(keys[i:i + SWEEP_SLICE])),
-                                          now or self.clock.now())
+                    part = core.step(Sweep(rule=name, rule_hash=rule.hash, keys=tuple(keys[i:i + SWEEP_SLICE])),
+                                     now or self.clock.now())
                     await self._commit(part, "commit a sweep")
                 result.extend(part)
         self._update_gauges()

@@ -6,7 +6,7 @@ import asyncio
 import time
 
 from gpuevents import subjects as S
-from gpuevents.bus import Bus, Consumer, Delivery
+from gpuevents.bus import Bus, BusError, Consumer, Delivery
 from gpuevents.events import GpuInfo, decode_event, make_event
 from gpuevents.server import EmbeddedServer
 
@@ -100,3 +100,26 @@ async def test_a_consumer_keeps_fetching_across_a_server_restart(bus: Bus, nats_
     got = await _fetch_all(c, 1, timeout=20)
     assert [decode_event(d.data).id for d in got] == after
     await got[0].ack()
+
+
+async def test_a_consumer_recovers_after_refusals_that_outlast_its_fetches(bus: Bus) -> None:
+    """JetStream answers 503 for longer than a fetch's timeout (the consumer is gone and cannot be created
+    yet): the consumer backs off across fetches and pulls again once it can."""
+    await bus.consumer(S.STREAM_EVENTS, "refused", S.EVENTS_ALL)
+    js = bus._jetstream()
+    failing_until = time.monotonic() + 3.0
+    attempts = []
+
+    async def recreate() -> None:
+        attempts.append(time.monotonic())
+        if time.monotonic() < failing_until:
+            raise BusError("JetStream is not ready")
+        await js.add_consumer(S.STREAM_EVENTS, durable_name="refused", ack_policy="explicit",
+                              filter_subject=S.EVENTS_ALL)
+
+    c = await Consumer(bus._nats(), S.STREAM_EVENTS, "refused", recreate=recreate).start()
+    await js.delete_consumer(S.STREAM_EVENTS, "refused")
+    ids = await _publish(bus, 9)
+    got = await _fetch_all(c, 1, timeout=20)
+    assert [decode_event(d.data).id for d in got] == ids
+    assert len(attempts) >= 2 and c.requests_sent < 50

@@ -353,3 +353,20 @@ rules:
     assert seen(40) == sorted(("timed", f"n{n}/gpu{g}", "pending") for n in range(5) for g in (0, 2))
     assert seen(130) == sorted(("timed", f"n{n}/gpu{g}", "firing") for n in range(5) for g in (0, 2))
     assert [i.status for i in sliced.open_incidents()] == [i.status for i in whole.open_incidents()]
+
+
+def test_a_sweep_slice_of_a_rule_changed_since_is_left_to_its_next_sweep(tmp_path: Path) -> None:
+    cfg = Config.model_validate({"agent": {"snapshot_interval": "1h"}})
+    core = Core(rules_from(tmp_path, """\
+rules:
+  - name: timed
+    entity: gpu
+    when: gpu.idle_for_s > 30
+    actions: [{type: log, message: m}]
+"""), cfg)
+    core.step(snapshot(at(0), gpus=[gpu(0, 0)]), at(0))
+    keys = tuple(core.state.by_kind["gpu"])
+    rule = core.rules.by_name["timed"]
+    assert core.step(Sweep(rule="timed", keys=keys, rule_hash="a-rule-since-replaced"), at(40)).transitions == []
+    fired = core.step(Sweep(rule="timed", keys=keys, rule_hash=rule.hash), at(40)).transitions
+    assert [(t.entity_id, t.to_status) for t in fired][-1] == ("n1/gpu0", "firing")
