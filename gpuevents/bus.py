@@ -328,6 +328,7 @@ async def _ack_call(coro: Awaitable[Any]) -> None:
 _REFUSAL_BACKOFF_MAX_S = 5.0
 _CLOSE_MARGIN_S = 1.0
 _CLOSE_QUIET_S = 0.1
+_NO_WAIT_LOST_S = 5.0  # a no_wait request not over by then is taken as lost (a reconnect)
 
 
 class Consumer:
@@ -415,7 +416,7 @@ class Consumer:
             self._open_until = loop.time() + self._expires_s + _CLOSE_MARGIN_S
         else:
             body["no_wait"] = True
-            self._open_until = loop.time() + _CLOSE_MARGIN_S + 4.0
+            self._open_until = loop.time() + _NO_WAIT_LOST_S
         try:
             await self._nc.publish(self._next_subject, orjson.dumps(body), reply=f"{self._inbox}.{self._token}")
         except (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError,

@@ -308,9 +308,8 @@ class Engine:
 
     async def _commit_and_ack(self, result: StepResult, deliveries: list[Delivery]) -> None:
         await self._commit(result, "commit the batch's actions, audit and incidents")
-        if deliveries:
-            for d in deliveries:
-                await d.ack()
+        for d in deliveries:
+            await d.ack()
 
     async def _dead_letter(self, d: Delivery, err: Exception) -> None:
         await self._retry_bus(lambda: self.dead_letters.send(d.subject, d.data, err, d.headers.get("Nats-Msg-Id")),
