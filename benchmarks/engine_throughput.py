@@ -44,7 +44,7 @@ import orjson  # noqa: E402
 import psutil  # noqa: E402
 from nats.js import api  # noqa: E402
 
-import rules.service as service  # noqa: E402
+import rules.engine.service as service  # noqa: E402
 from gpuevents import subjects as S  # noqa: E402
 from gpuevents.bus import Bus  # noqa: E402
 from gpuevents.config import Config, EmbeddedServerConfig  # noqa: E402
@@ -58,7 +58,7 @@ from gpuevents.events import (  # noqa: E402
 )
 from gpuevents.records import ActionRequest  # noqa: E402
 from gpuevents.server import EmbeddedServer  # noqa: E402
-from rules.core import Core  # noqa: E402
+from rules.core.core import Core  # noqa: E402
 
 LIBRARY = ROOT / "rules" / "library"
 HOT_RULE = """\

@@ -16,8 +16,8 @@ from actions.builtin.slack import SlackAction
 from actions.protocol import ALL_KINDS, ActionContext, ActionParams, ActionResult, PermanentError
 from actions.registry import register
 from actions.services import services_of
+from gpuevents.cli.report import NoUsageError, make_report
 from gpuevents.costs import CostModel
-from rules.visibility.cli import NoUsageError, make_report
 from rules.visibility.weekly import WeeklyReport, team_label
 
 log = logging.getLogger(__name__)

@@ -16,8 +16,8 @@ from actions.runner import ActionRunner
 from gpuevents import subjects as S
 from gpuevents.bus import Bus
 from gpuevents.yamlpos import LocatedError
-from rules.loader import load_rule_set
-from rules.templates import compile_params, render_params
+from rules.lang.loader import load_rule_set
+from rules.lang.templates import compile_params, render_params
 from tests.actions.conftest import make_config, make_request
 from tests.actions.fakes import FakeWebhook
 from tests.waiting import wait_for

@@ -307,7 +307,7 @@ def test_services_select_their_pods() -> None:
 
 
 def test_example_rules_load(tmp_path: Path) -> None:
-    from rules.loader import load_rule_set
+    from rules.lang.loader import load_rule_set
 
     rules = find("ConfigMap", "gpuevents-rules")["data"]
     for name, text in rules.items():
@@ -318,7 +318,7 @@ def test_example_rules_load(tmp_path: Path) -> None:
 
 def test_rules_load_from_a_configmap_volume_layout(tmp_path: Path) -> None:
     """The kubelet mounts a ConfigMap as symlinks into a `..data` directory it swaps on update."""
-    from rules.loader import load_rule_set
+    from rules.lang.loader import load_rule_set
 
     rules = find("ConfigMap", "gpuevents-rules")["data"]
     version = tmp_path / "..2026_12_01_00_00_00.000000001"
@@ -346,7 +346,7 @@ def test_optional_runners_act_with_the_engines_identity_and_nothing_more() -> No
 
 
 def test_example_rules_pass_their_rule_tests(tmp_path: Path) -> None:
-    from rules.testing import run_test_file
+    from rules.offline.ruletests import run_test_file
 
     (tmp_path / "rules").mkdir()
     for name, text in find("ConfigMap", "gpuevents-rules")["data"].items():

@@ -8,8 +8,8 @@ from typing import Any
 
 from gpuevents.config import Config
 from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot, ProcessInfo, SnapshotEvent
-from rules.loader import load_rule_set
-from rules.model import RuleSet
+from rules.lang.loader import load_rule_set
+from rules.lang.model import RuleSet
 
 T0 = datetime(2026, 1, 5, 0, 0, tzinfo=UTC)  # a Monday
 

@@ -1,0 +1,5 @@
+"""`python -m gpuevents.cli`: the command line."""
+
+from gpuevents.cli import main
+
+main()

@@ -1,0 +1,160 @@
+"""`gpuevents agent` and `gpuevents simulate`: typer commands, registered on the main app by `register_commands`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from agent.runner import NodeAgent
+    from agent.sample import Sampler
+    from gpuevents.bus import Bus
+    from gpuevents.config import Config
+
+log = logging.getLogger("gpuevents.agent")
+
+ConfigOption = Annotated[Path | None, typer.Option("-c", "--config", help="config YAML (see config.example.yaml)")]
+Verbose = Annotated[bool, typer.Option("-v", "--verbose")]
+
+
+def agent(
+    config: ConfigOption = None,
+    simulate: Annotated[bool, typer.Option(
+        "--simulate", help="a simulated node (agent.simulation) instead of NVML")] = False,
+    verbose: Verbose = False,
+) -> None:
+    """The node agent: samples GPUs through NVML, publishes events, answers kill commands."""
+    from agent.runner import SamplerUnavailable, open_sampler
+    from gpuevents.cli import client_config, load_config_or_exit, run_async, setup_logging
+    from gpuevents.clock import SystemClock
+    from gpuevents.yamlpos import LocatedError
+
+    setup_logging(verbose)
+    cfg = client_config(load_config_or_exit(config))
+    try:
+        sampler = open_sampler(cfg, simulate=simulate, start=SystemClock().now())
+    except SamplerUnavailable as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from None
+    except LocatedError as e:
+        typer.echo(f"error: agent.simulation.scenario: {e}", err=True)
+        raise typer.Exit(1) from None
+    if sampler.kind == "simulated":
+        sim = cfg.agent.simulation
+        typer.secho(f"Agent: SIMULATED node {cfg.agent.node_name!r} ({sim.gpus_per_node} GPUs, scenario "
+                    f"{sim.scenario!r}); no real GPU is read.", fg="yellow", err=True)
+    run_async(_run_one(cfg, sampler))
+
+
+def simulate(
+    nodes: Annotated[int | None, typer.Option(
+        "--nodes", min=1, help="simulated nodes, each its own agent [default: agent.simulation.nodes]")] = None,
+    gpus_per_node: Annotated[int | None, typer.Option(
+        "--gpus-per-node", min=1, max=64, help="[default: agent.simulation.gpus_per_node]")] = None,
+    scenario: Annotated[str | None, typer.Option(
+        "--scenario", help="a shipped scenario (demo, mixed, steady, idle-heavy) or a YAML file")] = None,
+    config: ConfigOption = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="default agent.simulation.seed")] = None,
+    speedup: Annotated[float | None, typer.Option("--speedup", help="times faster than real time")] = None,
+    run_for: Annotated[str | None, typer.Option("--for", help="stop after this long (e.g. 10m)")] = None,
+    verbose: Verbose = False,
+) -> None:
+    """Simulated agents publishing to the bus, for demos and load tests."""
+    from agent.runner import simulated_agents
+    from gpuevents.cli import client_config, load_config_or_exit, run_async, setup_logging
+    from gpuevents.clock import SystemClock
+    from gpuevents.durations import DurationError, parse_duration
+    from gpuevents.yamlpos import LocatedError
+
+    setup_logging(verbose)
+    cfg = client_config(load_config_or_exit(config))
+    try:
+        seconds = parse_duration(run_for) if run_for is not None else None
+    except DurationError as e:
+        typer.echo(f"error: --for {e}", err=True)
+        raise typer.Exit(2) from None
+    nodes = nodes or cfg.agent.simulation.nodes
+    gpus_per_node = gpus_per_node or cfg.agent.simulation.gpus_per_node
+    try:
+        agents = simulated_agents(cfg, nodes=nodes, gpus_per_node=gpus_per_node, scenario=scenario,
+                                  seed=seed, speedup=speedup, start=SystemClock().now())
+    except LocatedError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from None
+    typer.secho(f"Simulating {nodes} node(s) x {gpus_per_node} GPU(s), scenario "
+                f"{scenario or cfg.agent.simulation.scenario!r}, cluster {cfg.cluster!r}.", fg="yellow", err=True)
+    run_async(_run_many(cfg, agents, seconds))
+
+
+def register_commands(app: typer.Typer) -> None:
+    """Add `agent` and `simulate` to the main command line."""
+    app.command("agent")(agent)
+    app.command("simulate")(simulate)
+
+
+# ------------------------------------------------------------------ async parts
+async def _ensure_streams_when_connected(bus: object) -> None:
+    """Create the streams once NATS answers, so a lone agent's events are stored (best effort)."""
+    from gpuevents.bus import Bus, BusError
+
+    assert isinstance(bus, Bus)
+    while not bus.connected:  # noqa: ASYNC110 - the bus offers a property, not an event, for this
+        await asyncio.sleep(0.2)
+    try:
+        await bus.ensure_streams()
+    except (BusError, TimeoutError) as e:  # the engine creates them too; events wait in the buffer
+        log.warning("could not create the streams (%s); the engine will", e)
+    except Exception as e:  # nats-py raises its own errors here
+        log.warning("could not create the streams (%s: %s); the engine will", type(e).__name__, e)
+
+
+@contextlib.asynccontextmanager
+async def _bus_and_stop(cfg: Config, name: str) -> AsyncIterator[tuple[Bus, asyncio.Event]]:
+    from gpuevents.bus import Bus
+    from gpuevents.cli.run import stop_on_signals
+
+    bus = Bus(cfg.nats, name=name)
+    await bus.connect(wait=False)  # sampling starts at once; events buffer until NATS answers
+    streams = asyncio.create_task(_ensure_streams_when_connected(bus))
+    try:
+        async with stop_on_signals() as stop:
+            yield bus, stop
+    finally:
+        streams.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await streams
+        await bus.close(flush_timeout=5)
+
+
+async def _stop_after(stop: asyncio.Event, seconds: float | None) -> None:
+    if seconds is not None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), seconds)
+        stop.set()
+
+
+async def _run_one(cfg: Config, sampler: Sampler) -> None:
+    from agent.runner import run_agent
+
+    async with _bus_and_stop(cfg, f"agent-{cfg.agent.node_name}") as (bus, stop):
+        await run_agent(cfg, bus, sampler=sampler, stop_event=stop)
+
+
+async def _run_many(cfg: Config, agents: list[NodeAgent], seconds: float | None) -> None:
+    from agent.runner import run_nodes
+    from gpuevents.clock import SystemClock
+
+    async with _bus_and_stop(cfg, "gpuevents-simulate") as (bus, stop):
+        timer = asyncio.create_task(_stop_after(stop, seconds))
+        counters = await run_nodes(agents, bus, config=cfg, clock=SystemClock(), stop=stop)
+        await timer
+        if not await bus.flush(10):
+            log.warning("%s events not yet delivered at exit", getattr(bus.stats, "buffered", "some"))
+        log.info("%d samples, %s events", counters.samples, sum(counters.events.values()))

@@ -1,0 +1,111 @@
+"""What `gpuevents status`, `snooze` and `audit` do: ask the engine or read the bus, print for people."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import orjson
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from gpuevents import subjects as S
+from gpuevents.bus import Bus, BusNoResponders, BusTimeout
+from gpuevents.clock import SystemClock
+from gpuevents.config import Config
+from gpuevents.durations import format_duration
+from gpuevents.records import AuditRecord, decode_audit
+
+out = Console()
+
+
+async def show_status(config: Config, as_json: bool) -> None:
+    from rules.engine.status import StatusResponse
+
+    async with Bus(config.nats, name="gpuevents-status") as bus:
+        try:
+            raw = await bus.request(S.ENGINE_STATUS, b"{}", timeout=5)
+        except (BusNoResponders, BusTimeout):
+            typer.echo("no engine answers on the bus: start `gpuevents engine` or `gpuevents up`", err=True)
+            raise typer.Exit(1) from None
+    if as_json:
+        typer.echo(raw.decode())
+        return
+    st = StatusResponse.model_validate_json(raw)
+    f = st.fleet
+    out.print(f"[bold]{len(f.nodes)} nodes, {f.gpu_count} GPUs[/]: {f.busy} busy, {f.idle} idle, "
+              f"[yellow]{f.held_idle} held idle[/] ({f.held_idle_cost_per_hour_text or '-'}/h)")
+    gpus = Table("node", "gpu", "model", "util %", "mem MiB", "idle for", "owner", "procs")
+    for n in f.nodes:
+        for g in n.gpus:
+            idle_for = format_duration(g.idle_for_s) if g.idle and g.idle_for_s is not None else ""
+            name = n.name if n.online else f"{n.name} (offline)"
+            gpus.add_row(name, str(g.index), g.model or "", _num(g.util_pct),
+                         f"{_num(g.mem_used_mib)}/{_num(g.mem_total_mib)}",
+                         ("[yellow]" + idle_for + "[/]") if g.held_idle else idle_for,
+                         g.owner or "", str(g.processes))
+    out.print(gpus)
+    inc = Table("rule", "entity", "status", "since", "owner", "cost")
+    for i in st.incidents:
+        since = i.firing_since or i.started_at
+        inc.add_row(i.rule, i.entity_id, i.status, since.strftime("%Y-%m-%d %H:%M:%S"),
+                    i.owner or "", i.cost or "")
+    out.print(inc if st.incidents else "no open incidents")
+
+
+def _num(v: float | None) -> str:
+    return "-" if v is None else f"{v:.0f}"
+
+
+async def do_snooze(config: Config, rule: str, entity: str, seconds: float, reason: str) -> None:
+    """Ask the acting engine; with none running, store the snooze in KV where the next engine reads it."""
+    import getpass
+
+    from rules.core.core import Snooze
+    from rules.engine.store import ModelStore, snooze_key
+
+    now = SystemClock().now()
+    s = Snooze(rule=rule, entity_id=entity, until=now + timedelta(seconds=seconds),
+               by=getpass.getuser(), reason=reason)
+    async with Bus(config.nats, name="gpuevents-snooze") as bus:
+        await bus.ensure_streams()
+        try:
+            reply = orjson.loads(await bus.request(S.ENGINE_SNOOZE, s.model_dump_json().encode(), timeout=5))
+        except (BusNoResponders, BusTimeout):
+            store = ModelStore(await bus.kv(), "snooze.", Snooze)
+            await store.save(snooze_key(rule, entity), s)
+            record = AuditRecord(time=now, kind="snooze", rule=rule, entity_id=entity,
+                                 detail=f"until {s.until.isoformat()} by {s.by} (no engine running)")
+            await bus.js_publish(S.audit_subject(rule), record.model_dump_json().encode(), msg_id=record.id)
+            reply = {"ok": True}
+    if not reply.get("ok"):
+        typer.echo(f"error: {reply.get('error')}", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"{rule} snoozed for {entity} until {s.until:%Y-%m-%d %H:%M:%S} UTC")
+
+
+async def show_audit(config: Config, rule: str | None, entity: str | None, seconds: float,
+                     as_json: bool) -> None:
+    since = SystemClock().now() - timedelta(seconds=seconds)
+    subject = S.audit_subject(rule) if rule else S.AUDIT_ALL
+    records: list[AuditRecord] = []
+    async with Bus(config.nats, name="gpuevents-audit") as bus:
+        async for m in bus.replay(S.STREAM_AUDIT, subject, since=since):
+            records += [r for r in decode_audit(m.data) if not entity or r.entity_id == entity]
+    records.sort(key=lambda r: r.time)  # a batch's records are grouped by rule in the stream
+    if as_json:
+        for r in records:
+            typer.echo(r.model_dump_json())
+        return
+    table = Table("time", "rule", "entity", "what", "outcome", "detail")
+    for r in records:
+        if r.kind == "transition":
+            what, outcome = "transition", f"{r.from_status} → {r.to_status}"
+        elif r.kind == "action":
+            what, outcome = r.action_type or "action", (r.outcome or "") + (" (dry run)" if r.dry_run else "")
+        else:
+            what, outcome = r.kind, ""
+        detail = r.error or r.detail or ""
+        table.add_row(r.time.strftime("%m-%d %H:%M:%S"), r.rule, r.entity_id, what, outcome,
+                      detail[:120])
+    out.print(table if records else f"no audit records in the last {format_duration(seconds)}")

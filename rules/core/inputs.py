@@ -1,0 +1,89 @@
+"""What goes into the core besides events (ticks, snoozes, forgotten nodes) and what one step gives back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from gpuevents.events import Event
+from gpuevents.records import ActionRequest
+from rules.core.incidents import Incident, Transition
+
+
+class Tick(BaseModel):
+    """Time passed: evaluate what depends on time. Send one at every `next_wakeup`.
+
+    `sweep=False`: the periodic re-evaluation of time-dependent rules over every entity is not done here but
+    named in `StepResult.sweeps`, for the caller to run as `Sweep` steps a slice at a time (the engine does,
+    so that a big fleet's sweep never holds events back for long)."""
+
+    model_config = ConfigDict(frozen=True)
+    type: Literal["tick"] = "tick"
+    sweep: bool = True
+
+
+class Sweep(BaseModel):
+    """Evaluate one rule for these entities (keys) now: a slice of a tick's sweep (see `Tick.sweep`). With
+    `rule_hash`, a rule that has changed since (a reload between slices) is left to its own next sweep."""
+
+    model_config = ConfigDict(frozen=True)
+    type: Literal["sweep"] = "sweep"
+    rule: str
+    keys: tuple[str, ...]
+    rule_hash: str = ""
+
+
+class Snooze(BaseModel):
+    """Exempt one entity from one rule until `until` (an `until` in the past lifts it)."""
+
+    model_config = ConfigDict(frozen=True)
+    type: Literal["snooze"] = "snooze"
+    rule: str
+    entity_id: str
+    until: datetime
+    by: str = ""
+    reason: str = ""
+
+
+class ForgetNode(BaseModel):
+    """A node is gone for good (decommissioned; `gone: true` in a rule test): its incidents resolve as gone."""
+
+    model_config = ConfigDict(frozen=True)
+    type: Literal["forget_node"] = "forget_node"
+    node: str
+    cluster: str = "default"
+
+
+class EvalProblem(BaseModel):
+    """A condition that raised; reported once per rule and message, counted every time."""
+
+    model_config = ConfigDict(frozen=True)
+    rule: str
+    entity_id: str
+    message: str
+
+
+CoreInput = Event | Tick | Sweep | Snooze | ForgetNode
+
+
+@dataclass
+class StepResult:
+    """What one step did: transitions (audit), action requests, the incidents that changed (persist them)."""
+
+    transitions: list[Transition] = field(default_factory=list)
+    actions: list[ActionRequest] = field(default_factory=list)
+    incidents: list[Incident] = field(default_factory=list)
+    errors: list[EvalProblem] = field(default_factory=list)
+    snoozes: list[Snooze] = field(default_factory=list)
+    sweeps: list[str] = field(default_factory=list)  # rules a `Tick(sweep=False)` left to `Sweep` steps
+
+    def extend(self, other: StepResult) -> None:
+        self.transitions += other.transitions
+        self.actions += other.actions
+        self.incidents += other.incidents
+        self.errors += other.errors
+        self.snoozes += other.snoozes
+        self.sweeps += other.sweeps

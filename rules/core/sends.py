@@ -1,0 +1,212 @@
+"""From an incident that must act to rendered action requests: template names, facts, cost, decisions."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from actions import registry
+from actions.protection import protection_reason
+from gpuevents.config import Config
+from gpuevents.costs import CostModel
+from gpuevents.records import ActionRequest, Phase
+from rules.core.incidents import Incident
+from rules.core.limits import Limiter
+from rules.core.state import Entity
+from rules.lang.expr import jinja_names
+from rules.lang.model import CompiledAction, Rule
+from rules.lang.templates import render_params
+from rules.lang.views import GpuView, NodeView, ProcessView
+
+
+@dataclass(frozen=True, slots=True)
+class CostView:
+    """`cost` in templates: what the entity's GPUs cost per hour and the estimated waste so far."""
+
+    per_hour: float
+    so_far: float
+    currency: str
+    text: str
+    per_hour_text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass(frozen=True, slots=True)
+class IncidentView:
+    """`incident` in templates."""
+
+    id: str
+    status: str
+    started_at: datetime
+    firing_since: datetime | None
+    firing_for: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class RuleView:
+    """`rule` in templates."""
+
+    name: str
+    description: str
+    labels: dict[str, str]
+
+
+def entity_gpus(ent: Entity) -> list[GpuView]:
+    v = ent.view
+    if isinstance(v, GpuView):
+        return [v]
+    return list(ent.ctx.get("gpus", []))
+
+
+def cost_of(model: CostModel, ent: Entity, incident: Incident, now: datetime) -> CostView:
+    gpus = entity_gpus(ent)
+    per_hour = sum(model.hourly(g.model, g.power_w) for g in gpus)
+    v = ent.view
+    if isinstance(v, GpuView) and v.idle:
+        seconds = v.idle_for_s
+    else:
+        seconds = max(0.0, (now - incident.active_at).total_seconds())
+    so_far = per_hour * seconds / 3600.0
+    return CostView(per_hour=per_hour, so_far=so_far, currency=model.currency, text=model.format(so_far),
+                    per_hour_text=model.format(per_hour) + "/h")
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def _proc_facts(p: ProcessView) -> dict[str, Any]:
+    return {
+        "pid": p.pid, "create_time": p.create_time.isoformat(), "name": p.name, "user": p.user, "owner": p.owner,
+        "cmdline": p.cmdline, "pod": p.pod, "gpus": list(p.gpus), "age_s": round(p.age_s, 1), "node": p.node,
+    }
+
+
+def _gpu_facts(g: GpuView) -> dict[str, Any]:
+    facts: dict[str, Any] = _jsonable({
+        "index": g.index, "uuid": g.uuid, "model": g.model, "util_pct": g.util_pct, "mem_used_mib": g.mem_used_mib,
+        "mem_total_mib": g.mem_total_mib, "temp_c": g.temp_c, "power_w": g.power_w, "idle": g.idle,
+        "idle_since": g.idle_since, "idle_for_s": round(g.idle_for_s, 1), "owner": g.owner, "node": g.node,
+    })
+    return facts
+
+
+def facts_of(ent: Entity, incident: Incident, cost: CostView | None, now: datetime) -> dict[str, Any]:
+    """What messages and safety checks read from a request (see actions/slack_format, gpuevents/commands)."""
+    ctx = ent.ctx
+    node: NodeView = ctx["node"]
+    out: dict[str, Any] = {
+        "node": _jsonable({"name": node.name, "cluster": node.cluster, "labels": node.labels, "online": node.online}),
+        "incident": {
+            "id": incident.id, "started_at": incident.active_at.isoformat(),
+            "firing_since": incident.fired_at.isoformat() if incident.fired_at else None,
+            "firing_for": incident.firing_for(now), "count": incident.sends,
+        },
+    }
+    v = ent.view
+    if isinstance(v, GpuView):
+        out["gpu"] = _gpu_facts(v)
+        out["processes"] = [_proc_facts(p) for p in v.processes]
+        out["owners"] = list(v.owners)
+    elif isinstance(v, ProcessView):
+        out["process"] = _proc_facts(v)
+        out["processes"] = [_proc_facts(v)]
+        out["owners"] = [v.owner] if v.owner else []
+        out["gpus"] = [_gpu_facts(g) for g in ctx.get("gpus", [])]
+    else:
+        gpus = ctx.get("gpus", [])
+        out["gpus"] = [_gpu_facts(g) for g in gpus]
+        procs = {p.id: p for g in gpus for p in g.processes}
+        out["processes"] = [_proc_facts(p) for p in procs.values()]
+        out["owners"] = sorted({p.owner for p in procs.values() if p.owner})
+    if cost is not None:
+        out["cost"] = {"amount": round(cost.so_far, 2), "currency": cost.currency, "text": cost.text,
+                       "per_hour": round(cost.per_hour, 4)}
+    return out
+
+
+class Sender:
+    """Renders and decides the action requests of one phase of one incident."""
+
+    def __init__(self, config: Config, limiter: Limiter) -> None:
+        self.config = config
+        self.limiter = limiter
+        self.costs = CostModel(config.costs)
+
+    def names(self, rule: Rule, ent: Entity, incident: Incident, now: datetime) -> dict[str, Any]:
+        names = jinja_names(ent.ctx, rule.tz)
+        cost = cost_of(self.costs, ent, incident, now)
+        names.update(
+            rule=RuleView(name=rule.name, description=rule.spec.description, labels=dict(rule.spec.labels)),
+            incident=IncidentView(id=incident.id, status=incident.status, started_at=incident.active_at,
+                                  firing_since=incident.fired_at, firing_for=incident.firing_for(now),
+                                  count=incident.sends),
+            cost=cost,
+        )
+        return names
+
+    def requests(
+        self, rule: Rule, ent: Entity, incident: Incident, phase: Phase, now: datetime, totals: Mapping[str, int],
+        event_time: datetime | None = None,
+    ) -> list[ActionRequest]:
+        """The requests of `phase`; `totals`: entities known of each kind, for the fleet-share limits."""
+        specs = rule.on_resolve if phase == "resolve" else rule.actions
+        if not specs:
+            return []
+        names = self.names(rule, ent, incident, now)
+        facts = facts_of(ent, incident, names["cost"], now)
+        dry = rule.spec.dry_run or self.config.engine.dry_run
+        out = []
+        for a in specs:
+            out.append(self._one(rule, ent, incident, phase, a, names, facts, dry, now, totals, event_time))
+        return out
+
+    def _one(
+        self, rule: Rule, ent: Entity, incident: Incident, phase: Phase, a: CompiledAction, names: dict[str, Any],
+        facts: dict[str, Any], dry: bool, now: datetime, totals: Mapping[str, int], event_time: datetime | None,
+    ) -> ActionRequest:
+        reason: str | None = None
+        params: dict[str, Any] = {}
+        try:
+            params = render_params(a.params, names)
+            registry.parse_params(a.type, params)
+        except registry.ParamsError as e:
+            reason = f"invalid parameters of action {a.index} ({a.type}) after rendering: {e}"
+        except Exception as e:
+            reason = f"cannot render the parameters of action {a.index} ({a.type}): {type(e).__name__}: {e}"
+        req = ActionRequest(
+            key=f"{incident.id}:{phase}:{a.index}:{incident.repeat_count}", type=a.type, params=params,
+            rule=rule.name, rule_labels=dict(rule.spec.labels), entity_id=ent.id, entity_kind=rule.kind,
+            cluster=ent.ctx["entity"].cluster, node=ent.ctx["node"].name, incident_id=incident.id, phase=phase,
+            index=a.index, repeat=incident.repeat_count, destructive=a.destructive, dry_run=dry,
+            decision="refused" if reason else "run", reason=reason, facts=facts, created_at=now,
+            event_time=event_time,
+        )
+        if reason:
+            return req
+        if a.destructive:
+            why = protection_reason(req, self.config.protect)
+            if why is not None:
+                return req.model_copy(update={"decision": "refused", "reason": f"protected: {why}"})
+        if phase == "resolve":
+            # on_resolve restores what the firing did (uncordon, scale back): never rate-limited, held or
+            # counted, since a suppressed or held one is not retried and would leave the change in place.
+            return req.model_copy(update={"decision": "dry_run", "reason": "dry run"}) if dry else req
+        decision, why_not = self.limiter.decide(rule, a, totals, now.timestamp())
+        if decision != "run":
+            return req.model_copy(update={"decision": decision, "reason": why_not})
+        if dry:
+            return req.model_copy(update={"decision": "dry_run", "reason": "dry run"})
+        self.limiter.record(rule, a, now.timestamp())
+        return req

@@ -1,0 +1,204 @@
+"""Rules as users write them (pydantic, DESIGN §3) and as the core runs them (compiled, frozen)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, tzinfo
+from typing import Any, Literal
+
+from apscheduler.triggers.cron import CronTrigger
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from gpuevents.durations import Duration
+from rules.lang.expr import Condition
+from rules.lang.templates import ParamTree
+
+EntityKind = Literal["node", "gpu", "process"]
+NAME_PATTERN = r"^[a-z0-9][a-z0-9-]*$"
+DESTRUCTIVE_TYPES = frozenset({"kill", "cordon", "scale", "command"})
+
+
+class RuleLimits(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    max_per_hour: int | None = Field(None, ge=0)
+    max_fleet_pct: float | None = Field(None, ge=0, le=100)
+
+
+class ActionSpec(BaseModel):
+    """One action as written: `type` plus its parameters (checked by the action's own model)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    type: str
+
+    def params(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class RuleSpec(BaseModel):
+    """One rule as written in YAML."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    name: str = Field(pattern=NAME_PATTERN)
+    description: str = ""
+    entity: EntityKind
+    when: str
+    for_: Duration | None = Field(None, alias="for")
+    repeat: Duration | None = None
+    schedule: str | list[str] | None = None
+    timezone: str | None = None
+    dry_run: bool = False
+    labels: dict[str, str] = Field(default_factory=dict)
+    limits: RuleLimits = RuleLimits(max_per_hour=None, max_fleet_pct=None)
+    actions: list[ActionSpec] = Field(min_length=1)
+    on_resolve: list[ActionSpec] = Field(default_factory=list)
+
+    @field_validator("repeat")
+    @classmethod
+    def _positive(cls, v: float | None) -> float | None:
+        if v is not None and v <= 0:
+            raise ValueError("must be longer than 0s")
+        return v
+
+    @field_validator("when", mode="before")
+    @classmethod
+    def _literal_when(cls, v: Any) -> Any:
+        if isinstance(v, bool):  # `when: true` is read by YAML as a boolean; mean the same expression
+            return "true" if v else "false"
+        return v
+
+    @field_validator("labels", mode="before")
+    @classmethod
+    def _label_strings(cls, v: Any) -> Any:
+        if isinstance(v, dict):
+            return {str(k): str(x) if isinstance(x, int | float | bool) else x for k, x in v.items()}
+        return v
+
+    def schedules(self) -> list[str]:
+        if self.schedule is None:
+            return []
+        return [self.schedule] if isinstance(self.schedule, str) else list(self.schedule)
+
+
+class RuleFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    rules: list[dict[str, Any]]
+
+
+_DOW_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat", "sun")
+
+
+def cron_trigger(expr: str, tz: tzinfo) -> CronTrigger:
+    """APScheduler's CronTrigger for a standard 5-field crontab line (day of week 0 or 7 = Sunday)."""
+    fields = expr.split()
+    if len(fields) != 5:
+        raise ValueError(f"{expr!r}: a cron line has 5 fields (minute hour day month weekday)")
+    # APScheduler counts weekdays from Monday = 0; crontab from Sunday = 0. Names mean the same to both.
+    dow = re.sub(r"(?<![/\d])([0-7])(?!\d)", lambda m: _DOW_NAMES[int(m.group(1))], fields[4])
+    try:
+        return CronTrigger.from_crontab(" ".join([*fields[:4], dow]), timezone=tz)
+    except ValueError as e:
+        raise ValueError(f"{expr!r}: {e}") from None
+
+
+@dataclass(frozen=True)
+class CompiledAction:
+    """An action of a rule, ready to render: its templates compiled with the destination's escaping."""
+
+    type: str
+    index: int
+    params: dict[str, ParamTree]
+    destructive: bool
+    line: int = 0
+
+
+@dataclass(frozen=True, eq=False)
+class Rule:
+    """A loaded rule: the spec plus everything compiled from it. `hash` changes when anything that
+    affects its behaviour does, so a reload keeps the incidents of unchanged rules."""
+
+    spec: RuleSpec
+    condition: Condition
+    tz: tzinfo
+    tz_name: str
+    triggers: tuple[CronTrigger, ...]
+    actions: tuple[CompiledAction, ...]
+    on_resolve: tuple[CompiledAction, ...]
+    hash: str
+    file: str = ""
+    line: int = 0
+    legacy_hash: str = ""
+    """The hash as engines before the narrower `rule_hash` computed it, so their incidents restore unchanged."""
+    reads_liveness: bool = False
+    """A node rule whose condition reads `node.online` or `node.last_seen`: evaluated on offline nodes too."""
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def kind(self) -> EntityKind:
+        return self.spec.entity
+
+    @property
+    def for_s(self) -> float:
+        return self.spec.for_ or 0.0
+
+    @property
+    def repeat_s(self) -> float | None:
+        return self.spec.repeat
+
+    @property
+    def scheduled(self) -> bool:
+        return bool(self.triggers)
+
+    def last_cron(self, at: datetime) -> datetime | None:
+        """The latest cron instant at or before `at` (looked for up to 8 days back)."""
+        best: datetime | None = None
+        for t in self.triggers:
+            for back in (120, 3600, 86400, 8 * 86400):  # a short window first: a `* * * * *` has many instants
+                prev: datetime | None = None
+                nxt = t.get_next_fire_time(None, at - timedelta(seconds=back))
+                while nxt is not None and nxt <= at:
+                    prev = nxt
+                    nxt = t.get_next_fire_time(nxt, nxt + timedelta(seconds=1))
+                if prev is not None:
+                    if best is None or prev > best:
+                        best = prev
+                    break
+        return best
+
+    def next_cron(self, after: datetime) -> datetime | None:
+        """The first cron instant strictly after `after`."""
+        best: datetime | None = None
+        for t in self.triggers:
+            nxt = t.get_next_fire_time(None, after)
+            if nxt is not None and nxt <= after:
+                nxt = t.get_next_fire_time(None, after + timedelta(seconds=1))
+            if nxt is not None and (best is None or nxt < best):
+                best = nxt
+        return best
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    """A whole, valid set of rules, by name."""
+
+    rules: tuple[Rule, ...] = ()
+    files: tuple[str, ...] = ()
+    by_name: dict[str, Rule] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.by_name:
+            object.__setattr__(self, "by_name", {r.name: r for r in self.rules})
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self.rules)
+
+    def __len__(self) -> int:
+        return len(self.rules)
+
+    @property
+    def longest_for_s(self) -> float:
+        return max((r.for_s for r in self.rules), default=0.0)

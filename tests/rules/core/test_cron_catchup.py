@@ -1,0 +1,124 @@
+"""Cron instants missed during a restart or failover: caught up once, late, within a grace, for the incidents not
+evaluated at or after that instant (`last_eval_at`, persisted at every scheduled evaluation)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+from rules.core.core import Core, Tick
+from rules.core.incidents import Incident, Transition
+from rules.lang.loader import load_rule_set
+from rules.lang.model import RuleSet
+from tests.rules.helpers import config, gpu, rules_from, snapshot
+
+LIBRARY = Path(__file__).resolve().parents[3] / "rules" / "library"
+BERLIN = ZoneInfo("Europe/Berlin")
+FRIDAY_20 = datetime(2026, 12, 4, 20, 0, tzinfo=BERLIN)
+MONDAY_07 = datetime(2026, 12, 7, 7, 0, tzinfo=BERLIN)
+LABELS = {"env": "staging", "gpuevents.io/namespace": "ml", "gpuevents.io/deployment": "inference"}
+
+
+def weekend() -> RuleSet:
+    return load_rule_set([LIBRARY / "weekend-scale.yaml"])
+
+
+def new_core() -> Core:
+    """An engine's core: snapshots every 15 s, so the fleet counts as observed 45 s after a restore."""
+    return Core(weekend(), config(tick="30s"))
+
+
+def seen(core: Core, t: datetime) -> None:
+    core.step(snapshot(t, node="stg-1", gpus=[gpu(0, 40)], labels=LABELS), t)
+
+
+def fired_on_friday() -> list[Incident]:
+    core = new_core()
+    seen(core, FRIDAY_20 - timedelta(seconds=10))
+    out = core.step(Tick(), FRIDAY_20)
+    assert [(a.type, a.params["replicas"]) for a in out.actions] == [("scale", 0)]
+    (inc,) = core.open_incidents()
+    assert inc.status == "firing" and inc.last_eval_at == FRIDAY_20
+    return core.open_incidents()
+
+
+def restart(saved: list[Incident], at: datetime) -> Core:
+    core = new_core()
+    core.restore(saved, now=at)
+    return core
+
+
+def run_until(core: Core, start: datetime, end: datetime) -> list[Transition]:
+    """A snapshot and a tick every 15 s from `start` to `end`; all the transitions."""
+    out: list[Transition] = []
+    t = start
+    while t <= end:
+        seen(core, t)
+        out += core.step(Tick(), t).transitions
+        t += timedelta(seconds=15)
+    return out
+
+
+def test_a_monday_instant_missed_by_a_restart_still_resolves_the_weekend_incident() -> None:
+    core = restart(fired_on_friday(), MONDAY_07 + timedelta(seconds=40))
+    first = MONDAY_07 + timedelta(seconds=40)
+    seen(core, first)
+    assert core.step(Tick(), first).transitions == []  # the fleet is not observed yet: not decided on half a fleet
+    assert core.next_wakeup(first) <= first + timedelta(seconds=45)
+    transitions = run_until(core, first, first + timedelta(minutes=2))
+    assert [(t.to_status, t.reason) for t in transitions] == [("resolved", "condition")]
+    assert transitions[0].time == first + timedelta(seconds=45)
+    assert core.open_incidents() == []
+
+
+def test_the_catch_up_runs_the_on_resolve_actions() -> None:
+    core = restart(fired_on_friday(), MONDAY_07 + timedelta(seconds=40))
+    t = MONDAY_07 + timedelta(seconds=40)
+    actions = []
+    while t <= MONDAY_07 + timedelta(minutes=2):
+        seen(core, t)
+        actions += core.step(Tick(), t).actions
+        t += timedelta(seconds=15)
+    assert [(a.phase, a.type, a.params["replicas"]) for a in actions] == [("resolve", "scale", "previous")]
+
+
+def test_an_instant_older_than_the_grace_is_not_caught_up() -> None:
+    core = restart(fired_on_friday(), MONDAY_07 + timedelta(minutes=30))
+    transitions = run_until(core, MONDAY_07 + timedelta(minutes=30), MONDAY_07 + timedelta(minutes=33))
+    assert transitions == [] and [i.status for i in core.open_incidents()] == ["firing"]
+
+
+def test_an_instant_already_evaluated_before_the_restart_is_not_run_again() -> None:
+    saved = fired_on_friday()
+    core = restart(saved, FRIDAY_20 + timedelta(seconds=30))
+    transitions = run_until(core, FRIDAY_20 + timedelta(seconds=30), FRIDAY_20 + timedelta(minutes=3))
+    assert transitions == [] and core.open_incidents() == saved
+
+
+def test_a_fresh_engine_started_just_after_an_instant_fires_it() -> None:
+    start = FRIDAY_20 + timedelta(seconds=50)
+    core = restart([], start)
+    transitions = run_until(core, start, start + timedelta(minutes=2))
+    assert [t.to_status for t in transitions] == ["pending", "firing"]
+
+
+def test_every_scheduled_evaluation_of_an_open_incident_is_persisted(tmp_path: Path) -> None:
+    rule = weekend().rules[0]
+    assert rule.last_cron(MONDAY_07 + timedelta(minutes=3)) == MONDAY_07
+    assert rule.last_cron(MONDAY_07 - timedelta(seconds=1)) == FRIDAY_20
+    core = Core(rules_from(tmp_path, """\
+rules:
+  - name: hourly
+    entity: node
+    when: node.labels.env == 'staging'
+    schedule: "0 * * * *"
+    actions: [{type: log, message: m}]
+"""), config(tick="30s"))
+    t0 = datetime(2026, 12, 4, 20, 0, tzinfo=BERLIN)
+    seen(core, t0)
+    assert [t.to_status for t in core.step(Tick(), t0).transitions] == ["pending", "firing"]
+    seen(core, t0 + timedelta(minutes=59, seconds=50))
+    out = core.step(Tick(), t0 + timedelta(hours=1))  # still true: no transition, but the evaluation is stored
+    assert out.transitions == [] and out.actions == []
+    assert [(i.status, i.last_eval_at) for i in out.incidents] == [("firing", t0 + timedelta(hours=1))]

@@ -1,0 +1,174 @@
+"""A rule set that uses every built-in action type, run end to end: agent snapshot → engine → runner → the world.
+
+Slack and Kubernetes are the local API servers of tests/actions/fakes.py reached through slack-sdk and
+lightkube; kill goes to the agent's real kill handler and ends a real child process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import orjson
+import psutil
+import pytest
+
+from actions.runner import ActionRunner
+from agent.attribution import PsutilControl
+from agent.kill import KillHandler, KillPolicy, RateLimit
+from agent.sample import LiveProcess
+from gpuevents import subjects as S
+from gpuevents.bus import Bus
+from gpuevents.clock import SystemClock
+from gpuevents.config import Config, NatsConfig, ProtectConfig
+from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot, ProcessInfo, make_event
+from gpuevents.records import AuditRecord, decode_audit
+from rules.engine.service import Engine
+from tests.actions.fakes import FakeKubernetes, FakeSlack, FakeWebhook, SlackUser
+from tests.waiting import wait_for
+
+EVERY_ACTION = """\
+rules:
+  - name: idle-everything
+    description: exercises every built-in action
+    entity: gpu
+    when: gpu.idle and gpu.processes
+    actions:
+      - {type: log, message: "GPU {{ gpu.index }} on {{ node.name }} idle"}
+      - {type: slack, to: "{{ gpu.owner }}", text: "GPU {{ gpu.index }} idle, held by {{ gpu.processes | map(attribute='name') | join(', ') }}"}
+      - {type: webhook, url: "WEBHOOK_URL", body: {gpu: "{{ entity.id }}", owner: "{{ gpu.owner }}"}}
+      - type: command
+        argv: ["PYTHON", "-c", "import sys; open(sys.argv[1], 'w').write(sys.argv[2])", "COMMAND_OUT", "{{ entity.id }}"]
+      - {type: publish, subject: gpuevents.custom.idle, data: {gpu: "{{ entity.id }}"}}
+      - {type: function, name: notify, data: {why: idle}}
+      - {type: cordon, provider: kubernetes, reason: "idle GPU {{ gpu.index }}"}
+      - {type: scale, provider: kubernetes, kind: Deployment, namespace: staging, name: web, replicas: 0}
+      - {type: kill, signal: TERM, grace: 1s, reason: "idle ({{ rule.name }})"}
+    on_resolve:
+      - {type: uncordon, provider: kubernetes}
+      - {type: scale, provider: kubernetes, kind: Deployment, namespace: staging, name: web, replicas: previous}
+"""
+
+
+@pytest.fixture
+async def servers() -> AsyncIterator[tuple[FakeSlack, FakeKubernetes, FakeWebhook]]:
+    slack = FakeSlack([SlackUser("U001", "alice", "alice@example.com", "Alice")])
+    kube = FakeKubernetes()
+    hook = FakeWebhook()
+    for s in (slack, kube, hook):
+        await s.start()
+    try:
+        yield slack, kube, hook
+    finally:
+        for s in (slack, kube, hook):
+            await s.close()
+
+
+def gpu_snapshot(pid: int, created: datetime, util: float, at: datetime) -> NodeSnapshot:
+    idle = util < 5
+    gpu = GpuInfo(node="n1", index=0, uuid="GPU-0", model="NVIDIA H100 80GB HBM3", util_pct=util,
+                  mem_used_mib=20000, mem_total_mib=81559, idle=idle, idle_since=at if idle else None,
+                  pids=[pid])
+    proc = ProcessInfo(node="n1", pid=pid, name="jupyter <!channel>", user="alice", create_time=created,
+                       gpus=[0], gpu_mem_mib=20000)
+    return NodeSnapshot(node=NodeInfo(name="n1", cluster="c1", gpu_count=1), gpus=[gpu], processes=[proc])
+
+
+async def test_a_rule_with_every_built_in_action_runs_end_to_end(
+    nats_config: NatsConfig, bus: Bus, tmp_path: Path, servers: tuple[FakeSlack, FakeKubernetes, FakeWebhook],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    slack, kube, hook = servers
+    kube.add_node("n1")
+    kube.replicas[("deployments", "staging", "web")] = 3
+    out = tmp_path / "command.txt"
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "all.yaml").write_text(EVERY_ACTION.replace("WEBHOOK_URL", hook.url())
+                                    .replace("PYTHON", sys.executable).replace("COMMAND_OUT", str(out)))
+    monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-test")
+    config = Config.model_validate({
+        "cluster": "c1",
+        "nats": nats_config.model_dump(),
+        "engine": {"rules": [str(rules)], "usage_db": str(tmp_path / "usage.sqlite")},
+        "actions": {"slack": {"base_url": slack.base_url},
+                    "kubernetes": {"kubeconfig": str(kube.kubeconfig(tmp_path / "kubeconfig"))},
+                    "timeout": 10, "retry": {"max_attempts": 3, "backoff": 0.05, "backoff_max": 0.2}},
+        "owners": {"alice": "alice@example.com"},
+        "protect": {"users": []},
+    })
+
+    # the node's agent: its real kill handler; the child "holds a GPU"
+    child = await asyncio.create_subprocess_exec(sys.executable, "-c", "import time; time.sleep(120)")
+    created = datetime.fromtimestamp(psutil.Process(child.pid).create_time(), UTC)
+    handler = KillHandler(control=PsutilControl(),
+                          policy=KillPolicy(ProtectConfig(users=[]), agent_pid=os.getpid(), node_labels={}),
+                          rate=RateLimit(100),
+                          holds_gpu=lambda p: isinstance(p, LiveProcess) and p.pid == child.pid, poll_s=0.02)
+    await bus.serve(S.command_subject("c1", "n1", "kill"), handler.serve_bytes)
+
+    published: list[dict[str, str]] = []
+
+    async def on_custom(msg):  # type: ignore[no-untyped-def]
+        published.append(orjson.loads(msg.data))
+
+    await bus.subscribe("gpuevents.custom.idle", on_custom)
+    called: list[dict[str, object]] = []
+
+    async def notify(payload: bytes, subject: str) -> bytes:
+        called.append(orjson.loads(payload))
+        return b'{"status": "ok", "detail": "noted"}'
+
+    await bus.serve(S.function_subject("notify"), notify)
+
+    clock = SystemClock()
+    engine = Engine(config, bus, clock=clock)
+    runner = ActionRunner(bus, config, clock)
+    stop = asyncio.Event()
+    tasks = [asyncio.create_task(engine.run(stop)), asyncio.create_task(runner.run(stop))]
+    try:
+        await wait_for(lambda: engine.ready.is_set(), what="the engine to lead")
+        bus.publish_event(make_event("node.snapshot", "n1", gpu_snapshot(child.pid, created, 0, clock.now()),
+                                     cluster="c1"))
+
+        async def outcomes() -> dict[str, AuditRecord]:
+            recs = [r async for m in bus.replay(S.STREAM_AUDIT, S.AUDIT_ALL) for r in decode_audit(m.data)]
+            return {r.action_type: r for r in recs if r.kind == "action" and r.outcome is not None}
+
+        fired = {"log", "slack", "webhook", "command", "publish", "function", "cordon", "scale", "kill"}
+        done = await wait_for(lambda: _has(outcomes(), fired), timeout=30, what="every action's outcome")
+        assert {t: r.outcome for t, r in done.items() if t in fired} == dict.fromkeys(fired, "ok"), done
+
+        dms = slack.dms_to("U001")
+        assert len(dms) == 1 and "&lt;!channel&gt;" in dms[0]["text"] and "<!channel>" not in dms[0]["text"]
+        assert orjson.loads(hook.requests[0]["body"]) == {"gpu": "n1/gpu0", "owner": "alice@example.com"}
+        assert out.read_text() == "n1/gpu0"
+        assert published == [{"gpu": "n1/gpu0"}]
+        assert called and called[0]["data"] == {"why": "idle"} and called[0]["entity_id"] == "n1/gpu0"
+        assert kube.nodes["n1"]["spec"]["unschedulable"] is True
+        assert kube.replicas[("deployments", "staging", "web")] == 0
+        assert await asyncio.wait_for(child.wait(), 10) is not None  # the real process ended
+
+        # busy again: the incident resolves and on_resolve undoes the cordon and the scale-down
+        bus.publish_event(make_event("node.snapshot", "n1", gpu_snapshot(child.pid, created, 90, clock.now()),
+                                     cluster="c1"))
+        await wait_for(lambda: not kube.nodes["n1"]["spec"].get("unschedulable"), timeout=30,
+                       what="uncordon on resolve")
+        await wait_for(lambda: kube.replicas[("deployments", "staging", "web")] == 3, timeout=30,
+                       what="scale back to the previous count")
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await runner.close()
+        if child.returncode is None:
+            child.kill()
+            await child.wait()
+
+
+async def _has(pending, wanted: set[str]):  # type: ignore[no-untyped-def]
+    got = await pending
+    return got if wanted <= set(got) else None

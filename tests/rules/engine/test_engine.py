@@ -1,0 +1,232 @@
+"""The engine against a real nats-server: end to end, restarts, duplicates, dead letters, reload, lease."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from actions.runner import ActionRunner
+from gpuevents import subjects as S
+from gpuevents.bus import Bus
+from gpuevents.clock import ManualClock, SystemClock
+from gpuevents.config import Config
+from gpuevents.events import encode_event
+from gpuevents.records import ActionRequest, AuditRecord, decode_audit
+from rules.engine.service import Engine
+from tests.rules.engine.conftest import T0, snapshot
+from tests.waiting import wait_for
+
+
+@contextlib.asynccontextmanager
+async def running(engine: Engine) -> AsyncIterator[Engine]:
+    stop = asyncio.Event()
+    task = asyncio.create_task(engine.run(stop))
+    try:
+        await wait_for(lambda: engine.ready.is_set() or task.done(), what="the engine to take the lease")
+        if task.done():
+            task.result()
+        yield engine
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+
+
+async def publish(bus: Bus, *events) -> None:  # type: ignore[no-untyped-def]
+    for e in events:
+        bus.publish_event(e)
+    assert await bus.flush(5)
+
+
+def seen(engine: Engine, node: str, at: datetime) -> bool:
+    """True once the engine has applied a snapshot of `node` taken at `at`."""
+    assert engine.core is not None
+    return any(ns.name == node and ns.last_seen == at for ns in engine.core.state.nodes.values())
+
+
+async def act_requests(bus: Bus) -> list[ActionRequest]:
+    return [ActionRequest.model_validate_json(m.data) for m in await bus.stored(S.STREAM_ACTIONS)]
+
+
+async def audit_records(bus: Bus) -> list[AuditRecord]:
+    return [r async for m in bus.replay(S.STREAM_AUDIT, S.AUDIT_ALL) for r in decode_audit(m.data)]
+
+
+def incident(engine: Engine, entity_id: str):  # type: ignore[no-untyped-def]
+    assert engine.core is not None
+    found = [i for i in engine.core.open_incidents() if i.entity_id == entity_id]
+    return found[0] if found else None
+
+
+async def test_snapshot_to_incident_to_action_to_audit(engine_config: Config, bus: Bus) -> None:
+    clock = ManualClock(T0)
+    engine = Engine(engine_config, bus, clock=clock)
+    runner = ActionRunner(bus, engine_config, clock)
+    stop_runner = asyncio.Event()
+    runner_task = asyncio.create_task(runner.run(stop_runner))
+    try:
+        async with running(engine):
+            await publish(bus, snapshot("n1", T0))
+            await wait_for(lambda: incident(engine, "n1/gpu0"), what="a pending incident")
+            assert incident(engine, "n1/gpu0").status == "pending"
+            clock.advance(3601)
+            await engine.tick()
+            assert incident(engine, "n1/gpu0").status == "firing"
+
+            async def action_audited() -> list[AuditRecord]:
+                return [r for r in await audit_records(bus) if r.kind == "action"]
+
+            records = await wait_for(action_audited, what="the action's audit record")
+    finally:
+        stop_runner.set()
+        await asyncio.wait_for(runner_task, 10)
+    assert records[0].outcome == "ok"
+    assert records[0].action_type == "log"
+    assert records[0].rule == "idle-gpu-1h"
+    assert records[0].entity_id == "n1/gpu0"
+    assert "alice@example.com" in (records[0].detail or "")
+    transitions = [(r.from_status, r.to_status) for r in await audit_records(bus) if r.kind == "transition"]
+    assert ("inactive", "pending") in transitions and ("pending", "firing") in transitions
+
+
+async def test_restart_in_the_middle_of_for_fires_at_the_original_deadline_once(
+    engine_config: Config, bus: Bus
+) -> None:
+    clock = ManualClock(T0)
+    async with running(Engine(engine_config, bus, clock=clock)) as first:
+        await publish(bus, snapshot("n1", T0))
+        await wait_for(lambda: incident(first, "n1/gpu0"), what="a pending incident")
+        started = incident(first, "n1/gpu0").active_at
+    clock.advance(1800)
+    async with running(Engine(engine_config, bus, clock=clock)) as second:
+        restored = incident(second, "n1/gpu0")
+        assert restored is not None and restored.status == "pending" and restored.active_at == started
+        await publish(bus, snapshot("n1", clock.now(), idle_since=T0))
+        await wait_for(lambda: seen(second, "n1", clock.now()), what="the snapshot to be consumed")
+        clock.set(T0 + timedelta(minutes=59))
+        await second.tick()
+        assert incident(second, "n1/gpu0").status == "pending"
+        clock.set(T0 + timedelta(hours=1, seconds=1))
+        await second.tick()
+        assert incident(second, "n1/gpu0").status == "firing"
+    assert len(await act_requests(bus)) == 1
+    clock.advance(60)
+    async with running(Engine(engine_config, bus, clock=clock)) as third:
+        assert incident(third, "n1/gpu0").status == "firing"
+        await publish(bus, snapshot("n1", clock.now(), idle_since=T0))
+        await wait_for(lambda: seen(third, "n1", clock.now()), what="the snapshot to be consumed")
+        await third.tick()
+    assert len(await act_requests(bus)) == 1  # a fired action is not fired again
+
+
+async def test_the_same_event_delivered_twice_changes_nothing(engine_config: Config, bus: Bus) -> None:
+    clock = ManualClock(T0)
+    first = snapshot("n1", T0)
+    async with running(Engine(engine_config, bus, clock=clock)) as engine:
+        await publish(bus, first)
+        await wait_for(lambda: incident(engine, "n1/gpu0"), what="a pending incident")
+        clock.advance(7200)
+        await engine.tick()
+        fired = incident(engine, "n1/gpu0")
+        assert fired.status == "firing"
+        before = len(await audit_records(bus))
+        # a redelivery (as after a crash before the ack): same event, new stream message
+        await bus.js_publish(S.event_subject("c1", "n1", "node.snapshot"), encode_event(first),
+                             msg_id="redelivery-1")
+        marker = snapshot("n2", clock.now(), pid=None)  # matches no rule
+        await publish(bus, marker)  # consumed after the redelivery, in stream order
+        await wait_for(lambda: seen(engine, "n2", clock.now()), what="the redelivered event to be consumed")
+        assert incident(engine, "n1/gpu0") == fired
+        assert len(await audit_records(bus)) == before
+    assert len(await act_requests(bus)) == 1
+
+
+async def test_a_malformed_event_goes_to_the_dlq_and_the_next_is_processed(
+    engine_config: Config, bus: Bus
+) -> None:
+    clock = ManualClock(T0)
+    async with running(Engine(engine_config, bus, clock=clock)) as engine:
+        await bus.js_publish(S.event_subject("c1", "n1", "gpu.idle"), b'{"type": "gpu.idle", "oops": 1}')
+        await bus.js_publish(S.event_subject("c1", "n1", "gpu.idle"), b"\xff not json")
+        await publish(bus, snapshot("n2", T0))
+        await wait_for(lambda: incident(engine, "n2/gpu0"), what="the good event after the bad ones")
+        dead = [m async for m in bus.replay(S.STREAM_DLQ, S.DLQ_ALL)]
+        assert len(dead) == 2
+        assert dead[0].subject == "gpuevents.dlq.evt.c1.n1.gpu.idle"
+        assert dead[1].data == b"\xff not json"
+        assert sum(engine.dead_letters.seen.values()) == 2
+        total = sum(s.value for m in engine.metrics.malformed.collect() for s in m.samples
+                    if s.name.endswith("_total"))
+        assert total == 2
+
+
+async def test_a_reload_with_a_broken_file_keeps_the_old_rules(
+    engine_config: Config, bus: Bus, rules_dir: Path
+) -> None:
+    clock = ManualClock(T0)
+    async with running(Engine(engine_config, bus, clock=clock)) as engine:
+        await publish(bus, snapshot("n1", T0))
+        await wait_for(lambda: incident(engine, "n1/gpu0"), what="a pending incident")
+        pending = incident(engine, "n1/gpu0")
+        good = (rules_dir / "idle.yaml").read_text()
+        (rules_dir / "idle.yaml").write_text(good + "  - name: Bad Name\n    entity: gpu\n")
+        assert await engine.reload() is False
+        assert engine.core is not None
+        assert list(engine.core.rules.by_name) == ["idle-gpu-1h"]
+        (rules_dir / "more.yaml").write_text(
+            "rules:\n  - name: hot-gpu\n    entity: gpu\n    when: gpu.temp_c > 85\n"
+            "    actions: [{type: log, message: hot}]\n")
+        (rules_dir / "idle.yaml").write_text(good)
+        assert await engine.reload() is True
+        assert sorted(engine.core.rules.by_name) == ["hot-gpu", "idle-gpu-1h"]
+        assert incident(engine, "n1/gpu0") == pending  # the unchanged rule kept its incident
+
+
+async def test_a_rule_file_change_is_picked_up_without_a_signal(
+    engine_config: Config, bus: Bus, rules_dir: Path
+) -> None:
+    async with running(Engine(engine_config, bus, clock=ManualClock(T0))) as engine:
+        (rules_dir / "more.yaml").write_text(
+            "rules:\n  - name: hot-gpu\n    entity: gpu\n    when: gpu.temp_c > 85\n"
+            "    actions: [{type: log, message: hot}]\n")
+        await wait_for(lambda: engine.core is not None and "hot-gpu" in engine.core.rules.by_name,
+                       timeout=10, what="the new rule file to be loaded")
+
+
+async def test_a_standby_engine_takes_over_when_the_leader_dies(engine_config: Config, bus: Bus) -> None:
+    ttl = 1.0
+    cfg = engine_config.model_copy(update={"engine": engine_config.engine.model_copy(update={"lease_ttl": ttl})})
+    a = Engine(cfg, bus, clock=SystemClock(), holder="a")
+    b = Engine(cfg, bus, clock=SystemClock(), holder="b")
+    both: list[bool] = []
+    stop_a, stop_b = asyncio.Event(), asyncio.Event()
+    task_a = asyncio.create_task(a.run(stop_a))
+    await wait_for(lambda: a.leader.is_set(), what="a to lead")
+    task_b = asyncio.create_task(b.run(stop_b))
+
+    async def watch() -> None:
+        while True:
+            both.append(a.leader.is_set() and b.leader.is_set())
+            await asyncio.sleep(0.01)
+
+    watcher = asyncio.create_task(watch())
+    await wait_for(lambda: b.lease_checks >= 4, what="b to try for the lease a few times")
+    assert not b.leader.is_set()
+    # a dies without releasing the lease
+    a.release_lease_on_stop = False
+    died = asyncio.get_running_loop().time()
+    task_a.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task_a
+    await wait_for(lambda: b.leader.is_set(), timeout=2 * ttl + 2, what="b to take over")
+    took = asyncio.get_running_loop().time() - died
+    await publish(bus, snapshot("n9", SystemClock().now()))
+    await wait_for(lambda: b.core is not None and any(n.name == "n9" for n in b.core.nodes()),
+                   what="b to consume after taking over")
+    watcher.cancel()
+    stop_b.set()
+    await task_b
+    assert not any(both), "both engines acted at once"
+    assert took <= 2 * ttl + 2

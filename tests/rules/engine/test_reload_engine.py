@@ -1,0 +1,64 @@
+"""The engine's reload against a real nats-server: a description edit keeps the incident; a real change closes it
+with an audited `rule_changed` transition, the old rule's on_resolve request and the KV record removed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuevents.bus import Bus
+from gpuevents.clock import ManualClock
+from gpuevents.config import Config, NatsConfig
+from rules.engine.service import Engine
+from tests.rules.engine.conftest import T0, snapshot
+from tests.rules.engine.test_engine import act_requests, audit_records, incident, publish, running
+from tests.waiting import wait_for
+
+RULE = """\
+rules:
+  - name: held-gpu
+    description: {description}
+    entity: gpu
+    when: gpu.idle and {extra}gpu.processes
+    actions: [{{type: log, message: fire}}]
+    on_resolve: [{{type: log, message: "resolve {{{{ rule.description }}}}"}}]
+"""
+
+
+@pytest.fixture
+def config(nats_config: NatsConfig, tmp_path: Path) -> Config:
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "r.yaml").write_text(RULE.format(description="first", extra=""))
+    return Config.model_validate({
+        "cluster": "c1", "nats": nats_config.model_dump(),
+        "engine": {"rules": [str(rules)], "tick": "30s", "lease_ttl": "10s",
+                   "usage_db": str(tmp_path / "usage.sqlite")},
+        "agent": {"snapshot_interval": "1h"},
+    })
+
+
+async def test_reload_keeps_or_closes_incidents_through_the_normal_path(config: Config, bus: Bus) -> None:
+    rule_file = Path(config.engine.rules[0]) / "r.yaml"
+    clock = ManualClock(T0)
+    async with running(Engine(config, bus, clock=clock)) as engine:
+        await publish(bus, snapshot("n1", T0))
+        await wait_for(lambda: incident(engine, "n1/gpu0"), what="a firing incident")
+        firing = incident(engine, "n1/gpu0")
+        assert firing.status == "firing"
+        rule_file.write_text(RULE.format(description="second", extra=""))
+        assert await engine.reload() is True
+        assert incident(engine, "n1/gpu0") == firing  # only the description changed
+        rule_file.write_text(RULE.format(description="third", extra="gpu.util_pct < 5 and "))
+        assert await engine.reload() is True
+        assert incident(engine, "n1/gpu0") is None
+        assert engine._incidents is not None and await engine._incidents.load() == {}
+        transitions = [(r.from_status, r.to_status, r.detail) for r in await audit_records(bus)
+                       if r.kind == "transition"]
+        assert transitions[-1] == ("firing", "resolved", "rule_changed")
+        requests = [(r.phase, r.params.get("message")) for r in await act_requests(bus)]
+        assert requests == [("fire", "fire"), ("resolve", "resolve second")]  # the old rule's on_resolve
+        clock.advance(1)
+        await engine.tick()  # the changed rule is evaluated in full: a new incident
+        assert incident(engine, "n1/gpu0").status == "firing" and incident(engine, "n1/gpu0").id != firing.id

@@ -1,0 +1,106 @@
+"""The engine keeps watching the fleet through a poison event, a bus that refuses writes, and a bad reload."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuevents import subjects as S
+from gpuevents.bus import Bus, BusError
+from gpuevents.clock import ManualClock
+from gpuevents.config import Config
+from gpuevents.records import decode_audit
+from rules.core.core import Core
+from rules.engine.service import Engine
+from tests.rules.engine.conftest import T0, snapshot
+from tests.rules.engine.test_engine import incident, publish, running
+from tests.waiting import wait_for
+
+
+async def test_an_event_the_core_cannot_apply_is_dead_lettered_and_the_next_is_processed(
+    engine_config: Config, bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_step = Core.step
+
+    def step(self: Core, item: Any, now: Any) -> Any:
+        if getattr(item, "source", "") == "node/poison":
+            raise RuntimeError("a bug in the core")
+        return real_step(self, item, now)
+
+    monkeypatch.setattr(Core, "step", step)
+    async with running(Engine(engine_config, bus, clock=ManualClock(T0))) as engine:
+        await publish(bus, snapshot("poison", T0), snapshot("n1", T0))
+        await wait_for(lambda: incident(engine, "n1/gpu0"), what="the event after the poison one")
+        dead = [m async for m in bus.replay(S.STREAM_DLQ, S.DLQ_ALL)]
+        assert [m.subject for m in dead] == ["gpuevents.dlq.evt.c1.poison.node.snapshot"]
+        assert engine.dead_letters.seen == {"RuntimeError": 1}
+
+
+async def test_a_commit_the_bus_refuses_is_retried_not_fatal(
+    engine_config: Config, bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = Bus.js_publish_many
+    refusals = {"left": 2}
+
+    async def flaky(self: Bus, items: Any) -> Any:
+        if refusals["left"] > 0:
+            refusals["left"] -= 1
+            raise BusError("JetStream is not answering")
+        return await real(self, items)
+
+    monkeypatch.setattr(Bus, "js_publish_many", flaky)
+    clock = ManualClock(T0)
+    async with running(Engine(engine_config, bus, clock=clock)) as engine:
+        await publish(bus, snapshot("n1", T0))
+        await wait_for(lambda: incident(engine, "n1/gpu0"), what="a pending incident")
+        await engine.settle()
+        assert refusals["left"] == 0
+        assert engine.metrics.bus_retries._value.get() >= 2
+        kv = await bus.kv()
+        assert await kv.keys("incident.")  # the pending incident was persisted in the end
+
+
+async def test_a_commit_whose_acks_were_lost_is_sent_again_and_stored_once(
+    engine_config: Config, bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bus stored the batch's audit but the acks never came: the retry sends the same messages, and
+    JetStream's dedup keeps one copy. The batch's transitions of one rule travel as one audit message."""
+    real = Bus.js_publish_many
+    lost = {"left": 1}
+
+    async def acks_lost(self: Bus, items: Any) -> Any:
+        results = await real(self, items)
+        if lost["left"] > 0 and any(it.subject.startswith("gpuevents.audit.") for it in items):
+            lost["left"] -= 1
+            raise BusError("no acks within the timeout")
+        return results
+
+    monkeypatch.setattr(Bus, "js_publish_many", acks_lost)
+    nodes = [f"n{i}" for i in range(5)]
+    await publish(bus, *(snapshot(n, T0) for n in nodes))  # before the engine starts: one fetched batch
+    async with running(Engine(engine_config, bus, clock=ManualClock(T0))) as engine:
+        await wait_for(lambda: all(incident(engine, f"{n}/gpu0") for n in nodes), what="five pending incidents")
+        await engine.settle()
+        assert lost["left"] == 0 and engine.metrics.bus_retries._value.get() >= 1
+    messages = [m async for m in bus.replay(S.STREAM_AUDIT, S.audit_subject("idle-gpu-1h"))]
+    records = [r for m in messages for r in decode_audit(m.data)]
+    assert len(messages) == 1
+    assert sorted(r.entity_id for r in records) == [f"{n}/gpu0" for n in nodes]
+    assert {(r.from_status, r.to_status) for r in records} == {("inactive", "pending")}
+
+
+async def test_an_unexpected_reload_failure_keeps_the_rules(
+    engine_config: Config, bus: Bus, rules_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with running(Engine(engine_config, bus, clock=ManualClock(T0))) as engine:
+        def broken(*a: Any, **k: Any) -> Any:
+            raise RuntimeError("a bug in the loader")
+
+        monkeypatch.setattr("rules.engine.service.load_rule_set", broken)
+        (rules_dir / "more.yaml").write_text("rules: []\n")
+        await wait_for(lambda: engine.metrics.reloads.labels(result="failed")._value.get() >= 1,
+                       what="the failed reload to be counted")
+        assert engine.core is not None and list(engine.core.rules.by_name) == ["idle-gpu-1h"]
+        assert engine.leader.is_set()
