@@ -12,6 +12,8 @@ from gpuevents import subjects as S
 from gpuevents.events import new_id
 
 EntityKind = Literal["node", "gpu", "process"]
+ActionUnit = Literal["entity", "node"]
+"""What an action's fleet share counts: the rule's entities, or their nodes (cordon acts on the node)."""
 Phase = Literal["fire", "repeat", "resolve"]
 Outcome = Literal["ok", "failed", "suppressed", "held", "dry_run", "refused"]
 Decision = Literal["run", "suppressed", "held", "refused", "dry_run"]

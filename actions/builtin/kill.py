@@ -11,6 +11,7 @@ from actions.protocol import (
     ActionContext,
     ActionParams,
     ActionResult,
+    ActionUnit,
     PermanentError,
     TransientError,
     no_escape,
@@ -62,6 +63,7 @@ class KillAction:
     params = KillParams
     entity_kinds = frozenset({"process", "gpu"})
     destructive: ClassVar[bool] = True
+    unit: ClassVar[ActionUnit] = "entity"
     escape = staticmethod(no_escape)
 
     def run_timeout(self, params: ActionParams, default: float) -> float:

@@ -13,7 +13,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from actions import slack_format as fmt
 from actions.builtin.slack import SlackAction
-from actions.protocol import ALL_KINDS, ActionContext, ActionParams, ActionResult, PermanentError
+from actions.protocol import ALL_KINDS, ActionContext, ActionParams, ActionResult, ActionUnit, PermanentError
 from actions.registry import register
 from actions.services import services_of
 from gpuevents.cli.report import NoUsageError, make_report
@@ -67,6 +67,7 @@ class ReportAction:
     params: ClassVar[builtins.type[ActionParams]] = ReportParams
     entity_kinds = ALL_KINDS
     destructive: ClassVar[bool] = False
+    unit: ClassVar[ActionUnit] = "entity"
     escape = staticmethod(fmt.escape)
 
     async def run(self, ctx: ActionContext) -> ActionResult:
