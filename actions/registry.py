@@ -25,7 +25,7 @@ BUILTIN_MODULES: tuple[str, ...] = (
     "actions.builtin.command",
     "actions.builtin.publish",
     "actions.builtin.function",
-    "rules.visibility.report_action",
+    "actions.builtin.report",
 )
 
 _registry: dict[str, type[Any]] = {}

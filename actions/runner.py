@@ -25,7 +25,7 @@ from actions.protocol import (
     TransientError,
     run_timeout,
 )
-from actions.services import Services
+from actions.services import Services, WeeklySummary
 from actions.store import KeyValue
 from gpuevents import subjects as S
 from gpuevents.bus import Bus, BusError, Delivery
@@ -98,7 +98,7 @@ class ActionRunner:
 
     def __init__(self, bus: Bus | None, config: Config, clock: Clock | None = None, *,
                  name: str = "runner", kv: KeyValue | None = None, concurrency: int = 16,
-                 ack_wait: float = 30.0) -> None:
+                 ack_wait: float = 30.0, report: WeeklySummary | None = None) -> None:
         self.bus = bus
         self.config = config
         self.clock: Clock = clock or SystemClock()
@@ -107,6 +107,7 @@ class ActionRunner:
         self.ack_wait = ack_wait
         self.durable = f"{config.engine.consumer}-actions"
         self._kv = kv
+        self._report = report
         self._services: Services | None = None
         self._ledger: Ledger | None = None
         self._instances: dict[str, Any] = {}
@@ -118,7 +119,7 @@ class ActionRunner:
             kv = self._kv
             if kv is None and self.bus is not None:
                 kv = await self.bus.kv()
-            self._services = Services(self.config, bus=self.bus, kv=kv, clock=self.clock)
+            self._services = Services(self.config, bus=self.bus, kv=kv, clock=self.clock, report=self._report)
             self._ledger = Ledger(self._services.kv, self.id)
         return self._services, self._ledger
 
