@@ -9,12 +9,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from gpuevents.records import ActionRequest, EntityKind
+from gpuevents.records import ActionRequest, ActionUnit, EntityKind
 
 if TYPE_CHECKING:
     from gpuevents.config import Config
 
 ALL_KINDS: frozenset[EntityKind] = frozenset({"node", "gpu", "process"})
+UNITS: frozenset[ActionUnit] = frozenset({"entity", "node"})
 
 
 class ActionParams(BaseModel):
@@ -71,12 +72,17 @@ class ActionContext:
 
 
 class Action(Protocol):
-    """An action type. Built-ins and plugins are the same: classes with these attributes."""
+    """An action type. Built-ins and plugins are the same: classes with these attributes.
+
+    `destructive` (kill, cordon, scale, command) brings protection checks and fleet-share holds;
+    `unit` is what its fleet share counts (`node` for an action on the entity's node); a plugin that
+    leaves them out is neither destructive nor node-wide."""
 
     type: ClassVar[str]
     params: ClassVar[builtins.type[ActionParams]]
     entity_kinds: ClassVar[frozenset[EntityKind]]
     destructive: ClassVar[bool]
+    unit: ClassVar[ActionUnit]
     escape: ClassVar[Callable[[str], str]]
 
     async def run(self, ctx: ActionContext) -> ActionResult: ...

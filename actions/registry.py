@@ -6,11 +6,11 @@ import importlib
 import logging
 from collections.abc import Callable, Mapping
 from importlib.metadata import entry_points
-from typing import Annotated, Any, TypeVar, Union
+from typing import Any, TypeVar
 
-from pydantic import Field, TypeAdapter, ValidationError
+from pydantic import ValidationError
 
-from actions.protocol import Action, ActionParams
+from actions.protocol import UNITS, Action, ActionParams
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +25,7 @@ BUILTIN_MODULES: tuple[str, ...] = (
     "actions.builtin.command",
     "actions.builtin.publish",
     "actions.builtin.function",
-    "rules.visibility.report_action",
+    "actions.builtin.report",
 )
 
 _registry: dict[str, type[Any]] = {}
@@ -52,6 +52,8 @@ def register(cls: type[A]) -> type[A]:
     params = getattr(cls, "params", None)
     if not (isinstance(params, type) and issubclass(params, ActionParams)):
         raise TypeError(f"{cls.__name__}.params must be an ActionParams subclass")
+    if getattr(cls, "unit", "entity") not in UNITS:
+        raise TypeError(f"{cls.__name__}.unit must be one of {', '.join(sorted(UNITS))}")
     previous = _registry.get(type_)
     if previous is not None and previous is not cls:
         raise ValueError(f"action type {type_!r} is registered twice ({previous.__name__}, {cls.__name__})")
@@ -120,24 +122,3 @@ def parse_params(type_: str, params: Mapping[str, Any]) -> ActionParams:
         return cls.params.model_validate({"type": type_, **data})
     except ValidationError as e:
         raise ParamsError(type_, _problems(e)) from None
-
-
-def params_union() -> Any:
-    """The discriminated union (on `type`) of every registered parameters model, built-ins and plugins."""
-    load()
-    models = tuple(_registry[t].params for t in sorted(_registry))
-    if len(models) == 1:
-        return models[0]
-    return Annotated[Union[models], Field(discriminator="type")]  # noqa: UP007
-
-
-_adapters: dict[tuple[str, ...], TypeAdapter[Any]] = {}
-
-
-def params_adapter() -> TypeAdapter[Any]:
-    """A TypeAdapter over `params_union()`; errors locate the action type then the key."""
-    key = tuple(types())
-    adapter = _adapters.get(key)
-    if adapter is None:
-        adapter = _adapters[key] = TypeAdapter(params_union())
-    return adapter

@@ -25,9 +25,10 @@ from actions.protocol import (
     TransientError,
     run_timeout,
 )
-from actions.services import Services
+from actions.services import Services, WeeklySummary
 from actions.store import KeyValue
 from gpuevents import subjects as S
+from gpuevents.aio import backoff_delay, guarded_task, sleep_or_stop, stop_tasks
 from gpuevents.bus import Bus, BusError, Delivery
 from gpuevents.clock import Clock, SystemClock
 from gpuevents.config import Config
@@ -86,19 +87,13 @@ def redact(params: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def backoff_delay(attempt: int, base: float, cap: float, rng: random.Random | None = None) -> float:
-    """Exponential backoff with jitter: in [d/2, d] for d = min(cap, base * 2^(attempt-1))."""
-    d = min(cap, base * 2 ** max(attempt - 1, 0))
-    return float(d / 2 + (rng or random).uniform(0, d / 2))
-
-
 class ActionRunner:
     """Several runners may share the one durable consumer: JetStream spreads requests among them,
     and the KV ledger makes sure one request runs once, whoever gets it and however often."""
 
     def __init__(self, bus: Bus | None, config: Config, clock: Clock | None = None, *,
                  name: str = "runner", kv: KeyValue | None = None, concurrency: int = 16,
-                 ack_wait: float = 30.0) -> None:
+                 ack_wait: float = 30.0, report: WeeklySummary | None = None) -> None:
         self.bus = bus
         self.config = config
         self.clock: Clock = clock or SystemClock()
@@ -107,6 +102,7 @@ class ActionRunner:
         self.ack_wait = ack_wait
         self.durable = f"{config.engine.consumer}-actions"
         self._kv = kv
+        self._report = report
         self._services: Services | None = None
         self._ledger: Ledger | None = None
         self._instances: dict[str, Any] = {}
@@ -118,7 +114,7 @@ class ActionRunner:
             kv = self._kv
             if kv is None and self.bus is not None:
                 kv = await self.bus.kv()
-            self._services = Services(self.config, bus=self.bus, kv=kv, clock=self.clock)
+            self._services = Services(self.config, bus=self.bus, kv=kv, clock=self.clock, report=self._report)
             self._ledger = Ledger(self._services.kv, self.id)
         return self._services, self._ledger
 
@@ -319,7 +315,7 @@ class ActionRunner:
                                            ack_wait=self.ack_wait, max_deliver=-1,
                                            max_ack_pending=max(self.concurrency * 64, 1024))
         tasks: set[asyncio.Task[None]] = set()
-        pruner = asyncio.create_task(self._prune_forever())
+        pruner = guarded_task(self._prune_forever(stop), f"{self.id}: pruning the ledger")
         try:
             while not stop.is_set():
                 free = self.concurrency - len(tasks)
@@ -327,16 +323,17 @@ class ActionRunner:
                     await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
                     continue
                 for d in await consumer.fetch(free, timeout=0.5):
-                    task = asyncio.create_task(self._guarded(d))
+                    # A failure is logged by name and the delivery, never acked, comes back.
+                    task = guarded_task(self.handle(d), f"{self.id}: handling {d.subject}")
                     tasks.add(task)
                     task.add_done_callback(tasks.discard)
         finally:
-            pruner.cancel()
+            await stop_tasks([pruner], self.id)
             if tasks:
                 await asyncio.wait(tasks)
             await consumer.close()
 
-    async def _prune_forever(self) -> None:
+    async def _prune_forever(self, stop: asyncio.Event) -> None:
         _, ledger = await self._ready()
         while True:
             try:
@@ -346,14 +343,8 @@ class ActionRunner:
                              format_duration(LEDGER_KEEP_S))
             except Exception as e:  # never let housekeeping end the runner
                 log.warning("pruning the action ledger failed: %s: %s", type(e).__name__, e)
-            await asyncio.sleep(PRUNE_EVERY_S)
-
-    async def _guarded(self, delivery: Delivery) -> None:
-        try:
-            await self.handle(delivery)
-        except Exception:
-            log.exception("action runner %s: handling %s failed; it will be redelivered", self.id,
-                          delivery.subject)
+            if await sleep_or_stop(stop, PRUNE_EVERY_S):
+                return
 
 
 @contextlib.asynccontextmanager
@@ -366,17 +357,9 @@ async def _keep_alive(delivery: Delivery, every: float) -> AsyncIterator[None]:
             with contextlib.suppress(BusError):
                 await delivery.in_progress()
 
-    task = asyncio.create_task(beat())
+    task = guarded_task(beat(), f"keeping {delivery.subject} in progress")
     try:
         yield
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-
-async def publish_request(bus: Bus, request: ActionRequest) -> int:
-    """Hand a request to the runners (what the engine does): `gpuevents.act.<type>`, deduped by key."""
-    return await bus.js_publish(S.action_subject(request.type), request.model_dump_json().encode(),
-                                msg_id=f"act:{request.key}")
+        await stop_tasks([task], "action keep-alive")
 

@@ -1,7 +1,10 @@
-"""What actions share while a runner lives: the bus, the KV store, the clock, an HTTP session, a Kubernetes client."""
+"""What actions share while a runner lives: the bus, the KV store, the clock, an HTTP session, a Kubernetes client,
+and what the composition root hands in from the rest of the tree (the weekly usage summary)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -18,14 +21,20 @@ if TYPE_CHECKING:
 
 SERVICES_KEY = "shared"
 
+WeeklySummary = Callable[[Config, datetime, str | None, int], str | None]
+"""`(config, now, team, top_jobs)`: the week's usage up to `now` for `team` (None: the whole fleet) as Slack
+mrkdwn listing up to `top_jobs` idle jobs; None when that team recorded nothing; LookupError when nothing
+was recorded at all. The visibility code builds it from the rollups store; actions never import it."""
+
 
 class Services:
     """Created by the runner, closed with it; actions reach it with `services_of(ctx)`."""
 
     def __init__(self, config: Config, bus: Bus | None = None, kv: KeyValue | None = None,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, report: WeeklySummary | None = None) -> None:
         self.config = config
         self._bus = bus
+        self._report = report
         self.kv: KeyValue = kv if kv is not None else MemoryKv()
         self.clock: Clock = clock or SystemClock()
         self._http: aiohttp.ClientSession | None = None
@@ -41,6 +50,13 @@ class Services:
     @property
     def has_bus(self) -> bool:
         return self._bus is not None
+
+    @property
+    def report(self) -> WeeklySummary:
+        if self._report is None:
+            raise PermanentError("this action needs the weekly usage summary, and the runner has none "
+                                 "(the engine's runners have it)")
+        return self._report
 
     def http(self) -> aiohttp.ClientSession:
         if self._http is None or self._http.closed:

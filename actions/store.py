@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import hashlib
-import re
 from typing import Protocol
 
 from gpuevents.bus import KvEntry, KvExists, KvWrongRevision
-
-_KEY_SAFE = re.compile(r"[^A-Za-z0-9_\-]")
+from gpuevents.subjects import kv_token
 
 
 class KeyValue(Protocol):
@@ -59,7 +57,8 @@ class MemoryKv:
 
 
 def kv_key(*parts: str) -> str:
-    """A valid KV key from free text: readable tokens, plus a hash so distinct inputs never collide."""
+    """A KV key for `parts`: each but the last as a readable token (escaped as every KV key is, cut to 40
+    characters), then a digest of them all, so distinct inputs never collide and free text stays short."""
     digest = hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:24]
-    readable = ".".join(_KEY_SAFE.sub("_", p)[:40] or "_" for p in parts[:-1])
+    readable = ".".join(kv_token(p)[:40] for p in parts[:-1])
     return f"{readable}.{digest}" if readable else digest

@@ -12,13 +12,11 @@ from collections.abc import Callable, Mapping
 from pydantic import ValidationError
 
 from agent.sample import AccessDenied, LiveProcess, ProcessControl
-from gpuevents.commands import CREATE_TIME_TOLERANCE_S, KillCommand, KillOutcome, KillReply, Signal
+from gpuevents.commands import CREATE_TIME_TOLERANCE_S, KILL_WAIT_S, KillCommand, KillOutcome, KillReply, Signal
 from gpuevents.config import ProtectConfig
 
 log = logging.getLogger(__name__)
 
-#: how long to wait for the end after SIGKILL before answering anyway
-KILL_WAIT_S = 10.0
 #: the refusal when the OS will not let the agent read or signal the process
 ACCESS_DENIED = "access denied (the agent needs CAP_KILL / root)"
 

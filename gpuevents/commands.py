@@ -29,6 +29,10 @@ KillOutcome = Literal["killed", "exited", "gone", "refused"]
 # the requested create_time with the live one within this many seconds.
 CREATE_TIME_TOLERANCE_S = 1.0
 
+KILL_WAIT_S = 10.0
+"""How long the agent waits for a process to end after SIGKILL before it answers anyway; the kill action
+waits the grace plus this (plus a margin) for each answer."""
+
 
 class KillCommand(BaseModel):
     """Ask the agent to end one process: `signal`, then SIGKILL if it is still alive after `grace_s`.

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -12,6 +13,8 @@ from gpuevents import subjects as S
 from gpuevents.events import new_id
 
 EntityKind = Literal["node", "gpu", "process"]
+ActionUnit = Literal["entity", "node"]
+"""What an action's fleet share counts: the rule's entities, or their nodes (cordon acts on the node)."""
 Phase = Literal["fire", "repeat", "resolve"]
 Outcome = Literal["ok", "failed", "suppressed", "held", "dry_run", "refused"]
 Decision = Literal["run", "suppressed", "held", "refused", "dry_run"]
@@ -47,6 +50,23 @@ class ActionRequest(BaseModel):
     facts: dict[str, Any] = Field(default_factory=dict, description="entity facts for messages")
     created_at: datetime
     event_time: datetime | None = Field(None, description="when the triggering event was observed")
+
+
+class ActionMessage(NamedTuple):
+    """An action request as a JetStream message: subject, JSON payload, `Nats-Msg-Id`."""
+
+    subject: str
+    payload: bytes
+    msg_id: str
+
+
+_action_subject = functools.lru_cache(maxsize=256)(S.action_subject)
+
+
+def action_message(request: ActionRequest) -> ActionMessage:
+    """How a request goes to the runners: `gpuevents.act.<type>`, its JSON, and its `key` as the message id,
+    so a request published again (a commit retried after a restart) is stored once."""
+    return ActionMessage(_action_subject(request.type), request.model_dump_json().encode(), request.key)
 
 
 class AuditRecord(BaseModel):

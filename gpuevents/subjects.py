@@ -1,4 +1,4 @@
-"""NATS subjects and stream names (DESIGN §2), with a reversible escape for tokens that are not valid."""
+"""NATS subjects, stream names and KV keys (DESIGN §2), with one reversible escape for tokens that are not valid."""
 
 from __future__ import annotations
 
@@ -17,9 +17,10 @@ ACTIONS_ALL = f"{PREFIX}.act.>"
 AUDIT_ALL = f"{PREFIX}.audit.>"
 DLQ_ALL = f"{PREFIX}.dlq.>"
 
-# Kept as they are: letters, digits, '-' and '_'. Everything else, '%' included, becomes %XX of its
-# UTF-8 bytes, so any name maps to exactly one token and back.
-_SAFE = re.compile(r"[A-Za-z0-9_\-]")
+# Kept as they are: letters, digits, '-' and '_'. Everything else, the escape mark included, becomes
+# <mark>XX of its UTF-8 bytes, so any name maps to exactly one token and back. Subjects mark with '%';
+# KV keys, which do not allow '%', with '='.
+_UNSAFE = re.compile(r"[^A-Za-z0-9_\-]+")
 _ESCAPED = re.compile(r"((?:%[0-9A-F]{2})+)")
 
 
@@ -27,17 +28,21 @@ class SubjectError(ValueError):
     """A subject that is not one of ours."""
 
 
+def _escape(name: str, mark: str) -> str:
+    return _UNSAFE.sub(lambda m: "".join(f"{mark}{b:02X}" for b in m.group(0).encode("utf-8")), name)
+
+
 def escape_token(name: str) -> str:
     """`name` as one valid subject token; `unescape_token` reverses it."""
     if name == "":
         raise SubjectError("a subject token cannot be empty")
-    out: list[str] = []
-    for ch in name:
-        if _SAFE.fullmatch(ch):
-            out.append(ch)
-        else:
-            out.extend(f"%{b:02X}" for b in ch.encode("utf-8"))
-    return "".join(out)
+    return _escape(name, "%")
+
+
+def kv_token(name: str) -> str:
+    """`name` as one token of a KV key (keys are tokens joined by dots): the subject escape with `=XX`
+    for `%XX`, since a KV key may not hold `%`; `=` alone for the empty name."""
+    return _escape(name, "=") or "="
 
 
 def unescape_token(token: str) -> str:

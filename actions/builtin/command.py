@@ -7,7 +7,7 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from actions.procrun import run_argv
-from actions.protocol import ALL_KINDS, ActionContext, ActionParams, ActionResult, no_escape
+from actions.protocol import ALL_KINDS, ActionContext, ActionParams, ActionResult, ActionUnit, no_escape
 from actions.registry import register
 from gpuevents.durations import Duration
 
@@ -46,6 +46,7 @@ class CommandAction:
     params = CommandParams
     entity_kinds = ALL_KINDS
     destructive: ClassVar[bool] = True
+    unit: ClassVar[ActionUnit] = "entity"
     escape = staticmethod(no_escape)  # argv elements never meet a shell
 
     async def run(self, ctx: ActionContext) -> ActionResult:

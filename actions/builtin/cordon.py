@@ -11,7 +11,7 @@ from pydantic import Field, model_validator
 from actions.builtin.command import run_command
 from actions.builtin.kill import node_of
 from actions.kube import kube_errors
-from actions.protocol import ActionContext, ActionParams, ActionResult, no_escape
+from actions.protocol import ActionContext, ActionParams, ActionResult, ActionUnit, no_escape
 from actions.registry import register
 from actions.services import services_of
 from gpuevents.durations import Duration
@@ -99,6 +99,7 @@ class CordonAction:
     params = CordonParams
     entity_kinds = frozenset({"node", "gpu"})
     destructive: ClassVar[bool] = True
+    unit: ClassVar[ActionUnit] = "node"  # its fleet share counts nodes
     escape = staticmethod(no_escape)
 
     async def run(self, ctx: ActionContext) -> ActionResult:
@@ -111,6 +112,7 @@ class UncordonAction:
     params = UncordonParams
     entity_kinds = frozenset({"node", "gpu"})
     destructive: ClassVar[bool] = False
+    unit: ClassVar[ActionUnit] = "node"  # its fleet share counts nodes
     escape = staticmethod(no_escape)
 
     async def run(self, ctx: ActionContext) -> ActionResult:

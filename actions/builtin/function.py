@@ -12,6 +12,7 @@ from actions.protocol import (
     ActionContext,
     ActionParams,
     ActionResult,
+    ActionUnit,
     PermanentError,
     TransientError,
     no_escape,
@@ -55,6 +56,7 @@ class FunctionAction:
     params = FunctionParams
     entity_kinds = ALL_KINDS
     destructive: ClassVar[bool] = False
+    unit: ClassVar[ActionUnit] = "entity"
     escape = staticmethod(no_escape)
 
     async def run(self, ctx: ActionContext) -> ActionResult:

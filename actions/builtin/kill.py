@@ -11,15 +11,15 @@ from actions.protocol import (
     ActionContext,
     ActionParams,
     ActionResult,
+    ActionUnit,
     PermanentError,
     TransientError,
     no_escape,
 )
 from actions.registry import register
 from actions.services import services_of
-from agent import kill as agent_kill
 from gpuevents.bus import BusNoResponders, BusTimeout
-from gpuevents.commands import KILL_VERB, KillCommand, KillReply, KillTarget, Signal, kill_targets
+from gpuevents.commands import KILL_VERB, KILL_WAIT_S, KillCommand, KillReply, KillTarget, Signal, kill_targets
 from gpuevents.durations import Duration
 from gpuevents.records import ActionRequest
 from gpuevents.subjects import command_subject
@@ -37,7 +37,7 @@ class KillParams(ActionParams):
 def reply_timeout(p: KillParams) -> float:
     """How long the agent may take to answer one command: the grace, the wait after SIGKILL, a margin.
     The agent answers the commands of one action concurrently, so this bounds the whole action too."""
-    return p.grace + agent_kill.KILL_WAIT_S + REPLY_MARGIN_S
+    return p.grace + KILL_WAIT_S + REPLY_MARGIN_S
 
 
 def node_of(request: ActionRequest) -> str:
@@ -62,6 +62,7 @@ class KillAction:
     params = KillParams
     entity_kinds = frozenset({"process", "gpu"})
     destructive: ClassVar[bool] = True
+    unit: ClassVar[ActionUnit] = "entity"
     escape = staticmethod(no_escape)
 
     def run_timeout(self, params: ActionParams, default: float) -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import ClassVar, Literal
 
-from actions.protocol import ALL_KINDS, ActionContext, ActionParams, ActionResult, no_escape
+from actions.protocol import ALL_KINDS, ActionContext, ActionParams, ActionResult, ActionUnit, no_escape
 from actions.registry import register
 
 log = logging.getLogger("gpuevents.actions.log")
@@ -25,6 +25,7 @@ class LogAction:
     params = LogParams
     entity_kinds = ALL_KINDS
     destructive: ClassVar[bool] = False
+    unit: ClassVar[ActionUnit] = "entity"
     escape = staticmethod(no_escape)
 
     async def run(self, ctx: ActionContext) -> ActionResult:

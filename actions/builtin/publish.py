@@ -11,6 +11,7 @@ from actions.protocol import (
     ActionContext,
     ActionParams,
     ActionResult,
+    ActionUnit,
     PermanentError,
     TransientError,
     no_escape,
@@ -67,6 +68,7 @@ class PublishAction:
     params = PublishParams
     entity_kinds = ALL_KINDS
     destructive: ClassVar[bool] = False
+    unit: ClassVar[ActionUnit] = "entity"
     escape = staticmethod(no_escape)
 
     async def run(self, ctx: ActionContext) -> ActionResult:

@@ -16,6 +16,7 @@ from actions.protocol import (
     ActionContext,
     ActionParams,
     ActionResult,
+    ActionUnit,
     PermanentError,
     no_escape,
 )
@@ -107,6 +108,7 @@ class ScaleAction:
     params = ScaleParams
     entity_kinds = ALL_KINDS
     destructive: ClassVar[bool] = True
+    unit: ClassVar[ActionUnit] = "entity"
     escape = staticmethod(no_escape)
 
     async def run(self, ctx: ActionContext) -> ActionResult:

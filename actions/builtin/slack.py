@@ -21,6 +21,7 @@ from actions.protocol import (
     ActionContext,
     ActionParams,
     ActionResult,
+    ActionUnit,
     Deferred,
     PermanentError,
     TransientError,
@@ -98,6 +99,7 @@ class SlackAction:
     params = SlackParams
     entity_kinds = ALL_KINDS
     destructive: ClassVar[bool] = False
+    unit: ClassVar[ActionUnit] = "entity"
     escape = staticmethod(fmt.escape)
 
     def __init__(self) -> None:

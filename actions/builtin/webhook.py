@@ -15,6 +15,7 @@ from actions.protocol import (
     ActionContext,
     ActionParams,
     ActionResult,
+    ActionUnit,
     PermanentError,
     TransientError,
 )
@@ -74,6 +75,7 @@ class WebhookAction:
     params = WebhookParams
     entity_kinds = ALL_KINDS
     destructive: ClassVar[bool] = False
+    unit: ClassVar[ActionUnit] = "entity"
     escape = staticmethod(json_escape)  # string bodies are JSON; headers get no raw CR/LF either
 
     async def run(self, ctx: ActionContext) -> ActionResult:

@@ -16,6 +16,7 @@ from gpuevents.costs import CostModel
 from gpuevents.yamlpos import LocatedError
 from rules.visibility.render import render
 from rules.visibility.store import UsageStore
+from rules.visibility.summary import summary_text
 from rules.visibility.weekly import NO_TEAM_LABEL, WeeklyReport, build_report, week_ending
 
 
@@ -46,6 +47,18 @@ def make_report(config: Config, now: datetime, team: str | None = None) -> tuple
         timezone=config.engine.timezone, team=team,
     )
     return report, costs
+
+
+def weekly_summary(config: Config, now: datetime, team: str | None, top_jobs: int) -> str | None:
+    """The `report` action's message for `team` (None: the fleet), handed to actions as `Services.report`:
+    None when that team recorded nothing this week; LookupError when there is no rollups store."""
+    try:
+        report, costs = make_report(config, now, team)
+    except NoUsageError as e:
+        raise LookupError(str(e)) from None
+    if team is not None and not report.teams:
+        return None
+    return summary_text(report, costs, top_jobs)
 
 
 def report_command(

@@ -78,6 +78,7 @@ def engine_parts(config: Config, bus: Bus, clock: Clock) -> dict[str, Callable[[
     """The engine, its in-process action runners, its usage recorder and dashboard."""
     from actions import registry
     from actions.runner import ActionRunner
+    from gpuevents.cli.report import weekly_summary
     from rules.engine.service import Engine
 
     unknown = sorted(set(config.engine.limits) - set(registry.types()))
@@ -88,7 +89,7 @@ def engine_parts(config: Config, bus: Bus, clock: Clock) -> dict[str, Callable[[
     start_metrics(config.engine.metrics_port, engine.metrics.registry)
     parts: dict[str, Callable[[asyncio.Event], Awaitable[Any]]] = {"engine": engine.run}
     for i in range(config.engine.runners):
-        runner = ActionRunner(bus, config, clock, name=f"runner{i}")
+        runner = ActionRunner(bus, config, clock, name=f"runner{i}", report=weekly_summary)
         parts[f"runner{i}"] = runner.run
     if config.engine.dashboard_port is not None:
         parts["dashboard"] = lambda stop: _dashboard(engine, config.engine.dashboard_port or 0, stop)
@@ -127,10 +128,12 @@ async def run_engine(config: Config, clock: Clock | None = None) -> None:
 
 async def run_runners(config: Config, count: int, clock: Clock | None = None) -> None:
     from actions.runner import ActionRunner
+    from gpuevents.cli.report import weekly_summary
 
     clock = clock or SystemClock()
     await _run_connected(config, f"runner-{config.cluster}", lambda bus: {
-        f"runner{i}": ActionRunner(bus, config, clock, name=f"runner{i}").run for i in range(count)})
+        f"runner{i}": ActionRunner(bus, config, clock, name=f"runner{i}", report=weekly_summary).run
+        for i in range(count)})
 
 
 def demo_config(config: Config) -> Config:

@@ -10,13 +10,12 @@ from gpuevents.records import Decision
 from rules.lang.model import CompiledAction, Rule
 
 HOUR_S = 3600.0
-NODE_TARGET_TYPES = frozenset({"cordon", "uncordon"})
-"""Actions that act on the entity's node: their fleet share is counted in nodes, whatever the rule's kind."""
 
 
-def target_unit(action_type: str, rule_kind: str) -> str:
-    """What an action's fleet share counts: `node` for cordon/uncordon, else entities of the rule's kind."""
-    return "node" if action_type in NODE_TARGET_TYPES else rule_kind
+def target_unit(action: CompiledAction, rule_kind: str) -> str:
+    """What an action's fleet share counts: `node` for an action whose class declares `unit = "node"`
+    (cordon/uncordon act on the entity's node), else entities of the rule's kind."""
+    return "node" if action.unit == "node" else rule_kind
 
 
 class Limiter:
@@ -46,10 +45,10 @@ class Limiter:
             keys.add(entity_key)
         else:
             keys.discard(entity_key)
-        for t in {a.type for a in rule.actions}:
-            unit = target_unit(t, rule.kind)
+        for a in {a.type: a for a in rule.actions}.values():
+            unit = target_unit(a, rule.kind)
             target = (node_key or entity_key) if unit == "node" else entity_key
-            counts = self._firing_type.setdefault((t, unit), {})
+            counts = self._firing_type.setdefault((a.type, unit), {})
             n = counts.get(target, 0) + (1 if firing else -1)
             if n > 0:
                 counts[target] = n
@@ -85,7 +84,7 @@ class Limiter:
                     return "held", (f"{n} of {total} {rule.kind} entities ({share:.1f}%) are firing {rule.name}, "
                                     f"over max_fleet_pct {pct:g}%")
             fleet = self.engine_limits.get(action.type)
-            unit = target_unit(action.type, rule.kind)
+            unit = target_unit(action, rule.kind)
             total = totals.get(unit, 0)
             if fleet is not None and fleet.max_fleet_pct is not None and total > 0:
                 n = len(self._firing_type.get((action.type, unit), {}))

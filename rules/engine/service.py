@@ -24,7 +24,7 @@ from gpuevents.bus import Bus, BusError, Consumer, Delivery, KvExists, KvWrongRe
 from gpuevents.clock import Clock, SystemClock
 from gpuevents.config import Config
 from gpuevents.events import Event, NodeSnapshot, SnapshotEvent, decode_event
-from gpuevents.records import ActionRequest, AuditRecord, audit_messages, decode_audit
+from gpuevents.records import ActionRequest, AuditRecord, action_message, audit_messages, decode_audit
 from gpuevents.yamlpos import LocatedError
 from rules.core.core import Core, Snooze, StepResult, Sweep, Tick
 from rules.core.incidents import Incident, Transition
@@ -457,8 +457,7 @@ class Engine:
             self.metrics.eval_errors.labels(rule=p.rule).inc()
             log.warning("rule %s: condition failed on %s (counted as false; reported once): %s",
                         p.rule, p.entity_id, p.message)
-        items = [PublishItem(_action_subject(r.type), r.model_dump_json().encode(), msg_id=r.key)
-                 for r in result.actions]
+        items = [PublishItem(*action_message(r)) for r in result.actions]
         items += _audit_items(map(transition_record, result.transitions))
         incidents: dict[str, Incident | None] = {}
         for inc in result.incidents:

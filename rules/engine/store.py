@@ -4,23 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from typing import Generic, TypeVar
 
 from pydantic import BaseModel
 
 from gpuevents.bus import Kv, KvExists, KvWrongRevision
+from gpuevents.subjects import kv_token
 
 log = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=BaseModel)
-
-_KV_SAFE = re.compile(r"[^A-Za-z0-9_\-]")
-
-
-def kv_token(text: str) -> str:
-    """`text` as one KV key token: letters, digits, `-`, `_` kept, the rest as `=XX` (reversible)."""
-    return _KV_SAFE.sub(lambda m: "".join(f"={b:02X}" for b in m.group(0).encode()), text) or "="
 
 
 def incident_key(rule: str, entity_id: str) -> str:

@@ -16,7 +16,6 @@ from gpuevents.yamlpos import Located, LocatedError, YamlDoc, parse_yaml
 from rules.lang import calendars
 from rules.lang.expr import ExprError, compile_condition, parse_expression
 from rules.lang.model import (
-    DESTRUCTIVE_TYPES,
     ActionSpec,
     CompiledAction,
     Rule,
@@ -236,9 +235,9 @@ def _compile_actions(
             line = doc.line_of((*path, *p)) + max(0, err.line - 1)
             key = ".".join(str(x) for x in p)
             problems.append(Located(doc.file, line, f"{key}: {err}"))
-        destructive = bool(getattr(cls, "destructive", False)) or spec.type in DESTRUCTIVE_TYPES
-        out.append(CompiledAction(type=spec.type, index=idx, params=tree, destructive=destructive,
-                                  line=doc.line_of(path)))
+        out.append(CompiledAction(type=spec.type, index=idx, params=tree,
+                                  destructive=bool(getattr(cls, "destructive", False)),
+                                  unit=getattr(cls, "unit", "entity"), line=doc.line_of(path)))
     return out
 
 

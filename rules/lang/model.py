@@ -11,12 +11,12 @@ from apscheduler.triggers.cron import CronTrigger
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpuevents.durations import Duration
+from gpuevents.records import ActionUnit
 from rules.lang.expr import Condition
 from rules.lang.templates import ParamTree
 
 EntityKind = Literal["node", "gpu", "process"]
 NAME_PATTERN = r"^[a-z0-9][a-z0-9-]*$"
-DESTRUCTIVE_TYPES = frozenset({"kill", "cordon", "scale", "command"})
 
 
 class RuleLimits(BaseModel):
@@ -104,13 +104,17 @@ def cron_trigger(expr: str, tz: tzinfo) -> CronTrigger:
 
 @dataclass(frozen=True)
 class CompiledAction:
-    """An action of a rule, ready to render: its templates compiled with the destination's escaping."""
+    """An action of a rule, ready to render: its templates compiled with the destination's escaping.
+
+    `destructive` and `unit` (what its fleet share counts: the rule's entities or their nodes) are what
+    the action's class declares."""
 
     type: str
     index: int
     params: dict[str, ParamTree]
     destructive: bool
     line: int = 0
+    unit: ActionUnit = "entity"
 
 
 @dataclass(frozen=True, eq=False)

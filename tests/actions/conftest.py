@@ -12,7 +12,7 @@ import pytest
 from gpuevents import subjects as S
 from gpuevents.bus import Bus
 from gpuevents.config import Config
-from gpuevents.records import ActionRequest, AuditRecord, decode_audit
+from gpuevents.records import ActionRequest, AuditRecord, action_message, decode_audit
 from tests.actions.fakes import FakeKubernetes, FakeSlack, FakeWebhook, SlackUser
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
@@ -43,6 +43,12 @@ def make_request(type_: str, params: dict[str, Any] | None = None, *, key: str |
         "rule": rule, "entity_id": entity_id, "entity_kind": entity_kind, "node": node,
         "incident_id": f"inc-{_counter}", "created_at": T0, "facts": facts or {}, **extra,
     })
+
+
+async def publish_request(bus: Bus, request: ActionRequest) -> int:
+    """Hand a request to the runners as the engine does (`action_message`: the key is the message id)."""
+    subject, payload, msg_id = action_message(request)
+    return await bus.js_publish(subject, payload, msg_id=msg_id)
 
 
 def process_facts(*procs: tuple[int, str, str], node: str = "n1") -> dict[str, Any]:

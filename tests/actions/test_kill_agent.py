@@ -165,6 +165,7 @@ async def test_two_stuck_processes_on_a_gpu_are_handled_at_once_and_each_signall
     # Shrunk to keep the test short; the proportions are the real ones: the agent may spend
     # grace + KILL_WAIT_S on each command, more than grace + the margin.
     monkeypatch.setattr(agent_kill, "KILL_WAIT_S", 1.0)
+    monkeypatch.setattr(kill_action, "KILL_WAIT_S", 1.0)
     monkeypatch.setattr(kill_action, "REPLY_MARGIN_S", 0.8)
     first = await children.start(sys.executable, "-c", IGNORES_TERM, wait_ready=True)
     second = await children.start(sys.executable, "-c", IGNORES_TERM, wait_ready=True)

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
-from pydantic import ValidationError
 
 from actions import registry
+from actions.protocol import ActionParams
 from actions.runner import ActionRunner
 from tests.actions.conftest import make_config, make_request
 
@@ -23,13 +24,23 @@ def test_the_example_plugin_is_registered_through_its_entry_point() -> None:
     assert "example.jsonl" in registry.types() and "slack" in registry.types()
 
 
-def test_plugin_parameters_join_the_discriminated_union() -> None:
-    adapter = registry.params_adapter()
-    params = adapter.validate_python({"type": "example.jsonl", "path": "/tmp/x.jsonl"})
+def test_plugin_parameters_are_checked_by_the_plugins_own_model() -> None:
+    params = registry.parse_params("example.jsonl", {"path": "/tmp/x.jsonl"})
     assert type(params).__name__ == "JsonLinesParams"
-    with pytest.raises(ValidationError) as caught:
-        adapter.validate_python({"type": "example.jsonl"})
-    assert [e["loc"] for e in caught.value.errors()] == [("example.jsonl", "path")]
+    with pytest.raises(registry.ParamsError) as caught:
+        registry.parse_params("example.jsonl", {})
+    assert [loc for loc, _ in caught.value.problems] == ["path"]
+
+
+def test_a_unit_that_is_neither_entity_nor_node_is_refused_at_registration() -> None:
+    class Odd:
+        type: ClassVar[str] = "odd-unit-test"
+        params = ActionParams
+        unit = "gpu"
+
+    with pytest.raises(TypeError, match="unit must be one of entity, node"):
+        registry.register(Odd)
+    assert "odd-unit-test" not in registry.types()
 
 
 async def test_the_example_plugin_runs_through_the_runner(tmp_path: Path) -> None:

@@ -7,11 +7,11 @@ from collections import Counter
 
 import pytest
 
-from actions.runner import ActionRunner, backoff_delay, publish_request, redact
+from actions.runner import ActionRunner, redact
 from gpuevents import subjects as S
 from gpuevents.bus import Bus
 from gpuevents.commands import KillCommand, KillReply
-from tests.actions.conftest import audit_records, make_config, make_request, process_facts
+from tests.actions.conftest import audit_records, make_config, make_request, process_facts, publish_request
 from tests.actions.fakes import FakeWebhook
 from tests.waiting import wait_for
 
@@ -216,15 +216,6 @@ async def test_a_malformed_request_goes_to_the_dead_letter_queue(bus: Bus) -> No
     assert await wait_for(dead_letters, what="a dead letter") == [b'{"not": "a request"}']
     stop.set()
     await loop
-
-
-def test_backoff_grows_exponentially_with_jitter_and_a_cap() -> None:
-    import random
-
-    rng = random.Random(1)
-    delays = [backoff_delay(n, 2.0, 30.0, rng) for n in range(1, 7)]
-    assert 1.0 <= delays[0] <= 2.0 and 2.0 <= delays[1] <= 4.0 and 8.0 <= delays[3] <= 16.0
-    assert all(15.0 <= d <= 30.0 for d in delays[4:])
 
 
 def test_secrets_are_masked_in_the_audit() -> None:

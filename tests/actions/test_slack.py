@@ -7,10 +7,10 @@ import json
 import pytest
 
 from actions.builtin import slack as slack_module
-from actions.runner import ActionRunner, publish_request
+from actions.runner import ActionRunner
 from gpuevents.bus import Bus
 from gpuevents.records import AuditRecord
-from tests.actions.conftest import T0, audit_records, make_config, make_request
+from tests.actions.conftest import T0, audit_records, make_config, make_request, publish_request
 from tests.actions.fakes import FakeSlack, Injected
 from tests.waiting import wait_for
 

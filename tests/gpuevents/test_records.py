@@ -1,10 +1,10 @@
-"""Audit messages: a batch's records grouped by rule, split by size, and read back."""
+"""Action requests and audit messages on the wire: subjects, message ids, grouping by rule, reading back."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from gpuevents.records import AuditRecord, audit_messages, decode_audit
+from gpuevents.records import ActionRequest, AuditRecord, action_message, audit_messages, decode_audit
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 
@@ -40,3 +40,12 @@ def test_unreadable_lines_are_left_out() -> None:
     good = record("idle", 0)
     payload = b"\n".join([b"{not json", good.model_dump_json().encode(), b"", b'{"kind": "nonsense"}'])
     assert decode_audit(payload) == [good]
+
+
+def test_an_action_request_goes_out_under_its_key_as_message_id() -> None:
+    request = ActionRequest.model_validate({
+        "key": "inc-1:fire:0:0", "type": "acme.preempt", "params": {}, "rule": "r", "entity_id": "n1/gpu0",
+        "entity_kind": "gpu", "incident_id": "inc-1", "created_at": "2026-01-05T00:00:00Z"})
+    subject, payload, msg_id = action_message(request)
+    assert (subject, msg_id) == ("gpuevents.act.acme.preempt", "inc-1:fire:0:0")
+    assert ActionRequest.model_validate_json(payload) == request

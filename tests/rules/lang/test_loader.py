@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar, Literal
 
 import pytest
 
+from actions import registry
+from actions.protocol import ALL_KINDS, ActionParams, ActionUnit, no_escape
 from gpuevents.yamlpos import LocatedError
 from rules.lang.loader import load_rule_set
 from tests.rules.helpers import rules_from
@@ -171,3 +174,42 @@ def test_the_library_loads() -> None:
     rs = load_rule_set([lib, lib / "demo"])
     assert {"idle-gpu-2h", "idle-gpu-4h-kill", "process-older-24h", "ghost-process-dm", "ghost-process-kill",
             "holiday-cordon-cn", "staging-weekend-scale-down", "gpu-hot-10m"} <= set(rs.by_name)
+
+
+NATURES = """\
+rules:
+  - name: hot
+    entity: gpu
+    when: gpu.temp_c > 85
+    actions: [{type: cordon}, {type: kill}, {type: log, message: hot}, {type: drain-test}]
+    on_resolve: [{type: uncordon}]
+"""
+
+
+class _DrainParams(ActionParams):
+    type: Literal["drain-test"] = "drain-test"
+
+
+class _DrainAction:
+    """A plugin's action, declared as a built-in declares its nature."""
+
+    type: ClassVar[str] = "drain-test"
+    params = _DrainParams
+    entity_kinds = ALL_KINDS
+    destructive: ClassVar[bool] = True
+    unit: ClassVar[ActionUnit] = "node"
+    escape = staticmethod(no_escape)
+
+
+@pytest.fixture
+def drain_plugin(monkeypatch: pytest.MonkeyPatch) -> None:
+    registry.load()
+    monkeypatch.setattr(registry, "_registry", dict(registry._registry))
+    registry.register(_DrainAction)
+
+
+def test_an_actions_nature_is_what_its_class_declares_plugins_included(tmp_path: Path, drain_plugin: None) -> None:
+    rule = rules_from(tmp_path, NATURES).by_name["hot"]
+    assert [(a.type, a.destructive, a.unit) for a in rule.actions] == [
+        ("cordon", True, "node"), ("kill", True, "entity"), ("log", False, "entity"), ("drain-test", True, "node")]
+    assert [(a.type, a.destructive, a.unit) for a in rule.on_resolve] == [("uncordon", False, "node")]

@@ -1,104 +1,40 @@
-"""Conditions: Jinja2 expression syntax, parsed once by Jinja2 and compiled to one Python function.
+"""The condition compiler: a Jinja2 expression tree, checked against the allow-list, as one Python function.
 
-The compiler accepts an allow-list of node types, filters, tests, helpers and methods; anything else is a
-load error with its location. The generated code does what Jinja2's own code generator emits for the same
-tree (the sandbox's `getattr`/`getitem`, Jinja2's filter and test functions), minus the per-call runtime,
-so results equal the sandboxed `compile_expression` (a property test compares the two).
+The generated code does what Jinja2's own code generator emits for the same tree (the sandbox's
+`getattr`/`getitem`, Jinja2's filter and test functions), minus the per-call runtime, so results equal the
+sandboxed `compile_expression` (a property test compares the two). The compiler also finds whether a
+condition depends on the time (`now`, a calendar helper, an `*_for_s` or other time field).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import tzinfo
 from typing import Any
 
-from jinja2 import StrictUndefined, TemplateSyntaxError, Undefined, nodes
-from jinja2.parser import Parser
-from jinja2.runtime import new_context
-from jinja2.sandbox import SandboxedEnvironment
+from jinja2 import Undefined, nodes
 from jinja2.utils import _PassArg
 
 from gpuevents.durations import DurationError, parse_duration
 from rules.lang import calendars
-from rules.lang.views import (
-    FIELDS_OF,
-    TIME_FIELDS,
-    EntityView,
-    EvalClock,
-    GpuView,
-    NodeView,
-    ProcessView,
+from rules.lang.expr import runtime as rt
+from rules.lang.expr.names import (
+    CLOCK_KEY,
+    ENTITY_NAMES,
+    FILTERS,
+    HELPERS,
+    METHODS,
+    TESTS,
+    UNSAFE_ATTRS,
+    ExprError,
+    parse_expression,
 )
+from rules.lang.views import FIELDS_OF, TIME_FIELDS
 
-CLOCK_KEY = "$clock"
-"""Where a context dict holds its EvalClock."""
-
-CONDITION_ENV = SandboxedEnvironment(undefined=StrictUndefined)
-"""Jinja2's sandbox as conditions are defined by: it parses them, and compiled conditions equal its results."""
-
-_VIEW_FIELDS: dict[type, frozenset[str]] = {
-    GpuView: FIELDS_OF["gpu"], ProcessView: FIELDS_OF["process"], NodeView: FIELDS_OF["node"],
-    EntityView: FIELDS_OF["entity"],
-}
-
-
-class _ConditionEnv(SandboxedEnvironment):
-    """The sandbox with a shortcut for a view's public field, which it would reach the long way.
-
-    The sandbox's `getitem(view, "idle")` tries `view["idle"]` (a TypeError: views are not subscriptable),
-    then `getattr`, then checks that the value is safe: a public field of a plain object always is. The
-    shortcut returns the same value without raising and catching that TypeError (filters like `selectattr`
-    and `map(attribute=)` look every item up this way)."""
-
-    def getitem(self, obj: Any, argument: Any) -> Any:
-        fields = _VIEW_FIELDS.get(type(obj))
-        if fields is not None and type(argument) is str and argument in fields:
-            try:
-                return getattr(obj, argument)
-            except AttributeError:
-                pass
-        return super().getitem(obj, argument)
-
-
-_FAST_ENV = _ConditionEnv(undefined=StrictUndefined)
-_JCTX = new_context(_FAST_ENV, None, {})
-
-ENTITY_NAMES: dict[str, frozenset[str]] = {
-    "gpu": frozenset({"gpu", "node", "entity"}),
-    "process": frozenset({"process", "node", "gpus", "entity"}),
-    "node": frozenset({"node", "gpus", "entity"}),
-}
-HELPERS = frozenset({"duration", "is_weekend", "is_workday", "is_holiday", "in_window"})
-TIME_HELPERS = frozenset({"is_weekend", "is_workday", "is_holiday", "in_window"})
-
-FILTERS = frozenset({
-    "abs", "attr", "count", "d", "default", "first", "float", "int", "join", "last", "length", "list",
-    "lower", "map", "max", "min", "reject", "rejectattr", "replace", "round", "select", "selectattr",
-    "sort", "string", "sum", "trim", "unique", "upper",
-})
-TESTS = frozenset({
-    "boolean", "defined", "divisibleby", "eq", "equalto", "even", "false", "float", "ge", "gt",
-    "greaterthan", "in", "integer", "iterable", "le", "lower", "lt", "lessthan", "mapping", "ne", "none",
-    "number", "odd", "sameas", "sequence", "string", "true", "undefined", "upper",
-})
-METHODS = frozenset({
-    "startswith", "endswith", "lower", "upper", "strip", "split", "get", "keys", "values", "items",
-    "weekday", "isoweekday", "date", "time", "isoformat",
-})
-_UNSAFE_ATTRS = frozenset({"mro", "gi_frame", "gi_code", "cr_frame", "cr_code", "ag_code", "ag_frame", "format", "format_map"})
 _BINOPS = {"Add": "+", "Sub": "-", "Mul": "*", "Div": "/", "FloorDiv": "//", "Mod": "%", "Pow": "**"}
 _CMP = {"eq": "==", "ne": "!=", "gt": ">", "gteq": ">=", "lt": "<", "lteq": "<=", "in": "in", "notin": "not in"}
 _CONST_TYPES = (int, float, str, bool, type(None))
-_MISS = object()
-
-
-class ExprError(ValueError):
-    """An expression that does not compile; `line` is 1-based within the expression."""
-
-    def __init__(self, message: str, line: int = 1) -> None:
-        super().__init__(message)
-        self.line = line
 
 
 @dataclass(frozen=True)
@@ -111,75 +47,6 @@ class Condition:
     time_dependent: bool
     names: frozenset[str]
     python: str
-
-
-def parse_expression(source: str) -> nodes.Expr:
-    """Jinja2's own parse of one expression (what `compile_expression` does)."""
-    try:
-        parser = Parser(CONDITION_ENV, source, state="variable")
-        expr = parser.parse_expression()
-        if not parser.stream.eos:
-            tok = parser.stream.current
-            raise TemplateSyntaxError(f"unexpected {tok.value!r} after the expression", tok.lineno, None, None)
-    except TemplateSyntaxError as e:
-        raise ExprError(f"syntax error: {e.message}", e.lineno) from None
-    return expr
-
-
-_DICT_ATTRS = frozenset(dir(dict))
-
-
-def _getattr(obj: Any, name: str) -> Any:
-    """The sandbox's getattr: the attribute, else the item, else undefined."""
-    try:
-        return getattr(obj, name)
-    except AttributeError:
-        pass
-    try:
-        return obj[name]
-    except (TypeError, LookupError):
-        return CONDITION_ENV.undefined(obj=obj, name=name)
-
-
-def _getattr_mapping(obj: Any, name: str) -> Any:
-    """`_getattr` with a fast path for a dict and a name that is no dict attribute (`labels.env`)."""
-    if type(obj) is dict:
-        value = obj.get(name, _MISS)
-        return value if value is not _MISS else CONDITION_ENV.undefined(obj=obj, name=name)
-    return _getattr(obj, name)
-
-
-def _u2n(value: Any) -> Any:
-    return None if isinstance(value, Undefined) else value
-
-
-def _str_join(seq: tuple[Any, ...]) -> str:
-    return "".join(map(str, seq))
-
-
-def _select_attr(value: Any, attr: str, keep: bool) -> Iterator[Any]:
-    """`selectattr(attr)` (keep) / `rejectattr(attr)`: Jinja2's `select_or_reject` with no test, unrolled."""
-    if value:
-        get = _FAST_ENV.getitem
-        for item in value:
-            if bool(get(item, attr)) is keep:
-                yield item
-
-
-def _select(value: Any, keep: bool) -> Iterator[Any]:
-    """`select` (keep) / `reject` with no test: Jinja2's `select_or_reject`, unrolled."""
-    if value:
-        for item in value:
-            if bool(item) is keep:
-                yield item
-
-
-def _map_attr(value: Any, attr: str) -> Iterator[Any]:
-    """`map(attribute=attr)`: Jinja2's `sync_do_map` with an attribute and no default, unrolled."""
-    if value:
-        get = _FAST_ENV.getitem
-        for item in value:
-            yield get(item, attr)
 
 
 def _simple_attr(node: nodes.Node) -> bool:
@@ -195,17 +62,17 @@ class _Compiler:
         self.names = ENTITY_NAMES[kind] | {"now"}
         self.tz = tz
         self.ns: dict[str, Any] = {
-            "_ga": _getattr,
-            "_gad": _getattr_mapping,
-            "_gi": _FAST_ENV.getitem,
-            "_env": _FAST_ENV,
-            "_selattr": _select_attr,
-            "_sel": _select,
-            "_mapattr": _map_attr,
+            "_ga": rt.sandbox_getattr,
+            "_gad": rt.getattr_mapping,
+            "_gi": rt.FAST_ENV.getitem,
+            "_env": rt.FAST_ENV,
+            "_selattr": rt.select_attr,
+            "_sel": rt.select,
+            "_mapattr": rt.map_attr,
             "_Undefined": Undefined,
-            "_jctx": _JCTX,
-            "_u2n": _u2n,
-            "_join": _str_join,
+            "_jctx": rt.JINJA_CONTEXT,
+            "_u2n": rt.undefined_to_none,
+            "_join": rt.str_join,
             "_tz": tz,
             "_cal": calendars,
         }
@@ -252,7 +119,7 @@ class _Compiler:
 
     def v_Getattr(self, node: nodes.Getattr) -> str:
         attr = node.attr
-        if attr.startswith("_") or attr in _UNSAFE_ATTRS:
+        if attr.startswith("_") or attr in UNSAFE_ATTRS:
             raise self.fail(node, f"attribute {attr!r} is not allowed")
         if isinstance(node.node, nodes.Name) and node.node.name in FIELDS_OF:
             fields = FIELDS_OF[node.node.name]
@@ -265,7 +132,7 @@ class _Compiler:
         obj = self.visit(node.node)
         if isinstance(node.node, nodes.Name) and node.node.name in FIELDS_OF:
             return f"{obj}.{attr}"  # a view's field, checked above: plain attribute access
-        if attr in _DICT_ATTRS:
+        if attr in rt.DICT_ATTRS:
             return f"_ga({obj}, {attr!r})"
         return f"_gad({obj}, {attr!r})"
 
@@ -350,7 +217,7 @@ class _Compiler:
         fast = self._fast_filter(node)
         if fast is not None:
             return fast
-        return self._filter_or_test(node, _FAST_ENV.filters, FILTERS, "filter")
+        return self._filter_or_test(node, rt.FAST_ENV.filters, FILTERS, "filter")
 
     def _fast_filter(self, node: nodes.Filter) -> str | None:
         """The common filters with their usual arguments as direct Python, with Jinja2's exact semantics."""
@@ -374,7 +241,7 @@ class _Compiler:
         return None
 
     def v_Test(self, node: nodes.Test) -> str:
-        return self._filter_or_test(node, _FAST_ENV.tests, TESTS, "test")
+        return self._filter_or_test(node, rt.FAST_ENV.tests, TESTS, "test")
 
     def v_Call(self, node: nodes.Call) -> str:
         target = node.node
@@ -446,18 +313,3 @@ def compile_condition(source: str, kind: str, tz: tzinfo) -> Condition:
         python=code,
     )
 
-
-def jinja_names(ctx: Mapping[str, Any], tz: tzinfo) -> dict[str, Any]:
-    """The same context as Jinja2 names (with helpers as callables), for `compile_expression` and templates."""
-    clock: EvalClock = ctx[CLOCK_KEY]
-    out = {k: v for k, v in ctx.items() if k != CLOCK_KEY}
-    day = clock.local(tz).date()
-    out.update(
-        now=clock.local(tz),
-        duration=parse_duration,
-        is_weekend=lambda: day.weekday() >= 5,
-        is_workday=lambda country: calendars.is_workday(country, day),
-        is_holiday=lambda country: calendars.is_holiday(country, day),
-        in_window=lambda spec: calendars.in_window(spec, clock.utc, tz),
-    )
-    return out

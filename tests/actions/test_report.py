@@ -1,4 +1,6 @@
-"""The `report` action: each team's weekly summary posted to its channel, through the real Slack client."""
+"""The `report` action: each team's weekly summary posted to its channel, through the real Slack client.
+
+The summary comes from the rollups store through `Services.report`, as the composition root wires it."""
 
 from __future__ import annotations
 
@@ -9,12 +11,13 @@ import pytest
 from pydantic import ValidationError
 
 from actions import registry
+from actions.builtin.report import ReportAction, ReportParams
 from actions.protocol import ActionContext, PermanentError
 from actions.services import Services
+from gpuevents.cli.report import weekly_summary
 from gpuevents.clock import ManualClock
 from gpuevents.config import Config
 from gpuevents.records import ActionRequest
-from rules.visibility.report_action import ReportAction, ReportParams
 from tests.actions.fakes import FakeSlack
 from tests.rules.visibility.test_report import COSTS, NOW, _fill
 
@@ -29,12 +32,12 @@ async def slack() -> AsyncIterator[FakeSlack]:
         await server.close()
 
 
-def _ctx(config: Config, params: dict[str, object]) -> ActionContext:
+def _ctx(config: Config, params: dict[str, object], wired: bool = True) -> ActionContext:
     request = ActionRequest.model_validate({
         "key": "inc-1:fire:0:0", "type": "report", "params": {"type": "report", **params}, "rule": "weekly-report",
         "entity_id": "n1", "entity_kind": "node", "incident_id": "inc-1", "created_at": NOW,
     })
-    services = Services(config, clock=ManualClock(NOW))
+    services = Services(config, clock=ManualClock(NOW), report=weekly_summary if wired else None)
     return ActionContext(request=request, params=ReportParams.model_validate(request.params), config=config,
                          services=services.as_dict())
 
@@ -94,3 +97,9 @@ async def test_without_a_token_the_summaries_are_printed(
 async def test_no_usage_store_is_a_permanent_error(tmp_path: Path) -> None:
     with pytest.raises(PermanentError, match="no usage recorded yet"):
         await ReportAction().run(_ctx(_config(tmp_path / "missing.sqlite"), {"to": "#x"}))
+
+
+async def test_a_runner_without_the_summary_refuses_for_good(tmp_path: Path) -> None:
+    _fill(tmp_path / "u.sqlite")
+    with pytest.raises(PermanentError, match="needs the weekly usage summary"):
+        await ReportAction().run(_ctx(_config(tmp_path / "u.sqlite"), {"to": "#x"}, wired=False))

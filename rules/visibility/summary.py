@@ -1,0 +1,31 @@
+"""The weekly report as a short Slack summary: what the `report` action posts to each team's channel."""
+
+from __future__ import annotations
+
+from actions import slack_format as fmt
+from gpuevents.costs import CostModel
+from rules.visibility.weekly import WeeklyReport, team_label
+
+
+def summary_text(report: WeeklyReport, costs: CostModel, top_jobs: int) -> str:
+    """The weekly summary as Slack mrkdwn; names from machines are escaped."""
+    e = fmt.escape
+    f = costs.format
+    fl = report.fleet
+    who = "the fleet" if report.team is None else f"team *{e(team_label(report.team))}*"
+    util = "–" if fl.util_pct is None else f"{fl.util_pct:.0f}%"
+    lines = [
+        f"*Weekly GPU usage for {who}* ({report.since:%b %d} – {report.until:%b %d})",
+        f"{fl.busy_h:,.1f} GPU-hours busy · utilization {util} · total cost {f(fl.cost)}",
+        f":warning: Held idle: {fl.held_idle_h:,.1f} GPU-hours = *{f(fl.held_idle_cost)}* · "
+        f"unallocated: {fl.unallocated_h:,.1f} GPU-hours = {f(fl.unallocated_cost)}",
+    ]
+    owners = sorted((o for t in report.teams for o in t.owners if o.held_idle_h > 0),
+                    key=lambda o: -o.held_idle_cost)[:5]
+    if owners:
+        lines.append("Held idle by: " + ", ".join(
+            f"{e(o.owner)} {o.held_idle_h:,.1f} h ({f(o.held_idle_cost)})" for o in owners))
+    for j in report.top_idle_jobs[:top_jobs]:
+        lines.append(f"• {e(j.name)} on {e(j.node)} GPU {','.join(map(str, j.gpus))} ({e(j.owner)}): "
+                     f"{j.held_idle_h:,.1f} h idle, {f(j.cost)}")
+    return fmt.truncate("\n".join(lines))
