@@ -93,10 +93,6 @@ class NodeState:
     snap_sig: tuple[Any, ...] | None = None  # the last snapshot's inputs, while nothing else changed them
     snapshot: NodeSnapshot | None = None  # the snapshot the views were built from (kept while repeated)
 
-    @property
-    def prefix(self) -> str:
-        return self.key
-
 
 @dataclass
 class Change:
@@ -392,6 +388,11 @@ class FleetState:
         for e in ns.entities.values():
             self.by_kind[e.kind].pop(e.key, None)
         return list(ns.entities.values())
+
+    def online(self, ent: Entity) -> bool:
+        """Whether `ent`'s node is known and online."""
+        ns = self.nodes.get(ent.node_key)
+        return ns is not None and ns.online
 
     def set_online(self, ns: NodeState, online: bool, now: datetime) -> None:
         ns.online = online
