@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from gpuevents.durations import format_duration
-from gpuevents.records import AuditRecord, EntityKind, IncidentStatus, Phase
+from gpuevents.records import EntityKind, IncidentStatus, Phase
 
 ResolveReason = Literal["condition", "gone", "snoozed", "rule_changed", "rule_removed"]
 """Why an incident closed; `rule_changed` / `rule_removed`: a reload (or a restart) changed or removed its rule."""
@@ -58,10 +58,6 @@ class Incident(BaseModel):
         end = self.resolved_at or now
         return format_duration((end - self.fired_at).total_seconds())
 
-    def kv_key(self) -> str:
-        """A stable key for the store: the rule and the entity key."""
-        return f"{self.rule}|{self.entity_key}"
-
 
 class Transition(BaseModel):
     """One status change, for the audit and for rule-test timelines."""
@@ -77,13 +73,6 @@ class Transition(BaseModel):
     from_status: IncidentStatus
     to_status: IncidentStatus
     reason: str = ""
-
-    def audit(self) -> AuditRecord:
-        return AuditRecord(
-            time=self.time, kind="transition", rule=self.rule, entity_id=self.entity_id, cluster=self.cluster,
-            incident_id=self.incident_id, from_status=self.from_status, to_status=self.to_status,
-            detail=self.reason or None,
-        )
 
 
 def incident_id(rule: str, entity_key: str, active_at: datetime) -> str:

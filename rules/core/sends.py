@@ -36,8 +36,8 @@ class CostView:
 
 
 @dataclass(frozen=True, slots=True)
-class IncidentView:
-    """`incident` in templates."""
+class TemplateIncident:
+    """`incident` in templates (not the dashboard's `fleet_view.IncidentView`, a record of the API)."""
 
     id: str
     status: str
@@ -149,9 +149,9 @@ class Sender:
         cost = cost_of(self.costs, ent, incident, now)
         names.update(
             rule=RuleView(name=rule.name, description=rule.spec.description, labels=dict(rule.spec.labels)),
-            incident=IncidentView(id=incident.id, status=incident.status, started_at=incident.active_at,
-                                  firing_since=incident.fired_at, firing_for=incident.firing_for(now),
-                                  count=incident.sends),
+            incident=TemplateIncident(id=incident.id, status=incident.status, started_at=incident.active_at,
+                                      firing_since=incident.fired_at, firing_for=incident.firing_for(now),
+                                      count=incident.sends),
             cost=cost,
         )
         return names

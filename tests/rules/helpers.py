@@ -1,4 +1,4 @@
-"""Builders shared by the rules tests: events, configs, rule sets from YAML text."""
+"""Builders shared by the rules tests: events, configs, rule sets from YAML text, cores of common rules."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 
 from gpuevents.config import Config
 from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot, ProcessInfo, SnapshotEvent
+from rules.core.core import Core
 from rules.lang.loader import load_rule_set
 from rules.lang.model import RuleSet
 
@@ -47,3 +48,58 @@ def rules_from(tmp_path: Path, text: str, name: str = "rules.yaml", timezone: st
 
 def config(**engine: Any) -> Config:
     return Config.model_validate({"engine": engine})
+
+
+IDLE = """\
+rules:
+  - name: idle
+    entity: gpu
+    when: gpu.idle and gpu.processes
+    {extra}
+    actions:
+      - type: slack
+        to: "{{{{ gpu.owner }}}}"
+        text: "GPU {{{{ gpu.index }}}} held by {{{{ gpu.processes[0].name }}}} <b>"
+    on_resolve:
+      - type: log
+        message: "{{{{ rule.name }}}} resolved on {{{{ entity.id }}}}"
+"""
+"""A rule on idle GPUs held by a process; `extra` adds lines to it (`for: 2m`, `limits: ...`)."""
+
+
+def idle_core(tmp_path: Path, extra: str = "", cfg: Config | None = None, **kw: Any) -> Core:
+    return Core(rules_from(tmp_path, IDLE.format(extra=extra)), cfg or Config(), **kw)
+
+
+def held_idle(t: float = 0, util: float = 0, name: str = "train.py", **kw: Any) -> SnapshotEvent:
+    """Node n1 at `t`: GPU 0 at `util` held by pid 42, GPU 1 busy."""
+    return snapshot(at(t), gpus=[gpu(0, util), gpu(1, 90)], processes=[proc(42, name=name)], **kw)
+
+
+SCALE = """\
+rules:
+  - name: scale-down
+    description: {description}
+    entity: gpu
+    when: gpu.idle and gpu.processes
+    labels: {{severity: {severity}}}
+    actions: [{{type: scale, name: web, replicas: 0}}]
+    on_resolve: [{{type: scale, name: web, replicas: previous}}, {{type: log, message: "{{{{ rule.description }}}}"}}]
+"""
+OTHER = """\
+  - name: other
+    entity: gpu
+    when: gpu.util_pct >= 0
+    actions: [{type: log, message: m}]
+"""
+"""SCALE: a scale-down rule whose description and label are parameters (they do not count in its hash);
+OTHER: a second rule to append to it (`extra`) or to stand alone under `rules:`."""
+
+
+def scale_rules(tmp_path: Path, description: str = "old words", severity: str = "info", extra: str = "") -> RuleSet:
+    return rules_from(tmp_path, SCALE.format(description=description, severity=severity) + extra)
+
+
+def held(t: float) -> SnapshotEvent:
+    """Node n1 at `t`: GPU 0 idle, held by pid 42."""
+    return snapshot(at(t), gpus=[gpu(0)], processes=[proc(42)])

@@ -1,5 +1,6 @@
-"""Rules on `node.online` / `node.last_seen` are evaluated on offline nodes, so an "agent down" rule fires; other
-rules keep the offline semantics (not evaluated, resolved as gone after the grace)."""
+"""Liveness: a node is offline after three missed snapshot intervals (at once when its agent says it stops) and
+gone after the grace. Rules on `node.online` / `node.last_seen` are evaluated on offline nodes, so an "agent
+down" rule fires; other rules keep the offline semantics (not evaluated, resolved as gone after the grace)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from gpuevents.events import AgentInfo, make_event
 from rules.core.core import Core, Tick
 from rules.core.incidents import Transition
 from rules.lang.loader import load_rule_set, reads_liveness
-from tests.rules.helpers import at, gpu, proc, rules_from, snapshot
+from tests.rules.helpers import IDLE as IDLE_SLACK
+from tests.rules.helpers import at, config, gpu, held_idle, idle_core, proc, rules_from, snapshot
 
 LIBRARY = Path(__file__).resolve().parents[3] / "rules" / "library"
 IDLE = """\
@@ -93,3 +95,44 @@ def test_a_node_that_keeps_reporting_never_fires_and_other_rules_skip_offline_no
     core2.step(snapshot(at(0), gpus=[gpu(0, 90)]), at(0))
     core2.step(Tick(), at(200))  # offline now; a non-liveness rule is not evaluated there
     assert [i.status for i in core2.open_incidents()] == ["firing"]
+
+
+def test_missing_data_is_not_evidence_offline_nodes_neither_promote_nor_resolve(tmp_path: Path) -> None:
+    core = Core(rules_from(tmp_path, IDLE_SLACK.format(extra="for: 2m").replace("name: idle\n", "name: idle\n", 1)
+                           + """\
+  - name: fired
+    entity: gpu
+    when: gpu.idle
+    actions: [{type: log, message: m}]
+    on_resolve: [{type: log, message: gone}]
+"""), config(offline_grace="10m"))
+    core.step(held_idle(), at(0))
+    core.step(Tick(), at(0))
+    out = core.step(Tick(), at(46))  # three 15 s snapshot intervals without a snapshot
+    assert core.nodes()[0].online is False and out.transitions == []
+    out = core.step(Tick(), at(300))  # past `for`: not promoted while offline
+    assert out.transitions == [] and {i.status for i in core.open_incidents()} == {"pending", "firing"}
+    assert core.next_wakeup(at(300)) == at(330)  # an overdue deadline it cannot act on is no reason to spin
+    out = core.step(Tick(), at(45 + 600))
+    assert {(t.rule, t.to_status, t.reason) for t in out.transitions} == {("idle", "inactive", "gone"), ("fired", "resolved", "gone")}
+    assert [(a.rule, a.phase) for a in out.actions] == [("fired", "resolve")]
+    assert core.nodes() == [] and core.open_incidents() == []
+
+
+def test_a_node_that_comes_back_resumes_its_incidents(tmp_path: Path) -> None:
+    core = idle_core(tmp_path, "for: 2m")
+    core.step(held_idle(), at(0))
+    core.step(Tick(), at(100))
+    assert core.nodes()[0].online is False
+    out = core.step(held_idle(130), at(130))
+    assert core.nodes()[0].online is True and [t.to_status for t in out.transitions] == ["firing"]
+
+
+def test_agent_started_sets_the_snapshot_interval_for_online(tmp_path: Path) -> None:
+    core = idle_core(tmp_path)
+    core.step(make_event("agent.started", "n1", AgentInfo(node="n1", snapshot_interval_s=60), time=at(0)), at(0))
+    core.step(held_idle(), at(0))
+    core.step(Tick(), at(150))
+    assert core.nodes()[0].online is True
+    core.step(Tick(), at(181))
+    assert core.nodes()[0].online is False

@@ -1,39 +1,14 @@
-"""A reload (or a restart) with changed rules: a description or label edit keeps the open incidents; a real
-change or a removal closes them through the normal path, with a reason, the OLD rule's on_resolve and the
-closed incident to persist."""
+"""A reload with changed rules: a description or label edit keeps the open incidents; a real change or a removal
+closes them through the normal path, with a reason, the OLD rule's on_resolve and the closed incident to persist
+(a restart with changed rules: tests/rules/core/test_recovery.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from rules.core.core import Core, Tick
-from rules.lang.loader import load_rule_set, rule_hash
-from tests.rules.helpers import at, gpu, proc, rules_from, snapshot
-
-SCALE = """\
-rules:
-  - name: scale-down
-    description: {description}
-    entity: gpu
-    when: gpu.idle and gpu.processes
-    labels: {{severity: {severity}}}
-    actions: [{{type: scale, name: web, replicas: 0}}]
-    on_resolve: [{{type: scale, name: web, replicas: previous}}, {{type: log, message: "{{{{ rule.description }}}}"}}]
-"""
-OTHER = """\
-  - name: other
-    entity: gpu
-    when: gpu.util_pct >= 0
-    actions: [{type: log, message: m}]
-"""
-
-
-def scale_rules(tmp_path: Path, description: str = "old words", severity: str = "info", extra: str = ""):  # type: ignore[no-untyped-def]
-    return rules_from(tmp_path, SCALE.format(description=description, severity=severity) + extra)
-
-
-def held(t: float):  # type: ignore[no-untyped-def]
-    return snapshot(at(t), gpus=[gpu(0)], processes=[proc(42)])
+from rules.lang.loader import rule_hash
+from tests.rules.helpers import OTHER, SCALE, at, gpu, held, proc, rules_from, scale_rules, snapshot
 
 
 def test_the_hash_leaves_out_description_and_labels(tmp_path: Path) -> None:
@@ -97,47 +72,6 @@ def test_a_pending_incident_of_a_changed_rule_becomes_inactive_without_actions(t
     out = core.replace_rules(scale_rules(tmp_path), at(10))
     assert [(t.from_status, t.to_status, t.reason) for t in out.transitions] == [("pending", "inactive", "rule_changed")]
     assert out.actions == []
-
-
-def test_a_restart_with_a_changed_rule_closes_the_restored_incident_once_its_entity_is_seen(tmp_path: Path) -> None:
-    core = Core(scale_rules(tmp_path))
-    core.step(held(0), at(0))
-    saved = core.open_incidents()
-    (tmp_path / "rules.yaml").write_text(SCALE.format(description="d", severity="info").replace(
-        "gpu.idle and gpu.processes", "gpu.idle"))
-    restarted = Core(load_rule_set([tmp_path / "rules.yaml"]))
-    restarted.restore(saved, now=at(60))
-    assert restarted.step(Tick(), at(60)).transitions == []  # not seen yet
-    restarted.step(held(70), at(70))
-    out = restarted.step(Tick(), at(90))
-    assert [(t.from_status, t.to_status, t.reason) for t in out.transitions] == [
-        ("firing", "resolved", "rule_changed"), ("inactive", "pending", ""), ("pending", "firing", "")]
-    assert [(a.phase, a.type) for a in out.actions] == [("resolve", "scale"), ("resolve", "log"), ("fire", "scale")]
-
-
-def test_a_restart_without_the_rule_closes_its_incidents_at_the_first_step(tmp_path: Path) -> None:
-    core = Core(scale_rules(tmp_path, extra=OTHER))
-    core.step(held(0), at(0))
-    saved = core.open_incidents()
-    restarted = Core(rules_from(tmp_path, "rules:\n" + OTHER, name="other.yaml"))
-    restarted.restore(saved, now=at(60))
-    out = restarted.step(Tick(), at(60))
-    assert [(t.rule, t.to_status, t.reason) for t in out.transitions] == [("scale-down", "resolved", "rule_removed")]
-    assert [(i.rule, i.status) for i in out.incidents] == [("scale-down", "resolved")]
-    assert [i.rule for i in restarted.open_incidents()] == ["other"]
-
-
-def test_incidents_stored_with_the_hash_of_earlier_engines_restore_unchanged(tmp_path: Path) -> None:
-    rules = scale_rules(tmp_path)
-    core = Core(rules)
-    core.step(held(0), at(0))
-    legacy = [i.model_copy(update={"rule_hash": rules.rules[0].legacy_hash}) for i in core.open_incidents()]
-    restarted = Core(rules)
-    restarted.restore(legacy, now=at(60))
-    restarted.step(held(70), at(70))
-    out = restarted.step(Tick(), at(90))
-    assert out.transitions == [] and out.actions == []
-    assert [i.status for i in restarted.open_incidents()] == ["firing"]
 
 
 def test_a_changed_rule_is_evaluated_at_the_very_next_tick(tmp_path: Path) -> None:

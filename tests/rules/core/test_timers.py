@@ -1,5 +1,7 @@
-"""Cron instants missed during a restart or failover: caught up once, late, within a grace, for the incidents not
-evaluated at or after that instant (`last_eval_at`, persisted at every scheduled evaluation)."""
+"""Timers: ticks promote `for` deadlines and re-evaluate time-dependent conditions, scheduled rules run at their
+cron instants, and `next_wakeup` names the soonest. Cron instants missed during a restart or failover are caught
+up once, late, within a grace, for the incidents not evaluated at or after that instant (`last_eval_at`, persisted
+at every scheduled evaluation)."""
 
 from __future__ import annotations
 
@@ -7,11 +9,13 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
+from gpuevents.config import Config
 from rules.core.core import Core, Tick
 from rules.core.incidents import Incident, Transition
+from rules.core.timers import due
 from rules.lang.loader import load_rule_set
 from rules.lang.model import RuleSet
-from tests.rules.helpers import config, gpu, rules_from, snapshot
+from tests.rules.helpers import T0, at, config, gpu, held_idle, idle_core, rules_from, snapshot
 
 LIBRARY = Path(__file__).resolve().parents[3] / "rules" / "library"
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -122,3 +126,63 @@ rules:
     out = core.step(Tick(), t0 + timedelta(hours=1))  # still true: no transition, but the evaluation is stored
     assert out.transitions == [] and out.actions == []
     assert [(i.status, i.last_eval_at) for i in out.incidents] == [("firing", t0 + timedelta(hours=1))]
+
+
+def test_for_is_promoted_by_ticks_and_next_wakeup_names_the_deadline(tmp_path: Path) -> None:
+    core = idle_core(tmp_path, "for: 2m")
+    core.step(held_idle(), at(0))
+    core.step(Tick(), at(0))
+    assert core.next_wakeup(at(0)) == at(30)  # the tick comes first
+    core.step(held_idle(100), at(100))
+    core.step(Tick(), at(100))
+    assert core.next_wakeup(at(100)) == at(120)  # the `for` deadline comes before the tick at 130
+    out = core.step(Tick(), at(120))
+    assert [t.to_status for t in out.transitions] == ["firing"] and len(out.actions) == 1
+
+
+def test_a_tick_reevaluates_time_dependent_conditions_only(tmp_path: Path) -> None:
+    core = Core(rules_from(tmp_path, """\
+rules:
+  - name: timed
+    entity: gpu
+    when: gpu.idle_for_s > 30
+    actions: [{type: log, message: m}]
+  - name: untimed
+    entity: gpu
+    when: gpu.util_pct > 50
+    actions: [{type: log, message: m}]
+"""))
+    core.step(snapshot(at(0), gpus=[gpu(0, 0), gpu(1, 10)]), at(0))
+    core.gpus()[1].util_pct = 99  # changed behind the core's back: no event, so no re-evaluation
+    out = core.step(Tick(), at(40))
+    assert {(t.rule, t.entity_id, t.to_status) for t in out.transitions if t.to_status == "firing"} == {("timed", "n1/gpu0", "firing")}
+
+
+def test_scheduled_rules_run_only_at_their_cron_instants(tmp_path: Path) -> None:
+    core = Core(rules_from(tmp_path, """\
+rules:
+  - name: nightly
+    entity: node
+    when: node.labels.env == 'dev'
+    schedule: "0 20 * * *"
+    actions: [{type: log, message: m}]
+"""), config(tick="1h"), offline_detection=False)
+    core.step(snapshot(at(0), labels={"env": "dev"}), at(0))
+    assert core.open_incidents() == [] and core.step(Tick(), at(0)).transitions == []
+    assert core.step(Tick(), T0 + timedelta(hours=19, minutes=59)).transitions == []
+    assert core.next_wakeup(T0 + timedelta(hours=19, minutes=59)) == T0 + timedelta(hours=20)
+    out = core.step(Tick(), T0 + timedelta(hours=20))
+    assert [t.to_status for t in out.transitions] == ["pending", "firing"]
+
+
+def test_due_names_the_incidents_past_their_deadline_and_the_soonest_of_the_others(tmp_path: Path) -> None:
+    core = idle_core(tmp_path, "for: 2m\n    repeat: 10m", Config.model_validate({"agent": {"snapshot_interval": "1h"}}))
+    core.step(held_idle(), at(0))
+    core.step(held_idle(node="n2"), at(60))
+    rule = core.rules.by_name["idle"]
+    incs = core.incidents["idle"]
+    assert due(incs, rule, at(100)) == ([], at(120))
+    assert due(incs, rule, at(150)) == (["n1/gpu0"], at(180))
+    core.step(Tick(), at(150))  # n1 fires at 150: its first repeat is due at 750
+    assert due(incs, rule, at(200)) == (["n2/gpu0"], at(750))
+    assert due(incs, rule, at(750)) == (["n1/gpu0", "n2/gpu0"], None)

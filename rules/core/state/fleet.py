@@ -1,0 +1,178 @@
+"""The fleet: every node's state by key and every entity by kind, updated from snapshots and threshold events."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+
+from gpuevents.events import (
+    AgentEvent,
+    Event,
+    GpuEvent,
+    GpuInfo,
+    GpuXidEvent,
+    NodeInfo,
+    NodeSnapshot,
+    ProcessEvent,
+    ProcessInfo,
+    SnapshotEvent,
+)
+from rules.core.state.node import Change, Entity, NodeState
+from rules.core.state.rebuild import rebuild, snapshot_sig
+from rules.lang.views import EvalClock
+
+CREATE_TIME_TOLERANCE_S = 1.0
+"""psutil's create times wobble between reads; within this, the same pid is the same process."""
+
+
+class FleetState:
+    """Nodes, GPUs and processes by entity key; entity tables by kind for sweeps."""
+
+    def __init__(self, clock: EvalClock, cluster: str = "default", owners: Mapping[str, str] | None = None) -> None:
+        self.clock = clock
+        self.cluster = cluster
+        self.owners = dict(owners or {})
+        self.nodes: dict[str, NodeState] = {}
+        self.by_kind: dict[str, dict[str, Entity]] = {"node": {}, "gpu": {}, "process": {}}
+
+    def node_key(self, cluster: str, name: str) -> str:
+        return name if cluster == self.cluster else f"{cluster}:{name}"
+
+    def apply(self, event: Event, now: datetime) -> Change | None:
+        """Update the state from one event received at `now`; None when it carries no entity state.
+
+        `last_seen` is the arrival time, not the event's: an agent with a slow clock must not look offline."""
+        key = self.node_key(event.cluster, event.node)
+        ns = self.nodes.get(key)
+        if isinstance(event, SnapshotEvent):
+            snap = event.data
+            # The very snapshot object the views stand on (the engine's decoder reuses it for repeated bytes)
+            # is equal to itself: no need to compare.
+            sig = ns.snap_sig if ns is not None and snap is ns.snapshot else snapshot_sig(snap)
+            if ns is not None and sig is not None and sig == ns.snap_sig and self._unchanged(ns):
+                # The node repeats its last snapshot (times aside): every view stays, nothing to evaluate.
+                self._seen(ns, now)
+                assert ns.node_entity is not None
+                ns.node_entity.view.last_seen = ns.last_seen
+                return Change(key, [], [])
+            if ns is None:
+                ns = self._new_node(key, event.node, event.cluster, snap.node)
+            ns.info = snap.node
+            ns.stopping = False
+            old_gpus = ns.gpu_infos
+            ns.gpu_infos = {g.index: self._idle_since(g, old_gpus.get(g.index), event.time) for g in snap.gpus}
+            old_procs = ns.proc_infos
+            ns.proc_infos = {}
+            for p in snap.processes:
+                ns.proc_infos[self._process_key(key, p, old_procs)] = p
+            self._seen(ns, now)
+            change = self.rebuild(ns)
+            ns.snap_sig = sig
+            ns.snapshot = snap
+            return change
+        elif isinstance(event, GpuEvent | GpuXidEvent):
+            if ns is None:
+                ns = self._new_node(key, event.node, event.cluster, NodeInfo(name=event.node, cluster=event.cluster))
+            g = event.data
+            ns.snap_sig = None
+            ns.gpu_infos[g.index] = self._idle_since(g, ns.gpu_infos.get(g.index), event.time)
+        elif isinstance(event, ProcessEvent):
+            if ns is None:
+                ns = self._new_node(key, event.node, event.cluster, NodeInfo(name=event.node, cluster=event.cluster))
+            p = event.data
+            ns.snap_sig = None
+            pkey = self._process_key(key, p, ns.proc_infos)
+            if event.type == "process.started":
+                ns.proc_infos[pkey] = p
+            else:
+                ns.proc_infos.pop(pkey, None)
+        elif isinstance(event, AgentEvent):
+            if ns is None:
+                ns = self._new_node(key, event.node, event.cluster, NodeInfo(name=event.node, cluster=event.cluster))
+            if event.type == "agent.started":
+                ns.stopping = False
+                if event.data.snapshot_interval_s:
+                    ns.interval_s = event.data.snapshot_interval_s
+            else:
+                ns.stopping = True
+            self._seen(ns, now)
+            return None
+        else:  # pragma: no cover - the Event union is closed
+            return None
+        self._seen(ns, now)
+        return self.rebuild(ns)
+
+    @staticmethod
+    def _unchanged(ns: NodeState) -> bool:
+        """Whether the node's views are as its last rebuild left them (same online state, nothing pending)."""
+        return (
+            not ns.full_next and not ns.stopping and ns.node_entity is not None and bool(ns.node_sig)
+            and ns.node_sig[-1] == ns.online
+        )
+
+    def _seen(self, ns: NodeState, t: datetime) -> None:
+        if ns.last_seen is None or t > ns.last_seen:
+            ns.last_seen = t
+
+    def _new_node(self, key: str, name: str, cluster: str, info: NodeInfo) -> NodeState:
+        ns = NodeState(key=key, name=name, cluster=cluster, info=info)
+        self.nodes[key] = ns
+        return ns
+
+    @staticmethod
+    def _idle_since(g: GpuInfo, old: GpuInfo | None, t: datetime) -> GpuInfo:
+        if not g.idle or g.idle_since is not None:
+            return g
+        if g.idle_for_s is not None:
+            since = t - timedelta(seconds=g.idle_for_s)
+        elif old is not None and old.idle and old.idle_since is not None:
+            since = old.idle_since
+        else:
+            since = t
+        return g.model_copy(update={"idle_since": since})
+
+    @staticmethod
+    def _process_key(node_key: str, p: ProcessInfo, known: Mapping[str, ProcessInfo]) -> str:
+        """The entity key of `p`: the known process with its pid and (nearly) its create time, else a new one."""
+        key = f"{node_key}/pid{p.pid}@{int(p.create_time.timestamp())}"
+        old = known.get(key)
+        if old is not None and abs((old.create_time - p.create_time).total_seconds()) <= CREATE_TIME_TOLERANCE_S:
+            return key
+        prefix = f"{node_key}/pid{p.pid}@"
+        for k, old in known.items():
+            if old.pid == p.pid and k.startswith(prefix) and (
+                abs((old.create_time - p.create_time).total_seconds()) <= CREATE_TIME_TOLERANCE_S
+            ):
+                return k
+        return key
+
+    def rebuild(self, ns: NodeState) -> Change:
+        """Build the node's views from its infos (see `rebuild`); what is new or changed, and what is gone."""
+        return rebuild(ns, self.clock, self.owners, self.by_kind)
+
+    def current_snapshot(self, event: SnapshotEvent) -> NodeSnapshot:
+        """After `apply(event)`: the snapshot the node's views stand on, which is `event.data` or, when the node
+        repeated itself, the earlier snapshot equal to it but for `idle_for_s`, `age_s`, `online`, `last_seen`
+        (handing that one on lets the new copy be freed at once instead of aging through the collector)."""
+        ns = self.nodes.get(self.node_key(event.cluster, event.node))
+        return ns.snapshot if ns is not None and ns.snapshot is not None else event.data
+
+    def remove_node(self, key: str) -> list[Entity]:
+        """Forget a node; its entities are gone."""
+        ns = self.nodes.pop(key, None)
+        if ns is None:
+            return []
+        for e in ns.entities.values():
+            self.by_kind[e.kind].pop(e.key, None)
+        return list(ns.entities.values())
+
+    def online(self, ent: Entity) -> bool:
+        """Whether `ent`'s node is known and online."""
+        ns = self.nodes.get(ent.node_key)
+        return ns is not None and ns.online
+
+    def set_online(self, ns: NodeState, online: bool, now: datetime) -> None:
+        ns.online = online
+        ns.offline_since = None if online else (ns.offline_since or now)
+        if ns.node_entity is not None:
+            ns.node_entity.view.online = online and not ns.stopping

@@ -1,0 +1,57 @@
+"""Per-node state: the infos a node reported, and the views and entities built from them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot, ProcessInfo
+from rules.lang.views import GpuView
+
+
+@dataclass(eq=False)
+class Entity:
+    """One evaluable entity: its key (unique, a process's includes its create time), id, and context."""
+
+    key: str
+    id: str
+    kind: str
+    node_key: str
+    view: Any
+    ctx: dict[str, Any]
+
+
+@dataclass(eq=False)
+class NodeState:
+    """Everything known about one node; views are rebuilt from the infos whenever one changes."""
+
+    key: str
+    name: str
+    cluster: str
+    info: NodeInfo
+    gpu_infos: dict[int, GpuInfo] = field(default_factory=dict)
+    proc_infos: dict[str, ProcessInfo] = field(default_factory=dict)  # by entity key
+    entities: dict[str, Entity] = field(default_factory=dict)
+    node_entity: Entity | None = None
+    last_seen: datetime | None = None
+    interval_s: float | None = None
+    online: bool = True
+    offline_since: datetime | None = None
+    stopping: bool = False
+    full_next: bool = False  # rebuild every view and report every entity next time (the core skipped one)
+    node_sig: tuple[Any, ...] = ()
+    gpu_sigs: dict[int, tuple[Any, ...]] = field(default_factory=dict)
+    proc_sigs: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    gpu_views: list[GpuView] = field(default_factory=list)
+    snap_sig: tuple[Any, ...] | None = None  # the last snapshot's inputs, while nothing else changed them
+    snapshot: NodeSnapshot | None = None  # the snapshot the views were built from (kept while repeated)
+
+
+@dataclass
+class Change:
+    """What an event changed: entities to evaluate, entities that are gone."""
+
+    node_key: str
+    changed: list[Entity]
+    gone: list[Entity]

@@ -1,0 +1,81 @@
+"""Restart recovery: restored incidents resume, wait for their entity, or close when their rule changed or went."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rules.core.core import Core, Tick
+from rules.lang.loader import load_rule_set
+from tests.rules.helpers import IDLE, OTHER, SCALE, at, config, held, held_idle, rules_from, scale_rules
+
+
+def test_restart_resumes_pending_and_does_not_fire_again(tmp_path: Path) -> None:
+    rules = rules_from(tmp_path, IDLE.format(extra="for: 2h"))
+    core = Core(rules)
+    core.step(held_idle(), at(0))
+    saved = core.open_incidents()
+    assert [i.status for i in saved] == ["pending"]
+    restarted = Core(rules)
+    restarted.restore(saved, now=at(3600))
+    restarted.step(held_idle(3600), at(3600))
+    assert restarted.open_incidents() == saved  # still pending since 0, not since the restart
+    restarted.step(held_idle(7190), at(7190))
+    out = restarted.step(Tick(), at(7200))
+    assert [t.to_status for t in out.transitions] == ["firing"]
+    fired = restarted.open_incidents()
+    again = Core(rules)
+    again.restore(fired, now=at(7300))
+    out = again.step(held_idle(7300), at(7300))
+    assert out.actions == [] and again.open_incidents() == fired
+
+
+def test_restored_incidents_of_entities_that_never_return_resolve_after_the_grace(tmp_path: Path) -> None:
+    rules = rules_from(tmp_path, IDLE.format(extra=""))
+    core = Core(rules)
+    core.step(held_idle(), at(0))
+    restarted = Core(rules, config(offline_grace="10m"))
+    restarted.restore(core.open_incidents(), now=at(60))
+    assert restarted.step(Tick(), at(120)).transitions == []
+    out = restarted.step(Tick(), at(60 + 600))
+    assert [(t.to_status, t.reason) for t in out.transitions] == [("resolved", "gone")]
+
+
+def test_a_restart_with_a_changed_rule_closes_the_restored_incident_once_its_entity_is_seen(tmp_path: Path) -> None:
+    core = Core(scale_rules(tmp_path))
+    core.step(held(0), at(0))
+    saved = core.open_incidents()
+    (tmp_path / "rules.yaml").write_text(SCALE.format(description="d", severity="info").replace(
+        "gpu.idle and gpu.processes", "gpu.idle"))
+    restarted = Core(load_rule_set([tmp_path / "rules.yaml"]))
+    restarted.restore(saved, now=at(60))
+    assert restarted.step(Tick(), at(60)).transitions == []  # not seen yet
+    restarted.step(held(70), at(70))
+    out = restarted.step(Tick(), at(90))
+    assert [(t.from_status, t.to_status, t.reason) for t in out.transitions] == [
+        ("firing", "resolved", "rule_changed"), ("inactive", "pending", ""), ("pending", "firing", "")]
+    assert [(a.phase, a.type) for a in out.actions] == [("resolve", "scale"), ("resolve", "log"), ("fire", "scale")]
+
+
+def test_a_restart_without_the_rule_closes_its_incidents_at_the_first_step(tmp_path: Path) -> None:
+    core = Core(scale_rules(tmp_path, extra=OTHER))
+    core.step(held(0), at(0))
+    saved = core.open_incidents()
+    restarted = Core(rules_from(tmp_path, "rules:\n" + OTHER, name="other.yaml"))
+    restarted.restore(saved, now=at(60))
+    out = restarted.step(Tick(), at(60))
+    assert [(t.rule, t.to_status, t.reason) for t in out.transitions] == [("scale-down", "resolved", "rule_removed")]
+    assert [(i.rule, i.status) for i in out.incidents] == [("scale-down", "resolved")]
+    assert [i.rule for i in restarted.open_incidents()] == ["other"]
+
+
+def test_incidents_stored_with_the_hash_of_earlier_engines_restore_unchanged(tmp_path: Path) -> None:
+    rules = scale_rules(tmp_path)
+    core = Core(rules)
+    core.step(held(0), at(0))
+    legacy = [i.model_copy(update={"rule_hash": rules.rules[0].legacy_hash}) for i in core.open_incidents()]
+    restarted = Core(rules)
+    restarted.restore(legacy, now=at(60))
+    restarted.step(held(70), at(70))
+    out = restarted.step(Tick(), at(90))
+    assert out.transitions == [] and out.actions == []
+    assert [i.status for i in restarted.open_incidents()] == ["firing"]
