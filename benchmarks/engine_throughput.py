@@ -44,6 +44,8 @@ import orjson  # noqa: E402
 import psutil  # noqa: E402
 from nats.js import api  # noqa: E402
 
+import rules.engine.commit as commit  # noqa: E402
+import rules.engine.decoder as decoder  # noqa: E402
 import rules.engine.service as service  # noqa: E402
 from gpuevents import subjects as S  # noqa: E402
 from gpuevents.bus import Bus  # noqa: E402
@@ -213,9 +215,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         base_rate = await baseline(server.url, total)
 
         timings = Timings()
-        timings.wrap(service.RepeatDecoder, "decode", "decode")
+        timings.wrap(decoder.RepeatDecoder, "decode", "decode")
         timings.wrap(Core, "step", "core_step")
-        timings.wrap(service.Engine, "_commit", "commit_dispatch_persist")
+        timings.wrap(commit.Committer, "commit", "commit_dispatch_persist")
         timings.wrap(service.Engine, "handle", "handle_batch")
         engine = service.Engine(cfg, bus)
         stop = asyncio.Event()

@@ -37,7 +37,7 @@ class CostView:
 
 @dataclass(frozen=True, slots=True)
 class TemplateIncident:
-    """`incident` in templates (not the dashboard's `fleet_view.IncidentView`, a record of the API)."""
+    """`incident` in templates (not the dashboard's `fleet_view.FleetIncident`, a record of the API)."""
 
     id: str
     status: str

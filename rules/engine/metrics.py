@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+if TYPE_CHECKING:
+    from rules.core.core import Core
 
 
 class EngineMetrics:
@@ -42,3 +47,15 @@ class EngineMetrics:
         self.gpus = Gauge("gpuevents_gpus", "GPUs known to the engine", registry=r)
         self.nodes_online = Gauge("gpuevents_nodes_online", "Nodes with a recent snapshot",
                                   registry=r)
+
+    def observe_fleet(self, core: Core) -> None:
+        """Set the gauges that count the fleet and its incidents (on every tick)."""
+        counts = {"pending": 0, "firing": 0}
+        for inc in core.open_incidents():
+            counts[inc.status] = counts.get(inc.status, 0) + 1
+        for state, n in counts.items():
+            self.incidents.labels(state=state).set(n)
+        gpus = core.gpus()
+        self.gpus.set(len(gpus))
+        self.held_idle.set(sum(1 for g in gpus if g.idle and g.processes))
+        self.nodes_online.set(sum(1 for n in core.nodes() if n.online))

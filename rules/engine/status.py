@@ -10,14 +10,14 @@ from gpuevents.costs import CostModel
 from gpuevents.events import NodeSnapshot
 from gpuevents.records import AuditRecord
 from rules.core.core import Core
-from rules.visibility.fleet_view import FleetView, IncidentView, fleet_view
+from rules.visibility.fleet_view import FleetIncident, FleetView, fleet_view
 
 
 class StatusResponse(BaseModel):
     """What the acting engine answers on `gpuevents.engine.status`."""
 
     fleet: FleetView
-    incidents: list[IncidentView]
+    incidents: list[FleetIncident]
 
 
 def node_snapshots(core: Core, now: datetime) -> list[NodeSnapshot]:
@@ -34,7 +34,7 @@ def node_snapshots(core: Core, now: datetime) -> list[NodeSnapshot]:
 
 
 def incident_views(core: Core, now: datetime, costs: CostModel | None = None,
-                   statuses: tuple[str, ...] = ("firing",)) -> list[IncidentView]:
+                   statuses: tuple[str, ...] = ("firing",)) -> list[FleetIncident]:
     out = []
     for inc in sorted(core.open_incidents(), key=lambda i: (i.fired_at or i.active_at)):
         if inc.status not in statuses:
@@ -47,7 +47,7 @@ def incident_views(core: Core, now: datetime, costs: CostModel | None = None,
             hourly = costs.hourly(getattr(ent.view, "model", None), getattr(ent.view, "power_w", None))
             hours = (now - inc.active_at).total_seconds() / 3600
             cost = costs.format(hourly * hours)
-        out.append(IncidentView(
+        out.append(FleetIncident(
             id=inc.id, rule=inc.rule, entity_id=inc.entity_id, entity_kind=inc.entity_kind,
             status=inc.status, started_at=inc.active_at, firing_since=inc.fired_at,
             severity=(rule.spec.labels.get("severity") if rule is not None else None),
@@ -79,7 +79,7 @@ class EngineDashboardSource:
         now = self.engine.clock.now()
         return fleet_view(node_snapshots(core, now) if core else [], now, self.costs)
 
-    def incidents(self) -> list[IncidentView]:
+    def incidents(self) -> list[FleetIncident]:
         core = self.engine.core
         return incident_views(core, self.engine.clock.now(), self.costs) if core else []
 

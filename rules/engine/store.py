@@ -69,3 +69,31 @@ class ModelStore(Generic[M]):
     async def save_many(self, items: list[tuple[str, M | None]]) -> None:
         """Write (key, record) pairs concurrently; a None record deletes its key."""
         await asyncio.gather(*(self.save(k, r) if r is not None else self.delete(k) for k, r in items))
+
+
+class PipelinedStore(ModelStore[M]):
+    """A ModelStore whose `save_many` pipelines the writes (one wait for all their acks); a write that finds
+    the key changed under it (another leader's last write) takes `save`'s path: read it, write over it."""
+
+    async def save_many(self, items: list[tuple[str, M | None]]) -> None:
+        if not items:
+            return
+        writes: list[tuple[str, bytes | None, int | None]] = []
+        for key, record in items:
+            if record is None:
+                self._revisions.pop(key, None)
+                writes.append((key, None, None))
+            else:
+                writes.append((key, record.model_dump_json().encode(), self._revisions.get(key)))
+        results = await self.kv.write_many(writes)
+        retry: list[tuple[str, M | None]] = []
+        for (key, record), r in zip(items, results, strict=True):
+            if isinstance(r, int):
+                if record is not None:
+                    self._revisions[key] = r
+            elif isinstance(r, KvExists | KvWrongRevision) and record is not None:
+                retry.append((key, record))
+            else:
+                raise r
+        if retry:
+            await super().save_many(retry)

@@ -13,7 +13,7 @@ from gpuevents.events import NodeSnapshot
 from gpuevents.records import AuditRecord, EntityKind, IncidentStatus
 
 
-class GpuView(BaseModel):
+class FleetGpu(BaseModel):
     index: int
     uuid: str = ""
     model: str | None = None
@@ -31,12 +31,12 @@ class GpuView(BaseModel):
     cost_per_hour: float | None = None
 
 
-class NodeView(BaseModel):
+class FleetNode(BaseModel):
     name: str
     cluster: str = "default"
     online: bool = True
     labels: dict[str, str] = {}
-    gpus: list[GpuView] = []
+    gpus: list[FleetGpu] = []
 
 
 class FleetView(BaseModel):
@@ -44,7 +44,7 @@ class FleetView(BaseModel):
 
     time: datetime
     currency: str = "USD"
-    nodes: list[NodeView] = []
+    nodes: list[FleetNode] = []
     held_idle_cost_per_hour: float = 0.0
     held_idle_cost_per_hour_text: str = ""
 
@@ -69,7 +69,7 @@ class FleetView(BaseModel):
         return sum(1 for n in self.nodes for g in n.gpus if g.held_idle)
 
 
-class IncidentView(BaseModel):
+class FleetIncident(BaseModel):
     """One incident, as `GET /api/incidents` lists it (the engine lists the firing ones)."""
 
     id: str
@@ -85,7 +85,7 @@ class IncidentView(BaseModel):
 
 
 class IncidentsResponse(BaseModel):
-    incidents: list[IncidentView]
+    incidents: list[FleetIncident]
 
 
 class AuditResponse(BaseModel):
@@ -100,7 +100,7 @@ class DashboardSource(Protocol):
 
     def fleet(self) -> FleetView | Awaitable[FleetView]: ...
 
-    def incidents(self) -> list[IncidentView] | Awaitable[list[IncidentView]]: ...
+    def incidents(self) -> list[FleetIncident] | Awaitable[list[FleetIncident]]: ...
 
     def recent_audit(self, limit: int) -> list[AuditRecord] | Awaitable[list[AuditRecord]]:
         """The newest `limit` audit records, newest first."""
@@ -120,13 +120,13 @@ def fleet_view(
             hourly = costs.hourly(g.model, g.power_w) if costs is not None else None
             if held and hourly is not None:
                 held_cost += hourly
-            gpus.append(GpuView(
+            gpus.append(FleetGpu(
                 index=g.index, uuid=g.uuid, model=g.model, util_pct=g.util_pct, mem_used_mib=g.mem_used_mib,
                 mem_total_mib=g.mem_total_mib, mem_pct=g.mem_pct, temp_c=g.temp_c, power_w=g.power_w,
                 idle=g.idle, held_idle=held, idle_for_s=g.idle_for_s, owner=g.owner or (g.owners[0] if g.owners else None),
                 processes=len(g.pids), cost_per_hour=hourly,
             ))
-        nodes.append(NodeView(name=snap.node.name, cluster=snap.node.cluster, online=snap.node.online,
+        nodes.append(FleetNode(name=snap.node.name, cluster=snap.node.cluster, online=snap.node.online,
                               labels=snap.node.labels, gpus=gpus))
     return FleetView(
         time=now,

@@ -8,6 +8,8 @@ from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from actions.runner import ActionRunner
 from gpuevents import subjects as S
 from gpuevents.bus import Bus
@@ -15,6 +17,7 @@ from gpuevents.clock import ManualClock, SystemClock
 from gpuevents.config import Config
 from gpuevents.events import encode_event
 from gpuevents.records import ActionRequest, AuditRecord, decode_audit
+from rules.engine.lease import Lease
 from rules.engine.service import Engine
 from tests.rules.engine.conftest import T0, snapshot
 from tests.waiting import wait_for
@@ -195,7 +198,8 @@ async def test_a_rule_file_change_is_picked_up_without_a_signal(
                        timeout=10, what="the new rule file to be loaded")
 
 
-async def test_a_standby_engine_takes_over_when_the_leader_dies(engine_config: Config, bus: Bus) -> None:
+async def test_a_standby_engine_takes_over_when_the_leader_dies(engine_config: Config, bus: Bus,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     ttl = 1.0
     cfg = engine_config.model_copy(update={"engine": engine_config.engine.model_copy(update={"lease_ttl": ttl})})
     a = Engine(cfg, bus, clock=SystemClock(), holder="a")
@@ -211,11 +215,19 @@ async def test_a_standby_engine_takes_over_when_the_leader_dies(engine_config: C
             both.append(a.leader.is_set() and b.leader.is_set())
             await asyncio.sleep(0.01)
 
+    tries: list[str | None] = []
+    real_tick = Lease.tick
+
+    async def counted_tick(lease: Lease) -> bool:
+        tries.append(lease.holder)
+        return await real_tick(lease)
+
+    monkeypatch.setattr(Lease, "tick", counted_tick)
     watcher = asyncio.create_task(watch())
-    await wait_for(lambda: b.lease_checks >= 4, what="b to try for the lease a few times")
+    await wait_for(lambda: tries.count("b") >= 4, what="b to try for the lease a few times")
     assert not b.leader.is_set()
-    # a dies without releasing the lease
-    a.release_lease_on_stop = False
+    # a dies without releasing the lease, as a crashed process would
+    monkeypatch.setattr(Lease, "release", _no_release)
     died = asyncio.get_running_loop().time()
     task_a.cancel()
     with contextlib.suppress(asyncio.CancelledError):
@@ -230,3 +242,7 @@ async def test_a_standby_engine_takes_over_when_the_leader_dies(engine_config: C
     await task_b
     assert not any(both), "both engines acted at once"
     assert took <= 2 * ttl + 2
+
+
+async def _no_release(lease: Lease) -> None:
+    """A crashed engine never gets to release its lease."""

@@ -6,8 +6,7 @@ from gpuevents import subjects as S
 from gpuevents.bus import Bus, BusNoResponders, KvExists, KvWrongRevision, PublishItem
 from gpuevents.records import AuditRecord
 from rules.core.incidents import Incident, open_incident
-from rules.engine.service import PipelinedStore
-from rules.engine.store import ModelStore
+from rules.engine.store import ModelStore, PipelinedStore
 
 from .conftest import T0
 

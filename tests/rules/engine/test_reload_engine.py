@@ -53,7 +53,7 @@ async def test_reload_keeps_or_closes_incidents_through_the_normal_path(config: 
         rule_file.write_text(RULE.format(description="third", extra="gpu.util_pct < 5 and "))
         assert await engine.reload() is True
         assert incident(engine, "n1/gpu0") is None
-        assert engine._incidents is not None and await engine._incidents.load() == {}
+        assert engine.committer.incidents is not None and await engine.committer.incidents.load() == {}
         transitions = [(r.from_status, r.to_status, r.detail) for r in await audit_records(bus)
                        if r.kind == "transition"]
         assert transitions[-1] == ("firing", "resolved", "rule_changed")

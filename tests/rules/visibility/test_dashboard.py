@@ -14,7 +14,7 @@ from gpuevents.costs import CostModel
 from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot
 from gpuevents.records import AuditRecord
 from rules.visibility.dashboard import bound_port, make_dashboard_app, serve_dashboard
-from rules.visibility.fleet_view import FleetView, IncidentView, fleet_view
+from rules.visibility.fleet_view import FleetIncident, FleetView, fleet_view
 from tests.rules.visibility.cdp import Chromium
 from tests.waiting import wait_for
 
@@ -32,7 +32,7 @@ class FleetSource:
         for name in ("gpu-node-1", "gpu-node-2"):
             self.set_node(name, [GpuInfo(node=name, index=i, model="NVIDIA H100", util_pct=70 + i, pids=[100 + i],
                                          owner="alice@example.com") for i in range(8)])
-        self.firing: list[IncidentView] = []
+        self.firing: list[FleetIncident] = []
         self.audit: list[AuditRecord] = [
             AuditRecord(time=NOW - timedelta(minutes=i), kind="action", rule="idle-gpu-2h",
                         entity_id=f"gpu-node-1/gpu{i}", action_type="slack", outcome="ok")
@@ -51,7 +51,7 @@ class FleetSource:
     def fleet(self) -> FleetView:
         return fleet_view(self.nodes.values(), NOW, COSTS)
 
-    def incidents(self) -> list[IncidentView]:
+    def incidents(self) -> list[FleetIncident]:
         return self.firing
 
     async def recent_audit(self, limit: int) -> list[AuditRecord]:  # an async source works too
@@ -89,7 +89,7 @@ async def test_api_fleet_returns_the_fleet_model(client: tuple[TestClient, Fleet
 
 async def test_api_incidents_and_audit(client: tuple[TestClient, FleetSource]) -> None:  # type: ignore[type-arg]
     c, source = client
-    source.firing = [IncidentView(id="i1", rule="idle-gpu-2h", entity_id="gpu-node-1/gpu0", entity_kind="gpu",
+    source.firing = [FleetIncident(id="i1", rule="idle-gpu-2h", entity_id="gpu-node-1/gpu0", entity_kind="gpu",
                                   started_at=NOW, firing_since=NOW, cost="$2.00")]
     incidents = await (await c.get("/api/incidents")).json()
     assert [i["entity_id"] for i in incidents["incidents"]] == ["gpu-node-1/gpu0"]

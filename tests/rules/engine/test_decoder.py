@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from gpuevents.events import decode_event, encode_event, make_event
-from rules.engine.service import RepeatDecoder
+from rules.engine.decoder import RepeatDecoder
 from tests.rules.helpers import T0, at, gpu, proc, snapshot
 
 

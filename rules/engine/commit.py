@@ -1,0 +1,121 @@
+"""Committing a step's result: action requests and audit records to the streams, incidents and snoozes to KV.
+
+Every part of a commit is safe to repeat (requests and audit messages carry message ids, incident writes
+overwrite), so a commit the bus did not take is retried until it does: a NATS blip is ridden out, not a
+reason to stop the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
+
+from gpuevents.aio import Backoff
+from gpuevents.bus import Bus, BusError, PublishItem
+from gpuevents.clock import Clock
+from gpuevents.records import ActionRequest, AuditRecord, action_message
+from rules.core.core import Snooze, StepResult
+from rules.core.incidents import Incident, Transition
+from rules.engine.audit import audit_items, transition_record
+from rules.engine.metrics import EngineMetrics
+from rules.engine.store import ModelStore, incident_key, snooze_key
+
+log = logging.getLogger(__name__)
+
+RETRY_BASE_S = 0.1
+RETRY_MAX_S = 5.0
+
+
+class Committer:
+    """Writes step results to the bus; `stores` are set when the engine has its KV bucket."""
+
+    def __init__(self, bus: Bus, clock: Clock, metrics: EngineMetrics, describe: Callable[[str], str]) -> None:
+        self.bus = bus
+        self.clock = clock
+        self.metrics = metrics
+        self.describe = describe  # rule name -> its description, for the FIRING log line
+        self.incidents: ModelStore[Incident] | None = None
+        self.snoozes: ModelStore[Snooze] | None = None
+        self.stopping = False  # set while the engine stops: a failing commit then raises instead of retrying
+
+    async def retry(self, op: Callable[[], Awaitable[None]], what: str) -> None:
+        """Run `op` until the bus takes it; gives up, raising, only once the engine is stopping."""
+        backoff = Backoff(RETRY_BASE_S, RETRY_MAX_S, jitter=False)
+        while True:
+            try:
+                await op()
+                return
+            except BusError as e:
+                if self.stopping:
+                    raise
+                self.metrics.bus_retries.inc()
+                delay = backoff.next()
+                log.warning("could not %s (%s); retrying in %.1fs", what, e, delay)
+                await asyncio.sleep(delay)
+
+    async def commit(self, result: StepResult, what: str) -> None:
+        """Send the step's action requests and audit records (pipelined: one wait for all their acks), then
+        write its incidents and snoozes. The messages are built once, so a retry sends the very same ones and
+        JetStream stores each once. Requests and audit are stored before the incidents are written."""
+        if not (result.actions or result.transitions or result.incidents or result.snoozes or result.errors):
+            return
+        now = self.clock.now()
+        for t in result.transitions:
+            self._explain(t)
+        for p in result.errors:
+            self.metrics.eval_errors.labels(rule=p.rule).inc()
+            log.warning("rule %s: condition failed on %s (counted as false; reported once): %s",
+                        p.rule, p.entity_id, p.message)
+        items = [PublishItem(*action_message(r)) for r in result.actions]
+        items += audit_items(map(transition_record, result.transitions))
+        incidents: dict[str, Incident | None] = {}
+        for inc in result.incidents:
+            incidents[incident_key(inc.rule, inc.entity_key)] = inc if inc.open else None
+        snoozes: dict[str, Snooze | None] = {}
+        for s in result.snoozes:
+            snoozes[snooze_key(s.rule, s.entity_id)] = s if s.until > now else None
+        assert self.incidents is not None and self.snoozes is not None
+        incident_store, snooze_store = self.incidents, self.snoozes
+
+        async def write() -> None:
+            if items:
+                raise_first(await self.bus.js_publish_many(items))
+            await incident_store.save_many(list(incidents.items()))
+            await snooze_store.save_many(list(snoozes.items()))
+
+        await self.retry(write, what)
+        dispatched = self.clock.now()
+        for request in result.actions:
+            self._dispatched(request, dispatched)
+
+    async def audit(self, records: list[AuditRecord]) -> None:
+        if records:
+            raise_first(await self.bus.js_publish_many(audit_items(records)))
+
+    def _dispatched(self, request: ActionRequest, now: datetime) -> None:
+        self.metrics.actions.labels(type=request.type, outcome=request.decision).inc()
+        if request.event_time is not None:
+            self.metrics.latency.observe(max(0.0, (now - request.event_time).total_seconds()))
+        if request.decision == "run":
+            log.debug("%s: %s on %s (%s)%s", request.rule, request.type, request.entity_id,
+                      request.phase, " [dry run]" if request.dry_run else "")
+        else:
+            log.info("%s: %s on %s %s: %s", request.rule, request.type, request.entity_id,
+                     request.decision, request.reason or "")
+
+    def _explain(self, t: Transition) -> None:
+        """One line per incident that starts firing or ends, saying which rule and why."""
+        if t.to_status == "firing":
+            why = self.describe(t.rule)
+            log.info("FIRING %s on %s%s", t.rule, t.entity_id, f": {why}" if why else "")
+        elif t.to_status == "resolved":
+            log.info("resolved %s on %s%s", t.rule, t.entity_id, f" ({t.reason})" if t.reason else "")
+
+
+def raise_first(results: Sequence[int | BusError]) -> None:
+    for r in results:
+        if isinstance(r, BusError):
+            raise r
+
