@@ -1,36 +1,24 @@
-"""The Kubernetes client for cordon and scale: lightkube from a kubeconfig or in-cluster, errors mapped."""
+"""Kubernetes for the actions: the contract's client, with its errors mapped to the runner's retry rules."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import httpx2
-from lightkube import ApiError, AsyncClient, ConfigError, KubeConfig
+from lightkube import ApiError, AsyncClient, ConfigError
 
 from actions.protocol import PermanentError, TransientError
+from gpuevents import kube
 from gpuevents.config import KubernetesConfig
-
-FIELD_MANAGER = "gpuevents"
-
-
-def _in_cluster() -> bool:
-    return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
 
 
 def make_client(cfg: KubernetesConfig) -> AsyncClient:
-    """A client for config `actions.kubernetes`: its kubeconfig (and context), in-cluster, or auto."""
+    """The shared client (gpuevents.kube); a configuration that cannot be read is a PermanentError."""
     try:
-        if cfg.kubeconfig is not None:
-            config = KubeConfig.from_file(cfg.kubeconfig).get(context_name=cfg.context)
-        elif cfg.in_cluster or (cfg.in_cluster is None and _in_cluster()):
-            config = KubeConfig.from_service_account().get()
-        else:
-            config = KubeConfig.from_env().get(context_name=cfg.context)
-    except ConfigError as e:
-        raise PermanentError(f"kubernetes configuration: {e}") from None
-    return AsyncClient(config=config, field_manager=FIELD_MANAGER, trust_env=False)
+        return kube.make_client(cfg)
+    except kube.KubeConfigError as e:
+        raise PermanentError(str(e)) from None
 
 
 @contextmanager

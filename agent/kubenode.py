@@ -9,7 +9,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from actions.protocol import PermanentError
 from gpuevents.config import Config
 
 if TYPE_CHECKING:
@@ -33,7 +32,7 @@ def wanted(config: Config) -> bool:
 
 
 @dataclass
-class NodeState:
+class KubeNodeInfo:
     """What the API said about the node last time it answered."""
 
     labels: dict[str, str] = field(default_factory=dict)
@@ -41,7 +40,7 @@ class NodeState:
 
 
 def _make_client(config: Config) -> AsyncClient:
-    from actions.kube import make_client
+    from gpuevents.kube import make_client
 
     return make_client(config.actions.kubernetes)
 
@@ -54,21 +53,23 @@ class NodeLookup:
         self.node = node
         self._factory = client_factory or (lambda: _make_client(config))
         self._client: AsyncClient | None = None
-        self.state: NodeState | None = None
+        self.state: KubeNodeInfo | None = None
         self.errors = 0
         self._last_error = ""
 
-    async def refresh(self) -> NodeState | None:
+    async def refresh(self) -> KubeNodeInfo | None:
         """Read the node now; the state (the previous one when this read failed)."""
         import httpx2
         from lightkube import ApiError, ConfigError
         from lightkube.resources.core_v1 import Node
 
+        from gpuevents.kube import KubeConfigError
+
         try:
             if self._client is None:
                 self._client = self._factory()
             obj = await asyncio.wait_for(self._client.get(Node, name=self.node), TIMEOUT_S)
-        except (ApiError, httpx2.HTTPError, ConfigError, PermanentError, TimeoutError, OSError) as e:
+        except (ApiError, httpx2.HTTPError, ConfigError, KubeConfigError, TimeoutError, OSError) as e:
             self._failed(e)
             return self.state
         labels = dict(obj.metadata.labels or {}) if obj.metadata else {}
@@ -76,7 +77,7 @@ class NodeLookup:
         if self._last_error:
             log.info("kubernetes node %s is readable again", self.node)
             self._last_error = ""
-        self.state = NodeState(labels=labels, cordoned=cordoned)
+        self.state = KubeNodeInfo(labels=labels, cordoned=cordoned)
         return self.state
 
     def _failed(self, e: Exception) -> None:

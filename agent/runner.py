@@ -17,13 +17,14 @@ from agent.attribution import Attributor, PsutilControl, PsutilIdentifier
 from agent.core import NodeCore
 from agent.kill import KillHandler, KillPolicy, RateLimit
 from agent.kubelet import PodDirectory
-from agent.kubenode import NodeLookup, NodeState
+from agent.kubenode import KubeNodeInfo, NodeLookup
 from agent.metrics import AgentCollector, AgentCounters, MetricsServer
 from agent.sample import ProcessControl, Sampler
 from agent.scenario import Scenario, load_scenario
 from agent.serving import ConcurrentServer, serve_concurrently
 from agent.simulate import SimulatedNode, fleet
 from gpuevents import __version__
+from gpuevents.aio import Backoff, guarded_task, restarting, sleep_or_stop, stop_tasks
 from gpuevents.clock import Clock, SystemClock
 from gpuevents.config import Config
 from gpuevents.events import AgentInfo, Event, make_event
@@ -72,7 +73,7 @@ class NodeAgent:
             pod_of=self._pod_of,
         )
 
-    def apply_kubernetes_node(self, state: NodeState) -> None:
+    def apply_kubernetes_node(self, state: KubeNodeInfo) -> None:
         """The Node object's labels under the configured ones (config wins), and its cordon."""
         labels = {**state.labels, **self.config.agent.labels}
         self.core.labels = labels
@@ -134,44 +135,26 @@ RESTART_BACKOFF_S = 1.0
 RESTART_BACKOFF_MAX_S = 60.0
 
 
-async def supervise(what: str, run: Callable[[], Awaitable[None]], stop: asyncio.Event,
-                    counters: AgentCounters | None = None) -> None:
-    """Run `run()` until `stop` is set; whenever it fails (or returns early) log it and start it again,
-    after a backoff that doubles up to RESTART_BACKOFF_MAX_S (and starts over after a long good run)."""
-    delay = RESTART_BACKOFF_S
-    while not stop.is_set():
-        started = asyncio.get_running_loop().time()
-        try:
-            await run()
-        except Exception as e:
-            why = f"failed: {type(e).__name__}: {e}"
-            log.debug("%s failed", what, exc_info=True)
-        else:
-            if stop.is_set():
-                return
-            why = "returned unexpectedly"
-        if asyncio.get_running_loop().time() - started > RESTART_BACKOFF_MAX_S:
-            delay = RESTART_BACKOFF_S
+def supervise(what: str, run: Callable[[], Awaitable[None]], stop: asyncio.Event,
+              counters: AgentCounters | None = None) -> asyncio.Task[None]:
+    """A task that runs `run()` until `stop` is set, starting it again (with a doubling backoff, counted in
+    `counters.restarts`) whenever it fails or returns early."""
+
+    def count(name: str) -> None:
         if counters is not None:
-            counters.restarts[what] = counters.restarts.get(what, 0) + 1
-        log.error("%s %s; restarting it in %.1fs", what, why, delay)
-        try:
-            await asyncio.wait_for(stop.wait(), delay)
-        except TimeoutError:
-            pass
-        delay = min(delay * 2, RESTART_BACKOFF_MAX_S)
+            counters.restarts[name] = counters.restarts.get(name, 0) + 1
+
+    backoff = Backoff(RESTART_BACKOFF_S, RESTART_BACKOFF_MAX_S, jitter=False)
+    return guarded_task(restarting(what, run, stop, backoff=backoff, healthy_after_s=RESTART_BACKOFF_MAX_S,
+                                   on_restart=count), what)
 
 
 async def _serve_kills(bus: EventBus, agents: list[NodeAgent], cluster: str, stop: asyncio.Event) -> None:
     """Subscribe each node's kill subject once NATS is reachable (nats-py resubscribes after reconnects),
     each command answered in its own task; runs until `stop`, unsubscribing whatever way it ends."""
     while not bus.connected:
-        if stop.is_set():
+        if await sleep_or_stop(stop, 0.2):
             return
-        try:
-            await asyncio.wait_for(stop.wait(), 0.2)
-        except TimeoutError:
-            pass
     servers: list[ConcurrentServer] = []
     subs: list[Any] = []
     try:
@@ -199,10 +182,7 @@ async def _watch_node(lookup: NodeLookup, agent: NodeAgent, stop: asyncio.Event)
             state = await lookup.refresh()
             if state is not None:
                 agent.apply_kubernetes_node(state)
-            try:
-                await asyncio.wait_for(stop.wait(), kubenode.REFRESH_S)
-            except TimeoutError:
-                pass
+            await sleep_or_stop(stop, kubenode.REFRESH_S)
     finally:
         await lookup.close()
 
@@ -213,10 +193,7 @@ async def _refresh_pods(pods: PodDirectory, stop: asyncio.Event) -> None:
     async with aiohttp.ClientSession() as session:
         while not stop.is_set():
             await pods.refresh(session)
-            try:
-                await asyncio.wait_for(stop.wait(), pods.config.refresh)
-            except TimeoutError:
-                pass
+            await sleep_or_stop(stop, pods.config.refresh)
 
 
 async def run_nodes(agents: list[NodeAgent], bus: EventBus, *, config: Config, clock: Clock,
@@ -230,16 +207,14 @@ async def run_nodes(agents: list[NodeAgent], bus: EventBus, *, config: Config, c
     if config.agent.metrics_port is not None:
         metrics = MetricsServer(AgentCollector(lambda: [a.core for a in agents], counters),
                                 config.agent.metrics_port).start()
-    helpers = [asyncio.create_task(supervise(
-        "kill service", lambda: _serve_kills(bus, agents, config.cluster, stop), stop, counters))]
+    helpers = [supervise("kill service", lambda: _serve_kills(bus, agents, config.cluster, stop), stop, counters)]
     if pods is not None:
-        helpers.append(asyncio.create_task(supervise(
-            "kubelet pod refresh", lambda: _refresh_pods(pods, stop), stop, counters)))
+        helpers.append(supervise("kubelet pod refresh", lambda: _refresh_pods(pods, stop), stop, counters))
     for a in agents:
         lookup = (nodes or {}).get(a.node)
         if lookup is not None:
-            helpers.append(asyncio.create_task(supervise(
-                "kubernetes node lookup", functools.partial(_watch_node, lookup, a, stop), stop, counters)))
+            helpers.append(supervise("kubernetes node lookup", functools.partial(_watch_node, lookup, a, stop),
+                                     stop, counters))
 
     def publish(event: Event) -> None:
         bus.publish_event(event)
@@ -265,16 +240,11 @@ async def run_nodes(agents: list[NodeAgent], bus: EventBus, *, config: Config, c
             if delay < 0:  # fell behind (a slow sample): skip the missed ticks, do not burst
                 next_at = clock.monotonic()
                 delay = 0.0
-            try:
-                await asyncio.wait_for(stop.wait(), delay)
-            except TimeoutError:
-                pass
+            await sleep_or_stop(stop, delay)
         for a in agents:
             publish(a.lifecycle_event("agent.stopping", clock.now()))
     finally:
-        for t in helpers:
-            t.cancel()
-        await asyncio.gather(*helpers, return_exceptions=True)
+        await stop_tasks(helpers, "agent helpers")
         if metrics is not None:
             metrics.stop()
         for a in agents:

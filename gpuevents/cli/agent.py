@@ -1,14 +1,24 @@
-"""`gpuevents agent` and `gpuevents simulate`: typer commands, registered on the main app by `register_commands`."""
+"""`gpuevents agent` and `gpuevents simulate`: the node agent, and simulated agents for demos and load."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+from gpuevents.aio import guarded_task, sleep_or_stop, stop_tasks
+from gpuevents.cli.common import (
+    ConfigOption,
+    VerboseOption,
+    client_config,
+    duration_option,
+    load_config_or_exit,
+    run_async,
+    setup_logging,
+)
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -20,19 +30,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gpuevents.agent")
 
-ConfigOption = Annotated[Path | None, typer.Option("-c", "--config", help="config YAML (see config.example.yaml)")]
-Verbose = Annotated[bool, typer.Option("-v", "--verbose")]
 
 
 def agent(
     config: ConfigOption = None,
     simulate: Annotated[bool, typer.Option(
         "--simulate", help="a simulated node (agent.simulation) instead of NVML")] = False,
-    verbose: Verbose = False,
+    verbose: VerboseOption = False,
 ) -> None:
     """The node agent: samples GPUs through NVML, publishes events, answers kill commands."""
     from agent.runner import SamplerUnavailable, open_sampler
-    from gpuevents.cli import client_config, load_config_or_exit, run_async, setup_logging
     from gpuevents.clock import SystemClock
     from gpuevents.yamlpos import LocatedError
 
@@ -64,22 +71,16 @@ def simulate(
     seed: Annotated[int | None, typer.Option("--seed", help="default agent.simulation.seed")] = None,
     speedup: Annotated[float | None, typer.Option("--speedup", help="times faster than real time")] = None,
     run_for: Annotated[str | None, typer.Option("--for", help="stop after this long (e.g. 10m)")] = None,
-    verbose: Verbose = False,
+    verbose: VerboseOption = False,
 ) -> None:
     """Simulated agents publishing to the bus, for demos and load tests."""
     from agent.runner import simulated_agents
-    from gpuevents.cli import client_config, load_config_or_exit, run_async, setup_logging
     from gpuevents.clock import SystemClock
-    from gpuevents.durations import DurationError, parse_duration
     from gpuevents.yamlpos import LocatedError
 
     setup_logging(verbose)
     cfg = client_config(load_config_or_exit(config))
-    try:
-        seconds = parse_duration(run_for) if run_for is not None else None
-    except DurationError as e:
-        typer.echo(f"error: --for {e}", err=True)
-        raise typer.Exit(2) from None
+    seconds = duration_option(run_for, "--for") if run_for is not None else None
     nodes = nodes or cfg.agent.simulation.nodes
     gpus_per_node = gpus_per_node or cfg.agent.simulation.gpus_per_node
     try:
@@ -93,8 +94,7 @@ def simulate(
     run_async(_run_many(cfg, agents, seconds))
 
 
-def register_commands(app: typer.Typer) -> None:
-    """Add `agent` and `simulate` to the main command line."""
+def register(app: typer.Typer) -> None:
     app.command("agent")(agent)
     app.command("simulate")(simulate)
 
@@ -118,25 +118,22 @@ async def _ensure_streams_when_connected(bus: object) -> None:
 @contextlib.asynccontextmanager
 async def _bus_and_stop(cfg: Config, name: str) -> AsyncIterator[tuple[Bus, asyncio.Event]]:
     from gpuevents.bus import Bus
-    from gpuevents.cli.run import stop_on_signals
+    from gpuevents.cli.parts import stop_on_signals
 
     bus = Bus(cfg.nats, name=name)
     await bus.connect(wait=False)  # sampling starts at once; events buffer until NATS answers
-    streams = asyncio.create_task(_ensure_streams_when_connected(bus))
+    streams = guarded_task(_ensure_streams_when_connected(bus), "creating the streams")
     try:
         async with stop_on_signals() as stop:
             yield bus, stop
     finally:
-        streams.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await streams
+        await stop_tasks([streams], "agent")
         await bus.close(flush_timeout=5)
 
 
 async def _stop_after(stop: asyncio.Event, seconds: float | None) -> None:
     if seconds is not None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), seconds)
+        await sleep_or_stop(stop, seconds)
         stop.set()
 
 
@@ -152,7 +149,7 @@ async def _run_many(cfg: Config, agents: list[NodeAgent], seconds: float | None)
     from gpuevents.clock import SystemClock
 
     async with _bus_and_stop(cfg, "gpuevents-simulate") as (bus, stop):
-        timer = asyncio.create_task(_stop_after(stop, seconds))
+        timer = guarded_task(_stop_after(stop, seconds), "the --for timer")
         counters = await run_nodes(agents, bus, config=cfg, clock=SystemClock(), stop=stop)
         await timer
         if not await bus.flush(10):

@@ -1,8 +1,9 @@
-"""What `gpuevents status`, `snooze` and `audit` do: ask the engine or read the bus, print for people."""
+"""`gpuevents status`, `snooze` and `audit`: ask the acting engine or read the bus, print for people."""
 
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Annotated
 
 import orjson
 import typer
@@ -11,12 +12,51 @@ from rich.table import Table
 
 from gpuevents import subjects as S
 from gpuevents.bus import Bus, BusNoResponders, BusTimeout
+from gpuevents.cli.common import ConfigOption, client_config, duration_option, load_config_or_exit, run_async
 from gpuevents.clock import SystemClock
 from gpuevents.config import Config
 from gpuevents.durations import format_duration
 from gpuevents.records import AuditRecord, decode_audit
 
 out = Console()
+
+
+def status(
+    config: ConfigOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the raw JSON")] = False,
+) -> None:
+    """The fleet now: nodes, GPUs, idle time, firing incidents (from the acting engine)."""
+    run_async(show_status(client_config(load_config_or_exit(config)), as_json))
+
+
+def snooze(
+    rule: Annotated[str, typer.Argument(help="rule name")],
+    entity: Annotated[str, typer.Argument(help="entity id, e.g. node-7/gpu0")],
+    for_: Annotated[str, typer.Option("--for", help="how long, e.g. 4h")],
+    reason: Annotated[str, typer.Option("--reason")] = "",
+    config: ConfigOption = None,
+) -> None:
+    """Exempt one entity from one rule for a while (stored in KV, audited)."""
+    seconds = duration_option(for_, "--for")
+    run_async(do_snooze(client_config(load_config_or_exit(config)), rule, entity, seconds, reason))
+
+
+def audit(
+    rule: Annotated[str | None, typer.Option("--rule", help="only this rule")] = None,
+    entity: Annotated[str | None, typer.Option("--entity", help="only this entity id")] = None,
+    since: Annotated[str, typer.Option("--since", help="how far back, e.g. 1h, 7d")] = "1h",
+    as_json: Annotated[bool, typer.Option("--json", help="one JSON record a line")] = False,
+    config: ConfigOption = None,
+) -> None:
+    """What the engine did and why: transitions and action outcomes."""
+    seconds = duration_option(since, "--since")
+    run_async(show_audit(client_config(load_config_or_exit(config)), rule, entity, seconds, as_json))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("status")(status)
+    app.command("snooze")(snooze)
+    app.command("audit")(audit)
 
 
 async def show_status(config: Config, as_json: bool) -> None:

@@ -1,11 +1,15 @@
-"""`gpuevents rules check` and `gpuevents rules test`: a typer app the main command line mounts as `rules`."""
+"""`gpuevents rules check`, `rules test` and `rules backtest`: validate, unit-test and replay rule files."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
+from rich.console import Console
 
+from gpuevents.cli.common import ConfigOption, client_config, duration_option, load_config_or_exit, run_async
+from gpuevents.yamlpos import LocatedError
 from rules.offline.check import check_paths
 from rules.offline.ruletests import run_test_file
 
@@ -69,3 +73,44 @@ def test(
         raise typer.Exit(2)
     if failed:
         raise typer.Exit(1)
+
+
+@app.command("backtest")
+def rules_backtest(
+    paths: Annotated[list[Path], typer.Argument(help="rule files or directories")],
+    since: Annotated[str, typer.Option("--since", help="how far back to replay, e.g. 7d")] = "7d",
+    as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
+    config: ConfigOption = None,
+) -> None:
+    """Replay the recorded event stream through rules: what would they have done? Nothing is run."""
+    from gpuevents.clock import SystemClock
+    from rules.offline.backtest import run_backtest
+
+    seconds = duration_option(since, "--since")
+    cfg = client_config(load_config_or_exit(config))
+    try:
+        report = run_async(run_backtest(cfg, paths, seconds, SystemClock().now()))
+    except LocatedError as e:
+        for p in e.problems:
+            typer.echo(str(p), err=True)
+        raise typer.Exit(2) from None
+    if as_json:
+        typer.echo(report.model_dump_json(indent=2))
+        return
+    from rich.table import Table
+
+    out = Console()
+    out.print(f"replayed {report.events} events from {report.start:%Y-%m-%d %H:%M} to "
+              f"{report.end:%Y-%m-%d %H:%M} UTC ({report.malformed} malformed skipped); nothing was run")
+    summary = Table("rule", "would fire", "entities", "actions", "held/suppressed")
+    for r in report.rules:
+        summary.add_row(r.rule, str(r.fired), str(r.entities), str(r.actions_run),
+                        str(r.actions_held_or_suppressed))
+    out.print(summary)
+    detail = Table("fired at", "rule", "entity", "resolved at", "actions")
+    for i in report.incidents:
+        detail.add_row(f"{i.fired_at:%m-%d %H:%M:%S}", i.rule, i.entity_id,
+                       f"{i.resolved_at:%m-%d %H:%M:%S}" if i.resolved_at else "still firing",
+                       ", ".join(i.actions))
+    if report.incidents:
+        out.print(detail)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agent import kubenode
-from agent.kubenode import NodeLookup, NodeState
+from agent.kubenode import KubeNodeInfo, NodeLookup
 from agent.metrics import AgentCounters
 from agent.runner import NodeAgent, run_nodes, simulated_agents
 from gpuevents import subjects as S
@@ -58,7 +58,7 @@ async def test_node_labels_merge_under_the_config_and_cordon_comes_from_the_spec
         state = await lookup.refresh()
     finally:
         await lookup.close()
-    assert state == NodeState(labels={"env": "from-kubernetes", "topology.kubernetes.io/zone": "z1",
+    assert state == KubeNodeInfo(labels={"env": "from-kubernetes", "topology.kubernetes.io/zone": "z1",
                                       "nvidia.com/gpu.product": "A100"}, cordoned=True)
     agent.apply_kubernetes_node(state)
     info = agent.core.node_info()

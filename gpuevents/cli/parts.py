@@ -1,0 +1,118 @@
+"""Running a process's parts (engine, action runners, dashboard, agent) until Ctrl-C or SIGTERM, or until one
+of them ends: then every part is told to stop, and a part that ended unexpectedly is named in the log."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from gpuevents.aio import guarded_task, stop_tasks
+from gpuevents.bus import Bus
+from gpuevents.clock import Clock
+from gpuevents.config import Config
+
+log = logging.getLogger("gpuevents")
+
+Part = Callable[[asyncio.Event], Awaitable[Any]]
+PART_STOP_S = 30.0  # how long the parts get to stop cleanly before they are cancelled
+
+
+@contextlib.asynccontextmanager
+async def stop_on_signals() -> AsyncIterator[asyncio.Event]:
+    """An event set by Ctrl-C or SIGTERM, so every part can stop cleanly."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    installed = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+    try:
+        yield stop
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+
+
+async def _part(name: str, run: Part, stop: asyncio.Event) -> None:
+    try:
+        await run(stop)
+    finally:
+        if not stop.is_set():
+            log.error("%s ended before it was told to stop; shutting down", name)
+            stop.set()
+
+
+async def run_parts(parts: dict[str, Part], stop: asyncio.Event) -> None:
+    """Run every part until `stop` is set (by a signal, or by a part that ends), then let them stop."""
+    tasks = [guarded_task(_part(name, run, stop), name) for name, run in parts.items()]
+    try:
+        await stop.wait()
+    finally:
+        stop.set()
+        _, slow = await asyncio.wait(tasks, timeout=PART_STOP_S)
+        await stop_tasks(slow, "stopping the parts")
+
+
+def start_metrics(port: int | None, registry: Any) -> None:
+    if port is None:
+        return
+    from prometheus_client import start_http_server
+
+    start_http_server(port, registry=registry)
+    log.info("metrics on http://0.0.0.0:%d/metrics", port)
+
+
+def engine_parts(config: Config, bus: Bus, clock: Clock) -> dict[str, Part]:
+    """The engine, its in-process action runners, its usage recorder and dashboard."""
+    from actions import registry
+    from rules.engine.service import Engine
+
+    unknown = sorted(set(config.engine.limits) - set(registry.types()))
+    if unknown:
+        raise ValueError(f"engine.limits names unknown action types {unknown}; known: "
+                         f"{', '.join(registry.types())} (run `gpuevents config check`)")
+    engine = Engine(config, bus, clock=clock)
+    start_metrics(config.engine.metrics_port, engine.metrics.registry)
+    parts: dict[str, Part] = {"engine": engine.run}
+    parts.update(runner_parts(config, bus, clock, config.engine.runners))
+    if config.engine.dashboard_port is not None:
+        parts["dashboard"] = lambda stop: _dashboard(engine, config.engine.dashboard_port or 0, stop)
+    return parts
+
+
+def runner_parts(config: Config, bus: Bus, clock: Clock, count: int) -> dict[str, Part]:
+    """`count` action runners, each handed the visibility code its actions may need (the weekly summary)."""
+    from actions.runner import ActionRunner
+    from gpuevents.cli.report import weekly_summary
+
+    return {f"runner{i}": ActionRunner(bus, config, clock, name=f"runner{i}", report=weekly_summary).run
+            for i in range(count)}
+
+
+async def _dashboard(engine: Any, port: int, stop: asyncio.Event) -> None:
+    from rules.engine.status import EngineDashboardSource
+    from rules.visibility.dashboard import bound_port, serve_dashboard
+
+    runner = await serve_dashboard(EngineDashboardSource(engine), "127.0.0.1", port)
+    log.info("dashboard on http://127.0.0.1:%d/", bound_port(runner))
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+async def run_connected(config: Config, name: str, parts: Callable[[Bus], dict[str, Part]]) -> None:
+    """Connect, make sure the streams exist, run the parts until Ctrl-C or SIGTERM, close."""
+    async with stop_on_signals() as stop:
+        bus = Bus(config.nats, name=name)
+        await bus.connect()
+        try:
+            await bus.ensure_streams()
+            await run_parts(parts(bus), stop)
+        finally:
+            await bus.close()

@@ -1,0 +1,133 @@
+"""`gpuevents up`, `engine` and `runner`: the processes that run gpuevents' parts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gpuevents.bus import Bus
+from gpuevents.cli.common import (
+    ConfigOption,
+    VerboseOption,
+    client_config,
+    load_config_or_exit,
+    run_async,
+    setup_logging,
+)
+from gpuevents.cli.parts import engine_parts, run_connected, run_parts, runner_parts, stop_on_signals
+from gpuevents.clock import Clock, SystemClock
+from gpuevents.config import Config
+from gpuevents.server import EmbeddedServer, ServerError
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+DEMO_RULES = PACKAGE_ROOT / "rules" / "library" / "demo"
+
+
+def up(
+    config: ConfigOption = None,
+    demo: Annotated[bool, typer.Option("--demo", help="demo rules with short durations; actions fire within a minute")] = False,
+    verbose: VerboseOption = False,
+) -> None:
+    """Everything on one machine: embedded NATS (unless nats.url is set), the engine, action runners and a local agent."""
+    setup_logging(verbose)
+    cfg = load_config_or_exit(config)
+    run_async(run_up(cfg, demo=demo, echo=lambda m: typer.secho(m, fg="cyan", err=True)))
+
+
+def engine(config: ConfigOption = None, verbose: VerboseOption = False) -> None:
+    """The rules engine and its action runners (engine.runners of them)."""
+    setup_logging(verbose)
+    cfg = client_config(load_config_or_exit(config))
+    if not cfg.engine.rules:
+        typer.echo("error: engine.rules is empty: list rule files or directories in the config", err=True)
+        raise typer.Exit(1)
+    run_async(run_engine(cfg))
+
+
+def runner(
+    config: ConfigOption = None,
+    count: Annotated[int, typer.Option("--count", min=1, help="runners in this process")] = 1,
+    verbose: VerboseOption = False,
+) -> None:
+    """Action runners apart from the engine: they share GPUEVENTS_ACT as a queue."""
+    setup_logging(verbose)
+    run_async(run_runners(client_config(load_config_or_exit(config)), count))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("up")(up)
+    app.command("engine")(engine)
+    app.command("runner")(runner)
+
+
+async def run_engine(config: Config, clock: Clock | None = None) -> None:
+    clock = clock or SystemClock()
+    await run_connected(config, f"engine-{config.cluster}", lambda bus: engine_parts(config, bus, clock))
+
+
+async def run_runners(config: Config, count: int, clock: Clock | None = None) -> None:
+    clock = clock or SystemClock()
+    await run_connected(config, f"runner-{config.cluster}", lambda bus: runner_parts(config, bus, clock, count))
+
+
+def demo_config(config: Config) -> Config:
+    """The demo: the short demo rules, a simulated node that holds a GPU idle, the dashboard on."""
+    data = config.model_dump()
+    port = 8080 if config.engine.dashboard_port is None else config.engine.dashboard_port
+    data["engine"].update(rules=[DEMO_RULES], tick=5, dashboard_port=port)
+    data["agent"].update(sampler="simulated", snapshot_interval=5)
+    data["agent"]["simulation"].update(scenario="demo")
+    return Config.model_validate(data)
+
+
+async def run_up(config: Config, *, demo: bool = False, echo: Callable[[str], None] = print) -> None:
+    """Embedded NATS (unless nats.url is set), the engine and runners, and a local agent."""
+    from agent.runner import SamplerUnavailable, open_sampler, run_agent
+
+    if demo:
+        config = demo_config(config)
+    clock = SystemClock()
+    server: EmbeddedServer | None = None
+    if not config.nats.servers:
+        server = EmbeddedServer(config.nats.embedded)
+        try:
+            server.start()
+        except ServerError as e:
+            if "already listens" not in str(e):
+                raise
+            server = EmbeddedServer(config.nats.embedded.model_copy(update={"port": 0}))
+            server.start()
+            echo(f"port {config.nats.embedded.port} is taken; the embedded NATS uses {server.port}")
+        config = config.model_copy(update={"nats": config.nats.model_copy(update={"url": server.url})})
+        echo(f"NATS (embedded, JetStream in {server.data_dir}) listens on {server.url}")
+    else:
+        echo(f"NATS: {', '.join(config.nats.servers)}")
+    try:
+        try:
+            sampler = open_sampler(config, simulate=config.agent.sampler == "simulated",
+                                   start=clock.now())
+        except SamplerUnavailable as e:
+            echo(f"No GPU here ({e}): a simulated node stands in for the local agent.")
+            sampler = open_sampler(config, simulate=True, start=clock.now())
+        if sampler.kind != "nvml":
+            echo(f"Agent: SIMULATED node {config.agent.node_name!r} "
+                 f"(scenario {config.agent.simulation.scenario!r}), not real GPUs.")
+        rules = ", ".join(map(str, config.engine.rules)) or "none"
+        echo(f"Engine: rules from {rules}; Ctrl-C stops everything.")
+        async with stop_on_signals() as stop:
+            bus = Bus(config.nats, name="gpuevents-up")
+            await bus.connect()
+            try:
+                await bus.ensure_streams()
+                parts = engine_parts(config, bus, clock)
+                parts["agent"] = lambda s: run_agent(config, bus, clock, sampler=sampler, stop_event=s)
+                await run_parts(parts, stop)
+            finally:
+                await bus.close()
+    finally:
+        if server is not None:
+            server.stop()
+            echo("embedded NATS stopped")
