@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
+import nats
+import nats.js.errors
 import pytest
+from nats.aio.client import Client as NatsClient
+from nats.js import JetStreamContext
 
-from gpuevents.bus import Bus
+from gpuevents.bus import Bus, StoredMsg
 from gpuevents.config import EmbeddedServerConfig, NatsConfig
 from gpuevents.server import EmbeddedServer
 
@@ -41,3 +46,55 @@ async def bus(nats_config: NatsConfig) -> AsyncIterator[Bus]:
         yield b
     finally:
         await b.close(flush_timeout=1)
+
+
+@pytest.fixture
+async def nats_client(nats_server: EmbeddedServer) -> AsyncIterator[NatsClient]:
+    """A plain nats-py client on the test server, for tests that look behind the bus (consumer state, stored
+    messages, pull requests) without reaching into its internals."""
+    nc = await nats.connect(servers=[nats_server.url])
+    try:
+        yield nc
+    finally:
+        await nc.close()
+
+
+@pytest.fixture
+def jetstream(nats_client: NatsClient) -> JetStreamContext:
+    return nats_client.jetstream()
+
+
+class PullRequests:
+    """Counts the pull requests a nats-py client sends to one durable consumer (a listener on their subject
+    would answer them in the server's eyes, hiding the 503 a deleted consumer gives: so the client's publish
+    is wrapped instead)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    @classmethod
+    def watch(cls, nc: NatsClient, stream: str, durable: str, monkeypatch: pytest.MonkeyPatch) -> PullRequests:
+        counter = cls()
+        subject = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}"
+        publish = nc.publish
+
+        async def counted(subj: str, *args: Any, **kwargs: Any) -> None:
+            if subj == subject:
+                counter.count += 1
+            await publish(subj, *args, **kwargs)
+
+        monkeypatch.setattr(nc, "publish", counted)
+        return counter
+
+
+async def stored_messages(js: JetStreamContext, stream: str, limit: int = 10_000) -> list[StoredMsg]:
+    """The messages `stream` holds now, read one by one (any retention, work queues included)."""
+    state = (await js.stream_info(stream)).state
+    out: list[StoredMsg] = []
+    for seq in range(state.first_seq, min(state.last_seq, state.first_seq + limit - 1) + 1):
+        try:
+            m = await js.get_msg(stream, seq)
+        except nats.js.errors.NotFoundError:
+            continue
+        out.append(StoredMsg(m.subject or "", m.data or b"", seq, None))
+    return out

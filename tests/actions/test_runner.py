@@ -6,6 +6,7 @@ import asyncio
 from collections import Counter
 
 import pytest
+from nats.js import JetStreamContext
 
 from actions.runner import ActionRunner, redact
 from gpuevents import subjects as S
@@ -154,7 +155,8 @@ async def test_two_runners_never_both_run_one_request(bus: Bus, webhook: FakeWeb
     assert len(await audit_records(bus)) == 5
 
 
-async def test_runners_on_the_queue_share_the_work_and_run_each_key_once(bus: Bus, webhook: FakeWebhook) -> None:
+async def test_runners_on_the_queue_share_the_work_and_run_each_key_once(bus: Bus, webhook: FakeWebhook,
+                                                                        jetstream: JetStreamContext) -> None:
     config = make_config()
     runners = [ActionRunner(bus, config, name=f"q{i}", concurrency=4) for i in range(2)]
     stop = asyncio.Event()
@@ -165,7 +167,7 @@ async def test_runners_on_the_queue_share_the_work_and_run_each_key_once(bus: Bu
         # The same request again under another message id: a second delivery of one key.
         await bus.js_publish(S.action_subject("webhook"), q.model_dump_json().encode(), msg_id=f"again-{q.key}")
     await wait_for(lambda: len(webhook.requests) >= 8, what="8 webhook calls")
-    await wait_for(lambda: consumer_idle(bus, runners[0].durable), what="the queue drained")
+    await wait_for(lambda: consumer_idle(jetstream, runners[0].durable), what="the queue drained")
     stop.set()
     await asyncio.gather(*loops)
     for r in runners:
@@ -174,8 +176,8 @@ async def test_runners_on_the_queue_share_the_work_and_run_each_key_once(bus: Bu
     assert sorted(r.action_key or "" for r in await audit_records(bus)) == sorted(q.key for q in reqs)
 
 
-async def consumer_idle(bus: Bus, durable: str) -> bool:
-    info = await bus._jetstream().consumer_info(S.STREAM_ACTIONS, durable)  # test-only peek
+async def consumer_idle(js: JetStreamContext, durable: str) -> bool:
+    info = await js.consumer_info(S.STREAM_ACTIONS, durable)
     return (info.num_pending or 0) == 0 and (info.num_ack_pending or 0) == 0
 
 
@@ -223,7 +225,7 @@ def test_secrets_are_masked_in_the_audit() -> None:
         "url": "u", "headers": {"Authorization": "***", "X-Team": "ml"}}
 
 
-async def test_a_permanent_failure_is_terminated_and_leaves_the_queue(bus: Bus) -> None:
+async def test_a_permanent_failure_is_terminated_and_leaves_the_queue(bus: Bus, jetstream: JetStreamContext) -> None:
     async def garbage(payload: bytes, subject: str) -> bytes:
         return b"not json"
 
@@ -233,7 +235,7 @@ async def test_a_permanent_failure_is_terminated_and_leaves_the_queue(bus: Bus) 
     loop = asyncio.create_task(runner.run(stop))
     await publish_request(bus, make_request("function", {"name": "broken"}))
     records = await wait_for(lambda: audit_records(bus), what="an audit record")
-    await wait_for(lambda: consumer_idle(bus, runner.durable), what="the request to leave the queue")
+    await wait_for(lambda: consumer_idle(jetstream, runner.durable), what="the request to leave the queue")
     stop.set()
     await loop
     assert [(r.outcome, r.attempt) for r in records] == [("failed", 1)]

@@ -5,10 +5,16 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+from nats.aio.client import Client as NatsClient
+from nats.js import JetStreamContext
+
 from gpuevents import subjects as S
 from gpuevents.bus import Bus, BusError, Consumer, Delivery
+from gpuevents.bus.consumer import open_consumer
 from gpuevents.events import GpuInfo, decode_event, make_event
 from gpuevents.server import EmbeddedServer
+from tests.conftest import PullRequests
 
 
 def _idle(index: int):  # type: ignore[no-untyped-def]
@@ -64,7 +70,7 @@ async def test_prefetched_and_arriving_messages_are_given_back_when_the_consumer
     assert sorted(decode_event(d.data).id for d in first + rest) == sorted(ids)
 
 
-async def test_a_fetch_claims_no_more_than_it_asks_for(bus: Bus) -> None:
+async def test_a_fetch_claims_no_more_than_it_asks_for(bus: Bus, jetstream: JetStreamContext) -> None:
     """The action runner asks for as many as it has free slots; what is published while it is busy stays on
     the server for the other runners instead of waiting in this one's queue past ack_wait."""
     await _publish(bus, 0)
@@ -72,22 +78,25 @@ async def test_a_fetch_claims_no_more_than_it_asks_for(bus: Bus) -> None:
     got = await c.fetch(2, timeout=5)
     assert len(got) == 1
     await _publish(bus, 1, 2, 3, 4, 5)
-    info = await bus._jetstream().consumer_info(S.STREAM_EVENTS, "claim")
+    info = await jetstream.consumer_info(S.STREAM_EVENTS, "claim")
     assert info.num_ack_pending == 1 and info.num_pending == 5
     more = await _fetch_all(c, 3)
     assert len(more) == 3
-    info = await bus._jetstream().consumer_info(S.STREAM_EVENTS, "claim")
+    info = await jetstream.consumer_info(S.STREAM_EVENTS, "claim")
     assert info.num_ack_pending == 4 and info.num_pending == 2
 
 
-async def test_a_deleted_consumer_is_created_again_without_a_storm_of_requests(bus: Bus) -> None:
-    c = await bus.consumer(S.STREAM_EVENTS, "gone", S.EVENTS_ALL)
+async def test_a_deleted_consumer_is_created_again_without_a_storm_of_requests(
+        bus: Bus, nats_client: NatsClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    requests = PullRequests.watch(nats_client, S.STREAM_EVENTS, "gone", monkeypatch)
+    c = await open_consumer(nats_client, nats_client.jetstream(), S.STREAM_EVENTS, "gone", S.EVENTS_ALL,
+                            ack_wait=30, max_deliver=-1, max_ack_pending=1000, prefetch=False)
     assert await c.fetch(10, timeout=0.3) == []
-    await bus._jetstream().delete_consumer(S.STREAM_EVENTS, "gone")
+    await nats_client.jetstream().delete_consumer(S.STREAM_EVENTS, "gone")
     ids = await _publish(bus, 7)
     got = await _fetch_all(c, 1, timeout=15)
     assert [decode_event(d.data).id for d in got] == ids
-    assert c.requests_sent < 50, f"{c.requests_sent} pull requests: the consumer spun on a refusal"
+    assert 0 < requests.count < 50, f"{requests.count} pull requests: the consumer spun on a refusal"
 
 
 async def test_a_consumer_keeps_fetching_across_a_server_restart(bus: Bus, nats_server: EmbeddedServer) -> None:
@@ -104,11 +113,13 @@ async def test_a_consumer_keeps_fetching_across_a_server_restart(bus: Bus, nats_
     await got[0].ack()
 
 
-async def test_a_consumer_recovers_after_refusals_that_outlast_its_fetches(bus: Bus) -> None:
+async def test_a_consumer_recovers_after_refusals_that_outlast_its_fetches(
+        bus: Bus, nats_client: NatsClient, monkeypatch: pytest.MonkeyPatch) -> None:
     """JetStream answers 503 for longer than a fetch's timeout (the consumer is gone and cannot be created
     yet): the consumer backs off across fetches and pulls again once it can."""
     await bus.consumer(S.STREAM_EVENTS, "refused", S.EVENTS_ALL)
-    js = bus._jetstream()
+    js = nats_client.jetstream()
+    requests = PullRequests.watch(nats_client, S.STREAM_EVENTS, "refused", monkeypatch)
     failing_until = time.monotonic() + 3.0
     attempts = []
 
@@ -119,9 +130,9 @@ async def test_a_consumer_recovers_after_refusals_that_outlast_its_fetches(bus: 
         await js.add_consumer(S.STREAM_EVENTS, durable_name="refused", ack_policy="explicit",
                               filter_subject=S.EVENTS_ALL)
 
-    c = await Consumer(bus._nats(), S.STREAM_EVENTS, "refused", recreate=recreate).start()
+    c = await Consumer(nats_client, S.STREAM_EVENTS, "refused", recreate=recreate).start()
     await js.delete_consumer(S.STREAM_EVENTS, "refused")
     ids = await _publish(bus, 9)
     got = await _fetch_all(c, 1, timeout=20)
     assert [decode_event(d.data).id for d in got] == ids
-    assert len(attempts) >= 2 and c.requests_sent < 50
+    assert len(attempts) >= 2 and 0 < requests.count < 50

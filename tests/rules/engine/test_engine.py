@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
+from nats.js import JetStreamContext
 
 from actions.runner import ActionRunner
 from gpuevents import subjects as S
@@ -19,6 +20,7 @@ from gpuevents.events import encode_event
 from gpuevents.records import ActionRequest, AuditRecord, decode_audit
 from rules.engine.lease import Lease
 from rules.engine.service import Engine
+from tests.conftest import stored_messages
 from tests.rules.engine.conftest import T0, snapshot
 from tests.waiting import wait_for
 
@@ -49,8 +51,8 @@ def seen(engine: Engine, node: str, at: datetime) -> bool:
     return any(ns.name == node and ns.last_seen == at for ns in engine.core.state.nodes.values())
 
 
-async def act_requests(bus: Bus) -> list[ActionRequest]:
-    return [ActionRequest.model_validate_json(m.data) for m in await bus.stored(S.STREAM_ACTIONS)]
+async def act_requests(js: JetStreamContext) -> list[ActionRequest]:
+    return [ActionRequest.model_validate_json(m.data) for m in await stored_messages(js, S.STREAM_ACTIONS)]
 
 
 async def audit_records(bus: Bus) -> list[AuditRecord]:
@@ -94,7 +96,7 @@ async def test_snapshot_to_incident_to_action_to_audit(engine_config: Config, bu
     assert ("inactive", "pending") in transitions and ("pending", "firing") in transitions
 
 
-async def test_restart_in_the_middle_of_for_fires_at_the_original_deadline_once(
+async def test_restart_in_the_middle_of_for_fires_at_the_original_deadline_once(jetstream: JetStreamContext,
     engine_config: Config, bus: Bus
 ) -> None:
     clock = ManualClock(T0)
@@ -114,17 +116,17 @@ async def test_restart_in_the_middle_of_for_fires_at_the_original_deadline_once(
         clock.set(T0 + timedelta(hours=1, seconds=1))
         await second.tick()
         assert incident(second, "n1/gpu0").status == "firing"
-    assert len(await act_requests(bus)) == 1
+    assert len(await act_requests(jetstream)) == 1
     clock.advance(60)
     async with running(Engine(engine_config, bus, clock=clock)) as third:
         assert incident(third, "n1/gpu0").status == "firing"
         await publish(bus, snapshot("n1", clock.now(), idle_since=T0))
         await wait_for(lambda: seen(third, "n1", clock.now()), what="the snapshot to be consumed")
         await third.tick()
-    assert len(await act_requests(bus)) == 1  # a fired action is not fired again
+    assert len(await act_requests(jetstream)) == 1  # a fired action is not fired again
 
 
-async def test_the_same_event_delivered_twice_changes_nothing(engine_config: Config, bus: Bus) -> None:
+async def test_the_same_event_delivered_twice_changes_nothing(jetstream: JetStreamContext, engine_config: Config, bus: Bus) -> None:
     clock = ManualClock(T0)
     first = snapshot("n1", T0)
     async with running(Engine(engine_config, bus, clock=clock)) as engine:
@@ -143,7 +145,7 @@ async def test_the_same_event_delivered_twice_changes_nothing(engine_config: Con
         await wait_for(lambda: seen(engine, "n2", clock.now()), what="the redelivered event to be consumed")
         assert incident(engine, "n1/gpu0") == fired
         assert len(await audit_records(bus)) == before
-    assert len(await act_requests(bus)) == 1
+    assert len(await act_requests(jetstream)) == 1
 
 
 async def test_a_malformed_event_goes_to_the_dlq_and_the_next_is_processed(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from nats.js import JetStreamContext
 
 from gpuevents.bus import Bus
 from gpuevents.clock import ManualClock
@@ -39,7 +40,8 @@ def config(nats_config: NatsConfig, tmp_path: Path) -> Config:
     })
 
 
-async def test_reload_keeps_or_closes_incidents_through_the_normal_path(config: Config, bus: Bus) -> None:
+async def test_reload_keeps_or_closes_incidents_through_the_normal_path(config: Config, bus: Bus,
+                                                                     jetstream: JetStreamContext) -> None:
     rule_file = Path(config.engine.rules[0]) / "r.yaml"
     clock = ManualClock(T0)
     async with running(Engine(config, bus, clock=clock)) as engine:
@@ -57,7 +59,7 @@ async def test_reload_keeps_or_closes_incidents_through_the_normal_path(config: 
         transitions = [(r.from_status, r.to_status, r.detail) for r in await audit_records(bus)
                        if r.kind == "transition"]
         assert transitions[-1] == ("firing", "resolved", "rule_changed")
-        requests = [(r.phase, r.params.get("message")) for r in await act_requests(bus)]
+        requests = [(r.phase, r.params.get("message")) for r in await act_requests(jetstream)]
         assert requests == [("fire", "fire"), ("resolve", "resolve second")]  # the old rule's on_resolve
         clock.advance(1)
         await engine.tick()  # the changed rule is evaluated in full: a new incident

@@ -1,0 +1,291 @@
+"""The `Bus`: one process's connection to NATS and JetStream — connecting and reconnecting, the streams,
+publishing, consumers, request/reply and the KV bucket, each kept in its own module of this package."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from datetime import datetime
+from typing import Any
+
+import nats
+import nats.errors
+import nats.js.errors
+import orjson
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext, api
+
+from gpuevents import subjects as S
+from gpuevents.aio import Backoff, guarded_task, stop_tasks
+from gpuevents.bus.consumer import Consumer, open_consumer
+from gpuevents.bus.errors import BusError, BusNoResponders, BusTimeout
+from gpuevents.bus.kv import Kv, open_bucket
+from gpuevents.bus.publishing import AckPipe, BusStats, EventBuffer, PublishItem, js_publish, js_publish_many
+from gpuevents.bus.replay import StoredMsg, replay
+from gpuevents.config import NatsConfig
+from gpuevents.events import Event, encode_event
+
+log = logging.getLogger("gpuevents.bus")
+
+DUPLICATE_WINDOW_S = 120.0
+CONNECT_BACKOFF_S = 0.2
+
+
+def _tls_context(cfg: NatsConfig) -> ssl.SSLContext | None:
+    t = cfg.tls
+    if t.ca_file is None and t.cert_file is None:
+        return None
+    ctx = ssl.create_default_context(cafile=str(t.ca_file) if t.ca_file else None)
+    if t.cert_file is not None:
+        ctx.load_cert_chain(str(t.cert_file), str(t.key_file) if t.key_file else None)
+    return ctx
+
+
+class Bus:
+    """A connection to NATS and JetStream for one gpuevents process."""
+
+    def __init__(self, config: NatsConfig, *, name: str = "gpuevents") -> None:
+        if not config.servers:
+            raise BusError(
+                "nats.url is not set: `gpuevents up` starts an embedded server; other commands "
+                "need nats.url (or GPUEVENTS_NATS__URL) pointing at your NATS servers"
+            )
+        self.config = config
+        self.name = name
+        self.stats = BusStats()
+        self._nc: Client | None = None
+        self._js: JetStreamContext | None = None
+        self._kv: Kv | None = None
+        self._pipe: AckPipe | None = None
+        self._buffer = EventBuffer(config.publish_buffer, self.stats, self._jetstream, lambda: self.connected,
+                                   config.publish_timeout)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closing = False
+
+    # ------------------------------------------------------------ connection
+    @property
+    def connected(self) -> bool:
+        return self._nc is not None and self._nc.is_connected
+
+    async def __aenter__(self) -> Bus:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def connect(self, *, wait: bool = True) -> None:
+        """Connect; with `wait=False`, connect in the background while publishing buffers."""
+        self._spawn(self._buffer.run(), "bus publisher")
+        if wait:
+            await self._connect_forever()
+        else:
+            self._spawn(self._connect_forever(), "bus connect")
+
+    async def _connect_forever(self) -> None:
+        backoff = Backoff(CONNECT_BACKOFF_S, self.config.reconnect_wait * 4 or 5.0, jitter=False)
+        while not self._closing:
+            try:
+                await self._connect_once()
+                return
+            except (TimeoutError, OSError, nats.errors.Error) as e:
+                delay = backoff.next()
+                log.warning("cannot reach NATS at %s (%s); retrying in %.1fs",
+                            ", ".join(self.config.servers), e or type(e).__name__, delay)
+                await asyncio.sleep(delay)
+
+    async def _connect_once(self) -> None:
+        cfg = self.config
+        opts: dict[str, Any] = {
+            "servers": cfg.servers,
+            "name": self.name,
+            "allow_reconnect": True,
+            "max_reconnect_attempts": -1,
+            "reconnect_time_wait": cfg.reconnect_wait,
+            "connect_timeout": cfg.connect_timeout,
+            "error_cb": self._on_error,
+            "disconnected_cb": self._on_disconnected,
+            "reconnected_cb": self._on_reconnected,
+            "tls": _tls_context(cfg),
+        }
+        if cfg.inbox_prefix:
+            opts["inbox_prefix"] = cfg.inbox_prefix
+        if cfg.creds_file is not None:
+            opts["user_credentials"] = str(cfg.creds_file)
+        if os.environ.get("NATS_USER"):
+            opts["user"] = os.environ["NATS_USER"]
+            opts["password"] = os.environ.get("NATS_PASSWORD", "")
+        if os.environ.get("NATS_TOKEN"):
+            opts["token"] = os.environ["NATS_TOKEN"]
+        nc = await nats.connect(**opts)
+        self._nc = nc
+        self._js = nc.jetstream(timeout=cfg.publish_timeout)
+        self._buffer.wake.set()
+        log.info("connected to NATS at %s", nc.connected_url.netloc if nc.connected_url else "?")
+
+    async def _on_error(self, e: Exception) -> None:
+        if isinstance(e, nats.errors.SlowConsumerError):
+            log.warning("nats: a subscription fell behind and dropped a message (%s)", e)
+        else:
+            log.debug("nats: %s", e)
+
+    async def _on_disconnected(self) -> None:
+        self.stats.disconnects += 1
+        if not self._closing:
+            log.warning("disconnected from NATS; buffering and reconnecting")
+
+    async def _on_reconnected(self) -> None:
+        self.stats.reconnects += 1
+        log.info("reconnected to NATS; draining %d buffered events", len(self._buffer))
+        self._buffer.wake.set()
+
+    def _nats(self) -> Client:
+        if self._nc is None:
+            raise BusError("not connected to NATS yet")
+        return self._nc
+
+    def _jetstream(self) -> JetStreamContext:
+        if self._js is None:
+            raise BusError("not connected to NATS yet")
+        return self._js
+
+    async def close(self, flush_timeout: float = 5.0) -> None:
+        """Drain what is buffered (bounded wait), then close."""
+        if len(self._buffer) and self.connected:
+            await self.flush(flush_timeout)
+        self._closing = True
+        await stop_tasks(list(self._tasks), "bus")
+        if self._nc is not None and not self._nc.is_closed:
+            # flush what nats-py still holds, then close; drain() leaves cancelled futures behind
+            # when it times out, which asyncio then reports as "never retrieved".
+            with contextlib.suppress(TimeoutError, nats.errors.Error):
+                if self._nc.is_connected:
+                    await self._nc.flush(timeout=max(1, int(flush_timeout)))
+            await self._nc.close()
+        if len(self._buffer):
+            log.warning("closing with %d events not delivered", len(self._buffer))
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        task = guarded_task(coro, name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # ------------------------------------------------------------ streams
+    async def ensure_streams(self) -> None:
+        """Create or update GPUEVENTS, GPUEVENTS_ACT, GPUEVENTS_AUDIT, GPUEVENTS_DLQ and the KV bucket."""
+        st = self.config.streams
+
+        def stream(name: str, subject: str, description: str, max_age: float | None = None,
+                   retention: api.RetentionPolicy | None = None) -> api.StreamConfig:
+            return api.StreamConfig(name=name, subjects=[subject], description=description, max_age=max_age,
+                                    retention=retention, storage=api.StorageType.FILE,
+                                    num_replicas=st.replicas, duplicate_window=DUPLICATE_WINDOW_S)
+
+        wanted = [
+            stream(S.STREAM_EVENTS, S.EVENTS_ALL, "gpuevents: events from node agents", st.events_max_age),
+            stream(S.STREAM_ACTIONS, S.ACTIONS_ALL, "gpuevents: action requests (work queue)",
+                   retention=api.RetentionPolicy.WORK_QUEUE),
+            stream(S.STREAM_AUDIT, S.AUDIT_ALL, "gpuevents: audit records", st.audit_max_age),
+            stream(S.STREAM_DLQ, S.DLQ_ALL, "gpuevents: malformed messages", st.dlq_max_age),
+        ]
+        jsm = self._jetstream()
+        for cfg in wanted:
+            assert cfg.name is not None
+            try:
+                await jsm.stream_info(cfg.name)
+                await jsm.update_stream(cfg)
+            except nats.js.errors.NotFoundError:
+                await jsm.add_stream(cfg)
+        await self.kv()
+
+    async def stream_info(self, stream: str) -> api.StreamInfo:
+        return await self._jetstream().stream_info(stream)
+
+    # ------------------------------------------------------------ publishing
+    def publish_event(self, event: Event) -> None:
+        """Queue `event` for JetStream; never blocks. When the buffer is full the oldest is dropped."""
+        self._buffer.add(S.event_subject(event.cluster, event.node, event.type), encode_event(event), event.id)
+
+    def publish_buffered(self, subject: str, payload: bytes, msg_id: str) -> None:
+        self._buffer.add(subject, payload, msg_id)
+
+    async def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until every buffered event is stored; False if `timeout` passed first."""
+        return await self._buffer.flush(timeout)
+
+    async def js_publish(self, subject: str, payload: bytes, *, msg_id: str | None = None,
+                         timeout: float | None = None, headers: dict[str, str] | None = None) -> int:
+        """Publish to JetStream and wait for the ack; the stream sequence, or BusError."""
+        return await js_publish(self._jetstream(), subject, payload, msg_id=msg_id, headers=headers,
+                                timeout=timeout or self.config.publish_timeout)
+
+    def _ack_pipe(self) -> AckPipe:
+        if self._pipe is None:
+            self._pipe = AckPipe(self._nats())
+        return self._pipe
+
+    async def js_publish_many(self, items: Sequence[PublishItem], *,
+                              timeout: float | None = None) -> list[int | BusError]:
+        """Publish many messages, then await their acks together (one wait instead of a round trip each).
+        Per item, in order: its stream sequence, or the BusError `js_publish` would have raised."""
+        return await js_publish_many(self._ack_pipe(), items, timeout or self.config.publish_timeout)
+
+    async def publish_core(self, subject: str, payload: bytes) -> None:
+        await self._nats().publish(subject, payload)
+
+    # ------------------------------------------------------------ request/reply
+    async def request(self, subject: str, payload: bytes, timeout: float) -> bytes:
+        try:
+            msg = await self._nats().request(subject, payload, timeout=timeout)
+        except nats.errors.NoRespondersError:
+            raise BusNoResponders(f"nobody answers on {subject}") from None
+        except (TimeoutError, nats.errors.TimeoutError):
+            raise BusTimeout(f"no answer on {subject} within {timeout:.1f}s") from None
+        return msg.data
+
+    async def serve(self, subject: str, handler: Callable[[bytes, str], Awaitable[bytes]],
+                    queue: str | None = None) -> Any:
+        """Answer requests on `subject`; a handler that raises answers `{"error": ...}`."""
+
+        async def cb(msg: Msg) -> None:
+            try:
+                reply = await handler(msg.data, msg.subject)
+            except Exception as e:
+                log.exception("handler for %s failed", msg.subject)
+                reply = orjson.dumps({"error": f"{type(e).__name__}: {e}"})
+            if msg.reply:
+                await msg.respond(reply)
+
+        return await self._nats().subscribe(subject, queue=queue or "", cb=cb)
+
+    async def subscribe(self, subject: str, handler: Callable[[Msg], Awaitable[None]],
+                        queue: str | None = None) -> Any:
+        return await self._nats().subscribe(subject, queue=queue or "", cb=handler)
+
+    # ------------------------------------------------------------ consumers, history, key-value
+    async def consumer(self, stream: str, durable: str, filter_subjects: str | Sequence[str], *,
+                       ack_wait: float = 30.0, max_deliver: int = -1,
+                       max_ack_pending: int = 20_000, prefetch: bool = False) -> Consumer:
+        """A durable pull consumer with explicit acks, created if absent, bound if present: a delivery lost on
+        the way is redelivered after `ack_wait`, never acknowledged by a later one. `prefetch`: the next batch
+        is requested while this one is handled."""
+        return await open_consumer(self._nats(), self._jetstream(), stream, durable, filter_subjects,
+                                   ack_wait=ack_wait, max_deliver=max_deliver, max_ack_pending=max_ack_pending,
+                                   prefetch=prefetch)
+
+    def replay(self, stream: str, filter_subject: str, since: datetime | None = None,
+               batch: int = 512) -> AsyncIterator[StoredMsg]:
+        """Every stored message of `stream` on `filter_subject` (from `since`), oldest first."""
+        return replay(self._jetstream(), stream, filter_subject, since, batch)
+
+    async def kv(self) -> Kv:
+        """The `gpuevents-state` bucket (config nats.kv_bucket), created when absent."""
+        if self._kv is None:
+            self._kv = await open_bucket(self._jetstream(), self.config.kv_bucket, self.config.streams.replicas,
+                                         self._ack_pipe())
+        return self._kv

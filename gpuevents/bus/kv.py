@@ -1,0 +1,144 @@
+"""A JetStream key-value bucket: get, put, compare-and-set (`create`, `update(last=)`), pipelined writes, scans."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import nats.errors
+import nats.js.errors
+from nats.js import JetStreamContext, api
+from nats.js.kv import KeyValue
+
+from gpuevents.bus.errors import BusError, BusTimeout, KvExists, KvWrongRevision, ack_error
+from gpuevents.bus.publishing import AckPipe
+
+SCAN_SETTLE_S = 0.05  # after nats-py's "initial values done" marker, entries still on their way get this long
+
+
+@dataclass(frozen=True)
+class KvEntry:
+    key: str
+    value: bytes
+    revision: int
+
+
+class Kv:
+    """A JetStream key-value bucket; `create` and `update(last=)` are the compare-and-set tools."""
+
+    def __init__(self, kv: KeyValue, bucket: str, pipe: AckPipe | None = None) -> None:
+        self._kv = kv
+        self._pipe = pipe
+        self._subjects = f"$KV.{bucket}."  # where JetStream keeps the bucket's keys
+
+    async def get(self, key: str) -> KvEntry | None:
+        try:
+            e = await self._kv.get(key)
+        except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
+            return None
+        if e.value is None:
+            return None
+        return KvEntry(key, e.value, e.revision or 0)
+
+    async def put(self, key: str, value: bytes) -> int:
+        return int(await self._kv.put(key, value))
+
+    async def create(self, key: str, value: bytes) -> int:
+        try:
+            return int(await self._kv.create(key, value))
+        except nats.js.errors.KeyWrongLastSequenceError:
+            raise KvExists(key) from None
+        except nats.js.errors.APIError as e:
+            if e.err_code == 10071:  # wrong last sequence
+                raise KvExists(key) from None
+            raise
+
+    async def update(self, key: str, value: bytes, last: int) -> int:
+        try:
+            return int(await self._kv.update(key, value, last=last))
+        except nats.js.errors.KeyWrongLastSequenceError:
+            raise KvWrongRevision(key) from None
+        except nats.js.errors.APIError as e:
+            if e.err_code == 10071:
+                raise KvWrongRevision(key) from None
+            raise
+
+    async def delete(self, key: str) -> None:
+        try:
+            await self._kv.delete(key)
+        except nats.js.errors.KeyNotFoundError:
+            pass
+
+    async def write_many(self, writes: Sequence[tuple[str, bytes | None, int | None]],
+                         timeout: float = 5.0) -> list[int | BusError]:
+        """Many compare-and-set writes, pipelined: (key, value, last revision or None to create); a None value
+        deletes the key (unconditionally, like `delete`). Per write, in order: the new revision, or KvExists /
+        KvWrongRevision when the key is not at `last` (a create over a deleted key gets KvExists too: `create`
+        handles that case), or another BusError."""
+        if self._pipe is None:
+            raise BusError("this bucket has no pipelined writes (open it with Bus.kv)")
+        pre = self._subjects
+        items: list[tuple[str, bytes, dict[str, str] | None]] = []
+        for key, value, last in writes:
+            if value is None:
+                items.append((f"{pre}{key}", b"", {"KV-Operation": "DEL"}))
+            else:
+                items.append((f"{pre}{key}", value,
+                              {api.Header.EXPECTED_LAST_SUBJECT_SEQUENCE: str(last or 0)}))
+        results = await self._pipe.publish(items, timeout)
+        out: list[int | BusError] = []
+        for (key, _, last), r in zip(writes, results, strict=True):
+            err = ack_error(r, f"KV write of {key}")
+            if err is None:
+                assert isinstance(r, dict)
+                out.append(int(r["seq"]))
+            elif isinstance(r, dict) and r["error"].get("err_code") in (10071, 10164):
+                out.append(KvExists(key) if not last else KvWrongRevision(key))
+            else:
+                out.append(err)
+        return out
+
+    async def keys(self, prefix: str = "") -> list[str]:
+        """Keys starting with `prefix` (a whole-token prefix such as `incident.`)."""
+        return [e.key for e in await self._scan(prefix, meta_only=True)]
+
+    async def items(self, prefix: str = "") -> list[KvEntry]:
+        """Current entries under `prefix`, in one pass over the bucket."""
+        return await self._scan(prefix, meta_only=False)
+
+    async def _scan(self, prefix: str, meta_only: bool) -> list[KvEntry]:
+        watcher = await self._kv.watch(f"{prefix}>" if prefix else ">", ignore_deletes=True,
+                                       meta_only=meta_only)
+        out: list[KvEntry] = []
+        last_seen = False  # an entry with nothing pending after it came: the scan is complete
+        marker = False
+        try:
+            while not last_seen:
+                try:
+                    # nats-py's "initial values done" marker (None) can come before entries still on their way
+                    # (it checks the consumer's pending count against what its callback has processed): after
+                    # it, wait briefly for them unless the last entry has been seen.
+                    e = await watcher.updates(timeout=SCAN_SETTLE_S if marker else 30.0)
+                except nats.errors.TimeoutError:
+                    if marker:
+                        break
+                    raise BusTimeout(f"listing keys under {prefix!r} timed out") from None
+                if e is None:
+                    marker = True
+                    continue
+                last_seen = e.delta == 0
+                if e.operation is None and e.key.startswith(prefix):
+                    out.append(KvEntry(e.key, e.value or b"", e.revision or 0))
+        finally:
+            await watcher.stop()
+        return out
+
+
+async def open_bucket(js: JetStreamContext, bucket: str, replicas: int, pipe: AckPipe) -> Kv:
+    """The bucket, created when absent (history 1)."""
+    try:
+        handle = await js.key_value(bucket)
+    except nats.js.errors.BucketNotFoundError:
+        handle = await js.create_key_value(bucket=bucket, history=1, replicas=replicas,
+                                           description="gpuevents: incidents, snoozes, leases, idempotency keys")
+    return Kv(handle, bucket, pipe)

@@ -1,0 +1,81 @@
+"""The connection against a real nats-server: streams, request/reply."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from gpuevents import subjects as S
+from gpuevents.bus import (
+    Bus,
+    BusNoResponders,
+    BusTimeout,
+)
+from gpuevents.config import NatsConfig, StreamsConfig
+from gpuevents.events import GpuInfo, decode_event, make_event
+from gpuevents.server import EmbeddedServer
+
+
+def _idle(node: str = "n1", index: int = 0, id: str | None = None):  # type: ignore[no-untyped-def]
+    return make_event("gpu.idle", node, GpuInfo(node=node, index=index, util_pct=0, idle=True),
+                      cluster="c1", id=id)
+
+
+async def _stream_ids(bus: Bus, stream: str = S.STREAM_EVENTS) -> list[str]:
+    return [decode_event(m.data).id async for m in bus.replay(stream, S.EVENTS_ALL)]
+
+
+async def test_streams_exist_with_the_configured_limits(nats_server: EmbeddedServer) -> None:
+    cfg = NatsConfig(url=nats_server.url, streams=StreamsConfig(events_max_age=3600, audit_max_age=7200))
+    async with Bus(cfg) as bus:
+        await bus.ensure_streams()
+        events = await bus.stream_info(S.STREAM_EVENTS)
+        audit = await bus.stream_info(S.STREAM_AUDIT)
+        act = await bus.stream_info(S.STREAM_ACTIONS)
+        assert events.config.max_age == 3600
+        assert events.config.subjects == [S.EVENTS_ALL]
+        assert audit.config.max_age == 7200
+        assert str(getattr(act.config.retention, "value", act.config.retention)) == "workqueue"
+        assert (await bus.stream_info(S.STREAM_DLQ)).config.subjects == [S.DLQ_ALL]
+        # a second call updates rather than fails
+        await bus.ensure_streams()
+
+
+async def test_request_reply(bus: Bus) -> None:
+    async def echo(payload: bytes, subject: str) -> bytes:
+        return subject.encode() + b":" + payload
+
+    subject = S.command_subject("c1", "node.7", "kill")
+    await bus.serve(subject, echo)
+    assert await bus.request(subject, b"hi", timeout=2) == subject.encode() + b":hi"
+    with pytest.raises(BusNoResponders):
+        await bus.request(S.command_subject("c1", "other", "kill"), b"x", timeout=1)
+
+
+async def test_a_failing_handler_answers_with_an_error(bus: Bus) -> None:
+    async def boom(payload: bytes, subject: str) -> bytes:
+        raise RuntimeError("nope")
+
+    await bus.serve("gpuevents.fn.boom", boom)
+    reply = await bus.request("gpuevents.fn.boom", b"", timeout=2)
+    assert b"nope" in reply and b"error" in reply
+
+    async def quotes(payload: bytes, subject: str) -> bytes:
+        raise ValueError("it's \"quoted\" \\ here")
+
+    await bus.serve("gpuevents.fn.quotes", quotes)
+    import orjson
+
+    answer = orjson.loads(await bus.request("gpuevents.fn.quotes", b"", timeout=2))
+    assert answer == {"error": "ValueError: it's \"quoted\" \\ here"}
+
+
+async def test_request_timeout_is_a_bus_timeout(bus: Bus) -> None:
+    async def slow(payload: bytes, subject: str) -> bytes:
+        await asyncio.sleep(5)
+        return b""
+
+    await bus.serve("gpuevents.fn.slow", slow)
+    with pytest.raises(BusTimeout):
+        await bus.request("gpuevents.fn.slow", b"", timeout=0.2)
