@@ -1,4 +1,5 @@
-"""Container id and Kubernetes pod uid from `/proc/<pid>/cgroup` (cgroup v1 and v2; docker, containerd, cri-o, podman)."""
+"""Container id and Kubernetes pod uid from `/proc/<pid>/cgroup` (cgroup v1 and v2; docker, containerd, cri-o,
+podman)."""
 
 from __future__ import annotations
 

@@ -53,7 +53,8 @@ class AgentCollector(Collector):
         power = GaugeMetricFamily("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", labels=DCGM_LABELS)
         limit = GaugeMetricFamily("gpuevents_gpu_power_limit_watts", "Enforced power limit (in W).", labels=DCGM_LABELS)
         idle = GaugeMetricFamily("gpuevents_gpu_idle", "1 while the agent's idle threshold holds.", labels=DCGM_LABELS)
-        idle_s = GaugeMetricFamily("gpuevents_gpu_idle_seconds", "Seconds since the GPU became idle.", labels=DCGM_LABELS)
+        idle_s = GaugeMetricFamily("gpuevents_gpu_idle_seconds", "Seconds since the GPU became idle.",
+                                   labels=DCGM_LABELS)
         lost = GaugeMetricFamily("gpuevents_gpu_lost", "1 when NVML reports the GPU lost.", labels=DCGM_LABELS)
         pmem = GaugeMetricFamily("gpuevents_process_gpu_memory_mib", "GPU memory held by a process (in MiB).",
                                  labels=PROCESS_LABELS)

@@ -1,4 +1,5 @@
-"""Configuration (DESIGN §7): one YAML file, validated; `GPUEVENTS_<SECTION>__<KEY>` overrides; secrets never in YAML."""
+"""Configuration (DESIGN §7): one YAML file, validated; `GPUEVENTS_<SECTION>__<KEY>` overrides; secrets never in
+YAML."""
 
 from __future__ import annotations
 

@@ -52,7 +52,8 @@ class SlackParams(ActionParams):
     text: str | None = None
     template: str | None = Field(default=None, description="a file whose (rendered) content is the text")
     digest: bool = Field(default=False, description="one DM per recipient per window, listing every incident")
-    digest_window: Duration | None = Field(default=None, description="default: config actions.slack.digest_window, else 15m")
+    digest_window: Duration | None = Field(default=None,
+                                           description="default: config actions.slack.digest_window, else 15m")
     snooze_hint: bool | None = None
 
     @model_validator(mode="after")

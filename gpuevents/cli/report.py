@@ -64,7 +64,8 @@ def weekly_summary(config: Config, now: datetime, team: str | None, top_jobs: in
 def report_command(
     week: Annotated[bool, typer.Option("--week", help="the seven days up to the current hour (the default)")] = True,
     team: Annotated[str | None, typer.Option("--team", help=f"one team only; {NO_TEAM_LABEL!r} for none")] = None,
-    fmt: Annotated[ReportFormat, typer.Option("--format", help="html (one self-contained file), md or json")] = ReportFormat.html,
+    fmt: Annotated[ReportFormat,
+                   typer.Option("--format", help="html (one self-contained file), md or json")] = ReportFormat.html,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="write here instead of stdout")] = None,
     config: Annotated[Path | None, typer.Option("-c", "--config", help="config YAML")] = None,
 ) -> None:

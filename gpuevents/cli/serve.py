@@ -28,10 +28,13 @@ DEMO_RULES = PACKAGE_ROOT / "rules" / "library" / "demo"
 
 def up(
     config: ConfigOption = None,
-    demo: Annotated[bool, typer.Option("--demo", help="demo rules with short durations; actions fire within a minute")] = False,
+    demo: Annotated[bool,
+                    typer.Option("--demo",
+                                 help="demo rules with short durations; actions fire within a minute")] = False,
     verbose: VerboseOption = False,
 ) -> None:
-    """Everything on one machine: embedded NATS (unless nats.url is set), the engine, action runners and a local agent."""
+    """Everything on one machine: embedded NATS (unless nats.url is set), the engine, action runners and a local
+    agent."""
     setup_logging(verbose)
     cfg = load_config_or_exit(config)
     run_async(run_up(cfg, demo=demo, echo=lambda m: typer.secho(m, fg="cyan", err=True)))

@@ -106,7 +106,8 @@ class Core:
         recovery.rebuild_limits(self)
         return out
 
-    def restore(self, incidents: Iterable[Incident], snoozes: Iterable[Snooze] = (), now: datetime | None = None) -> None:
+    def restore(self, incidents: Iterable[Incident], snoozes: Iterable[Snooze] = (),
+                now: datetime | None = None) -> None:
         """Resume after a restart: open incidents of known, unchanged rules come back as they were (a pending one
         keeps its start, a firing one is not fired again); entities not yet seen get `offline_grace` to reappear.
 

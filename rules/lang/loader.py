@@ -60,7 +60,8 @@ def load_rule_set(paths: Sequence[Path | str], default_timezone: str = "UTC") ->
             continue
         except UnicodeDecodeError as e:
             line = f.read_bytes()[: e.start].count(b"\n") + 1
-            problems.append(Located(str(f), line, f"not UTF-8 text (byte {e.object[e.start]:#04x}); save the file as UTF-8"))
+            problems.append(Located(str(f), line,
+                                    f"not UTF-8 text (byte {e.object[e.start]:#04x}); save the file as UTF-8"))
             continue
         try:
             doc = parse_yaml(text, str(f))
@@ -73,7 +74,8 @@ def load_rule_set(paths: Sequence[Path | str], default_timezone: str = "UTC") ->
             first = seen.get(r.name)
             if first is not None:
                 problems.append(
-                    Located(r.file, r.line, f"duplicate rule name {r.name!r} (first defined at {first.file}:{first.line})")
+                    Located(r.file, r.line,
+                            f"duplicate rule name {r.name!r} (first defined at {first.file}:{first.line})")
                 )
                 continue
             seen[r.name] = r
@@ -130,7 +132,8 @@ def _load_rule(
     try:
         condition = compile_condition(spec.when, spec.entity, tz)
     except ExprError as e:
-        problems.append(Located(doc.file, doc.line_of((*at, "when")) + _block_offset(doc, at, lines) + e.line - 1, f"when: {e}"))
+        problems.append(Located(doc.file, doc.line_of((*at, "when")) + _block_offset(doc, at, lines) + e.line - 1,
+                                f"when: {e}"))
     triggers = []
     for j, expr in enumerate(spec.schedules()):
         path = (*at, "schedule", j) if isinstance(spec.schedule, list) else (*at, "schedule")
@@ -261,7 +264,8 @@ def _inline_template_file(doc: YamlDoc, path: tuple[str | int, ...], cls: Any, r
     return {k: v for k, v in raw.items() if k != "template"} | {"text": content}
 
 
-def _check_params(doc: YamlDoc, path: tuple[str | int, ...], type_: str, cls: Any, raw: dict[str, Any]) -> list[Located]:
+def _check_params(doc: YamlDoc, path: tuple[str | int, ...], type_: str, cls: Any,
+                  raw: dict[str, Any]) -> list[Located]:
     """Validate the parameters with the action's model, except values that templates fill in at run time."""
     try:
         cls.params.model_validate({**raw, "type": type_})
@@ -280,7 +284,10 @@ def _check_params(doc: YamlDoc, path: tuple[str | int, ...], type_: str, cls: An
             if loc and loc[0] in raw and is_templated(value):
                 continue
             key = ".".join(str(x) for x in loc)
-            msg = "unknown parameter; check its spelling against the action's documentation" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                msg = "unknown parameter; check its spelling against the action's documentation"
+            else:
+                msg = err["msg"].removeprefix("Value error, ")
             if err["type"] == "missing":
                 msg = "is required"
             out.append(doc.locate((*path, *loc), f"{type_}.{key}: {msg}" if key else f"{type_}: {msg}"))

@@ -64,7 +64,8 @@ def sample_entities(now: datetime = SAMPLE_NOW) -> dict[str, Entity]:
 
 def render_sample(rule: Rule, action: CompiledAction, sender: Sender, ent: Entity, now: datetime) -> dict[str, Any]:
     """The action's parameters rendered for the sample entity (raises what rendering or validation raises)."""
-    inc = open_incident(rule.name, rule.hash, ent.id, ent.key, rule.kind, "default", "sample-node", now - timedelta(hours=2))
+    inc = open_incident(rule.name, rule.hash, ent.id, ent.key, rule.kind, "default", "sample-node",
+                        now - timedelta(hours=2))
     inc = step(inc, True, now - timedelta(hours=1), 0.0, None)
     params = render_params(action.params, sender.names(rule, ent, inc, now))
     registry.parse_params(action.type, params)

@@ -47,7 +47,8 @@ class Recording:
         for a in self.actions_of(rule, entity_id):
             params = ", ".join(f"{k}={v!r}" for k, v in a.params.items())
             reason = f" — {a.reason}" if a.reason and a.decision not in RAN else ""
-            rows.append((a.created_at, 1, f"{self.offset(a.created_at)} {a.phase} {a.type} [{a.decision}]{reason} {params}"))
+            rows.append((a.created_at, 1,
+                         f"{self.offset(a.created_at)} {a.phase} {a.type} [{a.decision}]{reason} {params}"))
         rows.sort(key=lambda r: (r[0], r[1]))
         return [r[2] for r in rows] or ["(no incident)"]
 

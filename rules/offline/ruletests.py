@@ -213,7 +213,8 @@ def run_test(tf: TestFile, test: RuleTest, rule_paths: list[Path]) -> TestOutcom
     core = Core(rules, config, offline_detection=False)
     start = _start(tf, test)
     inputs = snapshot_inputs(test, start, tf.owners)
-    last = max([s.at for s in test.snapshots] + [x for e in test.expect for x in (e.fires_at, e.resolves_at) if x is not None] + [0.0])
+    expected = [x for e in test.expect for x in (e.fires_at, e.resolves_at) if x is not None]
+    last = max([s.at for s in test.snapshots] + expected + [0.0])
     end = start + timedelta(seconds=last + rules.longest_for_s)
     rec = replay(core, inputs, start=start, end=end)
     outcome = TestOutcome(test.name)
@@ -271,8 +272,10 @@ def check_expectation(exp: Expectation, rec: Recording, tick: float) -> list[str
         want = [a if isinstance(a, str) else a.type for a in exp.actions]
         got = [a.type for a in ran]
         if want != got:
-            detail = "; ".join(f"{a.type} {a.decision}" + (f" ({a.reason})" if a.reason else "") for a in acts if a.phase == "fire")
-            out.append(f"expected actions at the first firing: {want}; actual: {got}" + (f" [{detail}]" if detail and got != want else ""))
+            detail = "; ".join(f"{a.type} {a.decision}" + (f" ({a.reason})" if a.reason else "")
+                               for a in acts if a.phase == "fire")
+            out.append(f"expected actions at the first firing: {want}; actual: {got}"
+                       + (f" [{detail}]" if detail and got != want else ""))
         else:
             for w, a in zip(exp.actions, ran, strict=True):
                 if isinstance(w, ExpectedAction):
@@ -280,7 +283,8 @@ def check_expectation(exp: Expectation, rec: Recording, tick: float) -> list[str
                         if a.params.get(k, _MISSING) != v:
                             out.append(f"expected {a.type}.{k} = {v!r}; actual: {a.params.get(k, '(not set)')!r}")
     if exp.count is not None:
-        occasions = {(a.incident_id, a.phase, a.repeat) for a in acts if a.phase in ("fire", "repeat") and a.decision in RAN}
+        occasions = {(a.incident_id, a.phase, a.repeat) for a in acts if a.phase in ("fire",
+                                                                                     "repeat") and a.decision in RAN}
         if len(occasions) != exp.count:
             out.append(f"expected: actions ran {exp.count} time(s); actual: {len(occasions)}")
     if exp.fires_at is None and exp.count is None and exp.actions is None and exp.resolves_at is None and not fired:

@@ -123,7 +123,8 @@ def fleet_view(
             gpus.append(FleetGpu(
                 index=g.index, uuid=g.uuid, model=g.model, util_pct=g.util_pct, mem_used_mib=g.mem_used_mib,
                 mem_total_mib=g.mem_total_mib, mem_pct=g.mem_pct, temp_c=g.temp_c, power_w=g.power_w,
-                idle=g.idle, held_idle=held, idle_for_s=g.idle_for_s, owner=g.owner or (g.owners[0] if g.owners else None),
+                idle=g.idle, held_idle=held, idle_for_s=g.idle_for_s,
+                owner=g.owner or (g.owners[0] if g.owners else None),
                 processes=len(g.pids), cost_per_hour=hourly,
             ))
         nodes.append(FleetNode(name=snap.node.name, cluster=snap.node.cluster, online=snap.node.online,

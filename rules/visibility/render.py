@@ -22,7 +22,8 @@ h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px}
 .cards{display:flex;gap:12px;flex-wrap:wrap}
 .card{border:1px solid #dde2e7;border-radius:8px;padding:10px 14px;min-width:150px}
 .card b{display:block;font-size:20px} .card.waste b{color:#b3261e}
-table{border-collapse:collapse;margin:4px 0 12px} th,td{padding:4px 10px;border-bottom:1px solid #e6e9ed;text-align:right}
+table{border-collapse:collapse;margin:4px 0 12px}
+th,td{padding:4px 10px;border-bottom:1px solid #e6e9ed;text-align:right}
 th:first-child,td:first-child,td.t{text-align:left} th{background:#f5f7f9;font-weight:600}
 tr.team td{font-weight:600;background:#fafbfc} .waste{color:#b3261e}
 .legend{color:#5b6570;font-size:12px}
@@ -174,12 +175,13 @@ def render_markdown(report: WeeklyReport, costs: CostModel) -> str:
         "",
         "## Teams and owners",
         "",
-        "| team / owner | busy GPU-h | held idle GPU-h | utilization | held idle cost | unallocated GPU-h | unallocated cost |",
+        "| team / owner | busy GPU-h | held idle GPU-h | utilization | held idle cost | unallocated GPU-h "
+        "| unallocated cost |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for t in report.teams:
-        lines.append(f"| **{markdown_cell(team_label(t.team))}** | {_h(t.busy_h)} | {_h(t.held_idle_h)} | {_pct(t.util_pct)} | "
-                     f"{f(t.held_idle_cost)} | {_h(t.unallocated_h)} | {f(t.unallocated_cost)} |")
+        lines.append(f"| **{markdown_cell(team_label(t.team))}** | {_h(t.busy_h)} | {_h(t.held_idle_h)} | "
+                     f"{_pct(t.util_pct)} | {f(t.held_idle_cost)} | {_h(t.unallocated_h)} | {f(t.unallocated_cost)} |")
         for o in t.owners:
             lines.append(f"| {markdown_cell(o.owner)} | {_h(o.busy_h)} | {_h(o.held_idle_h)} | {_pct(o.util_pct)} | "
                          f"{f(o.held_idle_cost)} | | |")
@@ -188,8 +190,9 @@ def render_markdown(report: WeeklyReport, costs: CostModel) -> str:
         lines += ["| job | node | GPUs | owner | team | held idle GPU-h | cost |",
                   "| --- | --- | --- | --- | --- | ---: | ---: |"]
         for j in report.top_idle_jobs:
-            lines.append(f"| {markdown_cell(j.name)} | {markdown_cell(j.node)} | {','.join(map(str, j.gpus))} | {markdown_cell(j.owner)} | "
-                         f"{markdown_cell(team_label(j.team))} | {_h(j.held_idle_h)} | {f(j.cost)} |")
+            lines.append(f"| {markdown_cell(j.name)} | {markdown_cell(j.node)} | {','.join(map(str, j.gpus))} | "
+                         f"{markdown_cell(j.owner)} | {markdown_cell(team_label(j.team))} | {_h(j.held_idle_h)} | "
+                         f"{f(j.cost)} |")
     else:
         lines.append("No job held an idle GPU this week.")
     return "\n".join(lines) + "\n"

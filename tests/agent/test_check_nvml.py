@@ -35,7 +35,8 @@ def check(nv: FakeNvml) -> tuple[int, str]:
 
 
 def test_clean_run_prints_every_field_and_latency() -> None:
-    dev = FakeDevice(uuid="GPU-x", util=55, compute=[(os.getpid(), 1234)], proc_util=[(os.getpid(), int(time.time() * 1e6), 55)],
+    dev = FakeDevice(uuid="GPU-x", util=55, compute=[(os.getpid(), 1234)],
+                     proc_util=[(os.getpid(), int(time.time() * 1e6), 55)],
                      fail={"nvmlDeviceGetFanSpeed": NVML_ERROR_NOT_SUPPORTED})
     rc, text = check(FakeNvml([dev]))
     assert rc == 0, text

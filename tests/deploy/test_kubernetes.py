@@ -1,4 +1,5 @@
-"""deploy/kubernetes: schemas, least-privilege RBAC against the actions' needs, and manifests that agree with each other."""
+"""deploy/kubernetes: schemas, least-privilege RBAC against the actions' needs, and manifests that agree with each
+other."""
 
 from __future__ import annotations
 

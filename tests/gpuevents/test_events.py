@@ -39,7 +39,8 @@ procs = st.builds(ProcessInfo, node=names, pid=st.integers(1, 2**22), name=st.te
                   cmdline=st.text(max_size=100), user=st.none() | names, create_time=times,
                   gpus=st.lists(st.integers(0, 7), max_size=3), pod=st.none() | names,
                   labels=st.dictionaries(names, st.text(max_size=10), max_size=3))
-snapshots = st.builds(NodeSnapshot, node=st.builds(NodeInfo, name=names, labels=st.dictionaries(names, names, max_size=3)),
+snapshots = st.builds(NodeSnapshot,
+                      node=st.builds(NodeInfo, name=names, labels=st.dictionaries(names, names, max_size=3)),
                       gpus=st.lists(gpus, max_size=4), processes=st.lists(procs, max_size=4))
 
 

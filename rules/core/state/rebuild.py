@@ -49,7 +49,8 @@ def _same_items(a: list[Any], b: list[Any]) -> bool:
     return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
 
-def rebuild(ns: NodeState, clock: EvalClock, owners: Mapping[str, str], by_kind: dict[str, dict[str, Entity]]) -> Change:
+def rebuild(ns: NodeState, clock: EvalClock, owners: Mapping[str, str],
+            by_kind: dict[str, dict[str, Entity]]) -> Change:
     """Build the node's views from its infos; report what is new or changed and what is gone (and update the
     fleet's entity tables `by_kind`)."""
     node_view, full = _node_view(ns)

@@ -198,9 +198,12 @@ class _Compiler:
             args.append(f"{kw.key}={self.visit(kw.value)}")
         return ", ".join(args)
 
-    def _filter_or_test(self, node: nodes.Filter | nodes.Test, table: Mapping[str, Any], allowed: frozenset[str], what: str) -> str:
+    def _filter_or_test(self, node: nodes.Filter | nodes.Test, table: Mapping[str, Any], allowed: frozenset[str],
+                        what: str) -> str:
         if node.name not in allowed or node.name not in table:
-            raise self.fail(node, f"{what} {node.name!r} is not available in conditions; available: {', '.join(sorted(allowed))}")
+            raise self.fail(node,
+                            f"{what} {node.name!r} is not available in conditions; available: "
+                            f"{', '.join(sorted(allowed))}")
         func = table[node.name]
         fn = self.bind(func)
         pass_arg = _PassArg.from_obj(func)

@@ -27,7 +27,8 @@ def test_resolution_runs_on_resolve_and_the_next_true_is_a_new_incident(tmp_path
     first = core.step(held_idle(), at(0)).incidents[-1]
     out = core.step(held_idle(60, util=90), at(60))
     assert [t.to_status for t in out.transitions] == ["resolved"]
-    assert [(a.type, a.phase, a.params["message"]) for a in out.actions] == [("log", "resolve", "idle resolved on n1/gpu0")]
+    assert [(a.type, a.phase, a.params["message"]) for a in out.actions] == [("log", "resolve",
+                                                                              "idle resolved on n1/gpu0")]
     again = core.step(held_idle(120), at(120)).incidents[-1]
     assert again.id != first.id and again.status == "firing"
 

@@ -90,7 +90,8 @@ def test_timestamps_are_kept_as_prometheus_does() -> None:
 def test_pending_with_for_zero_goes_straight_through_pending_to_firing() -> None:
     inc = open_incident("r", "h", "e", "e", "gpu", "default", "n1", BASE)
     after = step(inc, True, BASE, 0, None)
-    assert [(t.from_status, t.to_status) for t in transitions(None, after)] == [("inactive", "pending"), ("pending", "firing")]
+    assert [(t.from_status, t.to_status) for t in transitions(None, after)] == [("inactive", "pending"),
+                                                                                ("pending", "firing")]
 
 
 def test_resolving_a_pending_incident_makes_it_inactive_without_actions() -> None:

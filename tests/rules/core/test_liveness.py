@@ -114,7 +114,8 @@ def test_missing_data_is_not_evidence_offline_nodes_neither_promote_nor_resolve(
     assert out.transitions == [] and {i.status for i in core.open_incidents()} == {"pending", "firing"}
     assert core.next_wakeup(at(300)) == at(330)  # an overdue deadline it cannot act on is no reason to spin
     out = core.step(Tick(), at(45 + 600))
-    assert {(t.rule, t.to_status, t.reason) for t in out.transitions} == {("idle", "inactive", "gone"), ("fired", "resolved", "gone")}
+    assert {(t.rule, t.to_status, t.reason) for t in out.transitions} == {("idle", "inactive", "gone"),
+                                                                          ("fired", "resolved", "gone")}
     assert [(a.rule, a.phase) for a in out.actions] == [("fired", "resolve")]
     assert core.nodes() == [] and core.open_incidents() == []
 

@@ -43,7 +43,8 @@ def test_a_changed_rule_closes_its_incidents_with_the_old_rules_on_resolve(tmp_p
                      .replace('message: "{{ rule.description }}"', "message: new-resolve"))
     out = core.replace_rules(new, at(10))
     assert [(t.from_status, t.to_status, t.reason) for t in out.transitions] == [("firing", "resolved", "rule_changed")]
-    assert [(a.phase, a.type, a.params.get("replicas") or a.params.get("message"), a.decision) for a in out.actions] == [
+    assert [(a.phase, a.type, a.params.get("replicas") or a.params.get("message"),
+             a.decision) for a in out.actions] == [
         ("resolve", "scale", "previous", "run"), ("resolve", "log", "old words", "run")]  # the OLD rule's on_resolve
     (closed,) = out.incidents
     assert (closed.status, closed.resolve_reason, closed.resolved_at) == ("resolved", "rule_changed", at(10))
@@ -70,7 +71,8 @@ def test_a_pending_incident_of_a_changed_rule_becomes_inactive_without_actions(t
         "    labels:", "    for: 1h\n    labels:")))
     core.step(held(0), at(0))
     out = core.replace_rules(scale_rules(tmp_path), at(10))
-    assert [(t.from_status, t.to_status, t.reason) for t in out.transitions] == [("pending", "inactive", "rule_changed")]
+    assert [(t.from_status, t.to_status, t.reason) for t in out.transitions] == [("pending", "inactive",
+                                                                                  "rule_changed")]
     assert out.actions == []
 
 

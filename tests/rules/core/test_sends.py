@@ -43,7 +43,8 @@ rules:
     when: true
     actions: [{type: kill}, {type: log, message: m}]
 """))
-    out = core.step(snapshot(at(0), gpus=[gpu(0)] + [gpu(i, 90) for i in range(1, 8)], processes=[proc(1, user="root")]), at(0))
+    out = core.step(snapshot(at(0), gpus=[gpu(0)] + [gpu(i, 90) for i in range(1, 8)],
+                             processes=[proc(1, user="root")]), at(0))
     assert [(a.type, a.decision) for a in out.actions] == [("kill", "refused"), ("log", "run")]
     assert "protected: user root" in (out.actions[0].reason or "")
 
@@ -69,7 +70,8 @@ rules:
     repeat: 1m
     actions:
       - type: log
-        message: "{{ incident.id }} {{ incident.status }} {{ incident.started_at }} {{ incident.count }} {{ incident.firing_for }}"
+        message: "{{ incident.id }} {{ incident.status }} {{ incident.started_at }} {{ incident.count }}
+          {{ incident.firing_for }}"
 """), Config.model_validate({"agent": {"snapshot_interval": "1h"}}))
     (first,) = core.step(snapshot(at(0), gpus=[gpu(0, 90)]), at(0)).actions
     inc = core.open_incidents()[0]

@@ -155,7 +155,9 @@ rules:
     core.step(snapshot(at(0), gpus=[gpu(0, 0), gpu(1, 10)]), at(0))
     core.gpus()[1].util_pct = 99  # changed behind the core's back: no event, so no re-evaluation
     out = core.step(Tick(), at(40))
-    assert {(t.rule, t.entity_id, t.to_status) for t in out.transitions if t.to_status == "firing"} == {("timed", "n1/gpu0", "firing")}
+    assert {(t.rule, t.entity_id, t.to_status) for t in out.transitions if t.to_status == "firing"} == {("timed",
+                                                                                                         "n1/gpu0",
+                                                                                                         "firing")}
 
 
 def test_scheduled_rules_run_only_at_their_cron_instants(tmp_path: Path) -> None:
@@ -176,7 +178,8 @@ rules:
 
 
 def test_due_names_the_incidents_past_their_deadline_and_the_soonest_of_the_others(tmp_path: Path) -> None:
-    core = idle_core(tmp_path, "for: 2m\n    repeat: 10m", Config.model_validate({"agent": {"snapshot_interval": "1h"}}))
+    core = idle_core(tmp_path, "for: 2m\n    repeat: 10m",
+                     Config.model_validate({"agent": {"snapshot_interval": "1h"}}))
     core.step(held_idle(), at(0))
     core.step(held_idle(node="n2"), at(60))
     rule = core.rules.by_name["idle"]

@@ -39,10 +39,13 @@ rules:
     when: gpu.idle and gpu.processes
     actions:
       - {type: log, message: "GPU {{ gpu.index }} on {{ node.name }} idle"}
-      - {type: slack, to: "{{ gpu.owner }}", text: "GPU {{ gpu.index }} idle, held by {{ gpu.processes | map(attribute='name') | join(', ') }}"}
+      - type: slack
+        to: "{{ gpu.owner }}"
+        text: "GPU {{ gpu.index }} idle, held by {{ gpu.processes | map(attribute='name') | join(', ') }}"
       - {type: webhook, url: "WEBHOOK_URL", body: {gpu: "{{ entity.id }}", owner: "{{ gpu.owner }}"}}
       - type: command
-        argv: ["PYTHON", "-c", "import sys; open(sys.argv[1], 'w').write(sys.argv[2])", "COMMAND_OUT", "{{ entity.id }}"]
+        argv: ["PYTHON", "-c", "import sys; open(sys.argv[1], 'w').write(sys.argv[2])", "COMMAND_OUT",
+               "{{ entity.id }}"]
       - {type: publish, subject: gpuevents.custom.idle, data: {gpu: "{{ entity.id }}"}}
       - {type: function, name: notify, data: {why: idle}}
       - {type: cordon, provider: kubernetes, reason: "idle GPU {{ gpu.index }}"}

@@ -126,7 +126,8 @@ async def test_restart_in_the_middle_of_for_fires_at_the_original_deadline_once(
     assert len(await act_requests(jetstream)) == 1  # a fired action is not fired again
 
 
-async def test_the_same_event_delivered_twice_changes_nothing(jetstream: JetStreamContext, engine_config: Config, bus: Bus) -> None:
+async def test_the_same_event_delivered_twice_changes_nothing(jetstream: JetStreamContext, engine_config: Config,
+                                                              bus: Bus) -> None:
     clock = ManualClock(T0)
     first = snapshot("n1", T0)
     async with running(Engine(engine_config, bus, clock=clock)) as engine:

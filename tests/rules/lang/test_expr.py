@@ -109,7 +109,8 @@ def test_defined_and_default_see_missing_labels_as_jinja_does() -> None:
 def test_filters_methods_and_tests_from_the_allow_list() -> None:
     ctx = gpu_ctx()
     assert compile_condition("gpu.processes | map(attribute='name') | join(',') == 'train.py'", "gpu", UTC_TZ).test(ctx)
-    assert compile_condition("gpu.processes | selectattr('age_s', 'gt', 86400) | list | length == 1", "gpu", UTC_TZ).test(ctx)
+    assert compile_condition("gpu.processes | selectattr('age_s', 'gt', 86400) | list | length == 1", "gpu",
+                             UTC_TZ).test(ctx)
     assert compile_condition("gpu.model.lower().startswith('h1')", "gpu", UTC_TZ).test(ctx)
     assert compile_condition("gpu.temp_c is number and gpu.mig_parent is none", "gpu", UTC_TZ).test(ctx)
     assert compile_condition("'alice' in gpu.owners and 7 in gpu.pids", "gpu", UTC_TZ).test(ctx)
@@ -169,17 +170,23 @@ def _expr(depth: int = 3) -> st.SearchStrategy[str]:
     return st.one_of(
         _atom(),
         _seq_expr(),
-        st.tuples(sub, st.sampled_from(["==", "!=", "<", "<=", ">", ">="]), sub).map(lambda t: f"({t[0]} {t[1]} {t[2]})"),
+        st.tuples(sub, st.sampled_from(["==", "!=", "<", "<=", ">", ">="]),
+                  sub).map(lambda t: f"({t[0]} {t[1]} {t[2]})"),
         st.tuples(sub, st.sampled_from(["and", "or"]), sub).map(lambda t: f"({t[0]} {t[1]} {t[2]})"),
-        st.tuples(sub, st.sampled_from(["+", "-", "*", "/", "//", "%", "~"]), sub).map(lambda t: f"({t[0]} {t[1]} {t[2]})"),
+        st.tuples(sub, st.sampled_from(["+", "-", "*", "/", "//", "%", "~"]),
+                  sub).map(lambda t: f"({t[0]} {t[1]} {t[2]})"),
         sub.map(lambda s: f"(not {s})"),
         sub.map(lambda s: f"(-{s})"),
-        st.tuples(sub, st.sampled_from(["in", "not in"]), st.sampled_from(["gpu.owners", "gpu.pids", "[1, 'dev', none]", "'developer'"])).map(lambda t: f"({t[0]} {t[1]} {t[2]})"),
+        st.tuples(sub, st.sampled_from(["in", "not in"]),
+                  st.sampled_from(["gpu.owners", "gpu.pids", "[1, 'dev', none]",
+                                   "'developer'"])).map(lambda t: f"({t[0]} {t[1]} {t[2]})"),
         st.tuples(sub, sub, sub).map(lambda t: f"({t[0]} if {t[1]} else {t[2]})"),
         st.tuples(sub, sub).map(lambda t: f"({t[0]} if {t[1]})"),
         st.tuples(sub, st.sampled_from(["length", "lower", "upper", "abs", "int", "float", "round", "string",
                                          "default('d')", "first", "count"])).map(lambda t: f"({t[0]} | {t[1]})"),
-        st.tuples(sub, st.sampled_from(["defined", "undefined", "none", "number", "string", "even", "true"])).map(lambda t: f"({t[0]} is {t[1]})"),
+        st.tuples(sub,
+                  st.sampled_from(["defined", "undefined", "none", "number", "string", "even",
+                                   "true"])).map(lambda t: f"({t[0]} is {t[1]})"),
         st.tuples(sub, sub).map(lambda t: f"[{t[0]}, {t[1]}]"),
     )
 

@@ -59,7 +59,8 @@ def test_bad_yaml_is_located(tmp_path: Path) -> None:
 
 
 def test_bad_duration_is_located(tmp_path: Path) -> None:
-    out = problems(tmp_path, one_rule("    when: gpu.idle\n    for: two hours\n    actions: [{type: log, message: m}]\n"))
+    out = problems(tmp_path,
+                   one_rule("    when: gpu.idle\n    for: two hours\n    actions: [{type: log, message: m}]\n"))
     assert out == ["rules.yaml:5: for: must be a duration like 2h, 15m or 1h30m, got 'two hours'"]
 
 
@@ -83,7 +84,7 @@ def test_templated_parameters_are_checked_after_rendering_not_at_load(tmp_path: 
 
 def test_duplicate_names_across_files_are_located(tmp_path: Path) -> None:
     (tmp_path / "a.yaml").write_text(one_rule("    when: gpu.idle\n    actions: [{type: log, message: m}]\n"))
-    (tmp_path / "b.yaml").write_text("# second\n" + one_rule("    when: gpu.idle\n    actions: [{type: log, message: m}]\n"))
+    (tmp_path / "b.yaml").write_text("# second\n" + one_rule("    when: gpu.idle\n    actions: [{type: log, message: m}]\n"))  # noqa: E501 - data as its reader sees it
     with pytest.raises(LocatedError) as e:
         load_rule_set([tmp_path])
     assert [str(p) for p in e.value.problems] == [
@@ -98,20 +99,24 @@ def test_bad_cron_is_located(tmp_path: Path) -> None:
 
 
 def test_unknown_timezone_is_located(tmp_path: Path) -> None:
-    out = problems(tmp_path, one_rule("    when: gpu.idle\n    timezone: Mars/Olympus\n    actions: [{type: log, message: m}]\n"))
+    out = problems(tmp_path,
+                   one_rule("    when: gpu.idle\n    timezone: Mars/Olympus\n    actions: [{type: log, message: m}]\n"))
     assert out == ["rules.yaml:5: timezone: unknown timezone 'Mars/Olympus'; use an IANA name like Asia/Shanghai"]
 
 
 def test_unknown_name_in_when_is_located(tmp_path: Path) -> None:
-    out = problems(tmp_path, one_rule("    when: gpu.idle and proces.age_s > 3\n    actions: [{type: log, message: m}]\n"))
+    out = problems(tmp_path,
+                   one_rule("    when: gpu.idle and proces.age_s > 3\n    actions: [{type: log, message: m}]\n"))
     assert len(out) == 1 and out[0].startswith("rules.yaml:4: when: unknown name 'proces'")
 
 
 def test_an_error_on_a_later_line_of_a_block_when_is_located_there(tmp_path: Path) -> None:
-    out = problems(tmp_path, one_rule("    when: |\n      gpu.idle\n      and gpu.nope\n    actions: [{type: log, message: m}]\n"))
+    out = problems(tmp_path,
+                   one_rule("    when: |\n      gpu.idle\n      and gpu.nope\n    actions: [{type: log, message: m}]\n"))  # noqa: E501 - data as its reader sees it
     assert len(out) == 1 and out[0].startswith("rules.yaml:6: when: gpu has no field 'nope'")
     # folded blocks are one line to Jinja2: the block's first line
-    out = problems(tmp_path, one_rule("    when: >-\n      gpu.idle\n      and gpu.nope\n    actions: [{type: log, message: m}]\n"))
+    out = problems(tmp_path,
+                   one_rule("    when: >-\n      gpu.idle\n      and gpu.nope\n    actions: [{type: log, message: m}]\n"))  # noqa: E501 - data as its reader sees it
     assert len(out) == 1 and out[0].startswith("rules.yaml:5: when: gpu has no field 'nope'")
 
 
@@ -123,13 +128,14 @@ def test_for_and_schedule_together_is_an_error(tmp_path: Path) -> None:
 
 def test_template_errors_are_located(tmp_path: Path) -> None:
     out = problems(tmp_path, one_rule("    when: gpu.idle\n    actions:\n      - type: log\n"
-                                      "        message: '{{ gpu.index '\n      - type: log\n        message: '{{ owner }}'\n"))
+                                      "        message: '{{ gpu.index '\n      - type: log\n        message: '{{ owner }}'\n"))  # noqa: E501 - data as its reader sees it
     assert out[0].startswith("rules.yaml:7: message: template syntax error")
     assert out[1].startswith("rules.yaml:9: message: unknown name 'owner' in the template")
 
 
 def test_an_action_for_another_kind_of_entity_is_an_error(tmp_path: Path) -> None:
-    out = problems(tmp_path, "rules:\n  - name: r1\n    entity: node\n    when: node.online\n    actions: [{type: kill}]\n")
+    out = problems(tmp_path,
+                   "rules:\n  - name: r1\n    entity: node\n    when: node.online\n    actions: [{type: kill}]\n")
     assert out == ["rules.yaml:5: actions[0]: a kill action does not apply to a node rule (it acts on gpu, process)"]
 
 

@@ -114,7 +114,8 @@ def test_never_that_fires_and_count_mismatches_are_failures(suite: Path) -> None
 
 
 def test_an_invalid_test_file_exits_2(suite: Path) -> None:
-    (suite / "bad.test.yaml").write_text("rule_files: [rules/idle.yaml]\ntests:\n  - name: x\n    snapshots:\n      - at: soon\n        node: n1\n")
+    (suite / "bad.test.yaml").write_text(
+        "rule_files: [rules/idle.yaml]\ntests:\n  - name: x\n    snapshots:\n      - at: soon\n        node: n1\n")
     result = runner.invoke(app, ["test", str(suite / "bad.test.yaml")])
     assert result.exit_code == 2
     assert "bad.test.yaml:5: tests.snapshots.at: must be a duration" in result.output
@@ -155,7 +156,8 @@ rule_files: [rules/idle.yaml]
 tests:
   - name: snapshots every 30 minutes keep the idle clock
     snapshots:
-""" + "".join(f"      - {{at: {m}m, node: n1, gpus: [{{index: 0, util_pct: 1}}], processes: [{{pid: 1, user: u, gpus: [0]}}]}}\n" for m in range(0, 180, 30)) + """\
+""" + "".join(f"      - {{at: {m}m, node: n1, gpus: [{{index: 0, util_pct: 1}}], "
+          f"processes: [{{pid: 1, user: u, gpus: [0]}}]}}\n" for m in range(0, 180, 30)) + """\
     expect:
       - {rule: idle-gpu-2h, entity: n1/gpu0, fires_at: 2h}
 """)

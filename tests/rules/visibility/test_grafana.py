@@ -65,7 +65,8 @@ def parse_promql(expr: str) -> tuple[set[str], set[str], set[str]]:
 def test_parse_promql_finds_metrics_functions_and_labels() -> None:
     metrics, functions, labels = parse_promql(
         'sum by (type, outcome) (increase(gpuevents_actions_total{rule=~"a|b"}[$__rate_interval])) * 3600')
-    assert (metrics, functions, labels) == ({"gpuevents_actions_total"}, {"sum", "increase"}, {"type", "outcome", "rule"})
+    assert (metrics, functions, labels) == ({"gpuevents_actions_total"}, {"sum", "increase"},
+                                            {"type", "outcome", "rule"})
 
 
 def test_dashboard_json_parses_and_has_panels_with_queries() -> None:
@@ -81,7 +82,8 @@ def test_every_queried_metric_is_one_gpuevents_exposes() -> None:
     for expr in _exprs(_dashboard()):
         metrics, functions, _ = parse_promql(expr)
         assert metrics, f"no metric in {expr!r}"
-        assert metrics <= DCGM_METRICS | ENGINE_METRICS, f"unknown metric in {expr!r}: {metrics - DCGM_METRICS - ENGINE_METRICS}"
+        unknown = metrics - DCGM_METRICS - ENGINE_METRICS
+        assert not unknown, f"unknown metric in {expr!r}: {unknown}"
         assert functions <= FUNCTIONS, f"unexpected function in {expr!r}"
         used |= metrics
     assert used == DCGM_METRICS | ENGINE_METRICS  # every metric has a panel
@@ -94,13 +96,15 @@ def test_every_label_the_dashboard_uses_is_one_the_agent_or_engine_sets() -> Non
         assert labels <= set(DCGM_LABELS) | ENGINE_LABELS, expr
     for p in _panels(d):
         for t in p.get("targets", []):
-            assert set(re.findall(r"\{\{\s*(\w+)\s*\}\}", t.get("legendFormat", ""))) <= set(DCGM_LABELS) | ENGINE_LABELS
+            assert set(re.findall(r"\{\{\s*(\w+)\s*\}\}",
+                                  t.get("legendFormat", ""))) <= set(DCGM_LABELS) | ENGINE_LABELS
 
 
 @pytest.mark.parametrize("variable", ["hostname", "model"])
 def test_template_variables_query_known_metric_labels(variable: str) -> None:
     var = next(v for v in _dashboard()["templating"]["list"] if v["name"] == variable)
-    metric, label = re.fullmatch(r"label_values\((\w+),\s*(\w+)\)", var["query"]["query"]).groups()  # type: ignore[union-attr]
+    metric, label = re.fullmatch(r"label_values\((\w+),\s*(\w+)\)",
+                                 var["query"]["query"]).groups()  # type: ignore[union-attr]
     assert metric in DCGM_METRICS and label in DCGM_LABELS
 
 

@@ -143,7 +143,8 @@ def _inputs(draw: st.DrawFn) -> list[tuple[float, CoreInput]]:
             out.append((t, make_event(ev, node, p, time=at(t))))
         elif kind in ("stop", "start"):
             ev = "agent.stopping" if kind == "stop" else "agent.started"
-            out.append((t, make_event(ev, node, AgentInfo(node=node, version="1", snapshot_interval_s=15.0), time=at(t))))
+            out.append((t,
+                        make_event(ev, node, AgentInfo(node=node, version="1", snapshot_interval_s=15.0), time=at(t))))
         else:
             out.append((t, Tick()))
     return out
