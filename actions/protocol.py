@@ -76,7 +76,9 @@ class Action(Protocol):
 
     `destructive` (kill, cordon, scale, command) brings protection checks and fleet-share holds;
     `unit` is what its fleet share counts (`node` for an action on the entity's node); a plugin that
-    leaves them out is neither destructive nor node-wide."""
+    leaves them out is neither destructive nor node-wide. An action may also define `restores(params)`:
+    true when, with these parameters, it undoes what a firing did (uncordon, scale back to `previous`), which
+    `on_resolve` then runs whatever the limits (DESIGN §3.4)."""
 
     type: ClassVar[str]
     params: ClassVar[builtins.type[ActionParams]]

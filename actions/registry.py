@@ -92,6 +92,12 @@ def types() -> list[str]:
     return sorted(_registry)
 
 
+def restores(type_: str, params: Mapping[str, Any]) -> bool:
+    """Whether this action, with these rendered parameters, restores what a firing did (never limited)."""
+    check = getattr(get(type_), "restores", None)
+    return bool(check(params)) if callable(check) else False
+
+
 def escape_for(type_: str) -> Callable[[str], str]:
     """How values from the machine are escaped when rendered into this action's parameters."""
     return get(type_).escape

@@ -15,7 +15,6 @@ from pydantic import ValidationError
 
 from actions import registry
 from actions.ledger import Claim, Ledger, LedgerEntry
-from actions.limits import take_hourly
 from actions.protection import protection_reason
 from actions.protocol import (
     ActionContext,
@@ -160,6 +159,11 @@ class ActionRunner:
             why = protection_reason(req, self.config.protect)
             if why is not None:
                 return _Final(self._record(req, "refused", error=f"protected: {why}"))
+            age = (self.clock.now() - req.created_at).total_seconds()
+            if age > self.config.engine.request_ttl:
+                return _Final(self._record(req, "expired", detail=(
+                    f"decided {format_duration(age)} ago, longer than engine.request_ttl "
+                    f"({format_duration(self.config.engine.request_ttl)}): not acting on an old decision")))
         dump = params.model_dump(mode="json")
         if req.dry_run or self.config.engine.dry_run:
             return _Final(self._record(req, "dry_run", detail=f"dry run: {req.type} not executed",
@@ -173,24 +177,11 @@ class ActionRunner:
             if claim.done:
                 return _AlreadyDone(claim.entry, claim)
             return _Busy(claim.entry)
-        if claim.first:
-            limited = await self._fleet_limit(req, services)
-            if limited is not None:
-                return await self._finish(ledger, claim, self._record(req, "suppressed", detail=limited,
-                                                                      params=dump))
         assert claim.entry is not None
         attempt = claim.entry.attempts
         ctx = ActionContext(request=req, params=params, config=self.config,
                             services=services.as_dict(), attempt=attempt)
         return await self._execute(ledger, claim, instance, ctx, timeout, dump)
-
-    async def _fleet_limit(self, req: ActionRequest, services: Services) -> str | None:
-        limit = self.config.engine.limits.get(req.type)
-        if limit is None or limit.max_per_hour is None:
-            return None
-        if await take_hourly(services.kv, req.type, limit.max_per_hour, self.clock.now().timestamp()):
-            return None
-        return f"fleet-wide limit: at most {limit.max_per_hour} {req.type} per hour"
 
     async def _execute(self, ledger: Ledger, claim: Claim, instance: Any, ctx: ActionContext,
                        timeout: float, dump: dict[str, Any]) -> _Step:

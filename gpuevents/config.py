@@ -140,6 +140,7 @@ class EngineConfig(_Section):
     timezone: str = "UTC"
     dry_run: bool = False
     offline_grace: Duration = 600
+    request_ttl: Duration = 300
     limits: dict[str, LimitConfig] = Field(default_factory=dict, description="per action type")
     lease_ttl: Duration = 10
     consumer: str = "gpuevents-engine"

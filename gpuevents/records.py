@@ -16,7 +16,7 @@ EntityKind = Literal["node", "gpu", "process"]
 ActionUnit = Literal["entity", "node"]
 """What an action's fleet share counts: the rule's entities, or their nodes (cordon acts on the node)."""
 Phase = Literal["fire", "repeat", "resolve"]
-Outcome = Literal["ok", "failed", "suppressed", "held", "dry_run", "refused"]
+Outcome = Literal["ok", "failed", "suppressed", "held", "dry_run", "refused", "expired"]
 Decision = Literal["run", "suppressed", "held", "refused", "dry_run"]
 IncidentStatus = Literal["inactive", "pending", "firing", "resolved"]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 from lightkube.resources.core_v1 import Node
@@ -114,6 +115,10 @@ class UncordonAction:
     destructive: ClassVar[bool] = False
     unit: ClassVar[ActionUnit] = "node"  # its fleet share counts nodes
     escape = staticmethod(no_escape)
+
+    @staticmethod
+    def restores(params: Mapping[str, Any]) -> bool:
+        return True  # it undoes a cordon
 
     async def run(self, ctx: ActionContext) -> ActionResult:
         return await _run(ctx, cordon=False)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 from lightkube.resources.apps_v1 import Deployment, StatefulSet
@@ -110,6 +111,10 @@ class ScaleAction:
     destructive: ClassVar[bool] = True
     unit: ClassVar[ActionUnit] = "entity"
     escape = staticmethod(no_escape)
+
+    @staticmethod
+    def restores(params: Mapping[str, Any]) -> bool:
+        return params.get("replicas") == "previous"  # back to the count it had before this rule scaled it
 
     async def run(self, ctx: ActionContext) -> ActionResult:
         p = ctx.params

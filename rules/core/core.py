@@ -18,8 +18,8 @@ from gpuevents.events import Event
 from rules.core import recovery, timers
 from rules.core.evaluation import apply_snooze, close, close_all, evaluate, sweep, unindex
 from rules.core.incidents import Incident, ResolveReason
-from rules.core.inputs import CoreInput, EvalProblem, ForgetNode, Snooze, StepResult, Sweep, Tick
-from rules.core.limits import Limiter
+from rules.core.inputs import CoreInput, EvalProblem, ForgetNode, PendingSend, Snooze, StepResult, Sweep, Tick
+from rules.core.limits import Limiter, LimitWindows
 from rules.core.liveness import OFFLINE_AFTER_INTERVALS, check_online, evaluate_liveness
 from rules.core.recovery import Recovery
 from rules.core.sends import Sender
@@ -58,6 +58,7 @@ class Core:
         self.time_rules: dict[str, list[Rule]] = {}  # kind -> those of event_rules whose condition reads the clock
         self.has_time_rules = False
         self.liveness_rules: list[Rule] = []
+        self.pending_sends: list[PendingSend] = []  # send phases due this step, decided at its end
         self._set_rules(rules)
 
     # ------------------------------------------------------------------ rules
@@ -104,18 +105,20 @@ class Core:
                 self.timers.evaluate_in_full(r.name)
         self._set_rules(rules)
         recovery.rebuild_limits(self)
+        self.flush_sends(now, out)
         return out
 
     def restore(self, incidents: Iterable[Incident], snoozes: Iterable[Snooze] = (),
-                now: datetime | None = None) -> None:
+                now: datetime | None = None, limits: LimitWindows | None = None) -> None:
         """Resume after a restart: open incidents of known, unchanged rules come back as they were (a pending one
         keeps its start, a firing one is not fired again); entities not yet seen get `offline_grace` to reappear.
 
         Incidents of a rule changed while no engine ran close as `rule_changed` at the first tick that sees
         their entity (with the rule's `on_resolve`: the old rule is not known any more), or when it does not come
         back; those of a removed rule close as `rule_removed` with the next step's result (no actions: nothing
-        is known of the rule). Missed cron instants are caught up (see `timers.CATCHUP_GRACE_S`)."""
-        recovery.restore(self, incidents, snoozes, now)
+        is known of the rule). Missed cron instants are caught up (see `timers.CATCHUP_GRACE_S`). The rate-limit
+        windows continue from `limits`."""
+        recovery.restore(self, incidents, snoozes, now, limits)
 
     # ------------------------------------------------------------------ reading
     def nodes(self) -> list[NodeView]:
@@ -161,7 +164,19 @@ class Core:
                 close_all(self, e, now, "gone", out)
         else:
             self._event(item, now, out)
+        self.flush_sends(now, out)
         return out
+
+    def flush_sends(self, now: datetime, out: StepResult) -> None:
+        """Render and decide the requests of the send phases this step made due, now that every entity it
+        evaluated is counted in the fleet shares; report the rate-limit windows if they changed."""
+        if self.pending_sends:
+            sends, self.pending_sends = self.pending_sends, []
+            totals = {k: len(v) for k, v in self.state.by_kind.items()}
+            for p in sends:
+                out.actions += self.sender.requests(p.rule, p.entity, p.incident, p.phase, now, totals, p.event_time)
+        if self.limiter.dirty:
+            out.limits = self.limiter.windows(now.timestamp())
 
     def _event(self, event: Event, now: datetime, out: StepResult) -> None:
         """Apply an event to the fleet state; evaluate the entities it changed (and, under conditions that read

@@ -21,7 +21,7 @@ from rules.core.incidents import (
     step,
     transitions,
 )
-from rules.core.inputs import EvalProblem, Snooze, StepResult
+from rules.core.inputs import EvalProblem, PendingSend, Snooze, StepResult
 from rules.core.state import Entity
 from rules.lang.model import Rule
 from rules.lang.views import EntityView
@@ -121,10 +121,8 @@ def commit(
     else:
         incs.pop(after.entity_key, None)
         unindex(core, after)
-    if (before is None or before.status != "firing") and after.status == "firing":
-        core.limiter.set_firing(rule, after.entity_key, True, core.state.node_key(after.cluster, after.node))
-    elif before is not None and before.status == "firing" and after.status != "firing":
-        core.limiter.set_firing(rule, after.entity_key, False, core.state.node_key(after.cluster, after.node))
+    if (before is not None and before.open) != after.open:
+        core.limiter.set_matching(rule, after.entity_key, after.open, core.state.node_key(after.cluster, after.node))
     if after.open and not rule.scheduled:
         d = next_deadline(after, rule.for_s, rule.repeat_s)
         if d is not None and d > now:
@@ -135,8 +133,9 @@ def commit(
     out.incidents.append(after)
     phase = send_phase(before, after)
     if phase is not None and ent is not None:
-        totals = {k: len(v) for k, v in core.state.by_kind.items()}
-        out.actions += core.sender.requests(rule, ent, after, phase, now, totals, event_time)
+        # Decided when the step is over (`Core.flush_sends`), so that a fleet share counts every entity the
+        # step found matching, not only those evaluated before this one.
+        core.pending_sends.append(PendingSend(rule, ent, after, phase, event_time))
 
 
 def unindex(core: Core, inc: Incident) -> None:

@@ -9,8 +9,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from gpuevents.events import Event
-from gpuevents.records import ActionRequest
+from gpuevents.records import ActionRequest, Phase
 from rules.core.incidents import Incident, Transition
+from rules.core.limits import LimitWindows
+from rules.core.state import Entity
+from rules.lang.model import Rule
 
 
 class Tick(BaseModel):
@@ -69,6 +72,17 @@ class EvalProblem(BaseModel):
 CoreInput = Event | Tick | Sweep | Snooze | ForgetNode
 
 
+@dataclass(frozen=True, slots=True)
+class PendingSend:
+    """An incident whose send phase came due during a step: its requests are rendered and decided at its end."""
+
+    rule: Rule
+    entity: Entity
+    incident: Incident
+    phase: Phase
+    event_time: datetime | None
+
+
 @dataclass
 class StepResult:
     """What one step did: transitions (audit), action requests, the incidents that changed (persist them)."""
@@ -79,6 +93,7 @@ class StepResult:
     errors: list[EvalProblem] = field(default_factory=list)
     snoozes: list[Snooze] = field(default_factory=list)
     sweeps: list[str] = field(default_factory=list)  # rules a `Tick(sweep=False)` left to `Sweep` steps
+    limits: LimitWindows | None = None  # the rate-limit windows, when this step changed them (persist them)
 
     def extend(self, other: StepResult) -> None:
         self.transitions += other.transitions
@@ -87,3 +102,5 @@ class StepResult:
         self.errors += other.errors
         self.snoozes += other.snoozes
         self.sweeps += other.sweeps
+        if other.limits is not None:
+            self.limits = other.limits

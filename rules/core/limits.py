@@ -1,15 +1,29 @@
-"""Limits and safety (DESIGN §3.4): rolling-hour rates, fleet-share holds, per rule and per action type."""
+"""Limits and safety (DESIGN §3.4): rolling-hour rates, fleet-share holds, per rule and per action type.
+
+The rolling-hour windows are counted here and nowhere else (the runners do not count again), and they are
+persisted with the incidents (`LimitWindows`), so a restart or a new lease holder continues them. The fleet
+share counts the entities that match a rule (pending or firing), in the unit the action acts on.
+"""
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping
 
+from pydantic import BaseModel
+
 from gpuevents.config import LimitConfig
 from gpuevents.records import Decision
 from rules.lang.model import CompiledAction, Rule
 
 HOUR_S = 3600.0
+
+
+class LimitWindows(BaseModel):
+    """The run times (epoch seconds) of the last hour, per rule and per action type: what a restart resumes."""
+
+    rules: dict[str, list[float]] = {}
+    types: dict[str, list[float]] = {}
 
 
 def target_unit(action: CompiledAction, rule_kind: str) -> str:
@@ -19,44 +33,30 @@ def target_unit(action: CompiledAction, rule_kind: str) -> str:
 
 
 class Limiter:
-    """Counts action runs in a rolling hour and firing entities, and decides `held` / `suppressed`.
-
-    Counting is the core's business (it sees every transition); the action runner never has to ask.
-    """
+    """Counts action runs in a rolling hour and matching entities, and decides `held` / `suppressed`."""
 
     def __init__(self, engine_limits: Mapping[str, LimitConfig] | None = None) -> None:
         self.engine_limits = dict(engine_limits or {})
         self._rule_runs: dict[str, deque[float]] = {}
         self._type_runs: dict[str, deque[float]] = {}
-        self._firing_rule: dict[str, set[str]] = {}
-        self._firing_type: dict[tuple[str, str], dict[str, int]] = {}  # (type, unit) -> target key -> incidents
+        self._matching: dict[str, dict[str, str]] = {}  # rule -> matching entity key -> its node key
+        self._by_type: dict[tuple[str, str], dict[str, int]] = {}  # (type, unit) -> target key -> matching count
+        self.dirty = False  # the windows changed since `windows()` was last taken
 
-    def reset_firing(self) -> None:
-        self._firing_rule.clear()
-        self._firing_type.clear()
+    # ------------------------------------------------------------ the rolling-hour windows
+    def windows(self, now_ts: float) -> LimitWindows:
+        """The windows as they stand (older runs dropped), to persist; clears `dirty`."""
+        self.dirty = False
+        cut = now_ts - HOUR_S
+        return LimitWindows(rules={k: [t for t in v if t > cut] for k, v in self._rule_runs.items() if v},
+                            types={k: [t for t in v if t > cut] for k, v in self._type_runs.items() if v})
 
-    def set_firing(self, rule: Rule, entity_key: str, firing: bool, node_key: str = "") -> None:
-        """Keep the share of firing entities: call on every change into or out of `firing`. For each action type
-        of the rule's `actions`, the target counted is the entity, or its node (`node_key`) for cordon/uncordon."""
-        keys = self._firing_rule.setdefault(rule.name, set())
-        if firing == (entity_key in keys):
-            return
-        if firing:
-            keys.add(entity_key)
-        else:
-            keys.discard(entity_key)
-        for a in {a.type: a for a in rule.actions}.values():
-            unit = target_unit(a, rule.kind)
-            target = (node_key or entity_key) if unit == "node" else entity_key
-            counts = self._firing_type.setdefault((a.type, unit), {})
-            n = counts.get(target, 0) + (1 if firing else -1)
-            if n > 0:
-                counts[target] = n
-            else:
-                counts.pop(target, None)
-
-    def firing_count(self, rule: str) -> int:
-        return len(self._firing_rule.get(rule, ()))
+    def restore_windows(self, w: LimitWindows) -> None:
+        """Continue the windows a previous engine persisted (a restart must not reset a rate limit)."""
+        for name, runs in w.rules.items():
+            self._rule_runs[name] = deque(sorted({*runs, *self._rule_runs.get(name, ())}))
+        for type_, runs in w.types.items():
+            self._type_runs[type_] = deque(sorted({*runs, *self._type_runs.get(type_, ())}))
 
     @staticmethod
     def _recent(runs: deque[float] | None, now_ts: float) -> int:
@@ -66,31 +66,67 @@ class Limiter:
             runs.popleft()
         return len(runs)
 
+    def record(self, rule: Rule, action: CompiledAction, now_ts: float) -> None:
+        """Count one run against the rule's and the action type's hourly budgets."""
+        self._rule_runs.setdefault(rule.name, deque()).append(now_ts)
+        self._type_runs.setdefault(action.type, deque()).append(now_ts)
+        self.dirty = True
+
+    # ------------------------------------------------------------ the fleet share
+    def reset_matching(self) -> None:
+        self._matching.clear()
+        self._by_type.clear()
+
+    def set_matching(self, rule: Rule, entity_key: str, matching: bool, node_key: str) -> None:
+        """Keep the share of matching entities (pending or firing): call on every change into or out of an open
+        incident. For each action type of the rule, the target counted is the entity, or its node."""
+        keys = self._matching.setdefault(rule.name, {})
+        if matching == (entity_key in keys):
+            return
+        if matching:
+            keys[entity_key] = node_key or entity_key
+        else:
+            del keys[entity_key]
+        for a in {a.type: a for a in (*rule.actions, *rule.on_resolve)}.values():
+            unit = target_unit(a, rule.kind)
+            target = (node_key or entity_key) if unit == "node" else entity_key
+            counts = self._by_type.setdefault((a.type, unit), {})
+            n = counts.get(target, 0) + (1 if matching else -1)
+            if n > 0:
+                counts[target] = n
+            else:
+                counts.pop(target, None)
+
+    def matching_count(self, rule: str, unit: str = "entity") -> int:
+        """Entities matching `rule`, or the distinct nodes they are on (`unit="node"`)."""
+        keys = self._matching.get(rule, {})
+        return len(set(keys.values())) if unit == "node" else len(keys)
+
+    # ------------------------------------------------------------ deciding
     def decide(
         self, rule: Rule, action: CompiledAction, totals: Mapping[str, int], now_ts: float,
     ) -> tuple[Decision, str | None]:
-        """`held` (too much of the fleet firing, destructive only), `suppressed` (rate), else `run`.
+        """`held` (too much of the fleet matching, destructive only), `suppressed` (rate), else `run`.
 
         `totals`: the entities known of each kind (`node`, `gpu`, `process`). A rule's `max_fleet_pct` is its
-        firing entities out of those of its kind; `engine.limits.<type>.max_fleet_pct` is the targets of that
-        action type affected by any firing rule, out of all targets of that unit (nodes for cordon/uncordon)."""
+        matching entities, in the action's unit, out of all of that unit; `engine.limits.<type>.max_fleet_pct`
+        is the targets of that action type matched by any rule, out of all targets of that unit."""
         if action.destructive:
-            pct = rule.spec.limits.max_fleet_pct
-            total = totals.get(rule.kind, 0)
-            if pct is not None and total > 0:
-                n = self.firing_count(rule.name)
-                share = 100.0 * n / total
-                if share > pct:
-                    return "held", (f"{n} of {total} {rule.kind} entities ({share:.1f}%) are firing {rule.name}, "
-                                    f"over max_fleet_pct {pct:g}%")
-            fleet = self.engine_limits.get(action.type)
             unit = target_unit(action, rule.kind)
             total = totals.get(unit, 0)
+            pct = rule.spec.limits.max_fleet_pct
+            if pct is not None and total > 0:
+                n = self.matching_count(rule.name, "node" if unit == "node" else "entity")
+                share = 100.0 * n / total
+                if share > pct:
+                    return "held", (f"{n} of {total} {unit}s ({share:.1f}%) match {rule.name}, "
+                                    f"over max_fleet_pct {pct:g}%")
+            fleet = self.engine_limits.get(action.type)
             if fleet is not None and fleet.max_fleet_pct is not None and total > 0:
-                n = len(self._firing_type.get((action.type, unit), {}))
+                n = len(self._by_type.get((action.type, unit), {}))
                 share = 100.0 * n / total
                 if share > fleet.max_fleet_pct:
-                    return "held", (f"{n} of {total} {unit}s ({share:.1f}%) are targets of firing rules with "
+                    return "held", (f"{n} of {total} {unit}s ({share:.1f}%) are targets of matching rules with "
                                     f"{action.type}, over engine.limits.{action.type}.max_fleet_pct "
                                     f"{fleet.max_fleet_pct:g}%")
         per_rule = rule.spec.limits.max_per_hour
@@ -103,8 +139,3 @@ class Limiter:
             return "suppressed", (f"{fleet.max_per_hour} {action.type} actions ran in the last hour "
                                   f"(engine.limits.{action.type}.max_per_hour)")
         return "run", None
-
-    def record(self, rule: Rule, action: CompiledAction, now_ts: float) -> None:
-        """Count one run against the rule's and the action type's hourly budgets."""
-        self._rule_runs.setdefault(rule.name, deque()).append(now_ts)
-        self._type_runs.setdefault(action.type, deque()).append(now_ts)

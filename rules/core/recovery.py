@@ -18,6 +18,7 @@ from gpuevents.config import LimitConfig
 from rules.core.evaluation import close, evaluate, sweep
 from rules.core.incidents import Incident, resolve, transitions
 from rules.core.inputs import Snooze, StepResult
+from rules.core.limits import LimitWindows
 from rules.lang.model import RuleSet
 
 if TYPE_CHECKING:
@@ -59,9 +60,12 @@ def fleet_limited(rules: RuleSet, limits: Mapping[str, LimitConfig]) -> set[str]
     }
 
 
-def restore(core: Core, incidents: Iterable[Incident], snoozes: Iterable[Snooze], now: datetime | None) -> None:
+def restore(core: Core, incidents: Iterable[Incident], snoozes: Iterable[Snooze], now: datetime | None,
+            limits: LimitWindows | None = None) -> None:
     """See `Core.restore`."""
     rec = core.recovery
+    if limits is not None:
+        core.limiter.restore_windows(limits)
     for inc in incidents:
         if not inc.open:
             continue
@@ -86,13 +90,12 @@ def restore(core: Core, incidents: Iterable[Incident], snoozes: Iterable[Snooze]
 
 
 def rebuild_limits(core: Core) -> None:
-    """Count the firing incidents for the limits afresh (after a restore or a reload)."""
-    core.limiter.reset_firing()
+    """Count the open incidents for the fleet shares afresh (after a restore or a reload)."""
+    core.limiter.reset_matching()
     for name, incs in core.incidents.items():
         rule = core.rules.by_name[name]
         for inc in incs.values():
-            if inc.status == "firing":
-                core.limiter.set_firing(rule, inc.entity_key, True, core.state.node_key(inc.cluster, inc.node))
+            core.limiter.set_matching(rule, inc.entity_key, True, core.state.node_key(inc.cluster, inc.node))
 
 
 def on_step(core: Core, now: datetime, out: StepResult) -> None:

@@ -199,9 +199,9 @@ class Sender:
             why = protection_reason(req, self.config.protect)
             if why is not None:
                 return req.model_copy(update={"decision": "refused", "reason": f"protected: {why}"})
-        if phase == "resolve":
-            # on_resolve restores what the firing did (uncordon, scale back): never rate-limited, held or
-            # counted, since a suppressed or held one is not retried and would leave the change in place.
+        if phase == "resolve" and (not a.destructive or registry.restores(a.type, params)):
+            # A restore (uncordon, scale back) is never rate-limited, held or counted: a suppressed one is not
+            # retried and would leave the change in place. Other destructive on_resolve actions are limited.
             return req.model_copy(update={"decision": "dry_run", "reason": "dry run"}) if dry else req
         decision, why_not = self.limiter.decide(rule, a, totals, now.timestamp())
         if decision != "run":

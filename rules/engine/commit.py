@@ -18,9 +18,10 @@ from gpuevents.clock import Clock
 from gpuevents.records import ActionRequest, AuditRecord, action_message
 from rules.core.core import Snooze, StepResult
 from rules.core.incidents import Incident, Transition
+from rules.core.limits import LimitWindows
 from rules.engine.audit import audit_items, transition_record
 from rules.engine.metrics import EngineMetrics
-from rules.engine.store import ModelStore, incident_key, snooze_key
+from rules.engine.store import LIMITS_KEY, ModelStore, incident_key, snooze_key
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,7 @@ class Committer:
         self.describe = describe  # rule name -> its description, for the FIRING log line
         self.incidents: ModelStore[Incident] | None = None
         self.snoozes: ModelStore[Snooze] | None = None
+        self.limits: ModelStore[LimitWindows] | None = None
         self.stopping = False  # set while the engine stops: a failing commit then raises instead of retrying
 
     async def retry(self, op: Callable[[], Awaitable[None]], what: str) -> None:
@@ -59,7 +61,8 @@ class Committer:
         """Send the step's action requests and audit records (pipelined: one wait for all their acks), then
         write its incidents and snoozes. The messages are built once, so a retry sends the very same ones and
         JetStream stores each once. Requests and audit are stored before the incidents are written."""
-        if not (result.actions or result.transitions or result.incidents or result.snoozes or result.errors):
+        if not (result.actions or result.transitions or result.incidents or result.snoozes or result.errors
+                or result.limits is not None):
             return
         now = self.clock.now()
         for t in result.transitions:
@@ -76,14 +79,16 @@ class Committer:
         snoozes: dict[str, Snooze | None] = {}
         for s in result.snoozes:
             snoozes[snooze_key(s.rule, s.entity_id)] = s if s.until > now else None
-        assert self.incidents is not None and self.snoozes is not None
-        incident_store, snooze_store = self.incidents, self.snoozes
+        assert self.incidents is not None and self.snoozes is not None and self.limits is not None
+        incident_store, snooze_store, limit_store = self.incidents, self.snoozes, self.limits
+        limits = [(LIMITS_KEY, result.limits)] if result.limits is not None else []
 
         async def write() -> None:
             if items:
                 raise_first(await self.bus.js_publish_many(items))
             await incident_store.save_many(list(incidents.items()))
             await snooze_store.save_many(list(snoozes.items()))
+            await limit_store.save_many(limits)
 
         await self.retry(write, what)
         dispatched = self.clock.now()

@@ -25,6 +25,7 @@ from gpuevents.records import AuditRecord
 from gpuevents.yamlpos import LocatedError
 from rules.core.core import Core, Snooze, StepResult, Sweep, Tick
 from rules.core.incidents import Incident
+from rules.core.limits import LimitWindows
 from rules.engine.audit import AuditTail, reload_record, snooze_record
 from rules.engine.commit import Committer
 from rules.engine.deadletter import DeadLetters
@@ -32,7 +33,7 @@ from rules.engine.decoder import RepeatDecoder
 from rules.engine.gcpolicy import GcPolicy
 from rules.engine.lease import Lease
 from rules.engine.metrics import EngineMetrics
-from rules.engine.store import PipelinedStore
+from rules.engine.store import LIMITS_KEY, PipelinedStore
 from rules.lang.loader import load_rule_set, rule_files
 from rules.lang.model import RuleSet
 from rules.visibility.recorder import UsageRecorder
@@ -127,6 +128,7 @@ class Engine:
         kv = await self.bus.kv()
         self.committer.incidents = PipelinedStore(kv, "incident.", Incident)
         self.committer.snoozes = PipelinedStore(kv, "snooze.", Snooze)
+        self.committer.limits = PipelinedStore(kv, "limits.", LimitWindows)
         self.committer.stopping = False
         lease = Lease(kv, self.clock, self.config.engine.lease_ttl, holder=self.holder)
         loop = asyncio.get_running_loop()
@@ -186,13 +188,14 @@ class Engine:
 
     async def _take_over(self) -> None:
         """Become the acting engine: restore incidents and snoozes from KV, then consume."""
-        incident_store, snooze_store = self.committer.incidents, self.committer.snoozes
-        assert self.core is not None and incident_store is not None and snooze_store is not None
+        c = self.committer
+        assert self.core is not None and c.incidents is not None and c.snoozes is not None and c.limits is not None
         async with self._lock:
-            incidents = list((await incident_store.load()).values())
-            snoozes = list((await snooze_store.load()).values())
+            incidents = list((await c.incidents.load()).values())
+            snoozes = list((await c.snoozes.load()).values())
+            limits = (await c.limits.load()).get(LIMITS_KEY)
             self.core = Core(self.core.rules, self.config)
-            self.core.restore(incidents, snoozes, now=self.clock.now())
+            self.core.restore(incidents, snoozes, now=self.clock.now(), limits=limits)
             self._consumer = await self.bus.consumer(
                 S.STREAM_EVENTS, self.config.engine.consumer, S.EVENTS_ALL,
                 ack_wait=60, max_ack_pending=50_000, prefetch=True)

@@ -16,6 +16,9 @@ log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
 
 
+LIMITS_KEY = "limits.windows"  # the rate-limit windows (rules.core.limits.LimitWindows), one record
+
+
 def incident_key(rule: str, entity_id: str) -> str:
     return f"incident.{kv_token(rule)}.{kv_token(entity_id)}"
 

@@ -41,7 +41,7 @@ def make_request(type_: str, params: dict[str, Any] | None = None, *, key: str |
     return ActionRequest.model_validate({
         "key": key or f"inc-{_counter}:fire:0:0", "type": type_, "params": {"type": type_, **(params or {})},
         "rule": rule, "entity_id": entity_id, "entity_kind": entity_kind, "node": node,
-        "incident_id": f"inc-{_counter}", "created_at": T0, "facts": facts or {}, **extra,
+        "incident_id": f"inc-{_counter}", "created_at": datetime.now(UTC), "facts": facts or {}, **extra,
     })
 
 

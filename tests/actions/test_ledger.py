@@ -6,7 +6,6 @@ import asyncio
 from datetime import timedelta
 
 from actions.ledger import Ledger
-from actions.limits import take_hourly
 from actions.store import MemoryKv
 from gpuevents.records import AuditRecord
 from tests.actions.conftest import T0
@@ -39,15 +38,6 @@ async def test_done_is_final_and_deferrals_are_not_attempts() -> None:
     await lg.finish(again, record)
     done = await lg.claim("k", T0 + timedelta(hours=1), T0 + timedelta(hours=2))
     assert not done.won and done.done and done.entry is not None and done.entry.record == record
-
-
-async def test_the_hourly_limit_is_a_rolling_hour() -> None:
-    kv = MemoryKv()
-    t = T0.timestamp()
-    assert [await take_hourly(kv, "kill", 2, t + dt) for dt in (0, 10, 20)] == [True, True, False]
-    assert await take_hourly(kv, "kill", 2, t + 3601)  # the first one left the window
-    assert not await take_hourly(kv, "kill", 2, t + 3602)
-    assert await take_hourly(kv, "cordon", 2, t + 3602)  # per action type
 
 
 async def test_prune_forgets_only_keys_finished_long_ago() -> None:

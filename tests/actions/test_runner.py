@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from nats.js import JetStreamContext
@@ -92,16 +93,29 @@ async def test_held_destructive_actions_are_audited_while_slack_still_goes(
         ("kill", "suppressed", "max_per_hour 20")]
 
 
-async def test_fleet_max_per_hour_suppresses_the_rest_across_runners(bus: Bus, webhook: FakeWebhook) -> None:
-    config = make_config(engine={"limits": {"webhook": {"max_per_hour": 2}}})
+async def test_runners_charge_no_rate_limit_of_their_own_so_restores_are_never_suppressed(
+        bus: Bus, webhook: FakeWebhook) -> None:
+    """The engine counts `max_per_hour` (per rule and fleet-wide) and promises never to limit a restore: a runner
+    that charged the fleet-wide limit again suppressed `scale: previous` and left a workload at 0 replicas."""
+    config = make_config(engine={"limits": {"webhook": {"max_per_hour": 2}, "scale": {"max_per_hour": 1}}})
     one, two = ActionRunner(bus, config, name="a"), ActionRunner(bus, config, name="b")
     reqs = [make_request("webhook", {"url": webhook.url()}) for _ in range(4)]
     records = [await (one if i % 2 else two).process(r) for i, r in enumerate(reqs)]
     await one.close()
     await two.close()
-    assert [r.outcome for r in records] == ["ok", "ok", "suppressed", "suppressed"]
-    assert records[2].detail == "fleet-wide limit: at most 2 webhook per hour"
-    assert len(webhook.requests) == 2
+    assert [r.outcome for r in records] == ["ok"] * 4  # the engine decided "run" four times
+    assert len(webhook.requests) == 4
+
+
+async def test_a_destructive_request_older_than_the_request_ttl_expires(bus: Bus, agent: KillResponder) -> None:
+    runner = ActionRunner(bus, make_config(engine={"request_ttl": "5m"}))
+    old = make_request("kill", {}, facts=process_facts((101, "alice", "python")),
+                       created_at=datetime.now(UTC) - timedelta(minutes=6))
+    record = await runner.process(old)
+    await runner.close()
+    assert record.outcome == "expired"
+    assert "engine.request_ttl" in (record.detail or "")
+    assert agent.commands == []  # nothing was signalled
 
 
 async def test_dry_run_executes_nothing_and_audits_everything(bus: Bus, agent: KillResponder,

@@ -64,14 +64,15 @@ rules:
     out = core.step(snapshot(at(0), gpus=gpus, processes=procs), at(0))
     by_rule = {(a.rule, a.decision) for a in out.actions}
     assert ("by-gpu", "run") in by_rule  # GPUs are not crowded out by the firing processes
-    assert sorted(a.decision for a in out.actions if a.rule == "by-process") == ["held", "run"]
+    # both held: the share counts every process the snapshot matched, not the first one alone (DESIGN §3.4)
+    assert sorted(a.decision for a in out.actions if a.rule == "by-process") == ["held", "held"]
 
 
 def test_a_rule_share_reason_says_how_many(tmp_path: Path) -> None:
     core = Core(rules_from(tmp_path, HOT_CORDON.format(limits="limits: {max_fleet_pct: 10}")))
     out = core.step(snapshot(at(0), gpus=[gpu(0, temp_c=90), gpu(1, temp_c=90), gpu(2), gpu(3)]), at(0))
     assert [a.decision for a in out.actions] == ["held", "held"]
-    assert "1 of 4 gpu entities (25.0%)" in (out.actions[0].reason or "")
+    assert "1 of 1 nodes (100.0%) match hot" in (out.actions[0].reason or "")  # cordon counts nodes
 
 
 def test_after_a_restore_no_hold_is_decided_before_the_fleet_is_observed(tmp_path: Path) -> None:

@@ -63,7 +63,7 @@ def test_a_removed_rule_closes_its_incidents_and_the_others_stay(tmp_path: Path)
     assert [(t.rule, t.to_status, t.reason) for t in out.transitions] == [("scale-down", "resolved", "rule_removed")]
     assert [(a.rule, a.type) for a in out.actions] == [("scale-down", "scale"), ("scale-down", "log")]
     assert [i.status for i in out.incidents] == ["resolved"] and core.open_incidents() == kept
-    assert core.limiter.firing_count("scale-down") == 0
+    assert core.limiter.matching_count("scale-down") == 0
 
 
 def test_a_pending_incident_of_a_changed_rule_becomes_inactive_without_actions(tmp_path: Path) -> None:

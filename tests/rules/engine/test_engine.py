@@ -249,3 +249,28 @@ async def test_a_standby_engine_takes_over_when_the_leader_dies(engine_config: C
 
 async def _no_release(lease: Lease) -> None:
     """A crashed engine never gets to release its lease."""
+
+
+async def test_a_rate_limit_window_survives_an_engine_restart(jetstream: JetStreamContext, engine_config: Config,
+                                                              bus: Bus, rules_dir: Path) -> None:
+    """With max_per_hour: 1, a restart (a crash loop, a failover) must not let a second run through."""
+    (rules_dir / "idle.yaml").write_text("""\
+rules:
+  - name: idle-log-once-an-hour
+    entity: gpu
+    when: gpu.idle and gpu.processes
+    limits: {max_per_hour: 1}
+    actions: [{type: log, message: "{{ entity.id }}"}]
+""")
+    clock = ManualClock(T0)
+    async with running(Engine(engine_config, bus, clock=clock)) as first:
+        await publish(bus, snapshot("n1", T0))
+        await wait_for(lambda: incident(first, "n1/gpu0"), what="n1 to fire")
+        await first.settle()
+    clock.advance(120)
+    async with running(Engine(engine_config, bus, clock=clock)) as second:
+        await publish(bus, snapshot("n1", clock.now(), idle_since=T0), snapshot("n2", clock.now()))
+        await wait_for(lambda: incident(second, "n2/gpu0"), what="n2 to fire")
+        await second.settle()
+    decisions = sorted((r.entity_id, r.decision) for r in await act_requests(jetstream))
+    assert decisions == [("n1/gpu0", "run"), ("n2/gpu0", "suppressed")]
