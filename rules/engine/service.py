@@ -34,8 +34,9 @@ from rules.engine.gcpolicy import GcPolicy
 from rules.engine.lease import Lease
 from rules.engine.metrics import EngineMetrics
 from rules.engine.store import LIMITS_KEY, PipelinedStore
-from rules.lang.loader import load_rule_set, rule_files
+from rules.lang.loader import rule_files
 from rules.lang.model import RuleSet
+from rules.offline.check import load_checked
 from rules.visibility.recorder import UsageRecorder
 
 log = logging.getLogger(__name__)
@@ -78,7 +79,7 @@ class Engine:
     # ------------------------------------------------------------ rules
     def load_rules(self) -> RuleSet:
         """The rule set from `rule_paths`; LocatedError with every problem otherwise."""
-        rules = load_rule_set(self.rule_paths, default_timezone=self.config.engine.timezone)
+        rules = load_checked(self.rule_paths, self.config.engine.timezone, self.config)
         self._mtimes = self._current_mtimes()
         return rules
 
@@ -97,7 +98,7 @@ class Engine:
     async def reload(self) -> bool:
         """Load the rules again; on error keep the running set and log every `file:line`."""
         try:
-            rules = load_rule_set(self.rule_paths, default_timezone=self.config.engine.timezone)
+            rules = load_checked(self.rule_paths, self.config.engine.timezone, self.config)
         except LocatedError as e:
             self._mtimes = self._current_mtimes()
             self.metrics.reloads.labels(result="failed").inc()

@@ -21,7 +21,7 @@ from rules.lang.model import (
     Rule,
     RuleSet,
     RuleSpec,
-    cron_trigger,
+    cron_triggers,
 )
 from rules.lang.templates import compile_params, is_templated
 
@@ -138,7 +138,7 @@ def _load_rule(
     for j, expr in enumerate(spec.schedules()):
         path = (*at, "schedule", j) if isinstance(spec.schedule, list) else (*at, "schedule")
         try:
-            triggers.append(cron_trigger(expr, tz))
+            triggers.extend(cron_triggers(expr, tz))
         except ValueError as e:
             problems.append(doc.locate(path, f"schedule: {e}"))
     if spec.for_ is not None and spec.schedule is not None:

@@ -86,18 +86,66 @@ class RuleFile(BaseModel):
     rules: list[dict[str, Any]]
 
 
-_DOW_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat", "sun")
+_DOW_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+_DOW_FULL = ("sunday", "monday", "tuesday", "wednesday", "thursday", "friday", "saturday")
+_DOW_ITEM = re.compile(r"^(\*|[0-9a-z]+)(?:-([0-9a-z]+))?(?:/(\d+))?$")
 
 
-def cron_trigger(expr: str, tz: tzinfo) -> CronTrigger:
-    """APScheduler's CronTrigger for a standard 5-field crontab line (day of week 0 or 7 = Sunday)."""
+def _weekday(token: str) -> int:
+    """A crontab weekday: 0-7 (0 and 7 are Sunday) or a name (`MON`, `sunday`)."""
+    if token.isdigit():
+        n = int(token)
+        if n > 7:
+            raise ValueError(f"weekday {token} is not 0-7")
+        return n % 7
+    for i, name in enumerate(_DOW_NAMES):
+        if token == name or token == _DOW_FULL[i]:
+            return i
+    raise ValueError(f"unknown weekday {token!r}; use 0-7 (0 and 7 are Sunday) or MON-SUN")
+
+
+def crontab_weekdays(field: str) -> list[int]:
+    """The weekdays (0 = Sunday) a crontab(5) day-of-week field names: lists, ranges and steps counted as cron
+    counts them (`1-5/2` is Monday, Wednesday and Friday; `*/2` is Sunday, Tuesday, Thursday, Saturday)."""
+    days: set[int] = set()
+    for item in field.lower().split(","):
+        m = _DOW_ITEM.match(item)
+        if m is None:
+            raise ValueError(f"weekday field item {item!r} is not a day, a range or a step")
+        start, end, step = m.group(1), m.group(2), int(m.group(3) or 1)
+        if step < 1:
+            raise ValueError(f"step {step} in {item!r} must be at least 1")
+        if start == "*":
+            if end is not None:
+                raise ValueError(f"{item!r}: * cannot start a range")
+            lo, hi = 0, 6
+        else:
+            lo = _weekday(start)
+            hi = (7 if end.isdigit() and int(end) == 7 else _weekday(end)) if end is not None else (
+                6 if m.group(3) else lo)
+            if hi < lo:
+                raise ValueError(f"range {item!r} runs backwards")
+        days.update(d % 7 for d in range(lo, hi + 1, step))
+    return sorted(days)
+
+
+def cron_triggers(expr: str, tz: tzinfo) -> tuple[CronTrigger, ...]:
+    """APScheduler triggers for a 5-field crontab line, read as crontab(5) does: weekdays 0 and 7 are Sunday,
+    and when both day of month and day of week are restricted, a day matching either one fires."""
     fields = expr.split()
     if len(fields) != 5:
         raise ValueError(f"{expr!r}: a cron line has 5 fields (minute hour day month weekday)")
-    # APScheduler counts weekdays from Monday = 0; crontab from Sunday = 0. Names mean the same to both.
-    dow = re.sub(r"(?<![/\d])([0-7])(?!\d)", lambda m: _DOW_NAMES[int(m.group(1))], fields[4])
+    minute, hour, dom, month, dow = fields
     try:
-        return CronTrigger.from_crontab(" ".join([*fields[:4], dow]), timezone=tz)
+        names = "*" if dow.startswith("*") and "/" not in dow else ",".join(
+            _DOW_NAMES[d] for d in crontab_weekdays(dow))
+
+        def trigger(day: str, day_of_week: str) -> CronTrigger:
+            return CronTrigger(minute=minute, hour=hour, day=day, month=month, day_of_week=day_of_week, timezone=tz)
+
+        if not dom.startswith("*") and not dow.startswith("*"):
+            return (trigger(dom, "*"), trigger("*", names))
+        return (trigger(dom, names),)
     except ValueError as e:
         raise ValueError(f"{expr!r}: {e}") from None
 

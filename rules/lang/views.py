@@ -2,10 +2,35 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, tzinfo
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class Moment(datetime):
+    """`now` in conditions and templates: an aware datetime from which a number of seconds can be taken or to
+    which it can be added (`now - duration('1d')`), as a platform engineer would write it."""
+
+    __slots__ = ()
+
+    @classmethod
+    def of(cls, d: datetime) -> Moment:
+        return cls(d.year, d.month, d.day, d.hour, d.minute, d.second, d.microsecond, d.tzinfo, fold=d.fold)
+
+    def __add__(self, other: Any) -> Any:
+        if type(other) in (int, float):
+            return Moment.of(datetime.__add__(self, timedelta(seconds=other)))
+        result = datetime.__add__(self, other)
+        return Moment.of(result) if isinstance(result, datetime) else result
+
+    __radd__ = __add__
+
+    def __sub__(self, other: Any) -> Any:
+        if type(other) in (int, float):
+            return Moment.of(datetime.__sub__(self, timedelta(seconds=other)))
+        result = datetime.__sub__(self, other)
+        return Moment.of(result) if isinstance(result, datetime) else result
 
 
 class EvalClock:
@@ -25,7 +50,7 @@ class EvalClock:
         """`now` in `tz`, computed once per instant and zone."""
         d = self._local.get(tz)
         if d is None:
-            d = self._local[tz] = self.utc.astimezone(tz)
+            d = self._local[tz] = Moment.of(self.utc.astimezone(tz))
         return d
 
 

@@ -93,6 +93,17 @@ def check_rule_set(rules: RuleSet, config: Config | None = None) -> list[Located
     return problems
 
 
+def load_checked(paths: Sequence[Path | str], default_timezone: str = "UTC",
+                 config: Config | None = None) -> RuleSet:
+    """The rule set, loaded and checked exactly as `rules check` does; LocatedError with every problem otherwise
+    (the engine loads and reloads through this, so it never runs a set that `rules check` rejects)."""
+    rules = load_rule_set(paths, default_timezone=default_timezone)
+    problems = check_rule_set(rules, config)
+    if problems:
+        raise LocatedError(problems)
+    return rules
+
+
 def check_paths(paths: Sequence[Path | str], default_timezone: str = "UTC") -> tuple[RuleSet | None, list[Located]]:
     """Load and check; the rule set (None when it does not load) and every problem."""
     try:

@@ -8,6 +8,7 @@ condition depends on the time (`now`, a calendar helper, an `*_for_s` or other t
 
 from __future__ import annotations
 
+import keyword
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import tzinfo
@@ -24,6 +25,7 @@ from rules.lang.expr.names import (
     ENTITY_NAMES,
     FILTERS,
     HELPERS,
+    MAX_DEPTH,
     METHODS,
     TESTS,
     UNSAFE_ATTRS,
@@ -32,7 +34,18 @@ from rules.lang.expr.names import (
 )
 from rules.lang.views import FIELDS_OF, TIME_FIELDS
 
-_BINOPS = {"Add": "+", "Sub": "-", "Mul": "*", "Div": "/", "FloorDiv": "//", "Mod": "%", "Pow": "**"}
+_BINOPS = {"Div": "/", "FloorDiv": "//"}
+_BOUNDED_BINOPS = {"Add": "_add", "Sub": "_sub", "Mul": "_mul", "Mod": "_mod", "Pow": "_pow"}
+"""Operators that can build large values or read datetimes: they go through the runtime's bounded versions."""
+_NAMED_ARG = {"map": (FILTERS, 0), "select": (TESTS, 0), "reject": (TESTS, 0), "selectattr": (TESTS, 1),
+              "rejectattr": (TESTS, 1)}
+"""Filters that take another filter's or test's name as a positional argument (and which position)."""
+_ATTRIBUTE_ARG = {"attr": 0, "selectattr": 0, "rejectattr": 0, "map": None, "sort": None, "groupby": 0,
+                  "sum": None, "join": None, "unique": None, "min": None, "max": None}
+"""Filters that read a field named by a string: positional index, or None for the `attribute=` keyword only."""
+_OWN_FILTERS = {"replace": rt.replace_filter, "join": rt.join_filter, "string": rt.string_filter,
+                "sum": rt.sum_filter}
+"""Filters replaced by bounded versions with Jinja2's results (no autoescape in conditions)."""
 _CMP = {"eq": "==", "ne": "!=", "gt": ">", "gteq": ">=", "lt": "<", "lteq": "<=", "in": "in", "notin": "not in"}
 _CONST_TYPES = (int, float, str, bool, type(None))
 
@@ -73,6 +86,13 @@ class _Compiler:
             "_jctx": rt.JINJA_CONTEXT,
             "_u2n": rt.undefined_to_none,
             "_join": rt.str_join,
+            "_add": rt.add,
+            "_sub": rt.sub,
+            "_mul": rt.mul,
+            "_mod": rt.mod,
+            "_pow": rt.power,
+            "_call": rt.call_method,
+            "_range": rt.safe_range,
             "_tz": tz,
             "_cal": calendars,
         }
@@ -102,7 +122,16 @@ class _Compiler:
     def v_Const(self, node: nodes.Const) -> str:
         if not isinstance(node.value, _CONST_TYPES):
             raise self.fail(node, f"unsupported constant {node.value!r}")
+        if type(node.value) is str:
+            self.note_field_name(node.value)
         return self.bind(node.value)
+
+    def note_field_name(self, name: str) -> None:
+        """A string that may name a field (`map(attribute='age_s')`, `x['idle_for_s']`): a time field read this
+        way makes the condition time-dependent too."""
+        for part in name.split("."):
+            if part in TIME_FIELDS or part.endswith("_for_s"):
+                self.time = True
 
     def v_Name(self, node: nodes.Name) -> str:
         name = node.name
@@ -138,7 +167,11 @@ class _Compiler:
 
     def v_Getitem(self, node: nodes.Getitem) -> str:
         if isinstance(node.arg, nodes.Slice):
-            raise self.fail(node, "slices are not supported in conditions")
+            s = node.arg
+            parts = [self.visit(p) if p is not None else "None" for p in (s.start, s.stop, s.step)]
+            return f"_gi({self.visit(node.node)}, slice({', '.join(parts)}))"
+        if not isinstance(node.arg, nodes.Const):
+            self.time = True  # a key worked out at evaluation time could name a time field
         return f"_gi({self.visit(node.node)}, {self.visit(node.arg)})"
 
     def v_Compare(self, node: nodes.Compare) -> str:
@@ -148,11 +181,24 @@ class _Compiler:
             parts.append(self.visit(op.expr))
         return "(" + " ".join(parts) + ")"
 
+    def _chain(self, node: nodes.And | nodes.Or, op: str) -> str:
+        """A chain of `and` (or `or`) as one flat Python expression: Jinja2 nests them left to right, and 200
+        terms nested 200 deep would break Python's parser."""
+        terms: list[nodes.Node] = []
+        todo: list[nodes.Node] = [node]
+        while todo:
+            n = todo.pop()
+            if type(n) is type(node):
+                todo += [n.right, n.left]  # type: ignore[attr-defined]
+            else:
+                terms.append(n)
+        return "(" + f" {op} ".join(self.visit(t) for t in terms) + ")"
+
     def v_And(self, node: nodes.And) -> str:
-        return f"({self.visit(node.left)} and {self.visit(node.right)})"
+        return self._chain(node, "and")
 
     def v_Or(self, node: nodes.Or) -> str:
-        return f"({self.visit(node.left)} or {self.visit(node.right)})"
+        return self._chain(node, "or")
 
     def v_Not(self, node: nodes.Not) -> str:
         return f"(not {self.visit(node.node)})"
@@ -164,7 +210,10 @@ class _Compiler:
         return f"(+{self.visit(node.node)})"
 
     def _binop(self, node: nodes.BinExpr) -> str:
-        return f"({self.visit(node.left)} {_BINOPS[type(node).__name__]} {self.visit(node.right)})"
+        name = type(node).__name__
+        if name in _BOUNDED_BINOPS:
+            return f"{_BOUNDED_BINOPS[name]}({self.visit(node.left)}, {self.visit(node.right)})"
+        return f"({self.visit(node.left)} {_BINOPS[name]} {self.visit(node.right)})"
 
     v_Add = v_Sub = v_Mul = v_Div = v_FloorDiv = v_Mod = v_Pow = _binop
 
@@ -192,11 +241,36 @@ class _Compiler:
         if node.dyn_args is not None or node.dyn_kwargs is not None:
             raise self.fail(node, "*args and **kwargs are not supported in conditions")
         args = [self.visit(a) for a in node.args]
+        seen: set[str] = set()
         for kw in node.kwargs:
-            if not isinstance(kw.key, str) or not kw.key.isidentifier():
-                raise self.fail(node, f"bad keyword {kw.key!r}")
+            if not isinstance(kw.key, str) or not kw.key.isidentifier() or keyword.iskeyword(kw.key):
+                raise self.fail(node, f"{kw.key!r} cannot be a keyword argument")
+            if kw.key in seen:
+                raise self.fail(node, f"keyword argument {kw.key!r} is given twice")
+            seen.add(kw.key)
             args.append(f"{kw.key}={self.visit(kw.value)}")
         return ", ".join(args)
+
+    def _check_named_args(self, node: nodes.Filter | nodes.Test) -> None:
+        """The filter or test a `map`/`select`/`selectattr` applies must be on the allow-list too, and named as
+        a quoted string; a field named by a computed string could be a time field."""
+        named = _NAMED_ARG.get(node.name)
+        if named is not None:
+            allowed, pos = named
+            if len(node.args) > pos:
+                arg = node.args[pos]
+                what = "filter" if allowed is FILTERS else "test"
+                if not isinstance(arg, nodes.Const) or not isinstance(arg.value, str):
+                    raise self.fail(node, f"{node.name} takes the {what} to apply as a quoted name")
+                if arg.value not in allowed:
+                    raise self.fail(node, f"{what} {arg.value!r} (in {node.name}) is not available in conditions; "
+                                          f"available: {', '.join(sorted(allowed))}")
+        pos = _ATTRIBUTE_ARG.get(node.name, -1)
+        if pos != -1:
+            fields = [a for i, a in enumerate(node.args) if i == pos] + [k.value for k in node.kwargs
+                                                                         if k.key == "attribute"]
+            if any(not isinstance(f, nodes.Const) for f in fields):
+                self.time = True
 
     def _filter_or_test(self, node: nodes.Filter | nodes.Test, table: Mapping[str, Any], allowed: frozenset[str],
                         what: str) -> str:
@@ -204,7 +278,8 @@ class _Compiler:
             raise self.fail(node,
                             f"{what} {node.name!r} is not available in conditions; available: "
                             f"{', '.join(sorted(allowed))}")
-        func = table[node.name]
+        self._check_named_args(node)
+        func = _OWN_FILTERS.get(node.name, table[node.name]) if what == "filter" else table[node.name]
         fn = self.bind(func)
         pass_arg = _PassArg.from_obj(func)
         first = {
@@ -233,6 +308,7 @@ class _Compiler:
             return f"_sel({self.visit(node.node)}, {name == 'select'})"
         if name in ("selectattr", "rejectattr") and len(args) == 1 and not kwargs and _simple_attr(args[0]):
             assert isinstance(args[0], nodes.Const)
+            self.note_field_name(args[0].value)
             return f"_selattr({self.visit(node.node)}, {args[0].value!r}, {name == 'selectattr'})"
         if (
             name == "map" and not args and len(kwargs) == 1 and kwargs[0].key == "attribute"
@@ -240,6 +316,7 @@ class _Compiler:
         ):
             value = kwargs[0].value
             assert isinstance(value, nodes.Const)
+            self.note_field_name(value.value)
             return f"_mapattr({self.visit(node.node)}, {value.value!r})"
         return None
 
@@ -252,7 +329,8 @@ class _Compiler:
             return self._helper(node, target.name)
         if isinstance(target, nodes.Getattr) and target.attr in METHODS:
             obj = self.visit(target.node)
-            return f"_ga({obj}, {target.attr!r})({self._signature(node)})"
+            sig = self._signature(node)
+            return f"_call({obj}, {target.attr!r}{', ' + sig if sig else ''})"
         if isinstance(target, nodes.Name):
             raise self.fail(node, f"unknown function {target.name!r}; functions: {', '.join(sorted(HELPERS))}")
         if isinstance(target, nodes.Getattr):
@@ -271,6 +349,10 @@ class _Compiler:
         return out
 
     def _helper(self, node: nodes.Call, name: str) -> str:
+        if name == "range":
+            if node.kwargs or not 1 <= len(node.args) <= 3:
+                raise self.fail(node, "range() takes one to three numbers, like range(4)")
+            return f"_range({self._signature(node)})"
         if name == "duration":
             (text,) = self._const_arg(node, name, 1)
             try:
@@ -297,8 +379,12 @@ def compile_condition(source: str, kind: str, tz: tzinfo) -> Condition:
     if not isinstance(source, str) or not source.strip():
         raise ExprError("must be an expression, like gpu.idle and gpu.processes")
     tree = parse_expression(source)
+    _check_depth(tree)
     c = _Compiler(kind, tz)
-    body = c.visit(tree)
+    try:
+        body = c.visit(tree)
+    except RecursionError:
+        raise ExprError(f"the condition nests too deeply; at most {MAX_DEPTH} levels") from None
     prelude = "".join(f"    v_{n} = ctx[{n!r}]\n" for n in sorted(c.used - {"now"}))
     if c.time:
         prelude += f"    _clk = ctx[{CLOCK_KEY!r}]\n"
@@ -306,7 +392,10 @@ def compile_condition(source: str, kind: str, tz: tzinfo) -> Condition:
         f"def _test(ctx):\n{prelude}    return True if {body} else False\n"
         f"def _value(ctx):\n{prelude}    return _u2n({body})\n"
     )
-    exec(compile(code, f"<when: {source[:60]}>", "exec"), c.ns)
+    try:
+        exec(compile(code, f"<when: {source[:60]}>", "exec"), c.ns)
+    except (SyntaxError, RecursionError, MemoryError, ValueError) as e:
+        raise ExprError(f"the condition is too complex to compile ({type(e).__name__}): simplify it") from None
     return Condition(
         source=source,
         test=c.ns["_test"],
@@ -316,3 +405,14 @@ def compile_condition(source: str, kind: str, tz: tzinfo) -> Condition:
         python=code,
     )
 
+
+def _check_depth(tree: nodes.Node) -> None:
+    """Refuse trees nested deeper than MAX_DEPTH (an `and`/`or` chain counts as one level)."""
+    todo: list[tuple[nodes.Node, int]] = [(tree, 1)]
+    while todo:
+        node, depth = todo.pop()
+        if depth > MAX_DEPTH:
+            raise ExprError(f"the condition nests too deeply; at most {MAX_DEPTH} levels", node.lineno or 1)
+        for child in node.iter_child_nodes():
+            chained = isinstance(node, nodes.And | nodes.Or) and type(child) is type(node)
+            todo.append((child, depth if chained else depth + 1))

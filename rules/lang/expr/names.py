@@ -29,13 +29,14 @@ ENTITY_NAMES: dict[str, frozenset[str]] = {
     "process": frozenset({"process", "node", "gpus", "entity"}),
     "node": frozenset({"node", "gpus", "entity"}),
 }
-HELPERS = frozenset({"duration", "is_weekend", "is_workday", "is_holiday", "in_window"})
+HELPERS = frozenset({"duration", "is_weekend", "is_workday", "is_holiday", "in_window", "range"})
 TIME_HELPERS = frozenset({"is_weekend", "is_workday", "is_holiday", "in_window"})
 
 FILTERS = frozenset({
-    "abs", "attr", "count", "d", "default", "first", "float", "int", "join", "last", "length", "list",
-    "lower", "map", "max", "min", "reject", "rejectattr", "replace", "round", "select", "selectattr",
-    "sort", "string", "sum", "trim", "unique", "upper",
+    "abs", "attr", "capitalize", "count", "d", "default", "first", "float", "groupby", "int", "join", "last",
+    "length", "list", "lower", "map", "max", "min", "reject", "rejectattr", "replace", "reverse", "round",
+    "select", "selectattr", "sort", "string", "sum", "title", "trim", "truncate", "unique", "upper",
+    "wordcount",
 })
 TESTS = frozenset({
     "boolean", "defined", "divisibleby", "eq", "equalto", "even", "false", "float", "ge", "gt",
@@ -43,9 +44,14 @@ TESTS = frozenset({
     "number", "odd", "sameas", "sequence", "string", "true", "undefined", "upper",
 })
 METHODS = frozenset({
-    "startswith", "endswith", "lower", "upper", "strip", "split", "get", "keys", "values", "items",
-    "weekday", "isoweekday", "date", "time", "isoformat",
+    "startswith", "endswith", "lower", "upper", "strip", "lstrip", "rstrip", "split", "rsplit", "replace",
+    "count", "find", "rfind", "title", "capitalize", "isdigit", "isalpha", "isalnum", "get", "keys", "values",
+    "items", "weekday", "isoweekday", "date", "time", "isoformat", "timestamp",
 })
+MAX_SOURCE_CHARS = 10_000
+"""A condition is a line or two of YAML: anything much longer is a mistake (or an attack on the engine)."""
+MAX_DEPTH = 40
+"""How deeply a condition may nest (parentheses, filters, operators); long `and`/`or` chains are flat."""
 UNSAFE_ATTRS = frozenset({"mro", "gi_frame", "gi_code", "cr_frame", "cr_code", "ag_code", "ag_frame", "format",
                           "format_map"})
 
@@ -60,6 +66,9 @@ class ExprError(ValueError):
 
 def parse_expression(source: str) -> nodes.Expr:
     """Jinja2's own parse of one expression (what `compile_expression` does)."""
+    if len(source) > MAX_SOURCE_CHARS:
+        raise ExprError(f"the condition is {len(source)} characters long; at most {MAX_SOURCE_CHARS}: split it "
+                        f"into simpler rules")
     try:
         parser = Parser(CONDITION_ENV, source, state="variable")
         expr = parser.parse_expression()
@@ -68,6 +77,8 @@ def parse_expression(source: str) -> nodes.Expr:
             raise TemplateSyntaxError(f"unexpected {tok.value!r} after the expression", tok.lineno, None, None)
     except TemplateSyntaxError as e:
         raise ExprError(f"syntax error: {e.message}", e.lineno) from None
+    except RecursionError:
+        raise ExprError(f"the condition nests too deeply; at most {MAX_DEPTH} levels") from None
     return expr
 
 

@@ -64,3 +64,20 @@ async def test_reload_keeps_or_closes_incidents_through_the_normal_path(config: 
         clock.advance(1)
         await engine.tick()  # the changed rule is evaluated in full: a new incident
         assert incident(engine, "n1/gpu0").status == "firing" and incident(engine, "n1/gpu0").id != firing.id
+
+
+async def test_a_reload_rejected_by_rules_check_keeps_the_running_rules(config: Config, bus: Bus) -> None:
+    """A template typo (`gpu.ownr`) fails `rules check`; the engine must not load it and close the working
+    rule's incident as rule_removed."""
+    rule_file = Path(config.engine.rules[0]) / "r.yaml"
+    clock = ManualClock(T0)
+    async with running(Engine(config, bus, clock=clock)) as engine:
+        await publish(bus, snapshot("n1", T0))
+        await wait_for(lambda: incident(engine, "n1/gpu0"), what="the rule to fire")
+        firing = incident(engine, "n1/gpu0")
+        rule_file.write_text(RULE.format(description="typo", extra="").replace("message: fire",
+                                                                                 "message: '{{ gpu.ownr }}'"))
+        assert await engine.reload() is False
+        assert engine.metrics.reloads.labels(result="failed")._value.get() == 1
+        assert incident(engine, "n1/gpu0") == firing
+        assert engine.core is not None and engine.core.rules.by_name["held-gpu"].spec.description == "first"

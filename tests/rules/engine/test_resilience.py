@@ -98,7 +98,7 @@ async def test_an_unexpected_reload_failure_keeps_the_rules(
         def broken(*a: Any, **k: Any) -> Any:
             raise RuntimeError("a bug in the loader")
 
-        monkeypatch.setattr("rules.engine.service.load_rule_set", broken)
+        monkeypatch.setattr("rules.engine.service.load_checked", broken)
         (rules_dir / "more.yaml").write_text("rules: []\n")
         await wait_for(lambda: engine.metrics.reloads.labels(result="failed")._value.get() >= 1,
                        what="the failed reload to be counted")
