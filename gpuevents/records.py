@@ -93,6 +93,23 @@ class AuditRecord(BaseModel):
     dry_run: bool = False
 
 
+def unique_records(records: Iterable[AuditRecord]) -> list[AuditRecord]:
+    """`records` with each id once (the first): a transition recorded again after a crash between its audit
+    and its incident write has the same id (`transition_id`), and is one transition."""
+    seen: set[str] = set()
+    out = []
+    for r in records:
+        if r.id not in seen:
+            seen.add(r.id)
+            out.append(r)
+    return out
+
+
+def transition_id(incident_id: str, from_status: str, to_status: str) -> str:
+    """The id of an incident's transition: each (from, to) happens at most once in an incident's life."""
+    return f"{incident_id}:{from_status}>{to_status}"
+
+
 AUDIT_MESSAGE_BYTES = 64 * 1024
 """An audit message holds one record or more (JSON lines) up to about this size: the engine writes a batch's
 transitions of one rule as one message, not one message each."""

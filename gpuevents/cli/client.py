@@ -16,7 +16,7 @@ from gpuevents.cli.common import ConfigOption, client_config, duration_option, l
 from gpuevents.clock import SystemClock
 from gpuevents.config import Config
 from gpuevents.durations import format_duration
-from gpuevents.records import AuditRecord, decode_audit
+from gpuevents.records import AuditRecord, decode_audit, unique_records
 
 out = Console()
 
@@ -132,6 +132,7 @@ async def show_audit(config: Config, rule: str | None, entity: str | None, secon
     async with Bus(config.nats, name="gpuevents-audit") as bus:
         async for m in bus.replay(S.STREAM_AUDIT, subject, since=since):
             records += [r for r in decode_audit(m.data) if not entity or r.entity_id == entity]
+    records = unique_records(records)  # a transition sent again after a crash is one transition
     records.sort(key=lambda r: r.time)  # a batch's records are grouped by rule in the stream
     if as_json:
         for r in records:

@@ -53,7 +53,7 @@ def evaluate(
                 continue
         if snoozes:
             s = snoozes.get((name, ent.id))
-            if s is not None and s.until > now:
+            if s is not None and s.until > now and (not s.entity_key or s.entity_key == key):
                 close(core, rule, key, ent, now, "snoozed", out)
                 continue
         try:
@@ -177,15 +177,18 @@ def record_error(core: Core, rule: Rule, ent: Entity, e: Exception, out: StepRes
 
 def apply_snooze(core: Core, s: Snooze, now: datetime, out: StepResult) -> None:
     """Set (or, with an `until` in the past, lift) a snooze and evaluate its entity at once."""
+    rule = core.rules.by_name.get(s.rule)
+    ents = [e for e in core.state.by_kind[rule.kind].values() if e.id == s.entity_id] if rule is not None else []
+    if not s.entity_key and len(ents) == 1 and ents[0].key != ents[0].id:
+        s = s.model_copy(update={"entity_key": ents[0].key})  # the process as it is now, not its pid
     if s.until <= now:
         core.snoozes.pop((s.rule, s.entity_id), None)
     else:
         core.snoozes[(s.rule, s.entity_id)] = s
     out.snoozes.append(s)
-    rule = core.rules.by_name.get(s.rule)
     if rule is None or rule.scheduled:
         return
-    evaluate(core, rule, [e for e in core.state.by_kind[rule.kind].values() if e.id == s.entity_id], now, out)
+    evaluate(core, rule, ents, now, out)
 
 
 def expire_snoozes(core: Core, now: datetime, out: StepResult) -> None:

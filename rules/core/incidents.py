@@ -75,9 +75,10 @@ class Transition(BaseModel):
     reason: str = ""
 
 
-def incident_id(rule: str, entity_key: str, active_at: datetime) -> str:
-    """Deterministic, so two replicas (or a replay) name the same incident the same way."""
-    raw = f"{rule}|{entity_key}|{active_at.isoformat()}"
+def incident_id(rule: str, entity_key: str, active_at: datetime, rule_hash: str = "") -> str:
+    """Deterministic, so two replicas (or a replay) name the same incident the same way; the rule's hash is
+    part of it, so an incident a changed rule opens at the instant the old one closed is another incident."""
+    raw = f"{rule}|{entity_key}|{active_at.isoformat()}" + (f"|{rule_hash}" if rule_hash else "")
     return hashlib.sha1(raw.encode()).hexdigest()[:20]
 
 
@@ -86,7 +87,7 @@ def open_incident(
     now: datetime,
 ) -> Incident:
     return Incident(
-        id=incident_id(rule, entity_key, now), rule=rule, rule_hash=rule_hash, entity_id=entity_id,
+        id=incident_id(rule, entity_key, now, rule_hash), rule=rule, rule_hash=rule_hash, entity_id=entity_id,
         entity_key=entity_key, entity_kind=kind, cluster=cluster, node=node, status="pending", active_at=now,
     )
 

@@ -49,6 +49,9 @@ class Snooze(BaseModel):
     until: datetime
     by: str = ""
     reason: str = ""
+    entity_key: str = ""
+    """The snoozed entity's internal key when it was known (a process's includes its create time): a process
+    that reuses the pid is another entity and is not exempt."""
 
 
 class ForgetNode(BaseModel):

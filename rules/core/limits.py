@@ -54,9 +54,9 @@ class Limiter:
     def restore_windows(self, w: LimitWindows) -> None:
         """Continue the windows a previous engine persisted (a restart must not reset a rate limit)."""
         for name, runs in w.rules.items():
-            self._rule_runs[name] = deque(sorted({*runs, *self._rule_runs.get(name, ())}))
+            self._rule_runs[name] = deque(sorted([*runs, *self._rule_runs.get(name, ())]))
         for type_, runs in w.types.items():
-            self._type_runs[type_] = deque(sorted({*runs, *self._type_runs.get(type_, ())}))
+            self._type_runs[type_] = deque(sorted([*runs, *self._type_runs.get(type_, ())]))
 
     @staticmethod
     def _recent(runs: deque[float] | None, now_ts: float) -> int:

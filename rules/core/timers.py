@@ -173,8 +173,8 @@ def next_wakeup(core: Core, now: datetime) -> datetime:
     now = utc(now)
     timers = core.timers
     best = timers.next_sweep or now
-    if timers.next_deadline is not None and now < timers.next_deadline < best:
-        best = timers.next_deadline
+    if timers.next_deadline is not None and timers.next_deadline < best:
+        best = timers.next_deadline  # one already due means: tick now
     for rule in core.rules:
         if rule.scheduled:
             nxt = timers.next_cron.get(rule.name) or rule.next_cron(now - timedelta(seconds=1))

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from datetime import datetime
 
 from gpuevents.bus import PublishItem
-from gpuevents.records import AuditRecord, audit_messages, decode_audit
+from gpuevents.records import AuditRecord, audit_messages, decode_audit, transition_id, unique_records
 from rules.core.incidents import Transition
 from rules.core.inputs import Snooze
 
@@ -17,7 +17,8 @@ AUDIT_TAIL_BYTES = 1 << 20  # the newest audit messages kept for the dashboard (
 
 def transition_record(t: Transition) -> AuditRecord:
     # Built from a validated Transition whose fields have the record's types: no second validation.
-    return AuditRecord.model_construct(time=t.time, kind="transition", rule=t.rule, entity_id=t.entity_id,
+    return AuditRecord.model_construct(id=transition_id(t.incident_id, t.from_status, t.to_status),
+                                       time=t.time, kind="transition", rule=t.rule, entity_id=t.entity_id,
                                        cluster=t.cluster, incident_id=t.incident_id, from_status=t.from_status,
                                        to_status=t.to_status, detail=t.reason or None)
 
@@ -59,6 +60,6 @@ class AuditTail:
             n += len(records)
             if n >= AUDIT_TAIL:
                 break
-        tail = [r for records in reversed(newest) for r in records]
+        tail = unique_records(r for records in reversed(newest) for r in records)
         tail.sort(key=lambda r: r.time)  # a batch's records are grouped by rule in the stream
         return tail[-AUDIT_TAIL:]

@@ -65,6 +65,8 @@ class Engine:
         self.ready = asyncio.Event()
         self._lock = asyncio.Lock()
         self._reload = asyncio.Event()
+        self._replan = asyncio.Event()  # the core may want an earlier tick than the tick loop planned
+        self._planned_wake = 0.0  # epoch seconds of the tick the loop waits for
         self._mtimes: dict[Path, float] = {}
         self._consumer: Consumer | None = None
         self._subs: list[Any] = []
@@ -113,6 +115,7 @@ class Engine:
             closed = self.core.replace_rules(rules, self.clock.now())
             if self.committer.incidents is not None:
                 await self.committer.commit(closed, "commit the incidents a reload closed")
+            self._replan.set()  # new and changed rules are evaluated in full at the next tick: make it now
         self.metrics.reloads.labels(result="ok").inc()
         log.info("rules reloaded: %d rules (%d incidents of changed or removed rules closed)", len(rules),
                  len(closed.incidents))
@@ -269,7 +272,15 @@ class Engine:
                 self.metrics.events.labels(type=type_).inc(n)
             await self._settle()
             self._inflight = asyncio.create_task(self._commit_and_ack(total, deliveries), name="commit")
+            self._check_plan()
         self._collect()
+
+    def _check_plan(self) -> None:
+        """Wake the tick loop when a step made a deadline due before the tick it waits for (a `for` started by
+        an event fires at its instant, not at the next periodic tick)."""
+        deadline = self.core.timers.next_deadline if self.core is not None else None
+        if deadline is not None and deadline.timestamp() < self._planned_wake:
+            self._replan.set()
 
     async def _commit_and_ack(self, result: StepResult, deliveries: list[Delivery]) -> None:
         await self.committer.commit(result, "commit the batch's actions, audit and incidents")
@@ -304,8 +315,13 @@ class Engine:
                 continue
             now = self.clock.now()
             wake = min(self.core.next_wakeup(now).timestamp() - now.timestamp(), tick)
-            if wake > 0 and (await sleep_or_stop(stop, wake) or not self.leader.is_set()):
-                continue
+            if wake > 0:
+                self._planned_wake = now.timestamp() + wake
+                self._replan.clear()
+                await wait_any(stop, self._replan, timeout=wake)
+                self._planned_wake = 0.0
+                if stop.is_set() or not self.leader.is_set() or self._replan.is_set():
+                    continue  # stopped, no longer leading, or a nearer deadline: plan again
             await self.tick()
 
     async def tick(self, now: datetime | None = None) -> StepResult:
@@ -403,5 +419,6 @@ class Engine:
                 return {"ok": False, "error": f"no rule named {s.rule!r}"}
             result = self.core.step(s, self.clock.now())
             await self.committer.commit(result, "commit a snooze")
+            self._replan.set()  # its end, or the evaluation it asks for, may come before the planned tick
         await self.committer.audit([snooze_record(self.clock.now(), s)])
         return {"ok": True, "until": s.until.isoformat()}

@@ -1,4 +1,9 @@
-"""Rule unit tests (DESIGN §4): YAML test files run on a virtual clock through the core, actions recorded."""
+"""Rule unit tests (DESIGN §4): YAML test files run on a virtual clock through the core, actions recorded.
+
+A test's run may restart the engine (`restarts:`): the next core starts from what the engine persists
+(incidents, snoozes, rate-limit windows), knows no node, and each node's current snapshot reaches it again
+15 s later, as the agent's next heartbeat would.
+"""
 
 from __future__ import annotations
 
@@ -7,116 +12,25 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-
-from gpuevents.clock import utc
-from gpuevents.config import Config
-from gpuevents.durations import Duration, format_duration
-from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot, ProcessInfo, SnapshotEvent
-from gpuevents.yamlpos import Located, LocatedError, parse_yaml
+from gpuevents.durations import format_duration
+from gpuevents.events import SnapshotEvent
+from gpuevents.records import ActionRequest, Phase
+from gpuevents.yamlpos import Located, LocatedError
 from rules.core.core import Core, CoreInput, ForgetNode
-from rules.lang import calendars
 from rules.lang.loader import load_rule_set
+from rules.lang.model import RuleSet
 from rules.offline.replay import RAN, Recording, replay
+from rules.offline.testfile import (
+    Expectation,
+    ExpectedAction,
+    RuleTest,
+    TestFile,
+    load_test_file,
+    snapshot_inputs,
+    start_of,
+)
 
-DEFAULT_START = "2026-01-05T00:00:00"
-DEFAULT_MEM_TOTAL_MIB = 81559.0
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class TestGpu(_Strict):
-    index: int
-    util_pct: float = 0
-    mem_used_mib: float = 0
-    mem_total_mib: float = DEFAULT_MEM_TOTAL_MIB
-    idle: bool | None = None
-    idle_for: Duration | None = Field(None, description="idle since `at - idle_for` (extension)")
-    uuid: str = ""
-    model: str | None = None
-    mem_pct: float | None = None
-    temp_c: float | None = None
-    power_w: float | None = None
-    power_limit_w: float | None = None
-    fan_pct: float | None = None
-    ecc_uncorrected: int | None = None
-    mig_parent: str | None = None
-    lost: bool = False
-    pids: list[int] = Field(default_factory=list)
-
-
-class TestProcess(_Strict):
-    pid: int
-    user: str | None = None
-    gpus: list[int] = Field(default_factory=list)
-    age: Duration | None = None
-    create_time: datetime | None = None
-    name: str = ""
-    cmdline: str = ""
-    uid: int | None = None
-    owner: str | None = None
-    ppid: int | None = None
-    gpu_mem_mib: float | None = None
-    gpu_util_pct: float | None = None
-    container_id: str | None = None
-    pod: str | None = None
-    pod_uid: str | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
-
-
-class TestSnapshot(_Strict):
-    at: Duration
-    node: str
-    cluster: str = "default"
-    labels: dict[str, str] = Field(default_factory=dict)
-    gpus: list[TestGpu] = Field(default_factory=list)
-    processes: list[TestProcess] = Field(default_factory=list)
-    gone: bool = False
-    cordoned: bool | None = None
-    driver_version: str | None = None
-
-
-class ExpectedAction(BaseModel):
-    model_config = ConfigDict(extra="allow", frozen=True)
-    type: str
-
-    def params(self) -> dict[str, Any]:
-        return dict(self.model_extra or {})
-
-
-class Expectation(_Strict):
-    rule: str
-    entity: str
-    fires_at: Duration | None = None
-    resolves_at: Duration | None = None
-    actions: list[str | ExpectedAction] | None = None
-    count: int | None = Field(None, ge=0)
-    never: bool = False
-
-
-class RuleTest(_Strict):
-    name: str
-    start: datetime | str | None = Field(None, description="overrides the file's `start` (extension)")
-    snapshots: list[TestSnapshot] = Field(default_factory=list)
-    expect: list[Expectation] = Field(default_factory=list)
-
-
-class TestFile(_Strict):
-    rule_files: list[str] = Field(min_length=1)
-    timezone: str = "UTC"
-    start: datetime | str = DEFAULT_START
-    tick: Duration = 30
-    owners: dict[str, str] = Field(default_factory=dict)
-    tests: list[RuleTest] = Field(min_length=1)
-
-    @field_validator("tick")
-    @classmethod
-    def _tick(cls, v: float) -> float:
-        if v <= 0:
-            raise ValueError("must be longer than 0s")
-        return v
+HEARTBEAT_AFTER_RESTART_S = 15.0
 
 
 @dataclass
@@ -144,79 +58,48 @@ class FileOutcome:
         return not self.invalid and all(t.passed for t in self.tests)
 
 
-def load_test_file(path: Path) -> TestFile:
-    """Parse and validate a test file; LocatedError on any problem."""
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise LocatedError([Located(str(path), 0, f"cannot read: {e.strerror}")]) from None
-    doc = parse_yaml(text, str(path))
-    if not isinstance(doc.data, dict):
-        raise LocatedError([doc.locate((), "a rule test file is a mapping with rule_files and tests")])
-    try:
-        tf = TestFile.model_validate(doc.data)
-    except ValidationError as e:
-        raise LocatedError(doc.validation_problems(e)) from None
-    try:
-        calendars.zone(tf.timezone)
-    except calendars.CalendarError as e:
-        raise LocatedError([doc.locate(("timezone",), f"timezone: {e}")]) from None
-    return tf
-
-
-def _start(tf: TestFile, test: RuleTest) -> datetime:
-    tz = calendars.zone(tf.timezone)
-    raw = test.start if test.start is not None else tf.start
-    start = raw if isinstance(raw, datetime) else datetime.fromisoformat(str(raw))
-    aware = start.replace(tzinfo=tz) if start.tzinfo is None else start
-    return utc(aware)  # offsets are elapsed time: add them in UTC, not on the local wall clock
-
-
-def snapshot_inputs(test: RuleTest, start: datetime, owners: dict[str, str]) -> list[tuple[datetime, CoreInput]]:
-    """The snapshots of a test as core inputs: defaults filled, idle derived, create times from `age`."""
-    out: list[tuple[datetime, CoreInput]] = []
-    created: dict[tuple[str, int], datetime] = {}
-    for snap in sorted(test.snapshots, key=lambda s: s.at):
-        at = start + timedelta(seconds=snap.at)
-        if snap.gone:
-            out.append((at, ForgetNode(node=snap.node, cluster=snap.cluster)))
-            continue
-        gpus = []
-        for g in snap.gpus:
-            idle = g.idle if g.idle is not None else g.util_pct < 5
-            fields = g.model_dump(exclude={"idle", "idle_for"})
-            since = at - timedelta(seconds=g.idle_for) if (idle and g.idle_for is not None) else None
-            gpus.append(GpuInfo(node=snap.node, idle=idle, idle_since=since, **fields))
-        procs = []
-        for p in snap.processes:
-            if p.create_time is not None:
-                ct = p.create_time
-            elif p.age is not None:
-                ct = at - timedelta(seconds=p.age)
-            else:
-                ct = created.get((snap.node, p.pid), at)
-            created[(snap.node, p.pid)] = ct
-            fields = p.model_dump(exclude={"age", "create_time", "owner"})
-            owner = p.owner or (owners.get(p.user, p.user) if p.user else None)
-            procs.append(ProcessInfo(node=snap.node, create_time=ct, owner=owner, **fields))
-        node = NodeInfo(name=snap.node, cluster=snap.cluster, labels=snap.labels, gpu_count=len(gpus),
-                        cordoned=snap.cordoned, driver_version=snap.driver_version)
-        event = SnapshotEvent(source=f"node/{snap.node}", cluster=snap.cluster, time=at,
-                              data=NodeSnapshot(node=node, gpus=gpus, processes=procs))
-        out.append((at, event))
-    return out
+def run_with_restarts(rules: RuleSet, tf: TestFile, inputs: list[tuple[datetime, CoreInput]], start: datetime,
+                      end: datetime, restarts: list[datetime]) -> Recording:
+    """Replay `inputs` through a core that is replaced at each of `restarts` by one restored from what the
+    engine persists; after each restart every node's current snapshot comes again, 15 s later."""
+    config = tf.run_config()
+    core = Core(rules, config, offline_detection=False)
+    rec = Recording(start=start)
+    todo = sorted(inputs, key=lambda x: x[0])
+    current: dict[str, SnapshotEvent] = {}  # node -> its latest snapshot delivered so far
+    t0 = start
+    for at in sorted(r for r in restarts if start <= r < end):
+        before = [x for x in todo if x[0] < at]
+        todo = [x for x in todo if x[0] >= at]
+        replay(core, before, start=t0, end=at - timedelta(microseconds=1), recording=rec)
+        for _, item in before:
+            if isinstance(item, SnapshotEvent):
+                current[item.node] = item
+            elif isinstance(item, ForgetNode):
+                current.pop(item.node, None)
+        windows = core.limiter.windows(at.timestamp())
+        incidents, snoozes = core.open_incidents(), list(core.snoozes.values())
+        core = Core(rules, config, offline_detection=False)
+        core.restore(incidents, snoozes, now=at, limits=windows)
+        again = at + timedelta(seconds=HEARTBEAT_AFTER_RESTART_S)
+        todo += [(again, snap.model_copy(update={"time": again})) for snap in current.values()]
+        todo.sort(key=lambda x: x[0])
+        t0 = at
+    replay(core, todo, start=t0, end=end, recording=rec)
+    return rec
 
 
 def run_test(tf: TestFile, test: RuleTest, rule_paths: list[Path]) -> TestOutcome:
     rules = load_rule_set(rule_paths, default_timezone=tf.timezone)
-    config = Config.model_validate({"engine": {"timezone": tf.timezone, "tick": tf.tick}, "owners": tf.owners})
-    core = Core(rules, config, offline_detection=False)
-    start = _start(tf, test)
-    inputs = snapshot_inputs(test, start, tf.owners)
+    config = tf.run_config()
+    start = start_of(tf, test)
+    inputs = snapshot_inputs(test, start, tf.owners, config.agent.thresholds.idle_util_pct)
     expected = [x for e in test.expect for x in (e.fires_at, e.resolves_at) if x is not None]
-    last = max([s.at for s in test.snapshots] + expected + [0.0])
-    end = start + timedelta(seconds=last + rules.longest_for_s)
-    rec = replay(core, inputs, start=start, end=end)
+    last = max([s.at for s in test.snapshots] + expected + list(test.restarts) + [0.0])
+    # a tick past the last instant of interest: "within one tick after" must be observable at the very end
+    end = start + timedelta(seconds=last + rules.longest_for_s + tf.tick)
+    restarts = [start + timedelta(seconds=r) for r in test.restarts]
+    rec = run_with_restarts(rules, tf, inputs, start, end, restarts)
     outcome = TestOutcome(test.name)
     known = set(rules.by_name)
     for exp in test.expect:
@@ -234,6 +117,38 @@ def run_test(tf: TestFile, test: RuleTest, rule_paths: list[Path]) -> TestOutcom
 
 def _fmt(seconds: float) -> str:
     return format_duration(seconds).replace(" ", "")
+
+
+def check_actions(want: list[str | ExpectedAction], acts: list[ActionRequest], phase: Phase,
+                  what: str) -> list[str]:
+    """Compare one occasion's requests (the first incident's `phase`) with the expected items: items whose
+    outcome is `run` are the actions run, in order; each other item must match a request of its type that was
+    decided so on that occasion."""
+    first = next((a for a in acts if a.phase == phase), None)
+    occasion = [a for a in acts if first is not None and a.incident_id == first.incident_id and a.phase == phase]
+    ran = sorted((a for a in occasion if a.decision in RAN), key=lambda a: a.index)
+    runs = [w for w in want if isinstance(w, str) or w.outcome == "run"]
+    others = [w for w in want if isinstance(w, ExpectedAction) and w.outcome != "run"]
+    out: list[str] = []
+    names, got = [w if isinstance(w, str) else w.type for w in runs], [a.type for a in ran]
+    if names != got:
+        detail = "; ".join(f"{a.type} {a.decision}" + (f" ({a.reason})" if a.reason else "") for a in occasion)
+        out.append(f"expected actions run at {what}: {names}; actual: {got}" + (f" [{detail}]" if detail else ""))
+    else:
+        for w, a in zip(runs, ran, strict=True):
+            if isinstance(w, ExpectedAction):
+                out += _param_problems(w, a)
+    for w in others:
+        decided = [a for a in occasion if a.type == w.type and a.decision == w.outcome]
+        if not any(not _param_problems(w, a) for a in decided):
+            actual = ", ".join(f"{a.type} {a.decision}" for a in occasion) or "none"
+            out.append(f"expected a {w.type} decided {w.outcome} at {what}; actual: {actual}")
+    return out
+
+
+def _param_problems(w: ExpectedAction, a: ActionRequest) -> list[str]:
+    return [f"expected {a.type}.{k} = {v!r}; actual: {a.params.get(k, '(not set)')!r}"
+            for k, v in w.params().items() if a.params.get(k, _MISSING) != v]
 
 
 def check_expectation(exp: Expectation, rec: Recording, tick: float) -> list[str]:
@@ -265,34 +180,21 @@ def check_expectation(exp: Expectation, rec: Recording, tick: float) -> list[str
                        f"actual: resolved at {rec.offset(resolved[0].time)}")
     acts = rec.actions_of(exp.rule, exp.entity)
     if exp.actions is not None:
-        first = next((a for a in acts if a.phase == "fire"), None)
-        ran = [a for a in acts if first is not None and a.incident_id == first.incident_id and a.phase == "fire"
-               and a.decision in RAN]
-        ran.sort(key=lambda a: a.index)
-        want = [a if isinstance(a, str) else a.type for a in exp.actions]
-        got = [a.type for a in ran]
-        if want != got:
-            detail = "; ".join(f"{a.type} {a.decision}" + (f" ({a.reason})" if a.reason else "")
-                               for a in acts if a.phase == "fire")
-            out.append(f"expected actions at the first firing: {want}; actual: {got}"
-                       + (f" [{detail}]" if detail and got != want else ""))
-        else:
-            for w, a in zip(exp.actions, ran, strict=True):
-                if isinstance(w, ExpectedAction):
-                    for k, v in w.params().items():
-                        if a.params.get(k, _MISSING) != v:
-                            out.append(f"expected {a.type}.{k} = {v!r}; actual: {a.params.get(k, '(not set)')!r}")
+        out += check_actions(exp.actions, acts, "fire", "the first firing")
+    if exp.resolve_actions is not None:
+        out += check_actions(exp.resolve_actions, acts, "resolve", "the first resolution")
     if exp.count is not None:
-        occasions = {(a.incident_id, a.phase, a.repeat) for a in acts if a.phase in ("fire",
-                                                                                     "repeat") and a.decision in RAN}
+        occasions = {(a.incident_id, a.phase, a.repeat) for a in acts
+                     if a.phase in ("fire", "repeat") and a.decision in RAN}
         if len(occasions) != exp.count:
             out.append(f"expected: actions ran {exp.count} time(s); actual: {len(occasions)}")
-    if exp.fires_at is None and exp.count is None and exp.actions is None and exp.resolves_at is None and not fired:
+    if (exp.fires_at is None and exp.count is None and exp.actions is None and exp.resolves_at is None
+            and exp.resolve_actions is None and not fired):
         out.append("expected: fires; actual: never fired")
     return out
 
 
-_MISSING = object()
+_MISSING: Any = object()
 
 
 def run_test_file(path: Path) -> FileOutcome:

@@ -34,6 +34,7 @@ class FleetState:
         self.owners = dict(owners or {})
         self.nodes: dict[str, NodeState] = {}
         self.by_kind: dict[str, dict[str, Entity]] = {"node": {}, "gpu": {}, "process": {}}
+        self._announced: dict[str, float] = {}  # snapshot intervals agents announced before their first snapshot
 
     def node_key(self, cluster: str, name: str) -> str:
         return name if cluster == self.cluster else f"{cluster}:{name}"
@@ -57,6 +58,7 @@ class FleetState:
                 return Change(key, [], [])
             if ns is None:
                 ns = self._new_node(key, event.node, event.cluster, snap.node)
+                ns.interval_s = self._announced.pop(key, None)
             ns.info = snap.node
             ns.stopping = False
             old_gpus = ns.gpu_infos
@@ -70,15 +72,17 @@ class FleetState:
             ns.snap_sig = sig
             ns.snapshot = snap
             return change
+        elif ns is None:
+            # A node is known from its first snapshot on (DESIGN §3.3): what a threshold or lifecycle event says
+            # of a node not seen yet (a restarted engine's, say) changes nothing; its next snapshot says it all.
+            if isinstance(event, AgentEvent) and event.type == "agent.started" and event.data.snapshot_interval_s:
+                self._announced[key] = event.data.snapshot_interval_s
+            return None
         elif isinstance(event, GpuEvent | GpuXidEvent):
-            if ns is None:
-                ns = self._new_node(key, event.node, event.cluster, NodeInfo(name=event.node, cluster=event.cluster))
             g = event.data
             ns.snap_sig = None
             ns.gpu_infos[g.index] = self._idle_since(g, ns.gpu_infos.get(g.index), event.time)
         elif isinstance(event, ProcessEvent):
-            if ns is None:
-                ns = self._new_node(key, event.node, event.cluster, NodeInfo(name=event.node, cluster=event.cluster))
             p = event.data
             ns.snap_sig = None
             pkey = self._process_key(key, p, ns.proc_infos)
@@ -87,8 +91,6 @@ class FleetState:
             else:
                 ns.proc_infos.pop(pkey, None)
         elif isinstance(event, AgentEvent):
-            if ns is None:
-                ns = self._new_node(key, event.node, event.cluster, NodeInfo(name=event.node, cluster=event.cluster))
             if event.type == "agent.started":
                 ns.stopping = False
                 if event.data.snapshot_interval_s:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rules.core.core import Core, Snooze, StepResult, Tick
 from rules.core.evaluation import evaluate, sweep
-from tests.rules.helpers import at, gpu, held_idle, idle_core, rules_from, snapshot
+from tests.rules.helpers import at, gpu, held_idle, idle_core, proc, rules_from, snapshot
 
 
 def test_an_evaluation_error_counts_as_false_and_is_reported_once(tmp_path: Path) -> None:
@@ -61,3 +61,21 @@ def test_a_sweep_closes_the_incident_of_a_snoozed_entity_and_opens_none(tmp_path
     again = StepResult()
     sweep(core, core.rules.by_name["idle"], at(20), again)
     assert again.transitions == [] and core.open_incidents() == []
+
+
+def test_a_snoozed_process_exempts_that_process_not_a_later_one_with_its_pid(tmp_path: Path) -> None:
+    core = Core(rules_from(tmp_path, """\
+rules:
+  - name: old-process
+    entity: process
+    when: process.user == 'alice'
+    actions: [{type: log, message: "{{ entity.id }}"}]
+"""))
+    first = proc(42, created=at(-3600))
+    core.step(snapshot(at(0), gpus=[gpu(0)], processes=[first]), at(0))
+    core.step(Snooze(rule="old-process", entity_id="n1/pid42", until=at(7200)), at(10))
+    assert core.open_incidents() == []  # the snooze closed it
+    reused = proc(42, created=at(100))  # the first process ended; a new one got pid 42
+    out = core.step(snapshot(at(120), gpus=[gpu(0)], processes=[reused]), at(120))
+    assert [t.to_status for t in out.transitions][-1] == "firing"
+    assert [a.entity_id for a in out.actions] == ["n1/pid42"]

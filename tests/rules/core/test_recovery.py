@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gpuevents.events import AgentInfo, GpuInfo, make_event
 from rules.core.core import Core, Tick
 from rules.lang.loader import load_rule_set
 from tests.rules.helpers import IDLE, OTHER, SCALE, at, config, held, held_idle, rules_from, scale_rules
@@ -79,3 +80,24 @@ def test_incidents_stored_with_the_hash_of_earlier_engines_restore_unchanged(tmp
     out = restarted.step(Tick(), at(90))
     assert out.transitions == [] and out.actions == []
     assert [i.status for i in restarted.open_incidents()] == ["firing"]
+
+
+def test_events_before_a_nodes_first_snapshot_leave_its_restored_incidents_alone(tmp_path: Path) -> None:
+    """After a restart, a gpu.idle, process.started or agent.started from a node not seen since must not close
+    its restored incidents as gone (which then reopened with a new id and ran the actions again)."""
+    rules = rules_from(tmp_path, IDLE.format(extra=""))
+    core = Core(rules)
+    core.step(held_idle(), at(0))
+    fired = core.open_incidents()
+    assert [i.status for i in fired] == ["firing"]
+    restarted = Core(rules)
+    restarted.restore(fired, now=at(60))
+    idle = make_event("gpu.idle", "n1", GpuInfo(node="n1", index=0, util_pct=0, idle=True, pids=[42]), time=at(61))
+    started = make_event("agent.started", "n1", AgentInfo(node="n1"), time=at(62))
+    for i, e in enumerate((idle, started)):
+        out = restarted.step(e, at(61 + i))
+        assert out.transitions == [] and out.actions == []
+    out = restarted.step(Tick(), at(70))
+    assert out.transitions == [] and restarted.open_incidents() == fired
+    out = restarted.step(held_idle(75), at(75))  # the node's next snapshot
+    assert out.actions == [] and restarted.open_incidents() == fired

@@ -274,3 +274,33 @@ rules:
         await second.settle()
     decisions = sorted((r.entity_id, r.decision) for r in await act_requests(jetstream))
     assert decisions == [("n1/gpu0", "run"), ("n2/gpu0", "suppressed")]
+
+
+async def test_a_for_deadline_wakes_the_engine_at_its_instant(engine_config: Config, bus: Bus,
+                                                              rules_dir: Path) -> None:
+    """A `for` started by an event fires at its deadline, and a repeat at its instant, not up to a tick or a
+    snapshot interval later (`for: 80s` fired 13 s late; a 15 s repeat came after 21.6 s). The periodic tick is
+    an hour here, so a late engine would time out."""
+    (rules_dir / "idle.yaml").write_text("""\
+rules:
+  - name: idle-2s
+    entity: gpu
+    when: gpu.idle and gpu.processes
+    for: 2s
+    repeat: 2s
+    actions: [{type: log, message: "{{ entity.id }}"}]
+""")
+    cfg = engine_config.model_copy(update={"engine": engine_config.engine.model_copy(update={"tick": 3600})})
+    async with running(Engine(cfg, bus, clock=SystemClock())) as engine:
+        await publish(bus, snapshot("n1", SystemClock().now()))
+        await wait_for(lambda: incident(engine, "n1/gpu0"), what="the pending incident")
+        await wait_for(lambda: incident(engine, "n1/gpu0").status == "firing", timeout=10,
+                       what="the engine to wake at the for deadline")
+        inc = incident(engine, "n1/gpu0")
+        assert inc.fired_at is not None and 2.0 <= (inc.fired_at - inc.active_at).total_seconds() < 3.0
+        fired_at = inc.last_sent_at
+        await wait_for(lambda: incident(engine, "n1/gpu0").last_sent_at != fired_at, timeout=10,
+                       what="the repeat at its instant")
+        resent = incident(engine, "n1/gpu0").last_sent_at
+        assert resent is not None and fired_at is not None
+        assert 2.0 <= (resent - fired_at).total_seconds() < 3.0

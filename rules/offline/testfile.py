@@ -1,0 +1,215 @@
+"""Rule test files (DESIGN §4): their model, loading with located errors, and snapshots as core inputs."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from gpuevents.clock import utc
+from gpuevents.config import Config
+from gpuevents.durations import Duration
+from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot, ProcessInfo, SnapshotEvent
+from gpuevents.yamlpos import Located, LocatedError, parse_yaml
+from rules.core.core import CoreInput, ForgetNode
+from rules.lang import calendars
+
+DEFAULT_START = "2026-01-05T00:00:00"
+DEFAULT_MEM_TOTAL_MIB = 81559.0
+CONFIG_SECTIONS = frozenset({"engine", "protect", "owners", "costs", "agent", "actions", "cluster"})
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TestGpu(_Strict):
+    index: int
+    util_pct: float = 0
+    mem_used_mib: float = 0
+    mem_total_mib: float = DEFAULT_MEM_TOTAL_MIB
+    idle: bool | None = None
+    idle_for: Duration | None = Field(None, description="idle since `at - idle_for` (extension)")
+    uuid: str = ""
+    model: str | None = None
+    mem_pct: float | None = None
+    temp_c: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    fan_pct: float | None = None
+    ecc_uncorrected: int | None = None
+    mig_parent: str | None = None
+    lost: bool = False
+    pids: list[int] = Field(default_factory=list)
+
+
+class TestProcess(_Strict):
+    pid: int
+    user: str | None = None
+    gpus: list[int] = Field(default_factory=list)
+    age: Duration | None = None
+    create_time: datetime | None = None
+    name: str = ""
+    cmdline: str = ""
+    uid: int | None = None
+    owner: str | None = None
+    ppid: int | None = None
+    gpu_mem_mib: float | None = None
+    gpu_util_pct: float | None = None
+    container_id: str | None = None
+    pod: str | None = None
+    pod_uid: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class TestSnapshot(_Strict):
+    at: Duration
+    node: str
+    cluster: str = "default"
+    labels: dict[str, str] = Field(default_factory=dict)
+    gpus: list[TestGpu] = Field(default_factory=list)
+    processes: list[TestProcess] = Field(default_factory=list)
+    gone: bool = False
+    cordoned: bool | None = None
+    driver_version: str | None = None
+
+
+OUTCOMES = ("run", "suppressed", "held", "refused", "expired")
+
+
+class ExpectedAction(BaseModel):
+    """An expected action: its type, optionally how it was decided (`outcome`), and rendered parameters."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    type: str
+    outcome: str = "run"
+
+    @field_validator("outcome")
+    @classmethod
+    def _outcome(cls, v: str) -> str:
+        if v not in OUTCOMES:
+            raise ValueError(f"must be one of {', '.join(OUTCOMES)}")
+        return v
+
+    def params(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class Expectation(_Strict):
+    rule: str
+    entity: str
+    fires_at: Duration | None = None
+    resolves_at: Duration | None = None
+    actions: list[str | ExpectedAction] | None = None
+    resolve_actions: list[str | ExpectedAction] | None = None
+    count: int | None = Field(None, ge=0)
+    never: bool = False
+
+
+class RuleTest(_Strict):
+    name: str
+    start: datetime | str | None = Field(None, description="overrides the file's `start` (extension)")
+    snapshots: list[TestSnapshot] = Field(default_factory=list)
+    expect: list[Expectation] = Field(default_factory=list)
+    restarts: list[Duration] = Field(default_factory=list, description="the engine restarts at these offsets")
+
+
+class TestFile(_Strict):
+    rule_files: list[str] = Field(min_length=1)
+    timezone: str = "UTC"
+    start: datetime | str = DEFAULT_START
+    tick: Duration = 30
+    owners: dict[str, str] = Field(default_factory=dict)
+    config: dict[str, Any] = Field(default_factory=dict, description="configuration sections for the run")
+    tests: list[RuleTest] = Field(min_length=1)
+
+    def run_config(self) -> Config:
+        """The configuration of the run: `config:` over the file's timezone, tick and owners."""
+        data: dict[str, Any] = {k: dict(v) if isinstance(v, dict) else v for k, v in self.config.items()}
+        engine = data.setdefault("engine", {})
+        engine.setdefault("timezone", self.timezone)
+        engine.setdefault("tick", self.tick)
+        data["owners"] = {**self.owners, **data.get("owners", {})}
+        return Config.model_validate(data)
+
+    @field_validator("tick")
+    @classmethod
+    def _tick(cls, v: float) -> float:
+        if v <= 0:
+            raise ValueError("must be longer than 0s")
+        return v
+
+
+def load_test_file(path: Path) -> TestFile:
+    """Parse and validate a test file; LocatedError on any problem."""
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise LocatedError([Located(str(path), 0, f"cannot read: {e.strerror}")]) from None
+    doc = parse_yaml(text, str(path))
+    if not isinstance(doc.data, dict):
+        raise LocatedError([doc.locate((), "a rule test file is a mapping with rule_files and tests")])
+    try:
+        tf = TestFile.model_validate(doc.data)
+    except ValidationError as e:
+        raise LocatedError(doc.validation_problems(e)) from None
+    try:
+        calendars.zone(tf.timezone)
+    except calendars.CalendarError as e:
+        raise LocatedError([doc.locate(("timezone",), f"timezone: {e}")]) from None
+    unknown = sorted(set(tf.config) - CONFIG_SECTIONS)
+    if unknown:
+        raise LocatedError([doc.locate(("config", unknown[0]), f"config.{unknown[0]}: rule tests take the sections "
+                                       f"{', '.join(sorted(CONFIG_SECTIONS))}")])
+    try:
+        tf.run_config()
+    except ValidationError as e:
+        raise LocatedError([doc.locate(("config", *err["loc"]), "config." + ".".join(map(str, err["loc"]))
+                                       + f": {err['msg']}") for err in e.errors()]) from None
+    return tf
+
+
+def start_of(tf: TestFile, test: RuleTest) -> datetime:
+    tz = calendars.zone(tf.timezone)
+    raw = test.start if test.start is not None else tf.start
+    start = raw if isinstance(raw, datetime) else datetime.fromisoformat(str(raw))
+    aware = start.replace(tzinfo=tz) if start.tzinfo is None else start
+    return utc(aware)  # offsets are elapsed time: add them in UTC, not on the local wall clock
+
+
+def snapshot_inputs(test: RuleTest, start: datetime, owners: dict[str, str],
+                    idle_util_pct: float = 5.0) -> list[tuple[datetime, CoreInput]]:
+    """The snapshots of a test as core inputs: defaults filled, idle derived, create times from `age`."""
+    out: list[tuple[datetime, CoreInput]] = []
+    created: dict[tuple[str, int], datetime] = {}
+    for snap in sorted(test.snapshots, key=lambda s: s.at):
+        at = start + timedelta(seconds=snap.at)
+        if snap.gone:
+            out.append((at, ForgetNode(node=snap.node, cluster=snap.cluster)))
+            continue
+        gpus = []
+        for g in snap.gpus:
+            idle = g.idle if g.idle is not None else g.util_pct < idle_util_pct
+            fields = g.model_dump(exclude={"idle", "idle_for"})
+            since = at - timedelta(seconds=g.idle_for) if (idle and g.idle_for is not None) else None
+            gpus.append(GpuInfo(node=snap.node, idle=idle, idle_since=since, **fields))
+        procs = []
+        for p in snap.processes:
+            if p.create_time is not None:
+                ct = p.create_time
+            elif p.age is not None:
+                ct = at - timedelta(seconds=p.age)
+            else:
+                ct = created.get((snap.node, p.pid), at)
+            created[(snap.node, p.pid)] = ct
+            fields = p.model_dump(exclude={"age", "create_time", "owner"})
+            owner = p.owner or (owners.get(p.user, p.user) if p.user else None)
+            procs.append(ProcessInfo(node=snap.node, create_time=ct, owner=owner, **fields))
+        node = NodeInfo(name=snap.node, cluster=snap.cluster, labels=snap.labels, gpu_count=len(gpus),
+                        cordoned=snap.cordoned, driver_version=snap.driver_version)
+        event = SnapshotEvent(source=f"node/{snap.node}", cluster=snap.cluster, time=at,
+                              data=NodeSnapshot(node=node, gpus=gpus, processes=procs))
+        out.append((at, event))
+    return out
