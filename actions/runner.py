@@ -323,6 +323,7 @@ class ActionRunner:
             if tasks:
                 await asyncio.wait(tasks)
             await consumer.close()
+            await self.close()  # the HTTP session and Kubernetes client: a clean stop leaves nothing open
 
     async def _prune_forever(self, stop: asyncio.Event) -> None:
         _, ledger = await self._ready()

@@ -153,7 +153,7 @@ class NodeCore:
             events.append(self._event(type_, self.gpu_info(index, now), now))
         for x in reading.xids:
             base = self.gpu_info(x.gpu, now) if x.gpu in self.readings else GpuInfo(node=self.node, index=x.gpu)
-            data = GpuXid(**base.model_dump(), xid=x.xid)
+            data = GpuXid(**{**base.model_dump(), "xid": x.xid, "xid_at": now})
             events.append(self._event("gpu.xid", data, now))
         for p in ended:
             events.append(self._event("process.ended", self.process_info(p, now), now))

@@ -141,6 +141,7 @@ class EngineConfig(_Section):
     dry_run: bool = False
     offline_grace: Duration = 600
     request_ttl: Duration = 300
+    max_clock_skew: Duration = 60
     limits: dict[str, LimitConfig] = Field(default_factory=dict, description="per action type")
     lease_ttl: Duration = 10
     consumer: str = "gpuevents-engine"

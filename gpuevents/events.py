@@ -91,6 +91,8 @@ class GpuInfo(_Model):
     owner: str | None = None
     mig_parent: str | None = None
     lost: bool = False
+    xid: int | None = None  # the last XID error the GPU reported (the engine keeps it across snapshots)
+    xid_at: datetime | None = None
 
 
 class GpuXid(GpuInfo):

@@ -23,7 +23,7 @@ from nats.js import JetStreamContext, api
 from gpuevents import subjects as S
 from gpuevents.aio import Backoff, guarded_task, stop_tasks
 from gpuevents.bus.consumer import Consumer, open_consumer
-from gpuevents.bus.errors import BusError, BusNoResponders, BusTimeout
+from gpuevents.bus.errors import BusError, BusNoResponders, BusTimeout, bus_errors
 from gpuevents.bus.kv import Kv, open_bucket
 from gpuevents.bus.publishing import AckPipe, BusStats, EventBuffer, PublishItem, js_publish, js_publish_many
 from gpuevents.bus.replay import StoredMsg, replay
@@ -261,11 +261,13 @@ class Bus:
             if msg.reply:
                 await msg.respond(reply)
 
-        return await self._nats().subscribe(subject, queue=queue or "", cb=cb)
+        with bus_errors(f"serving {subject}"):
+            return await self._nats().subscribe(subject, queue=queue or "", cb=cb)
 
     async def subscribe(self, subject: str, handler: Callable[[Msg], Awaitable[None]],
                         queue: str | None = None) -> Any:
-        return await self._nats().subscribe(subject, queue=queue or "", cb=handler)
+        with bus_errors(f"subscribing to {subject}"):
+            return await self._nats().subscribe(subject, queue=queue or "", cb=handler)
 
     # ------------------------------------------------------------ consumers, history, key-value
     async def consumer(self, stream: str, durable: str, filter_subjects: str | Sequence[str], *,
@@ -274,9 +276,10 @@ class Bus:
         """A durable pull consumer with explicit acks, created if absent, bound if present: a delivery lost on
         the way is redelivered after `ack_wait`, never acknowledged by a later one. `prefetch`: the next batch
         is requested while this one is handled."""
-        return await open_consumer(self._nats(), self._jetstream(), stream, durable, filter_subjects,
-                                   ack_wait=ack_wait, max_deliver=max_deliver, max_ack_pending=max_ack_pending,
-                                   prefetch=prefetch)
+        with bus_errors(f"opening consumer {durable} on {stream}"):
+            return await open_consumer(self._nats(), self._jetstream(), stream, durable, filter_subjects,
+                                       ack_wait=ack_wait, max_deliver=max_deliver, max_ack_pending=max_ack_pending,
+                                       prefetch=prefetch)
 
     def replay(self, stream: str, filter_subject: str, since: datetime | None = None,
                batch: int = 512) -> AsyncIterator[StoredMsg]:
@@ -286,6 +289,7 @@ class Bus:
     async def kv(self) -> Kv:
         """The `gpuevents-state` bucket (config nats.kv_bucket), created when absent."""
         if self._kv is None:
-            self._kv = await open_bucket(self._jetstream(), self.config.kv_bucket, self.config.streams.replicas,
-                                         self._ack_pipe())
+            with bus_errors(f"opening the KV bucket {self.config.kv_bucket}"):
+                self._kv = await open_bucket(self._jetstream(), self.config.kv_bucket,
+                                             self.config.streams.replicas, self._ack_pipe())
         return self._kv

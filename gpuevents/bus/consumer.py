@@ -244,7 +244,7 @@ class Consumer:
             pass
         sub, self._sub = self._sub, None
         if sub is not None:
-            with contextlib.suppress(nats.errors.ConnectionClosedError, nats.errors.BadSubscriptionError):
+            with contextlib.suppress(nats.errors.Error):  # closed, reconnecting or gone: nothing left to stop
                 await sub.unsubscribe()
 
 

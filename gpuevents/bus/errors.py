@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import nats.errors
+import nats.js.errors
 
 
 class BusError(Exception):
@@ -25,6 +28,24 @@ class KvExists(BusError):
 
 class KvWrongRevision(BusError):
     """`update` whose `last` revision is not the current one."""
+
+
+@contextmanager
+def bus_errors(what: str) -> Iterator[None]:
+    """nats-py's timeouts and connection errors as BusTimeout / BusError, so that callers (the lease, the
+    stores) ride out an outage by catching the bus's own errors."""
+    try:
+        yield
+    except nats.js.errors.APIError:
+        raise  # JetStream answered (not found, wrong revision...): the caller decides what that means
+    except (TimeoutError, nats.errors.TimeoutError):
+        raise BusTimeout(f"{what} timed out") from None
+    except nats.errors.NoRespondersError:
+        raise BusNoResponders(f"{what}: no JetStream answered") from None
+    except nats.errors.Error as e:
+        if isinstance(e, BusError):
+            raise
+        raise BusError(f"{what} failed: {type(e).__name__}: {e}") from None
 
 
 def ack_error(r: dict[str, Any] | BaseException, what: str) -> BusError | None:

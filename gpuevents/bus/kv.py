@@ -10,7 +10,7 @@ import nats.js.errors
 from nats.js import JetStreamContext, api
 from nats.js.kv import KeyValue
 
-from gpuevents.bus.errors import BusError, BusTimeout, KvExists, KvWrongRevision, ack_error
+from gpuevents.bus.errors import BusError, BusTimeout, KvExists, KvWrongRevision, ack_error, bus_errors
 from gpuevents.bus.publishing import AckPipe
 
 SCAN_SETTLE_S = 0.05  # after nats-py's "initial values done" marker, entries still on their way get this long
@@ -33,7 +33,8 @@ class Kv:
 
     async def get(self, key: str) -> KvEntry | None:
         try:
-            e = await self._kv.get(key)
+            with bus_errors(f"reading {key}"):
+                e = await self._kv.get(key)
         except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
             return None
         if e.value is None:
@@ -41,11 +42,13 @@ class Kv:
         return KvEntry(key, e.value, e.revision or 0)
 
     async def put(self, key: str, value: bytes) -> int:
-        return int(await self._kv.put(key, value))
+        with bus_errors(f"writing {key}"):
+            return int(await self._kv.put(key, value))
 
     async def create(self, key: str, value: bytes) -> int:
         try:
-            return int(await self._kv.create(key, value))
+            with bus_errors(f"creating {key}"):
+                return int(await self._kv.create(key, value))
         except nats.js.errors.KeyWrongLastSequenceError:
             raise KvExists(key) from None
         except nats.js.errors.APIError as e:
@@ -55,7 +58,8 @@ class Kv:
 
     async def update(self, key: str, value: bytes, last: int) -> int:
         try:
-            return int(await self._kv.update(key, value, last=last))
+            with bus_errors(f"updating {key}"):
+                return int(await self._kv.update(key, value, last=last))
         except nats.js.errors.KeyWrongLastSequenceError:
             raise KvWrongRevision(key) from None
         except nats.js.errors.APIError as e:
@@ -65,7 +69,8 @@ class Kv:
 
     async def delete(self, key: str) -> None:
         try:
-            await self._kv.delete(key)
+            with bus_errors(f"deleting {key}"):
+                await self._kv.delete(key)
         except nats.js.errors.KeyNotFoundError:
             pass
 
@@ -107,8 +112,9 @@ class Kv:
         return await self._scan(prefix, meta_only=False)
 
     async def _scan(self, prefix: str, meta_only: bool) -> list[KvEntry]:
-        watcher = await self._kv.watch(f"{prefix}>" if prefix else ">", ignore_deletes=True,
-                                       meta_only=meta_only)
+        with bus_errors(f"listing keys under {prefix!r}"):
+            watcher = await self._kv.watch(f"{prefix}>" if prefix else ">", ignore_deletes=True,
+                                           meta_only=meta_only)
         out: list[KvEntry] = []
         last_seen = False  # an entry with nothing pending after it came: the scan is complete
         marker = False

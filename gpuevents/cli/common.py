@@ -12,6 +12,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from gpuevents.bus import BusError
+from gpuevents.cli.parts import PartFailed
 from gpuevents.config import Config, load_config
 from gpuevents.durations import DurationError, parse_duration
 from gpuevents.server import ServerError
@@ -70,6 +71,6 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(coro)
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
-    except (ServerError, BusError) as e:
+    except (ServerError, BusError, PartFailed) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from None

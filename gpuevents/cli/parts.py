@@ -21,6 +21,11 @@ Part = Callable[[asyncio.Event], Awaitable[Any]]
 PART_STOP_S = 30.0  # how long the parts get to stop cleanly before they are cancelled
 
 
+class PartFailed(RuntimeError):
+    """A part ended on its own (it failed, or returned while it should have run on): the process stops and
+    exits non-zero, so a supervisor that restarts on failure starts it again."""
+
+
 @contextlib.asynccontextmanager
 async def stop_on_signals() -> AsyncIterator[asyncio.Event]:
     """An event set by Ctrl-C or SIGTERM, so every part can stop cleanly."""
@@ -38,24 +43,33 @@ async def stop_on_signals() -> AsyncIterator[asyncio.Event]:
             loop.remove_signal_handler(sig)
 
 
-async def _part(name: str, run: Part, stop: asyncio.Event) -> None:
+async def _part(name: str, run: Part, stop: asyncio.Event, failed: list[str]) -> None:
     try:
         await run(stop)
+    except Exception:
+        failed.append(name)
+        raise
     finally:
         if not stop.is_set():
-            log.error("%s ended before it was told to stop; shutting down", name)
+            if name not in failed:
+                failed.append(name)
+                log.error("%s ended before it was told to stop; shutting down", name)
             stop.set()
 
 
 async def run_parts(parts: dict[str, Part], stop: asyncio.Event) -> None:
-    """Run every part until `stop` is set (by a signal, or by a part that ends), then let them stop."""
-    tasks = [guarded_task(_part(name, run, stop), name) for name, run in parts.items()]
+    """Run every part until `stop` is set (by a signal, or by a part that ends), then let them stop; raise
+    PartFailed when one ended on its own."""
+    failed: list[str] = []
+    tasks = [guarded_task(_part(name, run, stop, failed), name) for name, run in parts.items()]
     try:
         await stop.wait()
     finally:
         stop.set()
         _, slow = await asyncio.wait(tasks, timeout=PART_STOP_S)
         await stop_tasks(slow, "stopping the parts")
+    if failed:
+        raise PartFailed(f"{', '.join(failed)} stopped unexpectedly (see the log above)")
 
 
 def start_metrics(port: int | None, registry: Any) -> None:

@@ -98,6 +98,7 @@ def _gpu_facts(g: GpuView) -> dict[str, Any]:
         "index": g.index, "uuid": g.uuid, "model": g.model, "util_pct": g.util_pct, "mem_used_mib": g.mem_used_mib,
         "mem_total_mib": g.mem_total_mib, "temp_c": g.temp_c, "power_w": g.power_w, "idle": g.idle,
         "idle_since": g.idle_since, "idle_for_s": round(g.idle_for_s, 1), "owner": g.owner, "node": g.node,
+        "xid": g.xid, "xid_at": g.xid_at,
     })
     return facts
 

@@ -13,6 +13,13 @@ from rules.engine.metrics import EngineMetrics
 log = logging.getLogger(__name__)
 
 
+class SubjectMismatch(ValueError):
+    """An event whose envelope names another node (or cluster, or type) than the subject it was published on.
+
+    NATS permissions fence an agent to its own node's subjects, so the subject is what is believed: an agent
+    whose login is stolen must not pose as another node by writing another `source`."""
+
+
 def error_kind(err: Exception) -> str:
     """A short, stable name for what was wrong, for counting and for logging once."""
     if isinstance(err, ValidationError):

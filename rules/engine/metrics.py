@@ -45,6 +45,9 @@ class EngineMetrics:
                              "Estimated money spent on idle GPUs, by kind (held_idle, unallocated)",
                              ["kind"], registry=r)
         self.gpus = Gauge("gpuevents_gpus", "GPUs known to the engine", registry=r)
+        self.clock_skew = Counter("gpuevents_clock_skew_events_total",
+                                  "Events whose agent clock was over engine.max_clock_skew off the server's",
+                                  registry=r)
         self.nodes_online = Gauge("gpuevents_nodes_online", "Nodes with a recent snapshot",
                                   registry=r)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import signal
 from collections import Counter
@@ -28,11 +29,12 @@ from rules.core.incidents import Incident
 from rules.core.limits import LimitWindows
 from rules.engine.audit import AuditTail, reload_record, snooze_record
 from rules.engine.commit import Committer
-from rules.engine.deadletter import DeadLetters
+from rules.engine.deadletter import DeadLetters, SubjectMismatch
 from rules.engine.decoder import RepeatDecoder
 from rules.engine.gcpolicy import GcPolicy
 from rules.engine.lease import Lease
 from rules.engine.metrics import EngineMetrics
+from rules.engine.skew import SkewGuard
 from rules.engine.store import LIMITS_KEY, PipelinedStore
 from rules.lang.loader import rule_files
 from rules.lang.model import RuleSet
@@ -46,6 +48,8 @@ SWEEP_SLICE = 2_000  # entities evaluated per step of a tick's sweep: a few mill
 FETCH_TIMEOUT_S = 0.5
 RELOAD_POLL_S = 1.0
 LAST_BATCH_WAIT_S = FETCH_TIMEOUT_S * 2 + 10  # how long a stopping engine lets its last fetch and batch finish
+
+_event_subject = functools.lru_cache(maxsize=1 << 16)(S.event_subject)
 
 
 class Engine:
@@ -72,6 +76,7 @@ class Engine:
         self._subs: list[Any] = []
         self.dead_letters = DeadLetters(bus, self.metrics)
         self.decoder = RepeatDecoder()
+        self.skew = SkewGuard(float(config.engine.max_clock_skew))
         self.committer = Committer(bus, self.clock, self.metrics, self._describe)
         self._inflight: asyncio.Task[None] | None = None
         self._audit_tail = AuditTail()
@@ -183,9 +188,14 @@ class Engine:
                 log.warning("lease renewal failed: %s", e)
                 held = lease.held
             if held and not self.leader.is_set():
-                await self._take_over()
+                try:
+                    await self._take_over()
+                except BusError as e:  # NATS went away half-way: give it back and try again next period
+                    log.warning("taking over failed (%s); trying again in %.1fs", e, period)
+                    await self._step_down()
             elif not held and self.leader.is_set():
-                log.warning("lease lost: this engine stops acting")
+                log.warning("lease lost (NATS unreachable or another holder): this engine stops acting "
+                            "and keeps trying to take it back")
                 await self._step_down()
             self.metrics.leader.set(1 if self.leader.is_set() else 0)
             await sleep_or_stop(stop, period)
@@ -252,6 +262,15 @@ class Engine:
                 except ValidationError as e:
                     await self._dead_letter(d, e)
                     continue
+                if d.subject != _event_subject(event.cluster, event.node, event.type):
+                    await self._dead_letter(d, SubjectMismatch(
+                        f"the envelope says {event.type} from {event.source} in cluster {event.cluster}; the "
+                        f"subject {d.subject} says otherwise"))
+                    continue
+                checked = self.skew.check(event, d.time)
+                if checked is not event:
+                    self.metrics.clock_skew.inc()
+                    event = checked
                 counts[event.type] += 1
                 now = self.clock.now()
                 try:

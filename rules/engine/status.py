@@ -26,7 +26,7 @@ def node_snapshots(core: Core, now: datetime) -> list[NodeSnapshot]:
     for ns in core.state.nodes.values():
         gpus = []
         for g in sorted(ns.gpu_infos.values(), key=lambda g: g.index):
-            idle_for = (now - g.idle_since).total_seconds() if g.idle and g.idle_since else None
+            idle_for = max(0.0, (now - g.idle_since).total_seconds()) if g.idle and g.idle_since else None
             gpus.append(g.model_copy(update={"idle_for_s": idle_for}))
         info = ns.info.model_copy(update={"online": ns.online, "last_seen": ns.last_seen})
         out.append(NodeSnapshot(node=info, gpus=gpus, processes=list(ns.proc_infos.values())))

@@ -103,7 +103,8 @@ class GpuView:
     __slots__ = (
         "_clock", "_idle_since_ts", "ecc_uncorrected", "fan_pct", "id", "idle", "idle_since", "index",
         "lost", "mem_pct", "mem_total_mib", "mem_used_mib", "mig_parent", "model", "node", "owner",
-        "owners", "pids", "power_limit_w", "power_w", "processes", "temp_c", "util_pct", "uuid",
+        "owners", "pids", "power_limit_w", "power_w", "processes", "temp_c", "util_pct", "uuid", "xid",
+        "xid_at",
     )
     ecc_uncorrected: int | None
     fan_pct: float | None
@@ -127,6 +128,8 @@ class GpuView:
     temp_c: float | None
     util_pct: float | None
     uuid: str
+    xid: int | None
+    xid_at: datetime | None
 
     def __init__(self, clock: EvalClock, **fields: Any) -> None:
         self._clock = clock

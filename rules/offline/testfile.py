@@ -42,6 +42,7 @@ class TestGpu(_Strict):
     ecc_uncorrected: int | None = None
     mig_parent: str | None = None
     lost: bool = False
+    xid: int | None = Field(None, description="the last XID the GPU reported (kept across snapshots)")
     pids: list[int] = Field(default_factory=list)
 
 

@@ -270,3 +270,18 @@ async def test_the_ledger_prunes_on_the_real_bucket(bus: Bus, webhook: FakeWebho
     assert await ledger.prune(record.time + timedelta(days=1), keep_s=7 * 86400) == 0
     assert await ledger.prune(record.time + timedelta(days=8), keep_s=7 * 86400) == 1
     assert await ledger.read(req.key) is None
+
+
+async def test_a_runner_that_stops_closes_its_http_session(bus: Bus, webhook: FakeWebhook) -> None:
+    """Every clean SIGTERM logged `Unclosed client session`: the runner's loop never closed what its actions
+    had opened."""
+    runner = ActionRunner(bus, make_config())
+    stop = asyncio.Event()
+    loop = asyncio.create_task(runner.run(stop))
+    await publish_request(bus, make_request("webhook", {"url": webhook.url()}))
+    await wait_for(lambda: audit_records(bus), what="the webhook to run")
+    assert runner._services is not None  # what the runner shares with its actions
+    session = runner._services.http()
+    stop.set()
+    await loop
+    assert session.closed

@@ -63,6 +63,8 @@ class FleetState:
             ns.stopping = False
             old_gpus = ns.gpu_infos
             ns.gpu_infos = {g.index: self._idle_since(g, old_gpus.get(g.index), event.time) for g in snap.gpus}
+            if ns.xids or any(g.xid is not None for g in snap.gpus):
+                self._keep_xids(ns, event.time)
             old_procs = ns.proc_infos
             ns.proc_infos = {}
             for p in snap.processes:
@@ -80,6 +82,9 @@ class FleetState:
             return None
         elif isinstance(event, GpuEvent | GpuXidEvent):
             g = event.data
+            if isinstance(event, GpuXidEvent):
+                ns.xids[g.index] = (event.data.xid, event.time)
+                g = g.model_copy(update={"xid_at": event.time})
             ns.snap_sig = None
             ns.gpu_infos[g.index] = self._idle_since(g, ns.gpu_infos.get(g.index), event.time)
         elif isinstance(event, ProcessEvent):
@@ -103,6 +108,20 @@ class FleetState:
             return None
         self._seen(ns, now)
         return self.rebuild(ns)
+
+    @staticmethod
+    def _keep_xids(ns: NodeState, t: datetime) -> None:
+        """A snapshot may not repeat the XID a GPU reported in a threshold event: keep the last one known, with
+        the time it was first seen."""
+        for idx, g in ns.gpu_infos.items():
+            known = ns.xids.get(idx)
+            if g.xid is not None:
+                at = g.xid_at or (known[1] if known is not None and known[0] == g.xid else t)
+                if g.xid_at is None:
+                    ns.gpu_infos[idx] = g.model_copy(update={"xid_at": at})
+                ns.xids[idx] = (g.xid, at)
+            elif known is not None:
+                ns.gpu_infos[idx] = g.model_copy(update={"xid": known[0], "xid_at": known[1]})
 
     @staticmethod
     def _unchanged(ns: NodeState) -> bool:

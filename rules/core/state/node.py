@@ -46,6 +46,7 @@ class NodeState:
     gpu_views: list[GpuView] = field(default_factory=list)
     snap_sig: tuple[Any, ...] | None = None  # the last snapshot's inputs, while nothing else changed them
     snapshot: NodeSnapshot | None = None  # the snapshot the views were built from (kept while repeated)
+    xids: dict[int, tuple[int, datetime]] = field(default_factory=dict)  # GPU index -> its last XID and when
 
 
 @dataclass

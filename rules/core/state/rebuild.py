@@ -164,7 +164,7 @@ def _gpu_views(
             temp_c=g.temp_c, power_w=g.power_w, power_limit_w=g.power_limit_w, fan_pct=g.fan_pct,
             ecc_uncorrected=g.ecc_uncorrected, idle=g.idle, idle_since=g.idle_since, pids=pids,
             processes=on_gpu, owners=gpu_owners, owner=gpu_owners[0] if gpu_owners else (g.owner or None),
-            mig_parent=g.mig_parent, lost=g.lost,
+            mig_parent=g.mig_parent, lost=g.lost, xid=g.xid, xid_at=g.xid_at,
         )
         fresh.add(id(gv))
     ns.gpu_sigs = new_gsigs

@@ -9,7 +9,7 @@ import pytest
 
 from gpuevents.bus import Bus
 from gpuevents.cli import parts
-from gpuevents.cli.parts import run_parts, runner_parts
+from gpuevents.cli.parts import PartFailed, run_parts, runner_parts
 from gpuevents.cli.report import weekly_summary
 from gpuevents.clock import SystemClock
 from gpuevents.config import Config
@@ -26,7 +26,7 @@ async def test_a_part_that_fails_stops_the_others_and_is_named(caplog: pytest.Lo
         raise RuntimeError("disk on fire")
 
     stop = asyncio.Event()
-    with caplog.at_level(logging.ERROR):
+    with caplog.at_level(logging.ERROR), pytest.raises(PartFailed, match="broken stopped unexpectedly"):
         await asyncio.wait_for(run_parts({"steady": steady, "broken": broken}, stop), 10)
     assert stopped == ["steady"]
     assert "broken has finished unexpectedly" in caplog.text
@@ -41,7 +41,7 @@ async def test_a_part_that_returns_early_stops_the_others(caplog: pytest.LogCapt
         return None
 
     stop = asyncio.Event()
-    with caplog.at_level(logging.ERROR):
+    with caplog.at_level(logging.ERROR), pytest.raises(PartFailed, match="quitter"):
         await asyncio.wait_for(run_parts({"steady": steady, "quitter": quitter}, stop), 10)
     assert stop.is_set()
     assert "quitter ended before it was told to stop" in caplog.text
@@ -70,3 +70,12 @@ def test_every_runner_is_handed_the_weekly_summary(bus: Bus) -> None:
     for run in made.values():
         runner = run.__self__  # type: ignore[attr-defined]
         assert runner._report is weekly_summary
+
+
+async def test_parts_told_to_stop_end_without_error() -> None:
+    async def steady(stop: asyncio.Event) -> None:
+        await stop.wait()
+
+    stop = asyncio.Event()
+    asyncio.get_running_loop().call_later(0.01, stop.set)
+    await asyncio.wait_for(run_parts({"a": steady, "b": steady}, stop), 10)  # no PartFailed

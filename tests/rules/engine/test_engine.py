@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -304,3 +304,40 @@ rules:
         resent = incident(engine, "n1/gpu0").last_sent_at
         assert resent is not None and fired_at is not None
         assert 2.0 <= (resent - fired_at).total_seconds() < 3.0
+
+
+async def test_an_envelope_that_names_another_node_than_its_subject_is_dead_lettered(
+        engine_config: Config, bus: Bus) -> None:
+    """A stolen agent login is fenced to its node's subjects; it must not drive another node by writing that
+    node's name into `source`."""
+    clock = ManualClock(T0)
+    async with running(Engine(engine_config, bus, clock=clock)) as engine:
+        spoof = snapshot("sim-000", T0)
+        await bus.js_publish(S.event_subject("c1", "node-a", "node.snapshot"), encode_event(spoof), msg_id=spoof.id)
+        await publish(bus, snapshot("node-a", T0))
+        await wait_for(lambda: seen(engine, "node-a", T0), what="node-a's own snapshot")
+        assert engine.core is not None and [n.name for n in engine.core.nodes()] == ["node-a"]
+        assert incident(engine, "sim-000/gpu0") is None
+        assert engine.metrics.malformed.labels(kind="SubjectMismatch")._value.get() == 1
+    stored = [m async for m in bus.replay(S.STREAM_DLQ, S.DLQ_ALL)]
+    assert len(stored) == 1
+
+
+async def test_a_snapshot_dated_1970_does_not_fire_an_idle_rule_at_once(engine_config: Config, bus: Bus,
+                                                                        rules_dir: Path) -> None:
+    (rules_dir / "idle.yaml").write_text("""\
+rules:
+  - name: idle-1h
+    entity: gpu
+    when: gpu.idle_for_s > 3600
+    actions: [{type: log, message: "{{ entity.id }}"}]
+""")
+    async with running(Engine(engine_config, bus, clock=SystemClock())) as engine:
+        epoch = datetime(1970, 1, 1, 0, 5, tzinfo=UTC)
+        await publish(bus, snapshot("n1", epoch, idle_since=epoch - timedelta(minutes=5)))
+        await wait_for(lambda: engine.core is not None and engine.core.gpus(), what="the snapshot")
+        await engine.settle()
+        gpu = engine.core.gpus()[0]
+        assert 290 <= gpu.idle_for_s <= 400  # idle for five minutes, by the agent's own account
+        assert incident(engine, "n1/gpu0") is None
+        assert engine.metrics.clock_skew._value.get() == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -9,9 +10,10 @@ import pytest
 
 from gpuevents import subjects as S
 from gpuevents.bus import Bus, BusError
-from gpuevents.clock import ManualClock
+from gpuevents.clock import ManualClock, SystemClock
 from gpuevents.config import Config
 from gpuevents.records import decode_audit
+from gpuevents.server import EmbeddedServer
 from rules.core.core import Core
 from rules.engine.service import Engine
 from tests.rules.engine.conftest import T0, snapshot
@@ -104,3 +106,32 @@ async def test_an_unexpected_reload_failure_keeps_the_rules(
                        what="the failed reload to be counted")
         assert engine.core is not None and list(engine.core.rules.by_name) == ["idle-gpu-1h"]
         assert engine.leader.is_set()
+
+
+async def test_an_engine_rides_out_a_nats_outage_longer_than_its_lease(
+    engine_config: Config, nats_server: EmbeddedServer, tmp_path: Path
+) -> None:
+    """With NATS down for several lease periods, the engine stops acting but keeps running, reconnects, takes
+    the lease back and consumes again (it used to stop, exiting 0)."""
+    cfg = engine_config.model_copy(update={"engine": engine_config.engine.model_copy(update={"lease_ttl": 1.0})})
+    bus = Bus(cfg.nats, name="outage")
+    await bus.connect()
+    await bus.ensure_streams()
+    stop = asyncio.Event()
+    engine = Engine(cfg, bus, clock=SystemClock())
+    task = asyncio.create_task(engine.run(stop))
+    try:
+        await wait_for(lambda: engine.leader.is_set(), what="the engine to lead")
+        nats_server.stop()
+        await wait_for(lambda: not engine.leader.is_set(), timeout=15, what="the engine to stop acting")
+        assert not task.done()
+        nats_server.start()
+        await wait_for(lambda: engine.leader.is_set(), timeout=30, what="the engine to take the lease back")
+        assert not task.done()
+        bus.publish_event(snapshot("after-outage", SystemClock().now()))
+        await wait_for(lambda: engine.core is not None and any(n.name == "after-outage" for n in engine.core.nodes()),
+                       timeout=15, what="an event consumed after the outage")
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+        await bus.close(flush_timeout=1)

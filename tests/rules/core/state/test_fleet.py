@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
-from gpuevents.events import GpuEvent, ProcessEvent, make_event
+from gpuevents.events import GpuEvent, GpuXid, ProcessEvent, make_event
 from rules.core.core import Core
-from tests.rules.helpers import at, gpu, held_idle, idle_core, proc, rules_from, snapshot
+from rules.core.state import FleetState
+from rules.lang.views import EvalClock
+from tests.rules.helpers import T0, at, gpu, held_idle, idle_core, proc, rules_from, snapshot
 
 
 def test_a_reused_pid_is_a_new_process(tmp_path: Path) -> None:
@@ -52,3 +55,28 @@ def test_clusters_other_than_the_engines_prefix_entity_ids(tmp_path: Path) -> No
     core = idle_core(tmp_path)
     (req,) = core.step(held_idle(cluster="c2"), at(0)).actions
     assert req.entity_id == "c2:n1/gpu0" and req.cluster == "c2"
+
+
+def test_a_gpus_last_xid_is_kept_across_snapshots_for_rules_to_read() -> None:
+    state = FleetState(EvalClock(T0))
+    state.apply(snapshot(T0, gpus=[gpu(0, 90)]), T0)
+    xid = make_event("gpu.xid", "n1", GpuXid(node="n1", index=0, util_pct=90, xid=79),
+                     time=T0 + timedelta(seconds=5))
+    state.apply(xid, T0 + timedelta(seconds=5))
+    state.apply(snapshot(T0 + timedelta(seconds=15), gpus=[gpu(0, 90)]), T0 + timedelta(seconds=15))
+    (view,) = [e.view for e in state.by_kind["gpu"].values()]
+    assert view.xid == 79 and view.xid_at == T0 + timedelta(seconds=5)
+
+
+def test_rules_check_accepts_the_xid_fields(tmp_path: Path) -> None:
+    from rules.offline.check import check_paths
+
+    (tmp_path / "r.yaml").write_text("""\
+rules:
+  - name: xid
+    entity: gpu
+    when: gpu.xid == 79
+    actions: [{type: log, message: "XID {{ gpu.xid }} at {{ gpu.xid_at }}"}]
+""")
+    rules, problems = check_paths([tmp_path / "r.yaml"])
+    assert problems == [] and rules is not None
