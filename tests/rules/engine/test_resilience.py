@@ -15,7 +15,7 @@ from gpuevents.records import decode_audit
 from rules.core.core import Core
 from rules.engine.service import Engine
 from tests.rules.engine.conftest import T0, snapshot
-from tests.rules.engine.test_engine import incident, publish, running
+from tests.rules.engine.helpers import incident, publish, running
 from tests.waiting import wait_for
 
 
@@ -98,7 +98,7 @@ async def test_an_unexpected_reload_failure_keeps_the_rules(
         def broken(*a: Any, **k: Any) -> Any:
             raise RuntimeError("a bug in the loader")
 
-        monkeypatch.setattr("rules.engine.service.load_checked", broken)
+        monkeypatch.setattr("rules.engine.rulefiles.load_checked", broken)
         (rules_dir / "more.yaml").write_text("rules: []\n")
         await wait_for(lambda: engine.metrics.reloads.labels(result="failed")._value.get() >= 1,
                        what="the failed reload to be counted")
