@@ -13,7 +13,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import orjson
 from pydantic import ValidationError
 
 from gpuevents import subjects as S
@@ -34,11 +33,11 @@ from rules.engine.decoder import RepeatDecoder
 from rules.engine.gcpolicy import GcPolicy
 from rules.engine.lease import Lease
 from rules.engine.metrics import EngineMetrics
+from rules.engine.rulefiles import RuleFiles
+from rules.engine.servers import serve_requests
 from rules.engine.skew import SkewGuard
+from rules.engine.status import StatusResponse, fleet_status
 from rules.engine.store import LIMITS_KEY, PipelinedStore
-from rules.lang.loader import rule_files
-from rules.lang.model import RuleSet
-from rules.offline.check import load_checked
 from rules.visibility.recorder import UsageRecorder
 
 log = logging.getLogger(__name__)
@@ -62,6 +61,7 @@ class Engine:
         self.bus = bus
         self.clock = clock or SystemClock()
         self.rule_paths = list(rule_paths if rule_paths is not None else config.engine.rules)
+        self.rule_files = RuleFiles(self.rule_paths, config)
         self.metrics = metrics or EngineMetrics()
         self.holder = holder
         self.core: Core | None = None
@@ -71,7 +71,6 @@ class Engine:
         self._reload = asyncio.Event()
         self._replan = asyncio.Event()  # the core may want an earlier tick than the tick loop planned
         self._planned_wake = 0.0  # epoch seconds of the tick the loop waits for
-        self._mtimes: dict[Path, float] = {}
         self._consumer: Consumer | None = None
         self._subs: list[Any] = []
         self.dead_letters = DeadLetters(bus, self.metrics)
@@ -84,20 +83,6 @@ class Engine:
         self.usage: UsageRecorder | None = None
 
     # ------------------------------------------------------------ rules
-    def load_rules(self) -> RuleSet:
-        """The rule set from `rule_paths`; LocatedError with every problem otherwise."""
-        rules = load_checked(self.rule_paths, self.config.engine.timezone, self.config)
-        self._mtimes = self._current_mtimes()
-        return rules
-
-    def _current_mtimes(self) -> dict[Path, float]:
-        files, _ = rule_files(self.rule_paths)
-        out = {}
-        for f in files:
-            with contextlib.suppress(OSError):
-                out[f] = f.stat().st_mtime
-        return out
-
     def _describe(self, rule: str) -> str:
         found = self.core.rules.by_name.get(rule) if self.core else None
         return found.spec.description or "" if found is not None else ""
@@ -105,14 +90,12 @@ class Engine:
     async def reload(self) -> bool:
         """Load the rules again; on error keep the running set and log every `file:line`."""
         try:
-            rules = load_checked(self.rule_paths, self.config.engine.timezone, self.config)
+            rules = self.rule_files.load()
         except LocatedError as e:
-            self._mtimes = self._current_mtimes()
             self.metrics.reloads.labels(result="failed").inc()
             log.error("rule reload failed; the previous %d rules keep running:\n%s",
                       len(self.core.rules) if self.core else 0, e)
             return False
-        self._mtimes = self._current_mtimes()
         async with self._lock:
             await self._settle()
             assert self.core is not None
@@ -130,7 +113,7 @@ class Engine:
     # ------------------------------------------------------------ run
     async def run(self, stop: asyncio.Event) -> None:
         """Run until `stop` is set: hold or wait for the lease, then consume, tick and act."""
-        rules = self.load_rules()
+        rules = self.rule_files.load()
         self.core = Core(rules, self.config)
         self._gc.start()  # what is loaded by now lives as long as the process: keep it out of collections
         self.usage = UsageRecorder.from_config(self.config)
@@ -146,38 +129,37 @@ class Engine:
         log.info("engine %s: %d rules from %s", lease.holder, len(rules),
                  ", ".join(map(str, self.rule_paths)) or "(none)")
         consume = guarded_task(self._consume_loop(stop), "engine consume loop")
-        tasks = [
+        loops = [
             guarded_task(self._lease_loop(lease, stop), "engine lease loop"),
             consume,
             guarded_task(self._tick_loop(stop), "engine tick loop"),
             guarded_task(self._reload_loop(stop), "engine reload loop"),
         ]
-        stopped = asyncio.ensure_future(stop.wait())
         try:
-            done, _ = await asyncio.wait([*tasks, stopped], return_when=asyncio.FIRST_COMPLETED)
-            for t in done:
-                if t is not stopped and not t.cancelled() and t.exception() is not None:
-                    raise t.exception()  # type: ignore[misc]  # logged by its guard
+            await _until_stop_or_end(loops, stop)
         finally:
-            stopped.cancel()
             # Let the consumer finish its fetch and batch (it checks `stop` between fetches): a
             # pull request cancelled mid-way leaves its messages unacknowledged until ack_wait.
             if stop.is_set() and not consume.done():
                 await asyncio.wait([consume], timeout=LAST_BATCH_WAIT_S)
-            await stop_tasks(tasks, "engine")
-            self.committer.stopping = True
-            try:
-                await self._settle()  # the last batch's commit and acks
-            except (BusError, asyncio.CancelledError) as e:
-                log.warning("the last batch was not committed (it will be redelivered): %r", e)
-            await self._step_down()
-            await lease.release()
-            if self.usage is not None:
-                await self._flush_usage()
-                self.usage.close()
+            await stop_tasks(loops, "engine")
+            await self._shut_down(lease)
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.remove_signal_handler(signal.SIGHUP)
             self._gc.stop()
+
+    async def _shut_down(self, lease: Lease) -> None:
+        """Once the loops have ended: commit and ack the last batch, stop acting, release the lease, write usage."""
+        self.committer.stopping = True
+        try:
+            await self._settle()  # the last batch's commit and acks
+        except (BusError, asyncio.CancelledError) as e:
+            log.warning("the last batch was not committed (it will be redelivered): %r", e)
+        await self._step_down()
+        await lease.release()
+        if self.usage is not None:
+            await self._flush_usage()
+            self.usage.close()
 
     async def _lease_loop(self, lease: Lease, stop: asyncio.Event) -> None:
         period = max(0.05, self.config.engine.lease_ttl / 3)
@@ -213,11 +195,8 @@ class Engine:
             self._consumer = await self.bus.consumer(
                 S.STREAM_EVENTS, self.config.engine.consumer, S.EVENTS_ALL,
                 ack_wait=60, max_ack_pending=50_000, prefetch=True)
-            self._subs = [
-                await self.bus.serve(S.ENGINE_STATUS, self._serve_status),
-                await self.bus.serve(S.ENGINE_SNOOZE, self._serve_snooze),
-                await self.bus.subscribe(S.AUDIT_ALL, self._on_audit),
-            ]
+            self._subs = [*await serve_requests(self.bus, self),
+                          await self.bus.subscribe(S.AUDIT_ALL, self._on_audit)]
         log.info("this engine is acting: %d open incidents and %d snoozes restored",
                  len(incidents), len(snoozes))
         self.leader.set()
@@ -387,22 +366,20 @@ class Engine:
 
     async def _reload_loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._reload.wait(), RELOAD_POLL_S)
+            await wait_any(stop, self._reload, timeout=RELOAD_POLL_S)
             if stop.is_set():
                 return
-            if self._reload.is_set() or self._current_mtimes() != self._mtimes:
+            if self._reload.is_set() or self.rule_files.changed():
                 self._reload.clear()
                 try:
                     await self.reload()
                 except Exception:
                     # LocatedError is handled inside; anything else is a bug, and still no reason to stop
                     # watching the fleet with the rules that run.
-                    self._mtimes = self._current_mtimes()
                     self.metrics.reloads.labels(result="failed").inc()
                     log.exception("rule reload failed; the previous rules keep running")
 
-    # ------------------------------------------------------------ audit tail, status and snooze
+    # ------------------------------------------------------------ audit tail, status and snooze (servers.py)
     async def _on_audit(self, msg: Any) -> None:
         self._audit_tail.add(msg.data)
 
@@ -411,26 +388,15 @@ class Engine:
         """The newest audit records (ours and the runners'), oldest first, for the dashboard."""
         return self._audit_tail.records()
 
-    def status(self) -> dict[str, Any]:
-        """The fleet and open incidents, as `gpuevents status` shows them."""
-        from rules.engine.status import fleet_status
-
-        assert self.core is not None
-        return fleet_status(self.core, self.clock.now()).model_dump(mode="json")
-
-    async def _serve_status(self, payload: bytes, subject: str) -> bytes:
+    async def status(self) -> StatusResponse:
+        """The fleet and open incidents, as `gpuevents status` shows them, once the batch in flight is committed."""
         async with self._lock:
             await self._settle()
-            return orjson.dumps(self.status())
-
-    async def _serve_snooze(self, payload: bytes, subject: str) -> bytes:
-        try:
-            s = Snooze.model_validate_json(payload)
-        except ValidationError as e:
-            return orjson.dumps({"ok": False, "error": str(e)})
-        return orjson.dumps(await self.snooze(s))
+            assert self.core is not None
+            return fleet_status(self.core, self.clock.now())
 
     async def snooze(self, s: Snooze) -> dict[str, Any]:
+        """Exempt `s.entity_id` from `s.rule` until `s.until` (`gpuevents snooze`); stored and audited."""
         async with self._lock:
             await self._settle()
             assert self.core is not None
@@ -441,3 +407,20 @@ class Engine:
             self._replan.set()  # its end, or the evaluation it asks for, may come before the planned tick
         await self.committer.audit([snooze_record(self.clock.now(), s)])
         return {"ok": True, "until": s.until.isoformat()}
+
+
+async def _until_stop_or_end(loops: list[asyncio.Task[None]], stop: asyncio.Event) -> None:
+    """Return when `stop` is set or a loop ends: a loop's failure is raised (its guard has logged it), an end
+    without `stop` is logged by name; either way the engine stops."""
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        done, _ = await asyncio.wait([*loops, stopped], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    for t in done:
+        if t is stopped or t.cancelled():
+            continue
+        if t.exception() is not None:
+            raise t.exception()  # type: ignore[misc]
+        if not stop.is_set():
+            log.error("%s has finished unexpectedly; the engine stops", t.get_name())

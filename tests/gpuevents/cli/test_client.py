@@ -16,7 +16,7 @@ from gpuevents.clock import SystemClock
 from gpuevents.config import Config
 from rules.engine.service import Engine
 from tests.rules.engine.conftest import snapshot
-from tests.rules.engine.test_engine import running
+from tests.rules.engine.helpers import running
 from tests.waiting import wait_for
 
 

@@ -13,7 +13,7 @@ from gpuevents.clock import ManualClock
 from gpuevents.config import Config, NatsConfig
 from rules.engine.service import Engine
 from tests.rules.engine.conftest import T0, snapshot
-from tests.rules.engine.test_engine import act_requests, audit_records, incident, publish, running
+from tests.rules.engine.helpers import act_requests, audit_records, incident, publish, running
 from tests.waiting import wait_for
 
 RULE = """\

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -17,52 +15,12 @@ from gpuevents.bus import Bus
 from gpuevents.clock import ManualClock, SystemClock
 from gpuevents.config import Config
 from gpuevents.events import encode_event
-from gpuevents.records import ActionRequest, AuditRecord, decode_audit
+from gpuevents.records import AuditRecord
 from rules.engine.lease import Lease
 from rules.engine.service import Engine
-from tests.conftest import stored_messages
 from tests.rules.engine.conftest import T0, snapshot
+from tests.rules.engine.helpers import act_requests, audit_records, crash, incident, publish, running, seen
 from tests.waiting import wait_for
-
-
-@contextlib.asynccontextmanager
-async def running(engine: Engine) -> AsyncIterator[Engine]:
-    stop = asyncio.Event()
-    task = asyncio.create_task(engine.run(stop))
-    try:
-        await wait_for(lambda: engine.ready.is_set() or task.done(), what="the engine to take the lease")
-        if task.done():
-            task.result()
-        yield engine
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 10)
-
-
-async def publish(bus: Bus, *events) -> None:  # type: ignore[no-untyped-def]
-    for e in events:
-        bus.publish_event(e)
-    assert await bus.flush(5)
-
-
-def seen(engine: Engine, node: str, at: datetime) -> bool:
-    """True once the engine has applied a snapshot of `node` taken at `at`."""
-    assert engine.core is not None
-    return any(ns.name == node and ns.last_seen == at for ns in engine.core.state.nodes.values())
-
-
-async def act_requests(js: JetStreamContext) -> list[ActionRequest]:
-    return [ActionRequest.model_validate_json(m.data) for m in await stored_messages(js, S.STREAM_ACTIONS)]
-
-
-async def audit_records(bus: Bus) -> list[AuditRecord]:
-    return [r async for m in bus.replay(S.STREAM_AUDIT, S.AUDIT_ALL) for r in decode_audit(m.data)]
-
-
-def incident(engine: Engine, entity_id: str):  # type: ignore[no-untyped-def]
-    assert engine.core is not None
-    found = [i for i in engine.core.open_incidents() if i.entity_id == entity_id]
-    return found[0] if found else None
 
 
 async def test_snapshot_to_incident_to_action_to_audit(engine_config: Config, bus: Bus) -> None:
@@ -229,12 +187,8 @@ async def test_a_standby_engine_takes_over_when_the_leader_dies(engine_config: C
     watcher = asyncio.create_task(watch())
     await wait_for(lambda: tries.count("b") >= 4, what="b to try for the lease a few times")
     assert not b.leader.is_set()
-    # a dies without releasing the lease, as a crashed process would
-    monkeypatch.setattr(Lease, "release", _no_release)
     died = asyncio.get_running_loop().time()
-    task_a.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task_a
+    await crash(task_a)
     await wait_for(lambda: b.leader.is_set(), timeout=2 * ttl + 2, what="b to take over")
     took = asyncio.get_running_loop().time() - died
     await publish(bus, snapshot("n9", SystemClock().now()))
@@ -245,10 +199,6 @@ async def test_a_standby_engine_takes_over_when_the_leader_dies(engine_config: C
     await task_b
     assert not any(both), "both engines acted at once"
     assert took <= 2 * ttl + 2
-
-
-async def _no_release(lease: Lease) -> None:
-    """A crashed engine never gets to release its lease."""
 
 
 async def test_a_rate_limit_window_survives_an_engine_restart(jetstream: JetStreamContext, engine_config: Config,

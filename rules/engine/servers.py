@@ -1,0 +1,37 @@
+"""The acting engine's request servers: `gpuevents status` and `gpuevents snooze` over the bus."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import orjson
+from pydantic import ValidationError
+
+from gpuevents import subjects as S
+from gpuevents.bus import Bus
+from rules.core.core import Snooze
+from rules.engine.status import StatusResponse
+
+
+class Answers(Protocol):
+    """What the servers ask of the engine (rules.engine.service.Engine)."""
+
+    async def status(self) -> StatusResponse: ...
+
+    async def snooze(self, s: Snooze) -> dict[str, Any]: ...
+
+
+async def serve_requests(bus: Bus, engine: Answers) -> list[Any]:
+    """Answer status and snooze requests from `engine`; the subscriptions, to end when it stops acting."""
+
+    async def status(payload: bytes, subject: str) -> bytes:
+        return orjson.dumps((await engine.status()).model_dump(mode="json"))
+
+    async def snooze(payload: bytes, subject: str) -> bytes:
+        try:
+            s = Snooze.model_validate_json(payload)
+        except ValidationError as e:
+            return orjson.dumps({"ok": False, "error": str(e)})
+        return orjson.dumps(await engine.snooze(s))
+
+    return [await bus.serve(S.ENGINE_STATUS, status), await bus.serve(S.ENGINE_SNOOZE, snooze)]
