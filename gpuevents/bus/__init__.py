@@ -1,7 +1,7 @@
 """The bus: the one package that imports nats-py. `Bus` is the connection; the other names are what its
 users handle (deliveries, KV entries, publish items) and the errors it raises."""
 
-from gpuevents.bus.connection import DUPLICATE_WINDOW_S, Bus
+from gpuevents.bus.connection import Bus
 from gpuevents.bus.consumer import Consumer, Delivery
 from gpuevents.bus.errors import BusError, BusNoResponders, BusTimeout, KvExists, KvWrongRevision
 from gpuevents.bus.kv import Kv, KvEntry
@@ -9,7 +9,6 @@ from gpuevents.bus.publishing import BusStats, PublishItem
 from gpuevents.bus.replay import StoredMsg
 
 __all__ = [
-    "DUPLICATE_WINDOW_S",
     "Bus",
     "BusError",
     "BusNoResponders",

@@ -21,7 +21,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 
 from gpuevents import subjects as S
-from gpuevents.aio import Backoff, guarded_task, stop_tasks
+from gpuevents.aio import Backoff, guarded_task, sleep_or_stop, stop_tasks
 from gpuevents.bus.consumer import Consumer, open_consumer
 from gpuevents.bus.errors import BusError, BusNoResponders, BusTimeout, bus_errors
 from gpuevents.bus.kv import Kv, open_bucket
@@ -65,7 +65,7 @@ class Bus:
         self._buffer = EventBuffer(config.publish_buffer, self.stats, self._jetstream, lambda: self.connected,
                                    config.publish_timeout)
         self._tasks: set[asyncio.Task[None]] = set()
-        self._closing = False
+        self._closing = asyncio.Event()  # set by close: a connect still retrying gives up
 
     # ------------------------------------------------------------ connection
     @property
@@ -89,7 +89,7 @@ class Bus:
 
     async def _connect_forever(self) -> None:
         backoff = Backoff(CONNECT_BACKOFF_S, self.config.reconnect_wait * 4 or 5.0, jitter=False)
-        while not self._closing:
+        while not self._closing.is_set():
             try:
                 await self._connect_once()
                 return
@@ -97,7 +97,7 @@ class Bus:
                 delay = backoff.next()
                 log.warning("cannot reach NATS at %s (%s); retrying in %.1fs",
                             ", ".join(self.config.servers), e or type(e).__name__, delay)
-                await asyncio.sleep(delay)
+                await sleep_or_stop(self._closing, delay)
 
     async def _connect_once(self) -> None:
         cfg = self.config
@@ -136,7 +136,7 @@ class Bus:
 
     async def _on_disconnected(self) -> None:
         self.stats.disconnects += 1
-        if not self._closing:
+        if not self._closing.is_set():
             log.warning("disconnected from NATS; buffering and reconnecting")
 
     async def _on_reconnected(self) -> None:
@@ -158,7 +158,7 @@ class Bus:
         """Drain what is buffered (bounded wait), then close."""
         if len(self._buffer) and self.connected:
             await self.flush(flush_timeout)
-        self._closing = True
+        self._closing.set()
         await stop_tasks(list(self._tasks), "bus")
         if self._nc is not None and not self._nc.is_closed:
             # flush what nats-py still holds, then close; drain() leaves cancelled futures behind

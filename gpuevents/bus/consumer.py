@@ -24,7 +24,6 @@ from gpuevents.bus.errors import BusError
 log = logging.getLogger("gpuevents.bus")
 
 
-
 class Delivery:
     """One message from a durable consumer, with its acknowledgements. Its JetStream metadata (delivery
     count, stream sequence, time) is read from the ack subject when first asked for."""
@@ -105,7 +104,7 @@ class Consumer:
         self._sub: Subscription | None = None
         self._queue: collections.deque[Msg] = collections.deque()
         self._arrived = asyncio.Event()
-        self._token = 0  # the open request's reply token: requests are numbered, this counts them
+        self._token = 0  # the open request's reply token; a late status for an earlier one ends nothing
         self._open = False
         self._owed = 0  # messages the open request may still deliver
         self._open_until = 0.0  # loop time after which the open request is taken as lost
@@ -224,10 +223,6 @@ class Consumer:
         except TimeoutError:
             return False
         return True
-
-    async def pending(self) -> int:
-        info = await self._nc.jetstream().consumer_info(self.stream, self.durable)
-        return int(info.num_pending or 0) + int(info.num_ack_pending or 0)
 
     async def close(self) -> None:
         """Give back what is queued and what the open request still delivers (nak), then unsubscribe."""

@@ -3,27 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
+import nats
+import orjson
 import pytest
 
 from gpuevents import subjects as S
-from gpuevents.bus import (
-    Bus,
-    BusNoResponders,
-    BusTimeout,
-)
+from gpuevents.bus import Bus, BusNoResponders, BusTimeout, connection
 from gpuevents.config import NatsConfig, StreamsConfig
-from gpuevents.events import GpuInfo, decode_event, make_event
 from gpuevents.server import EmbeddedServer
-
-
-def _idle(node: str = "n1", index: int = 0, id: str | None = None):  # type: ignore[no-untyped-def]
-    return make_event("gpu.idle", node, GpuInfo(node=node, index=index, util_pct=0, idle=True),
-                      cluster="c1", id=id)
-
-
-async def _stream_ids(bus: Bus, stream: str = S.STREAM_EVENTS) -> list[str]:
-    return [decode_event(m.data).id async for m in bus.replay(stream, S.EVENTS_ALL)]
+from tests.waiting import wait_for
 
 
 async def test_streams_exist_with_the_configured_limits(nats_server: EmbeddedServer) -> None:
@@ -65,8 +55,6 @@ async def test_a_failing_handler_answers_with_an_error(bus: Bus) -> None:
         raise ValueError("it's \"quoted\" \\ here")
 
     await bus.serve("gpuevents.fn.quotes", quotes)
-    import orjson
-
     answer = orjson.loads(await bus.request("gpuevents.fn.quotes", b"", timeout=2))
     assert answer == {"error": "ValueError: it's \"quoted\" \\ here"}
 
@@ -79,3 +67,19 @@ async def test_request_timeout_is_a_bus_timeout(bus: Bus) -> None:
     await bus.serve("gpuevents.fn.slow", slow)
     with pytest.raises(BusTimeout):
         await bus.request("gpuevents.fn.slow", b"", timeout=0.2)
+
+
+async def test_closing_ends_a_connect_that_waits_to_retry(monkeypatch: pytest.MonkeyPatch,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    """A connect that failed waits before it tries again; close() ends that wait instead of sitting it out."""
+    async def refused(**opts: Any) -> None:
+        raise OSError("connection refused")
+
+    monkeypatch.setattr(nats, "connect", refused)
+    monkeypatch.setattr(connection, "CONNECT_BACKOFF_S", 60.0)
+    bus = Bus(NatsConfig(url="nats://127.0.0.1:4222", reconnect_wait=30))
+    connecting = asyncio.create_task(bus.connect())
+    await wait_for(lambda: "retrying in 60.0s" in caplog.text, what="a failed connect")
+    await bus.close()
+    await asyncio.wait_for(connecting, 5)
+    assert not bus.connected

@@ -4,22 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuevents import subjects as S
-from gpuevents.bus import (
-    Bus,
-    KvExists,
-    KvWrongRevision,
-)
-from gpuevents.events import GpuInfo, decode_event, make_event
-
-
-def _idle(node: str = "n1", index: int = 0, id: str | None = None):  # type: ignore[no-untyped-def]
-    return make_event("gpu.idle", node, GpuInfo(node=node, index=index, util_pct=0, idle=True),
-                      cluster="c1", id=id)
-
-
-async def _stream_ids(bus: Bus, stream: str = S.STREAM_EVENTS) -> list[str]:
-    return [decode_event(m.data).id async for m in bus.replay(stream, S.EVENTS_ALL)]
+from gpuevents.bus import Bus, KvExists, KvWrongRevision
 
 
 async def test_kv_compare_and_set(bus: Bus) -> None:

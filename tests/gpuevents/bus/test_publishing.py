@@ -8,11 +8,7 @@ from datetime import UTC, datetime
 from nats.js import JetStreamContext
 
 from gpuevents import subjects as S
-from gpuevents.bus import (
-    Bus,
-    BusNoResponders,
-    PublishItem,
-)
+from gpuevents.bus import Bus, BusNoResponders, PublishItem
 from gpuevents.config import NatsConfig
 from gpuevents.events import GpuInfo, decode_event, make_event
 from gpuevents.records import AuditRecord

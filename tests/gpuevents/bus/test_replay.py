@@ -5,9 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from gpuevents import subjects as S
-from gpuevents.bus import (
-    Bus,
-)
+from gpuevents.bus import Bus
 from gpuevents.events import GpuInfo, decode_event, make_event
 
 
