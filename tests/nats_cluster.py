@@ -74,7 +74,7 @@ class NatsCluster:
     def start_server(self, s: ClusterServer) -> None:
         if s.running:
             return
-        log = open(s.log, "ab")  # noqa: SIM115 - handed to the child
+        log = open(s.log, "ab")
         try:
             s.proc = subprocess.Popen([str(find_binary()), "-c", str(s.conf)], stdout=log, stderr=log,
                                       stdin=subprocess.DEVNULL, start_new_session=True)

@@ -119,7 +119,7 @@ class SlurmCluster:
         ]))
 
     def _spawn(self, argv: list[str], name: str) -> None:
-        log = open(self.root / "log" / f"{name}.out", "wb")  # noqa: SIM115 - closed with the process
+        log = open(self.root / "log" / f"{name}.out", "wb")
         self.procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env,
                                            start_new_session=True))
 
