@@ -113,6 +113,23 @@ async def stop_tasks(tasks: Iterable[asyncio.Task[Any]], title: str, timeout: fl
                     timeout)
 
 
+async def until_stop_or_end(tasks: Iterable[asyncio.Task[Any]], stop: asyncio.Event, what: str) -> None:
+    """Return when `stop` is set or one of `tasks` ends: a failure is raised (its guard has logged it), an end
+    without `stop` is logged by name; either way `what` should then stop."""
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        done, _ = await asyncio.wait([*tasks, stopped], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    for t in done:
+        if t is stopped or t.cancelled():
+            continue
+        if t.exception() is not None:
+            raise t.exception()  # type: ignore[misc]
+        if not stop.is_set():
+            log.error("%s has finished unexpectedly; %s stops", t.get_name(), what)
+
+
 async def restarting(name: str, run: Callable[[], Awaitable[None]], stop: asyncio.Event, *,
                      backoff: Backoff | None = None, healthy_after_s: float = 60.0,
                      on_restart: Callable[[str], None] | None = None) -> None:

@@ -144,6 +144,7 @@ class EngineConfig(_Section):
     max_clock_skew: Duration = 60
     limits: dict[str, LimitConfig] = Field(default_factory=dict, description="per action type")
     lease_ttl: Duration = 10
+    partitions: int = Field(1, ge=1, le=256, description="the fleet split by node among engine replicas")
     consumer: str = "gpuevents-engine"
     metrics_port: int | None = Field(None, ge=0, le=65535)
     dashboard_port: int | None = Field(None, ge=0, le=65535)

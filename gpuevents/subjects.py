@@ -60,6 +60,35 @@ def event_subject(cluster: str, node: str, event_type: str) -> str:
     return f"{PREFIX}.evt.{escape_token(cluster)}.{escape_token(node)}.{event_type}"
 
 
+def partition_transform(partitions: int) -> tuple[str, str]:
+    """The stream subject transform that stores `gpuevents.evt.<cluster>.<node>.<type>` as
+    `gpuevents.evt.<partition>.<cluster>.<node>.<type>`, the partition a hash of cluster and node (NATS's
+    deterministic subject-mapping partition)."""
+    return (f"{PREFIX}.evt.*.*.>",
+            f"{PREFIX}.evt.{{{{partition({partitions},1,2)}}}}.{{{{wildcard(1)}}}}.{{{{wildcard(2)}}}}.>")
+
+
+def node_partition(cluster: str, node: str, partitions: int) -> int:
+    """The partition NATS stores a node's events in: FNV-1a (32-bit) of the escaped cluster and node tokens,
+    concatenated, modulo `partitions` (as the server's `partition()` transform computes it)."""
+    h = 0x811C9DC5
+    for b in (escape_token(cluster) + escape_token(node)).encode():
+        h = ((h ^ b) * 0x01000193) & 0xFFFFFFFF
+    return h % partitions
+
+
+def partition_filter(partition: int) -> str:
+    """The stored events of one partition (when the stream is partitioned)."""
+    return f"{PREFIX}.evt.{partition}.>"
+
+
+def stored_event_subject(cluster: str, node: str, event_type: str, partition: int | None) -> str:
+    """The subject an event is stored under: as published, or with its partition token after `evt`."""
+    if partition is None:
+        return event_subject(cluster, node, event_type)
+    return f"{PREFIX}.evt.{partition}.{escape_token(cluster)}.{escape_token(node)}.{event_type}"
+
+
 def node_events_filter(cluster: str, node: str) -> str:
     return f"{PREFIX}.evt.{escape_token(cluster)}.{escape_token(node)}.>"
 

@@ -98,3 +98,7 @@ async def stored_messages(js: JetStreamContext, stream: str, limit: int = 10_000
             continue
         out.append(StoredMsg(m.subject or "", m.data or b"", seq, None))
     return out
+
+
+from tests.nats_cluster import nats_cluster  # noqa: E402, F401 - a fixture: three nats-servers as one cluster
+from tests.slurm_cluster import slurm  # noqa: E402, F401 - a fixture: a real Slurm on loopback

@@ -176,8 +176,11 @@ class Bus:
         task.add_done_callback(self._tasks.discard)
 
     # ------------------------------------------------------------ streams
-    async def ensure_streams(self) -> None:
-        """Create or update GPUEVENTS, GPUEVENTS_ACT, GPUEVENTS_AUDIT, GPUEVENTS_DLQ and the KV bucket."""
+    async def ensure_streams(self, event_partitions: int | None = None) -> None:
+        """Create or update GPUEVENTS, GPUEVENTS_ACT, GPUEVENTS_AUDIT, GPUEVENTS_DLQ and the KV bucket.
+
+        `event_partitions`: the engines' partitions (engine.partitions), which GPUEVENTS stores its events by
+        (1: as published); None keeps what the stream has, so an agent never undoes the engines' choice."""
         st = self.config.streams
 
         def stream(name: str, subject: str, description: str, max_age: float | None = None,
@@ -193,15 +196,58 @@ class Bus:
             stream(S.STREAM_AUDIT, S.AUDIT_ALL, "gpuevents: audit records", st.audit_max_age),
             stream(S.STREAM_DLQ, S.DLQ_ALL, "gpuevents: malformed messages", st.dlq_max_age),
         ]
+        if event_partitions is not None and event_partitions > 1:
+            src, dest = S.partition_transform(event_partitions)
+            wanted[0].subject_transform = api.SubjectTransform(src=src, dest=dest)
         jsm = self._jetstream()
         for cfg in wanted:
             assert cfg.name is not None
             try:
-                await jsm.stream_info(cfg.name)
-                await jsm.update_stream(cfg)
+                info = await jsm.stream_info(cfg.name)
             except nats.js.errors.NotFoundError:
                 await jsm.add_stream(cfg)
+                continue
+            if cfg.name == S.STREAM_EVENTS and event_partitions is None:
+                cfg.subject_transform = info.config.subject_transform
+            await jsm.update_stream(cfg)
         await self.kv()
+
+    async def event_partitions(self) -> int:
+        """How many partitions GPUEVENTS stores its events by (1: not partitioned)."""
+        info = await self._jetstream().stream_info(S.STREAM_EVENTS)
+        t = info.config.subject_transform
+        if t is None or not t.dest or "partition(" not in t.dest:
+            return 1
+        return int(t.dest.split("partition(", 1)[1].split(",", 1)[0])
+
+    async def request_many(self, subject: str, payload: bytes, timeout: float,
+                           enough: Callable[[list[bytes]], bool] | None = None) -> list[bytes]:
+        """Ask everyone who answers on `subject` (no queue group): the replies that came within `timeout`, or
+        as soon as `enough(replies)` says so."""
+        nc = self._nats()
+        inbox = nc.new_inbox()
+        replies: list[bytes] = []
+        done = asyncio.Event()
+
+        async def collect(msg: Msg) -> None:
+            if msg.headers and msg.headers.get(api.Header.STATUS):
+                if msg.headers.get(api.Header.STATUS) == "503":
+                    done.set()  # nobody listens: no answer is coming
+                return
+            replies.append(msg.data)
+            if enough is not None and enough(replies):
+                done.set()
+
+        with bus_errors(f"asking {subject}"):
+            sub = await nc.subscribe(inbox, cb=collect)
+            try:
+                await nc.publish(subject, payload, reply=inbox)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(done.wait(), timeout)
+            finally:
+                with contextlib.suppress(nats.errors.Error):
+                    await sub.unsubscribe()
+        return replies
 
     async def stream_info(self, stream: str) -> api.StreamInfo:
         return await self._jetstream().stream_info(stream)

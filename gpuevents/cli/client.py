@@ -60,18 +60,16 @@ def register(app: typer.Typer) -> None:
 
 
 async def show_status(config: Config, as_json: bool) -> None:
-    from rules.engine.status import StatusResponse
+    from rules.engine.status import ask_status
 
     async with Bus(config.nats, name="gpuevents-status") as bus:
-        try:
-            raw = await bus.request(S.ENGINE_STATUS, b"{}", timeout=5)
-        except (BusNoResponders, BusTimeout):
-            typer.echo("no engine answers on the bus: start `gpuevents engine` or `gpuevents up`", err=True)
-            raise typer.Exit(1) from None
+        st = await ask_status(bus)  # every partition's acting engine, merged
+    if st is None:
+        typer.echo("no engine answers on the bus: start `gpuevents engine` or `gpuevents up`", err=True)
+        raise typer.Exit(1)
     if as_json:
-        typer.echo(raw.decode())
+        typer.echo(st.model_dump_json())
         return
-    st = StatusResponse.model_validate_json(raw)
     f = st.fleet
     out.print(f"[bold]{len(f.nodes)} nodes, {f.gpu_count} GPUs[/]: {f.busy} busy, {f.idle} idle, "
               f"[yellow]{f.held_idle} held idle[/] ({f.held_idle_cost_per_hour_text or '-'}/h)")

@@ -90,12 +90,20 @@ def engine_parts(config: Config, bus: Bus, clock: Clock) -> dict[str, Part]:
     if unknown:
         raise ValueError(f"engine.limits names unknown action types {unknown}; known: "
                          f"{', '.join(registry.types())} (run `gpuevents config check`)")
-    engine = Engine(config, bus, clock=clock)
-    start_metrics(config.engine.metrics_port, engine.metrics.registry)
-    parts: dict[str, Part] = {"engine": engine.run}
+    engines: list[Engine]
+    if config.engine.partitions > 1:
+        from rules.engine.replica import EngineReplica
+
+        replica = EngineReplica(config, bus, clock=clock)
+        engines, run, metrics = replica.engines, replica.run, replica.metrics
+    else:
+        engine = Engine(config, bus, clock=clock)
+        engines, run, metrics = [engine], engine.run, engine.metrics
+    start_metrics(config.engine.metrics_port, metrics.registry)
+    parts: dict[str, Part] = {"engine": run}
     parts.update(runner_parts(config, bus, clock, config.engine.runners))
     if config.engine.dashboard_port is not None:
-        parts["dashboard"] = lambda stop: _dashboard(engine, config.engine.dashboard_port or 0, stop)
+        parts["dashboard"] = lambda stop: _dashboard(engines, config.engine.dashboard_port or 0, stop)
     return parts
 
 
@@ -108,11 +116,11 @@ def runner_parts(config: Config, bus: Bus, clock: Clock, count: int) -> dict[str
             for i in range(count)}
 
 
-async def _dashboard(engine: Any, port: int, stop: asyncio.Event) -> None:
+async def _dashboard(engines: list[Any], port: int, stop: asyncio.Event) -> None:
     from rules.engine.status import EngineDashboardSource
     from rules.visibility.dashboard import bound_port, serve_dashboard
 
-    runner = await serve_dashboard(EngineDashboardSource(engine), "127.0.0.1", port)
+    runner = await serve_dashboard(EngineDashboardSource(engines), "127.0.0.1", port)
     log.info("dashboard on http://127.0.0.1:%d/", bound_port(runner))
     try:
         await stop.wait()
@@ -120,13 +128,15 @@ async def _dashboard(engine: Any, port: int, stop: asyncio.Event) -> None:
         await runner.cleanup()
 
 
-async def run_connected(config: Config, name: str, parts: Callable[[Bus], dict[str, Part]]) -> None:
-    """Connect, make sure the streams exist, run the parts until Ctrl-C or SIGTERM, close."""
+async def run_connected(config: Config, name: str, parts: Callable[[Bus], dict[str, Part]],
+                        event_partitions: int | None = None) -> None:
+    """Connect, make sure the streams exist (partitioned for the engines), run the parts until Ctrl-C or SIGTERM,
+    close."""
     async with stop_on_signals() as stop:
         bus = Bus(config.nats, name=name)
         await bus.connect()
         try:
-            await bus.ensure_streams()
+            await bus.ensure_streams(event_partitions)
             await run_parts(parts(bus), stop)
         finally:
             await bus.close()

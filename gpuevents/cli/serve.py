@@ -68,7 +68,8 @@ def register(app: typer.Typer) -> None:
 
 async def run_engine(config: Config, clock: Clock | None = None) -> None:
     clock = clock or SystemClock()
-    await run_connected(config, f"engine-{config.cluster}", lambda bus: engine_parts(config, bus, clock))
+    await run_connected(config, f"engine-{config.cluster}", lambda bus: engine_parts(config, bus, clock),
+                        event_partitions=config.engine.partitions)
 
 
 async def run_runners(config: Config, count: int, clock: Clock | None = None) -> None:
@@ -124,7 +125,7 @@ async def run_up(config: Config, *, demo: bool = False, echo: Callable[[str], No
             bus = Bus(config.nats, name="gpuevents-up")
             await bus.connect()
             try:
-                await bus.ensure_streams()
+                await bus.ensure_streams(config.engine.partitions)
                 parts = engine_parts(config, bus, clock)
                 parts["agent"] = lambda s: run_agent(config, bus, clock, sampler=sampler, stop_event=s)
                 await run_parts(parts, stop)

@@ -26,6 +26,23 @@ class LimitWindows(BaseModel):
     types: dict[str, list[float]] = {}
 
 
+class ShareCounts(BaseModel):
+    """A partition's part of the fleet shares: entities matching each rule (in entities and in nodes), targets
+    of each action type (`type/unit`), and the entities it knows of each kind."""
+
+    matching: dict[str, dict[str, int]] = {}
+    by_type: dict[str, int] = {}
+    totals: dict[str, int] = {}
+    at: float = 0.0  # epoch seconds when it was counted: an old report (a partition gone) is not counted
+
+
+class Elsewhere(BaseModel):
+    """What the other partitions of the fleet last reported: fleet-wide limits count them too."""
+
+    windows: list[LimitWindows] = []
+    shares: list[ShareCounts] = []
+
+
 def target_unit(action: CompiledAction, rule_kind: str) -> str:
     """What an action's fleet share counts: `node` for an action whose class declares `unit = "node"`
     (cordon/uncordon act on the entity's node), else entities of the rule's kind."""
@@ -42,6 +59,7 @@ class Limiter:
         self._matching: dict[str, dict[str, str]] = {}  # rule -> matching entity key -> its node key
         self._by_type: dict[tuple[str, str], dict[str, int]] = {}  # (type, unit) -> target key -> matching count
         self.dirty = False  # the windows changed since `windows()` was last taken
+        self.elsewhere = Elsewhere()  # the other partitions' counts, set by the engine (none unpartitioned)
 
     # ------------------------------------------------------------ the rolling-hour windows
     def windows(self, now_ts: float) -> LimitWindows:
@@ -65,6 +83,22 @@ class Limiter:
         while runs and runs[0] <= now_ts - HOUR_S:
             runs.popleft()
         return len(runs)
+
+    def _recent_elsewhere(self, now_ts: float, rule: str | None = None, type_: str | None = None) -> int:
+        cut = now_ts - HOUR_S
+        n = 0
+        for w in self.elsewhere.windows:
+            runs = w.rules.get(rule, ()) if rule is not None else w.types.get(type_ or "", ())
+            n += sum(1 for t in runs if t > cut)
+        return n
+
+    def share_counts(self, totals: Mapping[str, int]) -> ShareCounts:
+        """This partition's part of the fleet shares, for the others to count."""
+        return ShareCounts(
+            matching={r: {"entity": len(k), "node": len(set(k.values()))} for r, k in self._matching.items() if k},
+            by_type={f"{t}/{u}": len(c) for (t, u), c in self._by_type.items() if c},
+            totals=dict(totals),
+        )
 
     def record(self, rule: Rule, action: CompiledAction, now_ts: float) -> None:
         """Count one run against the rule's and the action type's hourly budgets."""
@@ -113,28 +147,36 @@ class Limiter:
         is the targets of that action type matched by any rule, out of all targets of that unit."""
         if action.destructive:
             unit = target_unit(action, rule.kind)
-            total = totals.get(unit, 0)
+            shares = self.elsewhere.shares
+            total = totals.get(unit, 0) + sum(s.totals.get(unit, 0) for s in shares)
             pct = rule.spec.limits.max_fleet_pct
+            in_unit = "node" if unit == "node" else "entity"
             if pct is not None and total > 0:
-                n = self.matching_count(rule.name, "node" if unit == "node" else "entity")
+                n = self.matching_count(rule.name, in_unit) + sum(
+                    s.matching.get(rule.name, {}).get(in_unit, 0) for s in shares)
                 share = 100.0 * n / total
                 if share > pct:
                     return "held", (f"{n} of {total} {unit}s ({share:.1f}%) match {rule.name}, "
                                     f"over max_fleet_pct {pct:g}%")
             fleet = self.engine_limits.get(action.type)
             if fleet is not None and fleet.max_fleet_pct is not None and total > 0:
-                n = len(self._by_type.get((action.type, unit), {}))
+                n = len(self._by_type.get((action.type, unit), {})) + sum(
+                    s.by_type.get(f"{action.type}/{unit}", 0) for s in shares)
                 share = 100.0 * n / total
                 if share > fleet.max_fleet_pct:
                     return "held", (f"{n} of {total} {unit}s ({share:.1f}%) are targets of matching rules with "
                                     f"{action.type}, over engine.limits.{action.type}.max_fleet_pct "
                                     f"{fleet.max_fleet_pct:g}%")
         per_rule = rule.spec.limits.max_per_hour
-        if per_rule is not None and self._recent(self._rule_runs.get(rule.name), now_ts) >= per_rule:
+        if per_rule is not None and self._recent(self._rule_runs.get(rule.name), now_ts) + (
+            self._recent_elsewhere(now_ts, rule=rule.name) if self.elsewhere.windows else 0
+        ) >= per_rule:
             return "suppressed", f"rule {rule.name} ran {per_rule} actions in the last hour (max_per_hour)"
         fleet = self.engine_limits.get(action.type)
         if fleet is not None and fleet.max_per_hour is not None and (
-            self._recent(self._type_runs.get(action.type), now_ts) >= fleet.max_per_hour
+            self._recent(self._type_runs.get(action.type), now_ts)
+            + (self._recent_elsewhere(now_ts, type_=action.type) if self.elsewhere.windows else 0)
+            >= fleet.max_per_hour
         ):
             return "suppressed", (f"{fleet.max_per_hour} {action.type} actions ran in the last hour "
                                   f"(engine.limits.{action.type}.max_per_hour)")

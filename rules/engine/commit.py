@@ -21,7 +21,7 @@ from rules.core.incidents import Incident, Transition
 from rules.core.limits import LimitWindows
 from rules.engine.audit import audit_items, transition_record
 from rules.engine.metrics import EngineMetrics
-from rules.engine.store import LIMITS_KEY, ModelStore, incident_key, snooze_key
+from rules.engine.store import ModelStore, incident_key, limits_key, snooze_key
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,7 @@ class Committer:
         self.snoozes: ModelStore[Snooze] | None = None
         self.limits: ModelStore[LimitWindows] | None = None
         self.stopping = False  # set while the engine stops: a failing commit then raises instead of retrying
+        self.partition: int | None = None  # the fleet partition this engine acts for (None: the whole fleet)
 
     async def retry(self, op: Callable[[], Awaitable[None]], what: str) -> None:
         """Run `op` until the bus takes it; gives up, raising, only once the engine is stopping."""
@@ -81,7 +82,7 @@ class Committer:
             snoozes[snooze_key(s.rule, s.entity_id)] = s if s.until > now else None
         assert self.incidents is not None and self.snoozes is not None and self.limits is not None
         incident_store, snooze_store, limit_store = self.incidents, self.snoozes, self.limits
-        limits = [(LIMITS_KEY, result.limits)] if result.limits is not None else []
+        limits = [(limits_key(self.partition), result.limits)] if result.limits is not None else []
 
         async def write() -> None:
             if items:

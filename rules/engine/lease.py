@@ -18,6 +18,11 @@ log = logging.getLogger(__name__)
 LEASE_KEY = "lease.engine"
 
 
+def lease_key(partition: int | None) -> str:
+    """The lease of the whole fleet's engine, or of one partition's."""
+    return LEASE_KEY if partition is None else f"{LEASE_KEY}.p{partition}"
+
+
 class LeaseRecord(BaseModel):
     holder: str
     expires_at: datetime
@@ -51,8 +56,9 @@ class Lease:
     def held(self) -> bool:
         return self._expires_at is not None and self.clock.now() < self._expires_at
 
-    async def tick(self) -> bool:
-        """Renew or acquire; True when we hold the lease afterwards."""
+    async def tick(self, may_acquire: bool = True) -> bool:
+        """Renew or acquire; True when we hold the lease afterwards. With `may_acquire` false, a lease we do not
+        hold is left to others even when it has lapsed (a replica already holding its fair share)."""
         now = self.clock.now()
         record = LeaseRecord(holder=self.holder, expires_at=now + timedelta(seconds=self.ttl),
                              acquired_at=now)
@@ -60,6 +66,9 @@ class Lease:
             if self._revision is not None and self.held:
                 record = record.model_copy(update={"acquired_at": self._acquired_at})
                 self._revision = await self.kv.update(self.key, self._dump(record), last=self._revision)
+            elif not may_acquire:
+                self._lose()
+                return False
             else:
                 current = await self.kv.get(self.key)
                 if current is None:

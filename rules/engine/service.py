@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import signal
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from gpuevents import subjects as S
-from gpuevents.aio import guarded_task, sleep_or_stop, stop_tasks, wait_any
+from gpuevents.aio import guarded_task, sleep_or_stop, stop_tasks, until_stop_or_end, wait_any
 from gpuevents.bus import Bus, BusError, Consumer, Delivery
 from gpuevents.clock import Clock, SystemClock
 from gpuevents.config import Config
@@ -28,16 +25,17 @@ from rules.core.incidents import Incident
 from rules.core.limits import LimitWindows
 from rules.engine.audit import AuditTail, reload_record, snooze_record
 from rules.engine.commit import Committer
-from rules.engine.deadletter import DeadLetters, SubjectMismatch
-from rules.engine.decoder import RepeatDecoder
+from rules.engine.deadletter import DeadLetters
 from rules.engine.gcpolicy import GcPolicy
-from rules.engine.lease import Lease
+from rules.engine.intake import Intake
+from rules.engine.lease import Lease, lease_key
 from rules.engine.metrics import EngineMetrics
+from rules.engine.planner import TickPlanner
 from rules.engine.rulefiles import RuleFiles
 from rules.engine.servers import serve_requests
-from rules.engine.skew import SkewGuard
+from rules.engine.sharing import exchange
 from rules.engine.status import StatusResponse, fleet_status
-from rules.engine.store import LIMITS_KEY, PipelinedStore
+from rules.engine.store import PipelinedStore, limits_key
 from rules.visibility.recorder import UsageRecorder
 
 log = logging.getLogger(__name__)
@@ -48,15 +46,15 @@ FETCH_TIMEOUT_S = 0.5
 RELOAD_POLL_S = 1.0
 LAST_BATCH_WAIT_S = FETCH_TIMEOUT_S * 2 + 10  # how long a stopping engine lets its last fetch and batch finish
 
-_event_subject = functools.lru_cache(maxsize=1 << 16)(S.event_subject)
-
 
 class Engine:
     """One engine replica. Only the replica holding the KV lease consumes and acts."""
 
     def __init__(self, config: Config, bus: Bus, *, clock: Clock | None = None,
                  rule_paths: Sequence[Path] | None = None, metrics: EngineMetrics | None = None,
-                 holder: str | None = None) -> None:
+                 holder: str | None = None, partition: int | None = None,
+                 may_acquire: Callable[[], bool] | None = None, gc: GcPolicy | None = None,
+                 usage: UsageRecorder | None = None) -> None:
         self.config = config
         self.bus = bus
         self.clock = clock or SystemClock()
@@ -69,20 +67,30 @@ class Engine:
         self.ready = asyncio.Event()
         self._lock = asyncio.Lock()
         self._reload = asyncio.Event()
-        self._replan = asyncio.Event()  # the core may want an earlier tick than the tick loop planned
-        self._planned_wake = 0.0  # epoch seconds of the tick the loop waits for
+        self.planner = TickPlanner(self.clock, float(config.engine.tick))
         self._consumer: Consumer | None = None
         self._subs: list[Any] = []
         self.dead_letters = DeadLetters(bus, self.metrics)
-        self.decoder = RepeatDecoder()
-        self.skew = SkewGuard(float(config.engine.max_clock_skew))
+        self.partition = partition  # the fleet partition this engine acts for; None: the whole fleet
+        self.may_acquire = may_acquire  # asked before taking a lapsed lease (a replica's fair share)
+        self.intake = Intake(float(config.engine.max_clock_skew), self.metrics, partition, self._dead_letter)
         self.committer = Committer(bus, self.clock, self.metrics, self._describe)
+        self.committer.partition = partition
         self._inflight: asyncio.Task[None] | None = None
         self._audit_tail = AuditTail()
-        self._gc = GcPolicy()
-        self.usage: UsageRecorder | None = None
+        self._lease: Lease | None = None
+        self._gc = gc or GcPolicy()
+        self._own_gc = gc is None  # a replica's engines share one policy, which the replica starts and stops
+        self.usage: UsageRecorder | None = usage
+        self._own_usage = usage is None
 
     # ------------------------------------------------------------ rules
+    def _owns(self, cluster: str, node: str) -> bool:
+        """Whether a node's events come to this engine (always, when the fleet is not partitioned)."""
+        if self.partition is None:
+            return True
+        return S.node_partition(cluster, node, self.config.engine.partitions) == self.partition
+
     def _describe(self, rule: str) -> str:
         found = self.core.rules.by_name.get(rule) if self.core else None
         return found.spec.description or "" if found is not None else ""
@@ -103,7 +111,7 @@ class Engine:
             closed = self.core.replace_rules(rules, self.clock.now())
             if self.committer.incidents is not None:
                 await self.committer.commit(closed, "commit the incidents a reload closed")
-            self._replan.set()  # new and changed rules are evaluated in full at the next tick: make it now
+            self.planner.replan()  # new and changed rules are evaluated in full at the next tick: make it now
         self.metrics.reloads.labels(result="ok").inc()
         log.info("rules reloaded: %d rules (%d incidents of changed or removed rules closed)", len(rules),
                  len(closed.incidents))
@@ -115,14 +123,17 @@ class Engine:
         """Run until `stop` is set: hold or wait for the lease, then consume, tick and act."""
         rules = self.rule_files.load()
         self.core = Core(rules, self.config)
-        self._gc.start()  # what is loaded by now lives as long as the process: keep it out of collections
-        self.usage = UsageRecorder.from_config(self.config)
+        if self._own_gc:
+            self._gc.start()  # what is loaded by now lives as long as the process: keep it out of collections
+        if self._own_usage:
+            self.usage = UsageRecorder.from_config(self.config)
         kv = await self.bus.kv()
         self.committer.incidents = PipelinedStore(kv, "incident.", Incident)
         self.committer.snoozes = PipelinedStore(kv, "snooze.", Snooze)
         self.committer.limits = PipelinedStore(kv, "limits.", LimitWindows)
         self.committer.stopping = False
-        lease = Lease(kv, self.clock, self.config.engine.lease_ttl, holder=self.holder)
+        lease = self._lease = Lease(kv, self.clock, self.config.engine.lease_ttl, holder=self.holder,
+                                    key=lease_key(self.partition))
         loop = asyncio.get_running_loop()
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(signal.SIGHUP, self._reload.set)
@@ -136,7 +147,7 @@ class Engine:
             guarded_task(self._reload_loop(stop), "engine reload loop"),
         ]
         try:
-            await _until_stop_or_end(loops, stop)
+            await until_stop_or_end(loops, stop, "the engine")
         finally:
             # Let the consumer finish its fetch and batch (it checks `stop` between fetches): a
             # pull request cancelled mid-way leaves its messages unacknowledged until ack_wait.
@@ -146,7 +157,8 @@ class Engine:
             await self._shut_down(lease)
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.remove_signal_handler(signal.SIGHUP)
-            self._gc.stop()
+            if self._own_gc:
+                self._gc.stop()
 
     async def _shut_down(self, lease: Lease) -> None:
         """Once the loops have ended: commit and ack the last batch, stop acting, release the lease, write usage."""
@@ -157,7 +169,7 @@ class Engine:
             log.warning("the last batch was not committed (it will be redelivered): %r", e)
         await self._step_down()
         await lease.release()
-        if self.usage is not None:
+        if self.usage is not None and self._own_usage:
             await self._flush_usage()
             self.usage.close()
 
@@ -165,7 +177,7 @@ class Engine:
         period = max(0.05, self.config.engine.lease_ttl / 3)
         while not stop.is_set():
             try:
-                held = await lease.tick()
+                held = await lease.tick(may_acquire=self.may_acquire is None or self.may_acquire())
             except BusError as e:
                 log.warning("lease renewal failed: %s", e)
                 held = lease.held
@@ -187,20 +199,34 @@ class Engine:
         c = self.committer
         assert self.core is not None and c.incidents is not None and c.snoozes is not None and c.limits is not None
         async with self._lock:
-            incidents = list((await c.incidents.load()).values())
+            incidents = [i for i in (await c.incidents.load()).values() if self._owns(i.cluster, i.node)]
             snoozes = list((await c.snoozes.load()).values())
-            limits = (await c.limits.load()).get(LIMITS_KEY)
+            limits = (await c.limits.load()).get(limits_key(self.partition))
             self.core = Core(self.core.rules, self.config)
             self.core.restore(incidents, snoozes, now=self.clock.now(), limits=limits)
-            self._consumer = await self.bus.consumer(
-                S.STREAM_EVENTS, self.config.engine.consumer, S.EVENTS_ALL,
-                ack_wait=60, max_ack_pending=50_000, prefetch=True)
+            durable, subjects = self.config.engine.consumer, S.EVENTS_ALL
+            if self.partition is not None:
+                durable, subjects = f"{durable}-p{self.partition}", S.partition_filter(self.partition)
+            self._consumer = await self.bus.consumer(S.STREAM_EVENTS, durable, subjects, ack_wait=60,
+                                                     max_ack_pending=50_000, prefetch=True)
             self._subs = [*await serve_requests(self.bus, self),
                           await self.bus.subscribe(S.AUDIT_ALL, self._on_audit)]
-        log.info("this engine is acting: %d open incidents and %d snoozes restored",
-                 len(incidents), len(snoozes))
+        log.info("this engine is acting%s: %d open incidents and %d snoozes restored",
+                 "" if self.partition is None else f" for partition {self.partition}", len(incidents), len(snoozes))
         self.leader.set()
         self.ready.set()
+
+    async def give_back(self) -> None:
+        """Stop acting and release the lease at once, so another replica takes this partition over (the batch
+        in flight is committed first)."""
+        async with self._lock:
+            try:
+                await self._settle()
+            except BusError as e:
+                log.warning("the last batch was not committed (it will be redelivered): %r", e)
+            await self._step_down()
+            if self._lease is not None:
+                await self._lease.release()
 
     async def _step_down(self) -> None:
         self.leader.clear()
@@ -236,20 +262,9 @@ class Engine:
             total = StepResult()
             counts: Counter[str] = Counter()
             for d in deliveries:
-                try:
-                    event = self.decoder.decode(d.data)
-                except ValidationError as e:
-                    await self._dead_letter(d, e)
+                event = await self.intake.accept(d)
+                if event is None:
                     continue
-                if d.subject != _event_subject(event.cluster, event.node, event.type):
-                    await self._dead_letter(d, SubjectMismatch(
-                        f"the envelope says {event.type} from {event.source} in cluster {event.cluster}; the "
-                        f"subject {d.subject} says otherwise"))
-                    continue
-                checked = self.skew.check(event, d.time)
-                if checked is not event:
-                    self.metrics.clock_skew.inc()
-                    event = checked
                 counts[event.type] += 1
                 now = self.clock.now()
                 try:
@@ -270,15 +285,8 @@ class Engine:
                 self.metrics.events.labels(type=type_).inc(n)
             await self._settle()
             self._inflight = asyncio.create_task(self._commit_and_ack(total, deliveries), name="commit")
-            self._check_plan()
+            self.planner.stepped(self.core)
         self._collect()
-
-    def _check_plan(self) -> None:
-        """Wake the tick loop when a step made a deadline due before the tick it waits for (a `for` started by
-        an event fires at its instant, not at the next periodic tick)."""
-        deadline = self.core.timers.next_deadline if self.core is not None else None
-        if deadline is not None and deadline.timestamp() < self._planned_wake:
-            self._replan.set()
 
     async def _commit_and_ack(self, result: StepResult, deliveries: list[Delivery]) -> None:
         await self.committer.commit(result, "commit the batch's actions, audit and incidents")
@@ -306,21 +314,11 @@ class Engine:
             self._gc.tick(sum(map(len, core.state.by_kind.values())) + sum(map(len, core.incidents.values())))
 
     async def _tick_loop(self, stop: asyncio.Event) -> None:
-        tick = float(self.config.engine.tick)
         while not stop.is_set():
             if not self.leader.is_set() or self.core is None:
                 await wait_any(stop, self.leader, timeout=1.0)
-                continue
-            now = self.clock.now()
-            wake = min(self.core.next_wakeup(now).timestamp() - now.timestamp(), tick)
-            if wake > 0:
-                self._planned_wake = now.timestamp() + wake
-                self._replan.clear()
-                await wait_any(stop, self._replan, timeout=wake)
-                self._planned_wake = 0.0
-                if stop.is_set() or not self.leader.is_set() or self._replan.is_set():
-                    continue  # stopped, no longer leading, or a nearer deadline: plan again
-            await self.tick()
+            elif await self.planner.wait(self.core, stop) and self.leader.is_set():
+                await self.tick()
 
     async def tick(self, now: datetime | None = None) -> StepResult:
         """Step the core through a tick; the periodic sweep of time-dependent rules runs SWEEP_SLICE entities at
@@ -348,6 +346,8 @@ class Engine:
                 result.extend(part)
         if self.core is not None:
             self.metrics.observe_fleet(self.core)
+            if self.partition is not None and self.leader.is_set():
+                await exchange(await self.bus.kv(), self.core, self.partition, self.clock.now().timestamp())
         await self._flush_usage()
         self._collect()
         return result
@@ -393,7 +393,10 @@ class Engine:
         async with self._lock:
             await self._settle()
             assert self.core is not None
-            return fleet_status(self.core, self.clock.now())
+            status = fleet_status(self.core, self.clock.now())
+        if self.partition is None:
+            return status
+        return status.model_copy(update={"partition": self.partition, "partitions": self.config.engine.partitions})
 
     async def snooze(self, s: Snooze) -> dict[str, Any]:
         """Exempt `s.entity_id` from `s.rule` until `s.until` (`gpuevents snooze`); stored and audited."""
@@ -404,23 +407,7 @@ class Engine:
                 return {"ok": False, "error": f"no rule named {s.rule!r}"}
             result = self.core.step(s, self.clock.now())
             await self.committer.commit(result, "commit a snooze")
-            self._replan.set()  # its end, or the evaluation it asks for, may come before the planned tick
+            self.planner.replan()  # its end, or the evaluation it asks for, may come before the planned tick
         await self.committer.audit([snooze_record(self.clock.now(), s)])
         return {"ok": True, "until": s.until.isoformat()}
 
-
-async def _until_stop_or_end(loops: list[asyncio.Task[None]], stop: asyncio.Event) -> None:
-    """Return when `stop` is set or a loop ends: a loop's failure is raised (its guard has logged it), an end
-    without `stop` is logged by name; either way the engine stops."""
-    stopped = asyncio.ensure_future(stop.wait())
-    try:
-        done, _ = await asyncio.wait([*loops, stopped], return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stopped.cancel()
-    for t in done:
-        if t is stopped or t.cancelled():
-            continue
-        if t.exception() is not None:
-            raise t.exception()  # type: ignore[misc]
-        if not stop.is_set():
-            log.error("%s has finished unexpectedly; the engine stops", t.get_name())

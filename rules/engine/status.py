@@ -6,18 +6,57 @@ from datetime import datetime
 
 from pydantic import BaseModel
 
+from gpuevents.bus import Bus
+from gpuevents.config import CostsConfig
 from gpuevents.costs import CostModel
 from gpuevents.events import NodeSnapshot
 from gpuevents.records import AuditRecord
+from gpuevents.subjects import ENGINE_STATUS
 from rules.core.core import Core
 from rules.visibility.fleet_view import FleetIncident, FleetView, fleet_view
 
 
 class StatusResponse(BaseModel):
-    """What the acting engine answers on `gpuevents.engine.status`."""
+    """What an acting engine answers on `gpuevents.engine.status`: its partition of the fleet (all of it when
+    the fleet is not partitioned)."""
 
     fleet: FleetView
     incidents: list[FleetIncident]
+    partition: int | None = None
+    partitions: int = 1
+
+
+def merge_status(replies: list[StatusResponse]) -> StatusResponse:
+    """One answer from every partition's: nodes and incidents together, each partition once."""
+    seen: dict[int | None, StatusResponse] = {}
+    for r in replies:
+        seen.setdefault(r.partition, r)
+    parts = list(seen.values())
+    if len(parts) == 1:
+        return parts[0]
+    first = parts[0]
+    held = sum(r.fleet.held_idle_cost_per_hour for r in parts)
+    fleet = first.fleet.model_copy(update={
+        "nodes": sorted((n for r in parts for n in r.fleet.nodes), key=lambda n: (n.cluster, n.name)),
+        "held_idle_cost_per_hour": held,
+        "held_idle_cost_per_hour_text": CostModel(CostsConfig(currency=first.fleet.currency)).format(held),
+    })
+    incidents = sorted((i for r in parts for i in r.incidents), key=lambda i: i.firing_since or i.started_at)
+    return StatusResponse(fleet=fleet, incidents=incidents, partition=None, partitions=first.partitions)
+
+
+async def ask_status(bus: Bus, timeout: float = 5.0) -> StatusResponse | None:
+    """Every acting engine's answer, merged (None when no engine answers)."""
+    replies = await bus.request_many(ENGINE_STATUS, b"{}", timeout, enough=status_complete)
+    if not replies:
+        return None
+    return merge_status([StatusResponse.model_validate_json(r) for r in replies])
+
+
+def status_complete(replies: list[bytes]) -> bool:
+    """Whether the status replies gathered so far cover every partition."""
+    parts = [StatusResponse.model_validate_json(r) for r in replies]
+    return bool(parts) and len({p.partition for p in parts}) >= parts[0].partitions
 
 
 def node_snapshots(core: Core, now: datetime) -> list[NodeSnapshot]:
@@ -65,23 +104,29 @@ def fleet_status(core: Core, now: datetime) -> StatusResponse:
 
 
 class EngineDashboardSource:
-    """The dashboard's view of a running engine (rules.visibility.fleet_view.DashboardSource)."""
+    """The dashboard's view of this process's engines (rules.visibility.fleet_view.DashboardSource): one, or
+    the partitions a replica acts for."""
 
-    def __init__(self, engine: object) -> None:
+    def __init__(self, engines: object) -> None:
         from rules.engine.service import Engine
 
-        assert isinstance(engine, Engine)
-        self.engine = engine
-        self.costs = CostModel(engine.config.costs)
+        self.engines: list[Engine] = list(engines) if isinstance(engines, list | tuple) else [engines]  # type: ignore[list-item]
+        assert self.engines and all(isinstance(e, Engine) for e in self.engines)
+        self.engine = self.engines[0]
+        self.costs = CostModel(self.engine.config.costs)
+
+    def _cores(self) -> list[Core]:
+        return [e.core for e in self.engines if e.core is not None and (len(self.engines) == 1 or e.leader.is_set())]
 
     def fleet(self) -> FleetView:
-        core = self.engine.core
         now = self.engine.clock.now()
-        return fleet_view(node_snapshots(core, now) if core else [], now, self.costs)
+        return fleet_view([s for core in self._cores() for s in node_snapshots(core, now)], now, self.costs)
 
     def incidents(self) -> list[FleetIncident]:
-        core = self.engine.core
-        return incident_views(core, self.engine.clock.now(), self.costs) if core else []
+        now = self.engine.clock.now()
+        found = [i for core in self._cores() for i in incident_views(core, now, self.costs)]
+        return sorted(found, key=lambda i: i.firing_since or i.started_at)
 
     def recent_audit(self, limit: int) -> list[AuditRecord]:
-        return list(reversed(self.engine.audit_tail[-limit:]))
+        tails = [r for e in self.engines if e.leader.is_set() or len(self.engines) == 1 for r in e.audit_tail]
+        return list(reversed(sorted({r.id: r for r in tails}.values(), key=lambda r: r.time)[-limit:]))

@@ -19,6 +19,16 @@ M = TypeVar("M", bound=BaseModel)
 LIMITS_KEY = "limits.windows"  # the rate-limit windows (rules.core.limits.LimitWindows), one record
 
 
+def limits_key(partition: int | None) -> str:
+    """Where a partition's rate-limit windows live (the whole fleet's when it is not partitioned)."""
+    return LIMITS_KEY if partition is None else f"{LIMITS_KEY}.p{partition}"
+
+
+def shares_key(partition: int) -> str:
+    """Where a partition's fleet-share counts live, for the other partitions to count."""
+    return f"shares.p{partition}"
+
+
 def incident_key(rule: str, entity_id: str) -> str:
     return f"incident.{kv_token(rule)}.{kv_token(entity_id)}"
 

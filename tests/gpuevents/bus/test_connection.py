@@ -12,6 +12,7 @@ import pytest
 from gpuevents import subjects as S
 from gpuevents.bus import Bus, BusNoResponders, BusTimeout, connection
 from gpuevents.config import NatsConfig, StreamsConfig
+from gpuevents.events import GpuInfo, make_event
 from gpuevents.server import EmbeddedServer
 from tests.waiting import wait_for
 
@@ -83,3 +84,25 @@ async def test_closing_ends_a_connect_that_waits_to_retry(monkeypatch: pytest.Mo
     await bus.close()
     await asyncio.wait_for(connecting, 5)
     assert not bus.connected
+
+
+async def test_partitioned_streams_store_each_node_in_the_partition_the_client_computes(
+        nats_server: EmbeddedServer) -> None:
+    """The engines split the fleet with the server's own `partition()` transform; `node_partition` must agree
+    with it, since an engine restores the incidents of its partition's nodes by it."""
+    bus = Bus(NatsConfig(url=nats_server.url), name="partitions")
+    await bus.connect()
+    try:
+        await bus.ensure_streams(event_partitions=5)
+        assert await bus.event_partitions() == 5
+        nodes = [("prod", f"gpu-{i:03d}") for i in range(30)] + [("c.1", "a/b c")]
+        for cluster, node in nodes:
+            bus.publish_event(make_event("gpu.idle", node, GpuInfo(node=node, index=0, idle=True), cluster=cluster))
+        assert await bus.flush(5)
+        stored = {m.subject async for m in bus.replay(S.STREAM_EVENTS, S.EVENTS_ALL)}
+        expected = {S.stored_event_subject(c, n, "gpu.idle", S.node_partition(c, n, 5)) for c, n in nodes}
+        assert stored == expected
+        await bus.ensure_streams()  # an agent's call keeps the engines' partitions
+        assert await bus.event_partitions() == 5
+    finally:
+        await bus.close()

@@ -179,9 +179,9 @@ async def test_a_standby_engine_takes_over_when_the_leader_dies(engine_config: C
     tries: list[str | None] = []
     real_tick = Lease.tick
 
-    async def counted_tick(lease: Lease) -> bool:
+    async def counted_tick(lease: Lease, may_acquire: bool = True) -> bool:
         tries.append(lease.holder)
-        return await real_tick(lease)
+        return await real_tick(lease, may_acquire)
 
     monkeypatch.setattr(Lease, "tick", counted_tick)
     watcher = asyncio.create_task(watch())

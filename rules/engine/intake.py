@@ -1,0 +1,48 @@
+"""What the engine believes of a delivery: decoded once, its node the one in its subject, its times on the server's
+clock. Anything it cannot believe goes to the dead-letter queue, counted, and is never applied."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable
+
+from pydantic import ValidationError
+
+from gpuevents import subjects as S
+from gpuevents.bus import Delivery
+from gpuevents.events import Event
+from rules.engine.deadletter import SubjectMismatch
+from rules.engine.decoder import RepeatDecoder
+from rules.engine.metrics import EngineMetrics
+from rules.engine.skew import SkewGuard
+
+_stored_subject = functools.lru_cache(maxsize=1 << 16)(S.stored_event_subject)
+
+
+class Intake:
+    """`accept(delivery)`: the event to apply, or None once it has been dead-lettered."""
+
+    def __init__(self, max_clock_skew: float, metrics: EngineMetrics, partition: int | None,
+                 dead_letter: Callable[[Delivery, Exception], Awaitable[None]]) -> None:
+        self.decoder = RepeatDecoder()
+        self.skew = SkewGuard(max_clock_skew)
+        self.metrics = metrics
+        self.partition = partition
+        self._dead_letter = dead_letter
+
+    async def accept(self, d: Delivery) -> Event | None:
+        try:
+            event = self.decoder.decode(d.data)
+        except ValidationError as e:
+            await self._dead_letter(d, e)
+            return None
+        if d.subject != _stored_subject(event.cluster, event.node, event.type, self.partition):
+            # NATS permissions fence an agent to its node's subjects: the subject is what is believed.
+            await self._dead_letter(d, SubjectMismatch(
+                f"the envelope says {event.type} from {event.source} in cluster {event.cluster}; the subject "
+                f"{d.subject} says otherwise"))
+            return None
+        checked = self.skew.check(event, d.time)
+        if checked is not event:
+            self.metrics.clock_skew.inc()
+        return checked
