@@ -83,13 +83,24 @@ def rules_backtest(
     config: ConfigOption = None,
 ) -> None:
     """Replay the recorded event stream through rules: what would they have done? Nothing is run."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
     from gpuevents.clock import SystemClock
     from rules.offline.backtest import run_backtest
 
     seconds = duration_option(since, "--since")
     cfg = client_config(load_config_or_exit(config))
+    bar = Progress(TextColumn("replaying"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                   console=Console(stderr=True), transient=True, disable=as_json)
+    task = bar.add_task("replay", total=None)
+
+    def advance(done: int, total: int) -> None:
+        if done % 1000 == 0 or done == total:
+            bar.update(task, completed=done, total=total)
+
     try:
-        report = run_async(run_backtest(cfg, paths, seconds, SystemClock().now()))
+        with bar:
+            report = run_async(run_backtest(cfg, paths, seconds, SystemClock().now(), progress=advance))
     except LocatedError as e:
         for p in e.problems:
             typer.echo(str(p), err=True)
@@ -101,7 +112,8 @@ def rules_backtest(
 
     out = Console()
     out.print(f"replayed {report.events} events from {report.start:%Y-%m-%d %H:%M} to "
-              f"{report.end:%Y-%m-%d %H:%M} UTC ({report.malformed} malformed skipped); nothing was run")
+              f"{report.end:%Y-%m-%d %H:%M} UTC ({report.malformed} malformed skipped) at "
+              f"{report.replay_events_per_s or 0:,.0f} events/s; nothing was run")
     summary = Table("rule", "would fire", "entities", "actions", "held/suppressed")
     for r in report.rules:
         summary.add_row(r.rule, str(r.fired), str(r.entities), str(r.actions_run),

@@ -1,8 +1,10 @@
 """Agent clocks the engine does not believe: an event whose time is far from when NATS stored it (a node's
 clock minutes fast, a snapshot dated 1970 or 2100) has its agent times moved onto the server's clock.
 
-The reference is the stream's own timestamp, not the engine's receipt time, so a backlog delivered late after
-an outage is not mistaken for skew. Skew beyond `engine.max_clock_skew` is counted and logged once per node.
+The reference is the stream's own timestamp, not the engine's receipt time. A time ahead of it by more than
+`engine.max_clock_skew` is a clock running fast; a time behind it is what an agent's buffer sends after an
+outage, and is believed unless it is more than a day old (a clock that far behind, or a snapshot dated 1970).
+Either is counted and logged once per node.
 """
 
 from __future__ import annotations
@@ -13,6 +15,13 @@ from datetime import datetime, timedelta
 from gpuevents.events import Event, GpuEvent, GpuInfo, GpuXidEvent, ProcessEvent, ProcessInfo, SnapshotEvent
 
 log = logging.getLogger(__name__)
+
+MAX_BEHIND_S = 86_400.0  # older than this behind the server's clock is a broken clock, not a buffered event
+
+
+def believable(skew_s: float, limit_s: float) -> bool:
+    """Whether an event `skew_s` seconds ahead of (or, negative, behind) the server's clock is taken as it is."""
+    return -MAX_BEHIND_S <= skew_s <= limit_s
 
 
 def _shift_gpu(g: GpuInfo, d: timedelta) -> GpuInfo:
@@ -49,7 +58,7 @@ class SkewGuard:
         if stored is None:
             return event
         skew = (event.time - stored).total_seconds()
-        if abs(skew) <= self.limit_s:
+        if believable(skew, self.limit_s):
             if self.skewed.pop(event.source, None) is not None:
                 log.info("%s: its clock agrees with the server's again", event.source)
             return event

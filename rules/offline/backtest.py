@@ -1,20 +1,23 @@
-"""`gpuevents rules backtest`: replay the recorded event stream through rules, actions recorded and not run."""
+"""`gpuevents rules backtest`: stream the recorded events through rules, actions recorded and not run."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
 from gpuevents import subjects as S
-from gpuevents.bus import Bus
+from gpuevents.bus import Bus, BusError, StoredMsg
 from gpuevents.config import Config
-from gpuevents.events import Event, decode_event
-from rules.core.core import Core
+from rules.core.core import Core, StepResult, Tick
+from rules.engine.decoder import RepeatDecoder
+from rules.engine.skew import believable
 from rules.lang.loader import load_rule_set
-from rules.offline.replay import RAN, Recording, replay
+from rules.offline.replay import RAN, Recording
 
 
 class FiredIncident(BaseModel):
@@ -39,13 +42,9 @@ class BacktestReport(BaseModel):
     end: datetime
     events: int
     malformed: int
+    replay_events_per_s: float | None = None
     rules: list[RuleSummary]
     incidents: list[FiredIncident]
-
-
-def backtest(core: Core, events: Iterable[Event], start: datetime, end: datetime) -> Recording:
-    """Step `core` through `events` at the times they were observed, and its ticks, on a virtual clock."""
-    return replay(core, ((e.time, e) for e in events), start=start, end=end)
 
 
 def summarize(rec: Recording, rule_names: Sequence[str], start: datetime, end: datetime,
@@ -75,22 +74,82 @@ def summarize(rec: Recording, rule_names: Sequence[str], start: datetime, end: d
                           incidents=sorted(incidents.values(), key=lambda i: i.fired_at))
 
 
-async def run_backtest(config: Config, paths: Sequence[Path], since_s: float, now: datetime) -> BacktestReport:
-    """Read GPUEVENTS from `now - since_s` and replay it through the rules in `paths`."""
+class StreamSummary:
+    """What a backtest keeps while it streams: the incidents that fired and what their actions would have
+    been, never the events themselves (a week of a large fleet does not fit in memory)."""
+
+    def __init__(self, start: datetime) -> None:
+        self.rec = Recording(start=start)
+
+    def add(self, result: StepResult) -> None:
+        self.rec.transitions += [t for t in result.transitions if t.to_status in ("firing", "resolved")]
+        self.rec.actions += [a.model_copy(update={"facts": {}, "params": {}}) for a in result.actions]
+        self.rec.steps += 1
+
+
+def tick_until(core: Core, now: datetime, until: datetime, summary: StreamSummary) -> datetime:
+    """Tick `core` at every instant it asks for after `now`, up to `until`; the last instant ticked (or `now`)."""
+    while True:
+        wake = core.next_wakeup(now)
+        if wake <= now:
+            wake = now + timedelta(seconds=max(core.tick_s, 1.0))
+        if wake > until:
+            return now
+        summary.add(core.step(Tick(), wake))
+        now = wake
+
+
+async def stream_backtest(core: Core, messages: AsyncIterator[StoredMsg], start: datetime, end: datetime,
+                          summary: StreamSummary, progress: Callable[[StoredMsg], None] | None = None,
+                          max_skew_s: float = 60.0) -> tuple[int, int]:
+    """Step `core` through the stored messages in the order the engine got them, each at its own time (or, from
+    an agent whose clock was off, the time NATS stored it; never going back), and through the ticks the core
+    asks for in between, as the engine would have; (events, malformed)."""
+    decoder = RepeatDecoder()
+    now, events, malformed = start, 0, 0
+    async for m in messages:
+        if progress is not None:
+            progress(m)
+        try:
+            event = decoder.decode(m.data)
+        except ValidationError:
+            malformed += 1
+            continue
+        when = event.time
+        if m.time is not None and not believable((when - m.time).total_seconds(), max_skew_s):
+            when = m.time
+        t = max(now, when)
+        now = tick_until(core, now, t, summary)
+        summary.add(core.step(event, t))
+        now = t
+        events += 1
+    tick_until(core, now, end, summary)
+    return events, malformed
+
+
+async def run_backtest(config: Config, paths: Sequence[Path], since_s: float, now: datetime,
+                       progress: Callable[[int, int], None] | None = None) -> BacktestReport:
+    """Stream GPUEVENTS from `now - since_s` through the rules in `paths` (`progress(done, total)` as it goes)."""
     rules = load_rule_set(paths, default_timezone=config.engine.timezone)
     start = now - timedelta(seconds=since_s)
-    events: list[Event] = []
-    malformed = 0
-    async with Bus(config.nats, name="gpuevents-backtest") as bus:
-        async for m in bus.replay(S.STREAM_EVENTS, S.EVENTS_ALL, since=start):
-            try:
-                events.append(decode_event(m.data))
-            except ValidationError:
-                malformed += 1
-    events.sort(key=lambda e: e.time)
-    if events:
-        start = min(start, events[0].time)
-    end = max([now, *(e.time for e in events[-1:])])
     core = Core(rules, config)
-    rec = backtest(core, events, start, end)
-    return summarize(rec, [r.name for r in rules], start, end, len(events), malformed)
+    summary = StreamSummary(start)
+    started = time.monotonic()
+    async with Bus(config.nats, name="gpuevents-backtest") as bus:
+        first_seq: list[int] = []
+        last_seq = 0
+        with contextlib.suppress(BusError):
+            last_seq = (await bus.stream_info(S.STREAM_EVENTS)).state.last_seq
+
+        def seen(m: StoredMsg) -> None:
+            if not first_seq:
+                first_seq.append(m.seq)
+            if progress is not None:
+                progress(m.seq - first_seq[0] + 1, max(1, last_seq - first_seq[0] + 1))
+
+        events, malformed = await stream_backtest(
+            core, bus.replay(S.STREAM_EVENTS, S.EVENTS_ALL, since=start), start, now, summary, seen,
+            float(config.engine.max_clock_skew))
+    elapsed = max(time.monotonic() - started, 1e-9)
+    report = summarize(summary.rec, [r.name for r in rules], start, now, events, malformed)
+    return report.model_copy(update={"replay_events_per_s": round(events / elapsed, 1)})

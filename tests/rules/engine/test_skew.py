@@ -27,8 +27,10 @@ def test_a_snapshot_dated_1970_or_2100_is_not_believed() -> None:
         assert got.time == T0 and got.data.gpus[0].idle_since == T0 - timedelta(minutes=1)
 
 
-def test_small_skew_and_late_delivery_are_believed() -> None:
+def test_small_skew_and_a_buffered_event_are_believed() -> None:
     guard = SkewGuard(60)
-    late = snapshot("n1", T0)  # stored when it was taken; delivered an hour later after an outage
+    late = snapshot("n1", T0)
     assert guard.check(late, T0 + timedelta(seconds=2)) is late
+    buffered = snapshot("n2", T0)  # the agent buffered it through an outage and published it an hour later
+    assert guard.check(buffered, T0 + timedelta(hours=1)) is buffered
     assert guard.skewed == {}

@@ -1,0 +1,37 @@
+"""The backtest streams: each stored event is stepped as it is read (nothing is held), at its own time, with the
+ticks the core asks for in between."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+
+from gpuevents.bus import StoredMsg
+from gpuevents.events import encode_event
+from rules.core.core import Core
+from rules.offline.backtest import StreamSummary, stream_backtest, summarize
+from tests.rules.engine.conftest import IDLE_RULES, T0, snapshot
+from tests.rules.helpers import rules_from
+
+
+async def test_events_are_stepped_as_they_are_read_and_rules_fire_on_time(tmp_path: Path) -> None:
+    rules = rules_from(tmp_path, IDLE_RULES)
+    core = Core(rules)
+    summary = StreamSummary(T0)
+    read_ahead: list[int] = []
+
+    async def messages() -> AsyncIterator[StoredMsg]:
+        for i in range(240):  # two hours of one node at 30 s
+            at = T0 + timedelta(seconds=30 * i)
+            # what was read before is already applied: the backtest holds no window of events
+            read_ahead.append(i - summary.rec.steps)
+            yield StoredMsg("gpuevents.evt.c1.n1.node.snapshot", encode_event(snapshot("n1", at, idle_since=T0)), i,
+                            at)
+
+    events, malformed = await stream_backtest(core, messages(), T0, T0 + timedelta(hours=2), summary)
+    assert (events, malformed) == (240, 0)
+    assert max(read_ahead) <= 1
+    report = summarize(summary.rec, ["idle-gpu-1h"], T0, T0 + timedelta(hours=2), events, malformed)
+    (incident,) = report.incidents
+    assert abs((incident.fired_at - (T0 + timedelta(hours=1))).total_seconds()) <= 30
