@@ -17,13 +17,13 @@ from gpuevents.config import Config
 from gpuevents.events import Event
 from rules.core import recovery, timers
 from rules.core.evaluation import apply_snooze, close, close_all, evaluate, sweep, unindex
-from rules.core.incidents import Incident, ResolveReason
+from rules.core.incidents import Incident, ResolveReason, next_deadline
 from rules.core.inputs import CoreInput, EvalProblem, ForgetNode, PendingSend, Snooze, StepResult, Sweep, Tick
 from rules.core.limits import Limiter, LimitWindows
 from rules.core.liveness import OFFLINE_AFTER_INTERVALS, check_online, evaluate_liveness
 from rules.core.recovery import Recovery
 from rules.core.sends import Sender
-from rules.core.state import Entity, FleetState
+from rules.core.state import Entity, FleetState, NodeState
 from rules.core.timers import Timers
 from rules.lang.model import Rule, RuleSet
 from rules.lang.views import EvalClock, GpuView, NodeView, ProcessView
@@ -205,10 +205,20 @@ class Core:
                 ent = ns.entities.get(k)
                 if ent is not None and k not in fresh:
                     by_kind[ent.kind].append(ent)
+        deltas = change.deltas
         for kind, rules in self.event_rules.items():
             ents = by_kind[kind]
-            if ents:
-                for rule in rules:
+            if not ents:
+                continue
+            for rule in rules:
+                cond = rule.condition
+                reads = cond.reads
+                if deltas and reads is not None and not cond.time_dependent:
+                    # only the entities whose changes this condition reads: the others keep their result
+                    sel = [e for e in ents if (d := deltas.get(e.key)) is None or not reads.isdisjoint(d)]
+                    if sel:
+                        evaluate(self, rule, sel, now, out, event.time)
+                else:
                     evaluate(self, rule, ents, now, out, event.time)
         if ns is not None and self.has_time_rules:
             # Unchanged entities keep their results, except under conditions that read the clock: an event
@@ -222,3 +232,21 @@ class Core:
                 if rest[kind]:
                     for rule in rules:
                         evaluate(self, rule, rest[kind], now, out, event.time)
+        if ns is not None:
+            self._due_on_event(ns, now, out, event.time)
+
+    def _due_on_event(self, ns: NodeState, now: datetime, out: StepResult, event_time: datetime) -> None:
+        """The node's incidents whose `for` or repeat came due move on with its event, as a full evaluation of
+        the node would have moved them (the tick does the same for nodes without events)."""
+        for ent in ns.entities.values():
+            names = self.by_entity.get(ent.key)
+            if not names:
+                continue
+            for name in list(names):
+                rule = self.rules.by_name[name]
+                inc = self.incidents[name].get(ent.key)
+                if inc is None or rule.scheduled or rule.condition.time_dependent:
+                    continue  # time-dependent rules were evaluated above
+                due = next_deadline(inc, rule.for_s, rule.repeat_s)
+                if due is not None and due <= now:
+                    evaluate(self, rule, [ent], now, out, event_time)

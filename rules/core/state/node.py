@@ -40,9 +40,9 @@ class NodeState:
     offline_since: datetime | None = None
     stopping: bool = False
     full_next: bool = False  # rebuild every view and report every entity next time (the core skipped one)
-    node_sig: tuple[Any, ...] = ()
-    gpu_sigs: dict[int, tuple[Any, ...]] = field(default_factory=dict)
-    proc_sigs: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    node_sig: tuple[Any, ...] = ()  # the node's own fields and online state its views were built with
+    view_gpu_infos: dict[int, GpuInfo] = field(default_factory=dict)  # the infos the views show now
+    view_proc_infos: dict[str, ProcessInfo] = field(default_factory=dict)
     gpu_views: list[GpuView] = field(default_factory=list)
     snap_sig: tuple[Any, ...] | None = None  # the last snapshot's inputs, while nothing else changed them
     snapshot: NodeSnapshot | None = None  # the snapshot the views were built from (kept while repeated)
@@ -51,8 +51,10 @@ class NodeState:
 
 @dataclass
 class Change:
-    """What an event changed: entities to evaluate, entities that are gone."""
+    """What an event changed: entities to evaluate, entities that are gone, and for each changed entity that is
+    not new the names of the fields its context shows that changed (no entry: evaluate every rule)."""
 
     node_key: str
     changed: list[Entity]
     gone: list[Entity]
+    deltas: dict[str, frozenset[str]] = field(default_factory=dict)

@@ -1,10 +1,11 @@
-"""Build a node's views and entities from its infos, keeping those whose inputs did not change.
+"""Build a node's views and entities from its infos, and keep them up to date field by field.
 
-A view whose inputs equal the ones it was built from (ignoring `idle_for_s` and `age_s`, which only move with
-time) is kept, and so is its entity; only new and changed entities are reported, since a condition can only
-change when its inputs do (time-dependent ones are re-swept on ticks). A change to the node's own fields, its
-online state, or `full_next` set rebuilds and reports everything. This runs for every changing snapshot: the
-parts below are called once per node, their loops are per entity.
+A node seen for the first time, or whose own fields or online state changed, or marked `full_next`, is built
+anew and every entity is reported (with no delta: evaluate everything). Otherwise the views are patched in
+place: each field that changed is set on the view that shows it, and every entity whose context shows a
+changed field is reported with the names of the fields that changed (its delta), so the core evaluates only
+the rules that read one of them. `idle_for_s` and `age_s` only move with time (time-dependent rules are
+evaluated on ticks and for the node's every event). This runs for every changing snapshot.
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ from typing import Any
 from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot, ProcessInfo
 from rules.core.state.node import Change, Entity, NodeState
 from rules.lang.expr import CLOCK_KEY
-from rules.lang.views import EntityView, EvalClock, GpuView, NodeView, ProcessView
+from rules.lang.views import GPU_FIELDS, PROCESS_FIELDS, EntityView, EvalClock, GpuView, NodeView, ProcessView
 
 
 def _fields_getter(model: type[Any], ignore: frozenset[str]) -> Callable[[Any], tuple[Any, ...]]:
-    """The values of `model`'s fields but `ignore`, as one tuple, to tell whether a view's inputs changed."""
+    """The values of `model`'s fields but `ignore`, as one tuple, to tell whether a snapshot repeats itself."""
     get = itemgetter(*(k for k in model.model_fields if k not in ignore))
     return lambda m: get(m.__dict__)
 
@@ -28,7 +29,13 @@ def _fields_getter(model: type[Any], ignore: frozenset[str]) -> Callable[[Any], 
 _node_fields = _fields_getter(NodeInfo, frozenset({"online", "last_seen"}))
 _gpu_fields = _fields_getter(GpuInfo, frozenset({"idle_for_s"}))
 _process_fields = _fields_getter(ProcessInfo, frozenset({"age_s"}))
-"""What a view is built from; `online`/`last_seen` are the engine's, the others only move with time."""
+
+GPU_COPIED = tuple(sorted(f for f in GPU_FIELDS & set(GpuInfo.model_fields)
+                          if f not in {"index", "node", "mem_pct", "pids", "owners", "owner", "idle_for_s"}))
+"""GPU fields a view shows as the agent reported them; the others are derived (`mem_pct` when not reported,
+`pids`, `processes`, `owners`, `owner`)."""
+PROCESS_COPIED = tuple(sorted(f for f in PROCESS_FIELDS & set(ProcessInfo.model_fields)
+                              if f not in {"node", "owner", "gpus", "labels", "age_s"}))
 
 
 def _gpu_raw(g: GpuInfo) -> tuple[Any, ...]:
@@ -51,180 +58,292 @@ def _same_items(a: list[Any], b: list[Any]) -> bool:
 
 def rebuild(ns: NodeState, clock: EvalClock, owners: Mapping[str, str],
             by_kind: dict[str, dict[str, Entity]]) -> Change:
-    """Build the node's views from its infos; report what is new or changed and what is gone (and update the
-    fleet's entity tables `by_kind`)."""
-    node_view, full = _node_view(ns)
-    fresh: set[int] = set()  # ids of views built now
-    procs, by_pid = _process_views(ns, full, clock, owners, fresh)
-    gpus = _gpu_views(ns, full, clock, procs, by_pid, fresh)
-    return _entities(ns, full, clock, node_view, procs, gpus, fresh, by_kind)
-
-
-def _node_view(ns: NodeState) -> tuple[NodeView, bool]:
-    """The node's view, and whether everything is rebuilt (its inputs changed, or it is new or `full_next`)."""
-    info = ns.info
-    gpu_infos = ns.gpu_infos
-    n_idle = sum(1 for g in gpu_infos.values() if g.idle)
+    """Bring the node's views up to date with its infos; report what is new or changed (with deltas) and what
+    is gone (and update the fleet's entity tables `by_kind`)."""
     online = ns.online and not ns.stopping
-    node_sig = (
-        _node_fields(info), len(gpu_infos) or info.gpu_count,
-        len(gpu_infos) - n_idle if gpu_infos else info.gpus_busy, n_idle if gpu_infos else info.gpus_idle,
-        online,
-    )
-    old_node = ns.node_entity
-    full = ns.full_next or old_node is None or node_sig != ns.node_sig
+    node_sig = (_node_fields(ns.info), online)
+    full = ns.full_next or ns.node_entity is None or node_sig != ns.node_sig
     ns.full_next = False
+    ns.node_sig = node_sig
     if full:
-        ns.node_sig = node_sig
-        return NodeView(
-            id=ns.key, name=ns.name, cluster=ns.cluster, labels=dict(info.labels), gpu_count=node_sig[1],
-            gpus_busy=node_sig[2], gpus_idle=node_sig[3], online=online, last_seen=ns.last_seen,
-            cordoned=info.cordoned, driver_version=info.driver_version, hostname=info.hostname,
-        ), True
-    assert old_node is not None
-    node_view: NodeView = old_node.view
-    node_view.last_seen = ns.last_seen
-    return node_view, False
+        return _build_all(ns, clock, owners, by_kind, online)
+    return _patch(ns, clock, owners, by_kind)
 
 
-def _process_views(
-    ns: NodeState, full: bool, clock: EvalClock, owners: Mapping[str, str], fresh: set[int],
-) -> tuple[dict[str, ProcessView], dict[int, ProcessView]]:
-    """The process views by entity key and by pid; those built now are added to `fresh`."""
-    old_entities = ns.entities
-    old_psigs = ns.proc_sigs
-    new_psigs: dict[str, tuple[Any, ...]] = {}
-    procs: dict[str, ProcessView] = {}
-    by_pid: dict[int, ProcessView] = {}
-    for pkey, p in ns.proc_infos.items():
-        sig = _process_fields(p)
-        new_psigs[pkey] = sig
-        old = old_entities.get(pkey)
-        if not full and old is not None and old_psigs.get(pkey) == sig:
-            pv = old.view
-        else:
-            owner = p.owner or (owners.get(p.user, p.user) if p.user else None)
-            pv = ProcessView(
-                clock, id=pkey.split("@", 1)[0], node=ns.name, pid=p.pid, name=p.name, cmdline=p.cmdline,
-                user=p.user, uid=p.uid, owner=owner, create_time=p.create_time, ppid=p.ppid, gpus=list(p.gpus),
-                gpu_mem_mib=p.gpu_mem_mib, gpu_util_pct=p.gpu_util_pct, container_id=p.container_id,
-                pod_uid=p.pod_uid, pod=p.pod, labels=dict(p.labels),
-            )
-            fresh.add(id(pv))
-        procs[pkey] = pv
-        by_pid[p.pid] = pv
-    ns.proc_sigs = new_psigs
-    return procs, by_pid
+def _counts(ns: NodeState) -> tuple[int, int, int]:
+    info, gpu_infos = ns.info, ns.gpu_infos
+    n_idle = sum(1 for g in gpu_infos.values() if g.idle)
+    if not gpu_infos:
+        return info.gpu_count or 0, info.gpus_busy or 0, info.gpus_idle or 0
+    return len(gpu_infos), len(gpu_infos) - n_idle, n_idle
 
 
-def _gpu_views(
-    ns: NodeState, full: bool, clock: EvalClock, procs: dict[str, ProcessView], by_pid: dict[int, ProcessView],
-    fresh: set[int],
-) -> dict[int, GpuView]:
-    """The GPU views by index, with the processes on each (reported by the GPU or by the process); those
-    built now are added to `fresh`."""
-    nkey = ns.key
-    gpu_infos = ns.gpu_infos
-    old_entities = ns.entities
+def _owner(p: ProcessInfo, owners: Mapping[str, str]) -> str | None:
+    return p.owner or (owners.get(p.user, p.user) if p.user else None)
+
+
+def _new_process(ns: NodeState, pkey: str, p: ProcessInfo, clock: EvalClock,
+                 owners: Mapping[str, str]) -> ProcessView:
+    return ProcessView(clock, id=pkey.split("@", 1)[0], node=ns.name, owner=_owner(p, owners), gpus=list(p.gpus),
+                       labels=dict(p.labels), **{f: getattr(p, f) for f in PROCESS_COPIED})
+
+
+def _on_gpu(idx: int, g: GpuInfo, pids_of: dict[int, list[int]], by_pid: dict[int, ProcessView],
+            ) -> tuple[list[int], list[ProcessView], list[str]]:
+    """A GPU's pids (the agent's and those of processes that say they use it), its process views (oldest first)
+    and their distinct owners."""
+    pids = list(g.pids)
+    for pid in pids_of.get(idx, ()):
+        if pid not in pids:
+            pids.append(pid)
+    on_gpu = sorted((by_pid[p] for p in pids if p in by_pid), key=lambda v: v.create_time)
+    gpu_owners: list[str] = []
+    for pv in on_gpu:
+        if pv.owner and pv.owner not in gpu_owners:
+            gpu_owners.append(pv.owner)
+    if not on_gpu and g.owners:
+        gpu_owners = list(g.owners)
+    return pids, on_gpu, gpu_owners
+
+
+def _mem_pct(g: GpuInfo) -> float | None:
+    if g.mem_pct is None and g.mem_used_mib is not None and g.mem_total_mib:
+        return 100.0 * g.mem_used_mib / g.mem_total_mib
+    return g.mem_pct
+
+
+def _new_gpu(ns: NodeState, idx: int, g: GpuInfo, clock: EvalClock, pids: list[int], on_gpu: list[ProcessView],
+             gpu_owners: list[str]) -> GpuView:
+    return GpuView(clock, id=f"{ns.key}/gpu{idx}", node=ns.name, index=idx, mem_pct=_mem_pct(g), pids=pids,
+                   processes=on_gpu, owners=gpu_owners, owner=gpu_owners[0] if gpu_owners else (g.owner or None),
+                   **{f: getattr(g, f) for f in GPU_COPIED})
+
+
+def _attribution(ns: NodeState, procs: dict[str, ProcessView]) -> tuple[dict[int, list[int]], dict[int, ProcessView]]:
     pids_of: dict[int, list[int]] = {}
+    by_pid: dict[int, ProcessView] = {}
     for pv in procs.values():
+        by_pid[pv.pid] = pv
         for i in pv.gpus:
             pids_of.setdefault(i, []).append(pv.pid)
-    old_gsigs = ns.gpu_sigs
-    new_gsigs: dict[int, tuple[Any, ...]] = {}
+    return pids_of, by_pid
+
+
+def _build_all(ns: NodeState, clock: EvalClock, owners: Mapping[str, str], by_kind: dict[str, dict[str, Entity]],
+               online: bool) -> Change:
+    """Every view and entity of the node anew; every entity reported, with no delta."""
+    info = ns.info
+    count, busy, idle = _counts(ns)
+    node_view = NodeView(
+        id=ns.key, name=ns.name, cluster=ns.cluster, labels=dict(info.labels), gpu_count=count, gpus_busy=busy,
+        gpus_idle=idle, online=online, last_seen=ns.last_seen, cordoned=info.cordoned,
+        driver_version=info.driver_version, hostname=info.hostname,
+    )
+    procs = {pkey: _new_process(ns, pkey, p, clock, owners) for pkey, p in ns.proc_infos.items()}
+    pids_of, by_pid = _attribution(ns, procs)
     gpus: dict[int, GpuView] = {}
-    for idx in sorted(gpu_infos):
-        g = gpu_infos[idx]
-        pids = list(g.pids)
-        for pid in pids_of.get(idx, ()):
-            if pid not in pids:
-                pids.append(pid)
-        on_gpu = sorted((by_pid[p] for p in pids if p in by_pid), key=lambda v: v.create_time)
-        sig = _gpu_fields(g)
-        new_gsigs[idx] = sig
-        old = old_entities.get(f"{nkey}/gpu{idx}")
-        if (
-            not full and old is not None and old_gsigs.get(idx) == sig and old.view.pids == pids
-            and _same_items(old.view.processes, on_gpu)
-        ):
-            gpus[idx] = old.view
-            continue
-        gpu_owners: list[str] = []
-        for pv in on_gpu:
-            if pv.owner and pv.owner not in gpu_owners:
-                gpu_owners.append(pv.owner)
-        if not on_gpu and g.owners:
-            gpu_owners = list(g.owners)
-        mem_pct = g.mem_pct
-        if mem_pct is None and g.mem_used_mib is not None and g.mem_total_mib:
-            mem_pct = 100.0 * g.mem_used_mib / g.mem_total_mib
-        gv = gpus[idx] = GpuView(
-            clock, id=f"{nkey}/gpu{idx}", node=ns.name, index=idx, uuid=g.uuid, model=g.model,
-            util_pct=g.util_pct, mem_used_mib=g.mem_used_mib, mem_total_mib=g.mem_total_mib, mem_pct=mem_pct,
-            temp_c=g.temp_c, power_w=g.power_w, power_limit_w=g.power_limit_w, fan_pct=g.fan_pct,
-            ecc_uncorrected=g.ecc_uncorrected, idle=g.idle, idle_since=g.idle_since, pids=pids,
-            processes=on_gpu, owners=gpu_owners, owner=gpu_owners[0] if gpu_owners else (g.owner or None),
-            mig_parent=g.mig_parent, lost=g.lost, xid=g.xid, xid_at=g.xid_at,
-        )
-        fresh.add(id(gv))
-    ns.gpu_sigs = new_gsigs
-    return gpus
-
-
-def _entities(
-    ns: NodeState, full: bool, clock: EvalClock, node_view: NodeView, procs: dict[str, ProcessView],
-    gpus: dict[int, GpuView], fresh: set[int], by_kind: dict[str, dict[str, Entity]],
-) -> Change:
-    """The node's entities: a new one (with its context) for each view built now or whose context changed,
-    the old one otherwise; the fleet's tables and the node state take them, and the change says which."""
+    for idx in sorted(ns.gpu_infos):
+        g = ns.gpu_infos[idx]
+        gpus[idx] = _new_gpu(ns, idx, g, clock, *_on_gpu(idx, g, pids_of, by_pid))
     nkey = ns.key
-    old_entities = ns.entities
-    old_node = ns.node_entity
     gpu_list = list(gpus.values())
-    new: dict[str, Entity] = {}
-    changed: list[Entity] = []
-    nodes_changed = full or len(gpus) != len(ns.gpu_views) or any(id(gv) in fresh for gv in gpu_list)
-    if nodes_changed or old_node is None:
-        node_ent = Entity(nkey, nkey, "node", nkey, node_view, {
-            "node": node_view, "gpus": gpu_list, "entity": EntityView(nkey, "node", ns.name, ns.cluster),
-            CLOCK_KEY: clock,
-        })
-        changed.append(node_ent)
-    else:
-        node_ent = old_node
-    new[nkey] = node_ent
-    ns.gpu_views = gpu_list
+    node_ent = Entity(nkey, nkey, "node", nkey, node_view, {
+        "node": node_view, "gpus": gpu_list, "entity": EntityView(nkey, "node", ns.name, ns.cluster), CLOCK_KEY: clock,
+    })
+    new: dict[str, Entity] = {nkey: node_ent}
     for gv in gpu_list:
-        key = gv.id
-        if id(gv) in fresh:
-            ent = Entity(key, key, "gpu", nkey, gv, {
-                "gpu": gv, "node": node_view, "entity": EntityView(key, "gpu", ns.name, ns.cluster),
-                CLOCK_KEY: clock,
-            })
-            changed.append(ent)
-        else:
-            ent = old_entities[key]
-        new[key] = ent
+        new[gv.id] = Entity(gv.id, gv.id, "gpu", nkey, gv, {
+            "gpu": gv, "node": node_view, "entity": EntityView(gv.id, "gpu", ns.name, ns.cluster), CLOCK_KEY: clock,
+        })
     for pkey, pv in procs.items():
-        pgpus = [gpus[i] for i in pv.gpus if i in gpus]
-        old = old_entities.get(pkey)
-        if (
-            old is None or old.view is not pv or any(id(gv) in fresh for gv in pgpus)
-            or not _same_items(old.ctx["gpus"], pgpus)
-        ):
-            ent = Entity(pkey, pv.id, "process", nkey, pv, {
-                "process": pv, "node": node_view, "gpus": pgpus,
-                "entity": EntityView(pv.id, "process", ns.name, ns.cluster), CLOCK_KEY: clock,
-            })
-            changed.append(ent)
-        else:
-            ent = old
-        new[pkey] = ent
-    gone = [e for k, e in old_entities.items() if k not in new]
+        new[pkey] = Entity(pkey, pv.id, "process", nkey, pv, {
+            "process": pv, "node": node_view, "gpus": [gpus[i] for i in pv.gpus if i in gpus],
+            "entity": EntityView(pv.id, "process", ns.name, ns.cluster), CLOCK_KEY: clock,
+        })
+    return _install(ns, new, node_ent, gpu_list, list(new.values()), {}, by_kind)
+
+
+def _install(ns: NodeState, new: dict[str, Entity], node_ent: Entity, gpu_list: list[GpuView],
+             changed: list[Entity], deltas: dict[str, frozenset[str]], by_kind: dict[str, dict[str, Entity]]) -> Change:
+    """Make `new` the node's entities: the fleet's tables lose the gone ones and take the changed ones."""
+    gone = [e for k, e in ns.entities.items() if k not in new]
     for e in gone:
         by_kind[e.kind].pop(e.key, None)
     for e in changed:
         by_kind[e.kind][e.key] = e
     ns.entities = new
     ns.node_entity = node_ent
-    return Change(nkey, changed, gone)
+    ns.gpu_views = gpu_list
+    ns.view_gpu_infos = dict(ns.gpu_infos)
+    ns.view_proc_infos = dict(ns.proc_infos)
+    return Change(ns.key, changed, gone, deltas)
+
+
+def _patch(ns: NodeState, clock: EvalClock, owners: Mapping[str, str],
+           by_kind: dict[str, dict[str, Entity]]) -> Change:
+    """Set what changed on the views that show it; report the entities whose context shows a change."""
+    nkey = ns.key
+    old_entities = ns.entities
+    node_ent = ns.node_entity
+    assert node_ent is not None
+    node_view: NodeView = node_ent.view
+    node_view.last_seen = ns.last_seen
+    node_delta: set[str] = set()
+    count, busy, idle = _counts(ns)
+    for name, value in (("gpu_count", count), ("gpus_busy", busy), ("gpus_idle", idle)):
+        if getattr(node_view, name) != value:
+            setattr(node_view, name, value)
+            node_delta.add(name)
+    # processes
+    old_pinfos = ns.view_proc_infos
+    procs: dict[str, ProcessView] = {}
+    proc_delta: dict[str, set[str] | None] = {}
+    for pkey, p in ns.proc_infos.items():
+        old_ent = old_entities.get(pkey)
+        old_p = old_pinfos.get(pkey)
+        if old_ent is None or old_p is None:
+            procs[pkey] = _new_process(ns, pkey, p, clock, owners)
+            proc_delta[pkey] = None
+            continue
+        pv = old_ent.view
+        procs[pkey] = pv
+        if p is old_p:
+            continue
+        d = _patch_process(pv, old_p, p, owners)
+        if d:
+            proc_delta[pkey] = d
+    pids_of, by_pid = _attribution(ns, procs)
+    key_of = {id(v): k for k, v in procs.items()}
+    # GPUs
+    old_ginfos = ns.view_gpu_infos
+    gpus: dict[int, GpuView] = {}
+    gpu_delta: dict[int, set[str] | None] = {}
+    for idx in sorted(ns.gpu_infos):
+        g = ns.gpu_infos[idx]
+        old_ent = old_entities.get(f"{nkey}/gpu{idx}")
+        old_g = old_ginfos.get(idx)
+        attributed = _on_gpu(idx, g, pids_of, by_pid)
+        if old_ent is None or old_g is None:
+            gpus[idx] = _new_gpu(ns, idx, g, clock, *attributed)
+            gpu_delta[idx] = None
+            continue
+        gv = old_ent.view
+        gpus[idx] = gv
+        d = _patch_gpu(gv, old_g, g, *attributed)
+        for pv in gv.processes:  # the GPU shows its processes: their changes are its changes
+            pd = proc_delta.get(key_of[id(pv)], set())
+            if pd is None:
+                d.add("processes")
+            elif pd:
+                d |= pd
+        if d:
+            gpu_delta[idx] = d
+    # entities
+    gpu_list = list(gpus.values())
+    gpus_moved = not _same_items(ns.gpu_views, gpu_list)
+    changed: list[Entity] = []
+    deltas: dict[str, frozenset[str]] = {}
+    new: dict[str, Entity] = {nkey: node_ent}
+    all_gpu_changes: set[str] = set(node_delta)
+    for idx, gv in gpus.items():
+        key = gv.id
+        d = gpu_delta.get(idx, set())
+        if d is None:
+            ent = Entity(key, key, "gpu", nkey, gv, {
+                "gpu": gv, "node": node_view, "entity": EntityView(key, "gpu", ns.name, ns.cluster), CLOCK_KEY: clock,
+            })
+            changed.append(ent)
+            all_gpu_changes.add("gpus")
+        else:
+            ent = old_entities[key]
+            d = d | node_delta
+            if d:
+                changed.append(ent)
+                deltas[key] = frozenset(d)
+                all_gpu_changes |= d
+        new[key] = ent
+    if gpus_moved:
+        node_ent.ctx["gpus"] = gpu_list
+        all_gpu_changes.add("gpus")
+    if all_gpu_changes:
+        changed.insert(0, node_ent)
+        deltas[nkey] = frozenset(all_gpu_changes)
+    for pkey, pv in procs.items():
+        pgpus = [gpus[i] for i in pv.gpus if i in gpus]
+        d = proc_delta.get(pkey, set())
+        if d is None:
+            ent = Entity(pkey, pv.id, "process", nkey, pv, {
+                "process": pv, "node": node_view, "gpus": pgpus,
+                "entity": EntityView(pv.id, "process", ns.name, ns.cluster), CLOCK_KEY: clock,
+            })
+            changed.append(ent)
+        else:
+            ent = old_entities[pkey]
+            d = d | node_delta
+            if not _same_items(ent.ctx["gpus"], pgpus):
+                ent.ctx["gpus"] = pgpus
+                d.add("gpus")
+            for i in pv.gpus:  # the process shows its GPUs
+                gd = gpu_delta.get(i, set())
+                d |= gd if gd is not None else {"gpus"}
+            if d:
+                changed.append(ent)
+                deltas[pkey] = frozenset(d)
+        new[pkey] = ent
+    return _install(ns, new, node_ent, gpu_list, changed, deltas, by_kind)
+
+
+def _patch_process(pv: ProcessView, old: ProcessInfo, p: ProcessInfo, owners: Mapping[str, str]) -> set[str]:
+    d: set[str] = set()
+    new_vals, old_vals = p.__dict__, old.__dict__
+    for f in PROCESS_COPIED:
+        v = new_vals[f]
+        if v != old_vals[f]:
+            setattr(pv, f, v)
+            d.add(f)
+    if "create_time" in d:
+        pv._create_ts = p.create_time.timestamp()
+    if p.owner != old.owner or "user" in d:
+        owner = _owner(p, owners)
+        if owner != pv.owner:
+            pv.owner = owner
+            d.add("owner")
+    if p.gpus != old.gpus:
+        pv.gpus = list(p.gpus)
+        d.add("gpus")
+    if p.labels != old.labels:
+        pv.labels = dict(p.labels)
+        d.add("labels")
+    return d
+
+
+def _patch_gpu(gv: GpuView, old: GpuInfo, g: GpuInfo, pids: list[int], on_gpu: list[ProcessView],
+               gpu_owners: list[str]) -> set[str]:
+    d: set[str] = set()
+    if g is not old:
+        new_vals, old_vals = g.__dict__, old.__dict__
+        for f in GPU_COPIED:
+            v = new_vals[f]
+            if v != old_vals[f]:
+                setattr(gv, f, v)
+                d.add(f)
+        if "idle_since" in d:
+            gv._idle_since_ts = g.idle_since.timestamp() if g.idle_since is not None else None
+        mem_pct = _mem_pct(g)
+        if mem_pct != gv.mem_pct:
+            gv.mem_pct = mem_pct
+            d.add("mem_pct")
+    if pids != gv.pids:
+        gv.pids = pids
+        d.add("pids")
+    if not _same_items(gv.processes, on_gpu):
+        gv.processes = on_gpu
+        d.add("processes")
+    if gpu_owners != gv.owners:
+        gv.owners = gpu_owners
+        d.add("owners")
+    owner = gpu_owners[0] if gpu_owners else (g.owner or None)
+    if owner != gv.owner:
+        gv.owner = owner
+        d.add("owner")
+    return d

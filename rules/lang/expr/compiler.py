@@ -60,6 +60,9 @@ class Condition:
     time_dependent: bool
     names: frozenset[str]
     python: str
+    reads: frozenset[str] | None = None
+    """Every field name the condition may read (attributes, names given as strings to filters); None when it
+    cannot tell (a name worked out at evaluation time). A change to other fields cannot change its result."""
 
 
 def _simple_attr(node: nodes.Node) -> bool:
@@ -97,6 +100,8 @@ class _Compiler:
             "_cal": calendars,
         }
         self.used: set[str] = set()
+        self.reads: set[str] = set()
+        self.reads_unknown = False
         self.time = False
         self._n = 0
 
@@ -130,6 +135,7 @@ class _Compiler:
         """A string that may name a field (`map(attribute='age_s')`, `x['idle_for_s']`): a time field read this
         way makes the condition time-dependent too."""
         for part in name.split("."):
+            self.reads.add(part)
             if part in TIME_FIELDS or part.endswith("_for_s"):
                 self.time = True
 
@@ -141,6 +147,7 @@ class _Compiler:
             known = ", ".join(sorted(self.names | HELPERS))
             raise self.fail(node, f"unknown name {name!r} in the condition; names in scope: {known}")
         self.used.add(name)
+        self.reads.add(name)
         if name == "now":
             self.time = True
             return "_clk.local(_tz)"
@@ -158,6 +165,7 @@ class _Compiler:
                 )
         if attr in TIME_FIELDS or attr.endswith("_for_s"):
             self.time = True
+        self.reads.add(attr)
         obj = self.visit(node.node)
         if isinstance(node.node, nodes.Name) and node.node.name in FIELDS_OF:
             return f"{obj}.{attr}"  # a view's field, checked above: plain attribute access
@@ -172,6 +180,7 @@ class _Compiler:
             return f"_gi({self.visit(node.node)}, slice({', '.join(parts)}))"
         if not isinstance(node.arg, nodes.Const):
             self.time = True  # a key worked out at evaluation time could name a time field
+            self.reads_unknown = True
         return f"_gi({self.visit(node.node)}, {self.visit(node.arg)})"
 
     def v_Compare(self, node: nodes.Compare) -> str:
@@ -271,6 +280,7 @@ class _Compiler:
                                                                          if k.key == "attribute"]
             if any(not isinstance(f, nodes.Const) for f in fields):
                 self.time = True
+                self.reads_unknown = True
 
     def _filter_or_test(self, node: nodes.Filter | nodes.Test, table: Mapping[str, Any], allowed: frozenset[str],
                         what: str) -> str:
@@ -403,6 +413,7 @@ def compile_condition(source: str, kind: str, tz: tzinfo) -> Condition:
         time_dependent=c.time,
         names=frozenset(c.used),
         python=code,
+        reads=None if c.reads_unknown else frozenset(c.reads),
     )
 
 

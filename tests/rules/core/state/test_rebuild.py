@@ -44,6 +44,11 @@ rules:
     entity: process
     when: process.age_s > 600
     actions: [{type: log, message: "old {{ process.pid }}"}]
+  - name: power
+    entity: gpu
+    when: gpu.power_w is not none and gpu.power_w > 250 and gpu.processes | selectattr('gpu_util_pct') | list
+    for: 30s
+    actions: [{type: log, message: "power {{ gpu.power_w }}"}]
 """
 
 
@@ -75,6 +80,8 @@ def test_one_changed_gpu_changes_itself_its_processes_and_the_node_only() -> Non
     state.apply(two_gpus(0), at(0))
     change = state.apply(two_gpus(15, temp=95), at(15))
     assert change is not None and [e.key for e in change.changed] == ["n1", "n1/gpu0", "n1/pid42@1767571200"]
+    assert {k: sorted(d) for k, d in change.deltas.items()} == {  # what changed, for the rules that read it
+        "n1": ["temp_c"], "n1/gpu0": ["temp_c"], "n1/pid42@1767571200": ["temp_c"]}
     assert state.nodes["n1"].entities["n1/gpu0"].view.temp_c == 95
     # The process's context sees the new GPU view.
     assert state.nodes["n1"].entities["n1/pid42@1767571200"].ctx["gpus"][0].temp_c == 95
@@ -110,13 +117,16 @@ def test_an_erroring_condition_is_evaluated_again_on_every_event(tmp_path: Path)
 # ---------------------------------------------------------------- property: diffed == rebuilt every time
 
 
-def _gpu(index: int, state: int, temp: float) -> GpuInfo:
-    util = 0.0 if state else 90.0
-    return gpu(index, util, temp_c=temp, idle_since=T0 if state else None, pids=[40 + index] if state != 2 else [])
+def _gpu(index: int, state: int, temp: float, noise: int = 0) -> GpuInfo:
+    """A GPU busy (0) or idle, held (1) or not (2); `noise` moves its readings as a real agent's do."""
+    util = 0.0 if state else 90.0 + noise
+    return gpu(index, util, temp_c=temp + noise, power_w=80.0 + 110 * noise, idle_since=T0 if state else None,
+               pids=[40 + index] if state != 2 else [])
 
 
-def _procs(n: int, ppid: int) -> list[ProcessInfo]:
-    return [proc(40 + i, gpus=[i], ppid=ppid, created=T0 - timedelta(minutes=5)) for i in range(n)]
+def _procs(n: int, ppid: int, noise: int = 0) -> list[ProcessInfo]:
+    return [proc(40 + i, gpus=[i], ppid=ppid, created=T0 - timedelta(minutes=5), gpu_util_pct=float(noise))
+            for i in range(n)]
 
 
 @st.composite
@@ -130,8 +140,9 @@ def _inputs(draw: st.DrawFn) -> list[tuple[float, CoreInput]]:
         kind = draw(st.sampled_from(["snap", "snap", "snap", "gpu", "proc", "stop", "start", "tick"]))
         if kind == "snap":
             n = draw(st.integers(0, 3))
-            gpus = [_gpu(i, draw(st.integers(0, 2)), draw(temps)) for i in range(n)]
-            procs = _procs(draw(st.integers(0, n)), draw(st.sampled_from([1, 7])))
+            noise = st.integers(0, 2)
+            gpus = [_gpu(i, draw(st.integers(0, 2)), draw(temps), draw(noise)) for i in range(n)]
+            procs = _procs(draw(st.integers(0, n)), draw(st.sampled_from([1, 7])), draw(noise))
             labels = {"pool": draw(st.sampled_from(["a", "a", "b"]))}
             out.append((t, snapshot(at(t), node, gpus=gpus, processes=procs, labels=labels)))
         elif kind == "gpu":
