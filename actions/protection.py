@@ -15,8 +15,11 @@ class _ProcessFacts(BaseModel):
     model_config = ConfigDict(extra="ignore")
     pid: int | None = None
     user: str | None = None
+    uid: int | None = None
     name: str | None = None
     pod: str | None = None
+    pod_uid: str | None = None
+    container_id: str | None = None
 
 
 class _NodeFacts(BaseModel):
@@ -44,7 +47,12 @@ def protection_reason(request: ActionRequest, protect: ProtectConfig) -> str | N
     Node labels protect everything on the node. Users, process names and namespaces protect
     processes: from `kill`, every process it would signal (all of a GPU's); from other
     destructive actions, the entity itself when it is a process (cordoning a node is not
-    refused because a protected user also has a process on it).
+    refused because a protected user also has a process on it). A `scale` of a workload in a
+    protected namespace is refused (scaling it back to `previous` is not).
+
+    Where it cannot tell, it refuses (fails closed): a process whose user the agent could not
+    name (a bare uid: the agent could not read the host's user database) when users are
+    protected; a process in a container whose pod is unknown when namespaces are protected.
     """
     facts = _ProtectFacts.model_validate(request.facts)
     for key, value in protect.node_labels.items():
@@ -55,13 +63,31 @@ def protection_reason(request: ActionRequest, protect: ProtectConfig) -> str | N
         procs.extend(facts.processes)
     if facts.process is not None:
         procs.append(facts.process)
+    if request.type == "scale":
+        why = _scale_target(request.params, protect)
+        if why is not None:
+            return why
     users = set(protect.users)
     for p in procs:
         if p.user is not None and p.user in users:
             return f"user {p.user} (pid {p.pid})"
+        if users and (p.user is None or p.user.isdigit()):
+            who = f"uid {p.uid}" if p.uid is not None else (f"uid {p.user}" if p.user else "no user")
+            return f"user of pid {p.pid} unknown ({who}): cannot tell whether it is protected"
         for pattern in protect.process_patterns:
             if p.name and fnmatchcase(p.name, pattern):
                 return f"process name {p.name!r} matches {pattern!r}"
         if p.pod and "/" in p.pod and p.pod.split("/", 1)[0] in protect.namespaces:
             return f"namespace {p.pod.split('/', 1)[0]} (pod {p.pod})"
+        if protect.namespaces and not p.pod and (p.pod_uid or p.container_id):
+            return f"pid {p.pid} runs in a container whose pod is unknown: cannot tell its namespace"
+    return None
+
+
+def _scale_target(params: dict[str, Any], protect: ProtectConfig) -> str | None:
+    ns = params.get("namespace", "default")
+    if params.get("provider", "kubernetes") != "kubernetes" or params.get("replicas") == "previous":
+        return None
+    if ns in protect.namespaces:
+        return f"namespace {ns} (scale target {params.get('kind', 'Deployment')} {params.get('name')})"
     return None

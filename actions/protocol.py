@@ -9,6 +9,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
+# Re-exported for plugins: `from actions.protocol import no_escape`.
+from actions.escaping import UnsafeValue as UnsafeValue
+from actions.escaping import no_escape as no_escape
 from gpuevents.records import ActionRequest, ActionUnit, EntityKind
 
 if TYPE_CHECKING:
@@ -23,10 +26,6 @@ class ActionParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     type: str
-
-
-def no_escape(text: str) -> str:
-    return text
 
 
 class ActionResult(BaseModel):
@@ -78,7 +77,9 @@ class Action(Protocol):
     `unit` is what its fleet share counts (`node` for an action on the entity's node); a plugin that
     leaves them out is neither destructive nor node-wide. An action may also define `restores(params)`:
     true when, with these parameters, it undoes what a firing did (uncordon, scale back to `previous`), which
-    `on_resolve` then runs whatever the limits (DESIGN §3.4)."""
+    `on_resolve` then runs whatever the limits (DESIGN §3.4). `escape` makes a value from the machine safe where it
+    lands in the parameters (see actions/escaping.py); an action whose parameters land in different places (a URL,
+    a JSON body, headers) defines `escape_at(path)` instead, given the parameter's path (`("url",)`)."""
 
     type: ClassVar[str]
     params: ClassVar[builtins.type[ActionParams]]

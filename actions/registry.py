@@ -98,9 +98,17 @@ def restores(type_: str, params: Mapping[str, Any]) -> bool:
     return bool(check(params)) if callable(check) else False
 
 
-def escape_for(type_: str) -> Callable[[str], str]:
-    """How values from the machine are escaped when rendered into this action's parameters."""
-    return get(type_).escape
+EscapeAt = Callable[[tuple[str | int, ...]], Callable[[str], str]]
+
+
+def escape_for(type_: str) -> EscapeAt:
+    """How values from the machine are escaped when rendered into each of this action's parameters (by path)."""
+    cls = get(type_)
+    at = getattr(cls, "escape_at", None)
+    if callable(at):
+        return at  # type: ignore[no-any-return]
+    escape = cls.escape
+    return lambda _path: escape
 
 
 class ParamsError(ValueError):

@@ -22,6 +22,12 @@ def escape(text: str) -> str:
     return text.translate(_ESCAPES)
 
 
+def md(text: str) -> dict[str, Any]:
+    """A mrkdwn text object, `verbatim`: Slack does not turn a plain `@here`, `#channel` or URL into a mention or
+    a link (our own `<!date^…>` and escaped text are unaffected)."""
+    return {"type": "mrkdwn", "text": text, "verbatim": True}
+
+
 def truncate(text: str, limit: int = MAX_SECTION_TEXT) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -147,29 +153,29 @@ def _since(item: MessageItem) -> str | None:
 
 
 def _fields(item: MessageItem) -> list[dict[str, Any]]:
-    fields = [{"type": "mrkdwn", "text": f"*Where*\n{item.where}"},
-              {"type": "mrkdwn", "text": f"*Rule*\n`{escape(item.rule)}`"}]
+    fields = [md(f"*Where*\n{item.where}"),
+              md(f"*Rule*\n`{escape(item.rule)}`")]
     since = _since(item)
     if since:
         dur = f" ({escape(item.firing_for)})" if item.firing_for else ""
-        fields.append({"type": "mrkdwn", "text": f"*Since*\n{since}{dur}"})
+        fields.append(md(f"*Since*\n{since}{dur}"))
     if item.cost:
-        fields.append({"type": "mrkdwn", "text": f"*Estimated cost so far*\n{item.cost}"})
+        fields.append(md(f"*Estimated cost so far*\n{item.cost}"))
     return fields
 
 
 def incident_blocks(item: MessageItem, snooze: bool = True) -> list[dict[str, Any]]:
     """The Block Kit message for one incident: what, where, since when, cost, rule, how to snooze."""
     blocks: list[dict[str, Any]] = [
-        {"type": "section", "text": {"type": "mrkdwn", "text": truncate(item.text)}},
+        {"type": "section", "text": md(truncate(item.text))},
         {"type": "section", "fields": _fields(item)},
     ]
     if item.processes:
-        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": truncate(
-            "*Processes*\n" + "\n".join(f"• {p}" for p in item.processes))}})
+        blocks.append({"type": "section", "text": md(truncate(
+            "*Processes*\n" + "\n".join(f"• {p}" for p in item.processes)))})
     if snooze:
-        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text":
-                       f"Not waste? Snooze it: {snooze_hint(item.rule, item.entity_id)}"}]})
+        blocks.append({"type": "context", "elements": [md(
+                       f"Not waste? Snooze it: {snooze_hint(item.rule, item.entity_id)}")]})
     return blocks
 
 
@@ -177,7 +183,7 @@ def digest_blocks(items: list[MessageItem], window_s: float, snooze: bool = True
     """One message listing several incidents of one owner."""
     head = (f"*{len(items)} GPU incident{'s' if len(items) != 1 else ''} for you* "
             f"(collected over {format_duration(window_s)})")
-    blocks: list[dict[str, Any]] = [{"type": "section", "text": {"type": "mrkdwn", "text": head}}]
+    blocks: list[dict[str, Any]] = [{"type": "section", "text": md(head)}]
     room = MAX_BLOCKS - 3
     for item in items[: room // 2]:
         blocks.append({"type": "divider"})
@@ -189,10 +195,10 @@ def digest_blocks(items: list[MessageItem], window_s: float, snooze: bool = True
             lines.append(f"estimated cost so far: {item.cost}")
         if snooze:
             lines.append(f"snooze: {snooze_hint(item.rule, item.entity_id)}")
-        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": truncate("\n".join(lines))}})
+        blocks.append({"type": "section", "text": md(truncate("\n".join(lines)))})
     hidden = len(items) - room // 2
     if hidden > 0:
-        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": f"… and {hidden} more"}]})
+        blocks.append({"type": "context", "elements": [md(f"… and {hidden} more")]})
     return blocks
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Literal
 
 from lightkube.resources.core_v1 import Node
@@ -11,8 +11,9 @@ from pydantic import Field, model_validator
 
 from actions.builtin.command import run_command
 from actions.builtin.kill import node_of
+from actions.escaping import UnsafeValue, argv_element, no_escape, single_node
 from actions.kube import kube_errors
-from actions.protocol import ActionContext, ActionParams, ActionResult, ActionUnit, no_escape
+from actions.protocol import ActionContext, ActionParams, ActionResult, ActionUnit
 from actions.registry import register
 from actions.services import services_of
 from gpuevents.durations import Duration
@@ -76,6 +77,10 @@ async def _kubernetes(ctx: ActionContext, node: str, cordon: bool, force: bool) 
 
 
 async def _slurm(ctx: ActionContext, node: str, cordon: bool, p: _NodeParams) -> ActionResult:
+    try:
+        single_node(node)
+    except UnsafeValue as e:
+        return ActionResult(status="refused", detail=str(e))
     scontrol = str(ctx.config.actions.slurm.scontrol)
     argv = [scontrol, "update", f"NodeName={node}"]
     argv += ["State=DRAIN", f"Reason={_reason(ctx, p)}"] if cordon else ["State=RESUME"]
@@ -94,6 +99,12 @@ async def _run(ctx: ActionContext, cordon: bool) -> ActionResult:
     return await run_command(p.argv, ctx, timeout=p.timeout)
 
 
+def _escape_at(path: tuple[str | int, ...]) -> Callable[[str], str]:
+    if path and path[0] == "argv":
+        return argv_element
+    return single_node if path == ("node",) else no_escape
+
+
 @register
 class CordonAction:
     type: ClassVar[str] = "cordon"
@@ -102,6 +113,7 @@ class CordonAction:
     destructive: ClassVar[bool] = True
     unit: ClassVar[ActionUnit] = "node"  # its fleet share counts nodes
     escape = staticmethod(no_escape)
+    escape_at = staticmethod(_escape_at)
 
     async def run(self, ctx: ActionContext) -> ActionResult:
         return await _run(ctx, cordon=True)
@@ -115,6 +127,7 @@ class UncordonAction:
     destructive: ClassVar[bool] = False
     unit: ClassVar[ActionUnit] = "node"  # its fleet share counts nodes
     escape = staticmethod(no_escape)
+    escape_at = staticmethod(_escape_at)
 
     @staticmethod
     def restores(params: Mapping[str, Any]) -> bool:

@@ -7,6 +7,7 @@ from typing import Any, ClassVar, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from actions.escaping import no_escape
 from actions.protocol import (
     ALL_KINDS,
     ActionContext,
@@ -15,7 +16,6 @@ from actions.protocol import (
     ActionUnit,
     PermanentError,
     TransientError,
-    no_escape,
 )
 from actions.registry import register
 from actions.services import services_of

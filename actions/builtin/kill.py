@@ -7,6 +7,7 @@ from typing import ClassVar, Literal
 
 from pydantic import ValidationError
 
+from actions.escaping import no_escape
 from actions.protocol import (
     ActionContext,
     ActionParams,
@@ -14,7 +15,6 @@ from actions.protocol import (
     ActionUnit,
     PermanentError,
     TransientError,
-    no_escape,
 )
 from actions.registry import register
 from actions.services import services_of

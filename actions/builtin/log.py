@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 from typing import ClassVar, Literal
 
-from actions.protocol import ALL_KINDS, ActionContext, ActionParams, ActionResult, ActionUnit, no_escape
+from actions.escaping import no_escape
+from actions.protocol import ALL_KINDS, ActionContext, ActionParams, ActionResult, ActionUnit
 from actions.registry import register
 
 log = logging.getLogger("gpuevents.actions.log")

@@ -6,6 +6,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
+from actions.escaping import no_escape
 from actions.protocol import (
     ALL_KINDS,
     ActionContext,
@@ -14,7 +15,6 @@ from actions.protocol import (
     ActionUnit,
     PermanentError,
     TransientError,
-    no_escape,
 )
 from actions.registry import register
 from actions.services import services_of

@@ -11,6 +11,7 @@ from lightkube.types import PatchType
 from pydantic import BaseModel, Field, model_validator
 
 from actions.builtin.command import run_command
+from actions.escaping import no_escape
 from actions.kube import kube_errors
 from actions.protocol import (
     ALL_KINDS,
@@ -19,7 +20,6 @@ from actions.protocol import (
     ActionResult,
     ActionUnit,
     PermanentError,
-    no_escape,
 )
 from actions.registry import register
 from actions.services import services_of

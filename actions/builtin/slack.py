@@ -6,6 +6,7 @@ import asyncio
 import logging
 import re
 import sys
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -16,6 +17,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from actions import slack_format as fmt
+from actions.escaping import slack_person
 from actions.protocol import (
     ALL_KINDS,
     ActionContext,
@@ -103,6 +105,11 @@ class SlackAction:
     unit: ClassVar[ActionUnit] = "entity"
     escape = staticmethod(fmt.escape)
 
+    @staticmethod
+    def escape_at(path: tuple[str | int, ...]) -> Callable[[str], str]:
+        """Text is Slack mrkdwn, escaped; a recipient from the machine must be a person, never a channel."""
+        return slack_person if path == ("to",) else fmt.escape
+
     def __init__(self) -> None:
         self._handles: dict[str, str] = {}
         self._handles_at: float | None = None
@@ -166,7 +173,8 @@ class SlackAction:
                    now: float) -> ActionResult:
         channel = await self.resolve_channel(client, to, now)
         resp = await self._call("chat.postMessage", to, client.chat_postMessage(
-            channel=channel, text=text, blocks=blocks, unfurl_links=False, unfurl_media=False))
+            channel=channel, text=text, blocks=blocks, unfurl_links=False, unfurl_media=False,
+            parse="none", link_names=False))
         return ActionResult(detail=f"sent to {to} ({channel})",
                             data={"channel": channel, "ts": resp.get("ts")})
 

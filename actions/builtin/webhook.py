@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import json
+from collections.abc import Callable
 from typing import Any, ClassVar, Literal
 
 import aiohttp
 import orjson
 from pydantic import Field
 
+from actions.escaping import header_value, json_string, no_escape, url_component
 from actions.procrun import clip
 from actions.protocol import (
     ALL_KINDS,
@@ -35,15 +36,6 @@ class WebhookParams(ActionParams):
     body: Any = Field(default=None, description="JSON (a mapping, a list, or a string holding JSON); "
                       "unset: the incident")
     timeout: Duration | None = None
-
-
-def json_escape(text: str) -> str:
-    """A value from the machine as the inside of a JSON string: `"`, `\\` and control characters escaped.
-
-    So a process named `x", "channel": "#general` stays one string value in `'{"text": "{{ process.name }}"}'`.
-    Lone surrogates (undecodable bytes in a process name) become `?`, so the body always encodes."""
-    clean = text.encode("utf-8", "replace").decode("utf-8") if not text.isascii() else text
-    return json.dumps(clean, ensure_ascii=False)[1:-1]
 
 
 def request_body(ctx: ActionContext, body: Any) -> tuple[bytes, str]:
@@ -76,7 +68,20 @@ class WebhookAction:
     entity_kinds = ALL_KINDS
     destructive: ClassVar[bool] = False
     unit: ClassVar[ActionUnit] = "entity"
-    escape = staticmethod(json_escape)  # string bodies are JSON; headers get no raw CR/LF either
+    escape = staticmethod(no_escape)
+
+    @staticmethod
+    def escape_at(path: tuple[str | int, ...]) -> Callable[[str], str]:
+        """Once, for where the value lands: the URL percent-encoded, a string body (JSON text) JSON-escaped, a
+        mapping body left to the JSON encoder, headers without CR/LF."""
+        top = path[0] if path else None
+        if top == "url":
+            return url_component
+        if top == "body":
+            return json_string if len(path) == 1 else no_escape
+        if top == "headers":
+            return header_value
+        return no_escape
 
     async def run(self, ctx: ActionContext) -> ActionResult:
         p = ctx.params

@@ -3,20 +3,31 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import orjson
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from gpuevents import subjects as S
 from gpuevents.bus import Bus, BusNoResponders, BusTimeout
-from gpuevents.cli.common import ConfigOption, client_config, duration_option, load_config_or_exit, run_async
+from gpuevents.cli.common import (
+    ConfigOption,
+    cells,
+    client_config,
+    duration_option,
+    load_config_or_exit,
+    run_async,
+)
 from gpuevents.clock import SystemClock
 from gpuevents.config import Config
 from gpuevents.durations import format_duration
 from gpuevents.records import AuditRecord, decode_audit, unique_records
+
+if TYPE_CHECKING:
+    from rules.engine.status import StatusResponse
 
 out = Console()
 
@@ -73,22 +84,28 @@ async def show_status(config: Config, as_json: bool) -> None:
     f = st.fleet
     out.print(f"[bold]{len(f.nodes)} nodes, {f.gpu_count} GPUs[/]: {f.busy} busy, {f.idle} idle, "
               f"[yellow]{f.held_idle} held idle[/] ({f.held_idle_cost_per_hour_text or '-'}/h)")
+    gpus, inc = status_tables(st)
+    out.print(gpus)
+    out.print(inc if st.incidents else "no open incidents")
+
+
+def status_tables(st: StatusResponse) -> tuple[Table, Table]:
+    """The GPUs and the open incidents, every machine string shown as written."""
     gpus = Table("node", "gpu", "model", "util %", "mem MiB", "idle for", "owner", "procs")
-    for n in f.nodes:
+    for n in st.fleet.nodes:
         for g in n.gpus:
             idle_for = format_duration(g.idle_for_s) if g.idle and g.idle_for_s is not None else ""
             name = n.name if n.online else f"{n.name} (offline)"
-            gpus.add_row(name, str(g.index), g.model or "", _num(g.util_pct),
-                         f"{_num(g.mem_used_mib)}/{_num(g.mem_total_mib)}",
-                         ("[yellow]" + idle_for + "[/]") if g.held_idle else idle_for,
-                         g.owner or "", str(g.processes))
-    out.print(gpus)
+            gpus.add_row(*cells(name, str(g.index), g.model or "", _num(g.util_pct),
+                                f"{_num(g.mem_used_mib)}/{_num(g.mem_total_mib)}",
+                                Text(idle_for, style="yellow") if g.held_idle else idle_for,
+                                g.owner or "", str(g.processes)))
     inc = Table("rule", "entity", "status", "since", "owner", "cost")
     for i in st.incidents:
         since = i.firing_since or i.started_at
-        inc.add_row(i.rule, i.entity_id, i.status, since.strftime("%Y-%m-%d %H:%M:%S"),
-                    i.owner or "", i.cost or "")
-    out.print(inc if st.incidents else "no open incidents")
+        inc.add_row(*cells(i.rule, i.entity_id, i.status, since.strftime("%Y-%m-%d %H:%M:%S"),
+                           i.owner or "", i.cost or ""))
+    return gpus, inc
 
 
 def _num(v: float | None) -> str:
@@ -136,6 +153,11 @@ async def show_audit(config: Config, rule: str | None, entity: str | None, secon
         for r in records:
             typer.echo(r.model_dump_json())
         return
+    out.print(audit_table(records) if records else f"no audit records in the last {format_duration(seconds)}")
+
+
+def audit_table(records: list[AuditRecord]) -> Table:
+    """One row per record, every machine string shown as written."""
     table = Table("time", "rule", "entity", "what", "outcome", "detail")
     for r in records:
         if r.kind == "transition":
@@ -145,6 +167,5 @@ async def show_audit(config: Config, rule: str | None, entity: str | None, secon
         else:
             what, outcome = r.kind, ""
         detail = r.error or r.detail or ""
-        table.add_row(r.time.strftime("%m-%d %H:%M:%S"), r.rule, r.entity_id, what, outcome,
-                      detail[:120])
-    out.print(table if records else f"no audit records in the last {format_duration(seconds)}")
+        table.add_row(*cells(r.time.strftime("%m-%d %H:%M:%S"), r.rule, r.entity_id, what, outcome, detail[:120]))
+    return table

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
+from rich.text import Text
 
 from gpuevents.bus import BusError
 from gpuevents.cli.parts import PartFailed
@@ -74,3 +75,9 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
     except (ServerError, BusError, PartFailed) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from None
+
+
+def cells(*values: str | Text) -> list[Text]:
+    """Table cells shown as written: strings from the machine (a process named `x[/oops]`, an audit detail
+    `[bold red]EVIL[/]`) are never read as Rich markup."""
+    return [v if isinstance(v, Text) else Text(v) for v in values]

@@ -8,7 +8,14 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from gpuevents.cli.common import ConfigOption, client_config, duration_option, load_config_or_exit, run_async
+from gpuevents.cli.common import (
+    ConfigOption,
+    cells,
+    client_config,
+    duration_option,
+    load_config_or_exit,
+    run_async,
+)
 from gpuevents.yamlpos import LocatedError
 from rules.offline.check import check_paths
 from rules.offline.ruletests import run_test_file
@@ -116,13 +123,13 @@ def rules_backtest(
               f"{report.replay_events_per_s or 0:,.0f} events/s; nothing was run")
     summary = Table("rule", "would fire", "entities", "actions", "held/suppressed")
     for r in report.rules:
-        summary.add_row(r.rule, str(r.fired), str(r.entities), str(r.actions_run),
-                        str(r.actions_held_or_suppressed))
+        summary.add_row(*cells(r.rule, str(r.fired), str(r.entities), str(r.actions_run),
+                               str(r.actions_held_or_suppressed)))
     out.print(summary)
     detail = Table("fired at", "rule", "entity", "resolved at", "actions")
     for i in report.incidents:
-        detail.add_row(f"{i.fired_at:%m-%d %H:%M:%S}", i.rule, i.entity_id,
-                       f"{i.resolved_at:%m-%d %H:%M:%S}" if i.resolved_at else "still firing",
-                       ", ".join(i.actions))
+        detail.add_row(*cells(f"{i.fired_at:%m-%d %H:%M:%S}", i.rule, i.entity_id,
+                              f"{i.resolved_at:%m-%d %H:%M:%S}" if i.resolved_at else "still firing",
+                              ", ".join(i.actions)))
     if report.incidents:
         out.print(detail)

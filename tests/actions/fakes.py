@@ -98,7 +98,8 @@ class FakeSlack:
         blocks = args.get("blocks")
         if isinstance(blocks, str):
             blocks = json.loads(blocks)
-        self.posted.append({"channel": args.get("channel"), "text": args.get("text"), "blocks": blocks})
+        self.posted.append({"channel": args.get("channel"), "text": args.get("text"), "blocks": blocks,
+                            "parse": args.get("parse")})
         return {"ok": True, "channel": args.get("channel"), "ts": f"{len(self.posted)}.000"}
 
     def dms_to(self, user_id: str) -> list[dict[str, Any]]:
@@ -232,8 +233,8 @@ class FakeWebhook:
 
     async def _handle(self, request: web.Request) -> web.Response:
         body = await request.read()
-        self.requests.append({"method": request.method, "path": request.path, "headers": dict(request.headers),
-                              "body": body})
+        self.requests.append({"method": request.method, "path": request.path, "raw_path": request.raw_path,
+                              "query": dict(request.query), "headers": dict(request.headers), "body": body})
         status = self.statuses.pop(0) if self.statuses else 200
         return web.json_response({"status": status}, status=status)
 

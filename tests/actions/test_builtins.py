@@ -11,6 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from actions.builtin.publish import PublishParams
+from actions.escaping import UnsafeValue
 from actions.registry import escape_for
 from actions.runner import ActionRunner
 from gpuevents import subjects as S
@@ -87,7 +88,7 @@ async def test_webhook_string_body_keeps_a_hostile_process_name_inside_its_strin
     sent = webhook.requests[0]
     assert sent["headers"]["Content-Type"] == "application/json"
     assert json.loads(sent["body"]) == {"text": EVIL + "\\ \n idles"}
-    assert "X-Injected" not in sent["headers"] and sent["headers"]["X-User"] == "bob\\r\\nX-Injected: 1"
+    assert "X-Injected" not in sent["headers"] and sent["headers"]["X-User"] == "bob X-Injected: 1"
 
 
 async def test_webhook_mapping_body_stays_one_value_per_key(webhook: FakeWebhook) -> None:
@@ -97,8 +98,40 @@ async def test_webhook_mapping_body_stays_one_value_per_key(webhook: FakeWebhook
     await runner.process(make_request("webhook", params, entity_kind="process"))
     await runner.close()
     sent = json.loads(webhook.requests[0]["body"])
-    # Serialised as data: the name cannot add a key; its quotes keep the JSON escape (documented).
-    assert list(sent) == ["text"] and sent["text"] == EVIL.replace('"', '\\"')
+    assert list(sent) == ["text"] and sent["text"] == EVIL
+
+
+async def test_webhook_mapping_body_values_arrive_exactly_escaped_once(webhook: FakeWebhook) -> None:
+    name = 'a"b\\c\nnext line\ttab'
+    params = rendered("webhook", {"url": webhook.url(), "body": {"text": "{{ process.name }}",
+                                                                 "list": ["{{ process.name }}"]}},
+                      process={"name": name})
+    runner = ActionRunner(None, make_config())
+    await runner.process(make_request("webhook", params, entity_kind="process"))
+    await runner.close()
+    assert json.loads(webhook.requests[0]["body"]) == {"text": name, "list": [name]}
+
+
+async def test_webhook_url_value_is_percent_encoded_and_cannot_steer_the_request(webhook: FakeWebhook) -> None:
+    name = "x/../../admin?force=1#"
+    params = rendered("webhook", {"url": webhook.url("/hooks/") + "{{ process.name }}?who={{ process.name }}"},
+                      process={"name": name})
+    runner = ActionRunner(None, make_config())
+    record = await runner.process(make_request("webhook", params, entity_kind="process"))
+    await runner.close()
+    assert record.outcome == "ok"
+    sent = webhook.requests[0]
+    path, _, _ = sent["raw_path"].partition("?")
+    assert path.startswith("/hooks/x%2F..%2F..%2Fadmin%3F") and path.count("/") == 2  # one segment
+    assert sent["query"] == {"who": name}
+
+
+def test_a_machine_value_that_would_start_an_option_refuses_the_command() -> None:
+    tree, errors = compile_params({"argv": ["rm", "{{ process.name }}"]}, "process", escape_for("command"))
+    assert errors == []
+    with pytest.raises(UnsafeValue, match="starts with '-'"):
+        render_params(tree, {"process": {"name": "-rf"}})
+    assert render_params(tree, {"process": {"name": "a-b"}}) == {"argv": ["rm", "a-b"]}
 
 
 async def test_command_argv_takes_a_hostile_value_as_one_literal_argument() -> None:

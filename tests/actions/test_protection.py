@@ -41,3 +41,31 @@ def test_a_protected_process_entity_is_protected_from_any_destructive_action() -
     facts = {"process": {"pid": 1, "user": "root", "name": "init"}}
     req = make_request("command", entity_kind="process", entity_id="n1/pid1", facts=facts)
     assert protection_reason(req, PROTECT) == "user root (pid 1)"
+
+
+def test_a_process_whose_user_is_only_a_uid_is_refused_when_users_are_protected() -> None:
+    facts = {"process": {"pid": 7, "user": "0", "uid": 0, "name": "python"}}
+    req = make_request("kill", entity_kind="process", entity_id="n1/pid7", facts=facts)
+    assert protection_reason(req, PROTECT) == "user of pid 7 unknown (uid 0): cannot tell whether it is protected"
+    nouser = make_request("kill", entity_kind="process", entity_id="n1/pid7", facts={"process": {"pid": 7}})
+    assert "unknown (no user)" in (protection_reason(nouser, PROTECT) or "")
+    assert protection_reason(req, PROTECT.model_copy(update={"users": []})) is None
+
+
+def test_a_container_process_with_no_known_pod_is_refused_when_namespaces_are_protected() -> None:
+    facts = {"process": {"pid": 8, "user": "alice", "name": "python", "container_id": "abc123"}}
+    req = make_request("kill", entity_kind="process", entity_id="n1/pid8", facts=facts)
+    why = protection_reason(req, PROTECT)
+    assert why == "pid 8 runs in a container whose pod is unknown: cannot tell its namespace"
+    bare = {"process": {"pid": 8, "user": "alice", "name": "python"}}  # bare metal: no container, no pod
+    assert protection_reason(make_request("kill", entity_kind="process", entity_id="n1/pid8", facts=bare),
+                             PROTECT) is None
+
+
+def test_scaling_a_workload_in_a_protected_namespace_is_refused_but_restoring_it_is_not() -> None:
+    down = make_request("scale", {"namespace": "kube-system", "name": "coredns", "replicas": 0}, facts={})
+    assert protection_reason(down, PROTECT) == "namespace kube-system (scale target Deployment coredns)"
+    back = make_request("scale", {"namespace": "kube-system", "name": "coredns", "replicas": "previous"}, facts={})
+    assert protection_reason(back, PROTECT) is None
+    other = make_request("scale", {"namespace": "ml", "name": "nb", "replicas": 0}, facts={})
+    assert protection_reason(other, PROTECT) is None

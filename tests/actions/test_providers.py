@@ -6,6 +6,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from actions.runner import ActionRunner
 from tests.actions.conftest import make_config, make_request
 
@@ -51,3 +53,13 @@ async def test_command_provider_needs_an_argv() -> None:
         make_request("cordon", {"provider": "command"}, entity_kind="node", entity_id="n1"))
     assert record.outcome == "refused"
     assert "provider 'command' needs `argv`" in (record.error or "")
+
+
+@pytest.mark.parametrize("node", ["gpu[01-99]", "a,b", "n 1", "-h"])
+async def test_slurm_refuses_a_node_name_that_is_not_one_node(tmp_path: Path, node: str) -> None:
+    scontrol, log = fake_scontrol(tmp_path)
+    runner = ActionRunner(None, make_config(actions={"slurm": {"scontrol": str(scontrol)}}))
+    record = await runner.process(make_request("cordon", {"provider": "slurm"}, entity_kind="node",
+                                               entity_id=node, node=node))
+    assert record.outcome == "refused" and "not one node" in (record.error or record.detail or "")
+    assert not log.exists()

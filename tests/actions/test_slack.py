@@ -7,9 +7,12 @@ import json
 import pytest
 
 from actions.builtin import slack as slack_module
+from actions.escaping import UnsafeValue
+from actions.registry import escape_for
 from actions.runner import ActionRunner
 from gpuevents.bus import Bus
 from gpuevents.records import AuditRecord
+from rules.lang.templates import compile_params, render_params
 from tests.actions.conftest import T0, audit_records, make_config, make_request, publish_request
 from tests.actions.fakes import FakeSlack, Injected
 from tests.waiting import wait_for
@@ -175,3 +178,28 @@ async def test_digest_through_the_queue_waits_out_the_window_then_sends_once(
 async def _two(bus: Bus) -> list[AuditRecord] | None:
     records = await audit_records(bus)
     return records if len(records) >= 2 else None
+
+
+async def test_text_objects_are_verbatim_so_a_plain_at_here_stays_text(slack: FakeSlack, token: str) -> None:
+    runner = runner_for(slack)
+    await runner.process(make_request("slack", {"to": "U001", "text": "job @here idles"}, facts=gpu_facts()))
+    posted = slack.posted[0]
+    blocks = posted["blocks"] if isinstance(posted["blocks"], list) else json.loads(posted["blocks"])
+    objects = [t for b in blocks for t in [b.get("text"), *b.get("fields", []), *b.get("elements", [])]]
+    texts = [t for t in objects if isinstance(t, dict) and t.get("type") == "mrkdwn"]
+    assert texts and all(t.get("verbatim") is True for t in texts)
+    assert posted.get("parse") == "none"
+
+
+@pytest.mark.parametrize("owner", ["#general", "C0123456789", "<!channel>", "alice bob", "@here x", "@here", "channel"])
+def test_a_recipient_from_the_machine_must_be_a_person(owner: str) -> None:
+    tree, errors = compile_params({"to": "{{ gpu.owner }}", "text": "hi"}, "gpu", escape_for("slack"))
+    assert errors == []
+    with pytest.raises(UnsafeValue, match="not a person"):
+        render_params(tree, {"gpu": {"owner": owner}})
+
+
+@pytest.mark.parametrize("owner", ["alice", "@alice", "alice@example.com", "U0123ABC", "j.o'neil"])
+def test_a_person_from_the_machine_is_a_recipient(owner: str) -> None:
+    tree, _ = compile_params({"to": "{{ gpu.owner }}", "text": "hi"}, "gpu", escape_for("slack"))
+    assert render_params(tree, {"gpu": {"owner": owner}})["to"] == owner

@@ -79,3 +79,22 @@ async def test_status_without_an_engine_says_so(engine_config: Config, bus: Bus,
     code, out = await gpuevents("status", "-c", str(write_config(engine_config, tmp_path / "c.yaml")))
     assert code == 1
     assert "no engine answers" in out
+
+
+def test_machine_strings_in_the_audit_table_are_shown_as_written_never_as_markup() -> None:
+    from io import StringIO
+
+    from rich.console import Console
+
+    from gpuevents.cli.client import audit_table
+    from gpuevents.records import AuditRecord
+
+    now = SystemClock().now()
+    records = [AuditRecord(time=now, kind="action", rule="r", entity_id="n1/pid7", action_type="kill",
+                           outcome="ok", detail="[bold red]EVIL[/]"),
+               AuditRecord(time=now, kind="action", rule="r", entity_id="n1/pid8", action_type="kill",
+                           outcome="ok", detail="process x[/oops] ended")]
+    buf = StringIO()
+    Console(file=buf, width=200, color_system=None).print(audit_table(records))
+    text = buf.getvalue()
+    assert "[bold red]EVIL[/]" in text and "x[/oops]" in text

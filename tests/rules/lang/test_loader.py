@@ -8,7 +8,8 @@ from typing import ClassVar, Literal
 import pytest
 
 from actions import registry
-from actions.protocol import ALL_KINDS, ActionParams, ActionUnit, no_escape
+from actions.escaping import no_escape
+from actions.protocol import ALL_KINDS, ActionParams, ActionUnit
 from gpuevents.yamlpos import LocatedError
 from rules.lang.loader import load_rule_set
 from tests.rules.helpers import rules_from

@@ -61,7 +61,7 @@ def test_compile_errors(source: str, message: str) -> None:
 
 def test_nested_parameters_render_every_string_leaf() -> None:
     tree, errors = compile_params({"argv": ["echo", "{{ node.name }}"], "headers": {"X": "{{ rule.name }}"}, "n": 3},
-                                  "node", shout)
+                                  "node", lambda _path: shout)
     assert errors == []
     out = render_params(tree, {"node": {"name": "n<1>"}, "rule": {"name": "r"}})
     assert out == {"argv": ["echo", "n&lt;1&gt;"], "headers": {"X": "r"}, "n": 3}
