@@ -41,6 +41,7 @@ class IncidentFacts(_Facts):
     started_at: datetime | None = None
     firing_since: datetime | None = None
     firing_for: str | None = None
+    active_for: str | None = None
     count: int | None = None
 
 
@@ -133,7 +134,7 @@ def make_item(text: str, rule: str, entity_id: str, cluster: str, incident_id: s
     inc = facts.incident
     return MessageItem(
         text=text, rule=rule, entity_id=entity_id, cluster=cluster, incident_id=incident_id,
-        since=inc.firing_since or inc.started_at, firing_for=inc.firing_for,
+        since=inc.started_at or inc.firing_since, firing_for=inc.active_for or inc.firing_for,
         cost=escape(facts.cost.display() or "") or None if facts.cost else None,
         where=describe_where(entity_id, facts), processes=describe_processes(facts),
     )

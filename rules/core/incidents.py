@@ -52,6 +52,11 @@ class Incident(BaseModel):
         """0 for the first firing, then 1, 2, … for each repeat."""
         return max(0, self.sends - 1)
 
+    def active_for(self, now: datetime) -> str:
+        """How long the condition has held: pending (the rule's `for`) and firing together."""
+        end = self.resolved_at or now
+        return format_duration(max(0.0, (end - self.active_at).total_seconds()))
+
     def firing_for(self, now: datetime) -> str:
         if self.fired_at is None:
             return "0s"

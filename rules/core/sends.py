@@ -44,6 +44,7 @@ class TemplateIncident:
     started_at: datetime
     firing_since: datetime | None
     firing_for: str
+    active_for: str
     count: int
 
 
@@ -112,7 +113,7 @@ def facts_of(ent: Entity, incident: Incident, cost: CostView | None, now: dateti
         "incident": {
             "id": incident.id, "started_at": incident.active_at.isoformat(),
             "firing_since": incident.fired_at.isoformat() if incident.fired_at else None,
-            "firing_for": incident.firing_for(now), "count": incident.sends,
+            "firing_for": incident.firing_for(now), "active_for": incident.active_for(now), "count": incident.sends,
         },
     }
     v = ent.view
@@ -152,7 +153,7 @@ class Sender:
             rule=RuleView(name=rule.name, description=rule.spec.description, labels=dict(rule.spec.labels)),
             incident=TemplateIncident(id=incident.id, status=incident.status, started_at=incident.active_at,
                                       firing_since=incident.fired_at, firing_for=incident.firing_for(now),
-                                      count=incident.sends),
+                                      active_for=incident.active_for(now), count=incident.sends),
             cost=cost,
         )
         return names

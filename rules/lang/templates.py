@@ -13,6 +13,7 @@ from typing import Any
 from jinja2 import StrictUndefined, Template, TemplateSyntaxError, meta
 from jinja2.sandbox import SandboxedEnvironment
 
+from gpuevents.durations import format_duration
 from rules.lang.expr import ENTITY_NAMES, HELPERS
 
 TEMPLATE_EXTRA_NAMES = frozenset({"rule", "incident", "cost", "now"})
@@ -37,6 +38,11 @@ def _finalizer(escape: Callable[[str], str]) -> Callable[[Any], Any]:
     return finalize
 
 
+def _format_duration(seconds: Any) -> str:
+    """`{{ gpu.idle_for_s | format_duration }}` → `2h 5m`: seconds as people read them."""
+    return format_duration(float(seconds or 0))
+
+
 def environment_for(escape: Callable[[str], str]) -> SandboxedEnvironment:
     """The sandbox that renders into a destination with this escape function (one per function)."""
     env = _envs.get(escape)
@@ -44,6 +50,7 @@ def environment_for(escape: Callable[[str], str]) -> SandboxedEnvironment:
         env = SandboxedEnvironment(
             undefined=StrictUndefined, finalize=_finalizer(escape), autoescape=False, keep_trailing_newline=True
         )
+        env.filters["format_duration"] = _format_duration
         _envs[escape] = env
     return env
 
@@ -97,15 +104,16 @@ ParamTree = Any  # str | CompiledTemplate | int | float | bool | None | list[Par
 
 
 def compile_params(
-    params: Mapping[str, Any], kind: str, escape: Callable[[str], str]
+    params: Mapping[str, Any], kind: str, escape_at: Callable[[tuple[str | int, ...]], Callable[[str], str]]
 ) -> tuple[dict[str, ParamTree], list[tuple[tuple[str | int, ...], TemplateError]]]:
-    """Compile every string leaf of `params`; returns the tree and the errors with their paths."""
+    """Compile every string leaf of `params`, each with the escape of where it lands (`escape_at(path)`);
+    returns the tree and the errors with their paths."""
     errors: list[tuple[tuple[str | int, ...], TemplateError]] = []
 
     def walk(value: Any, path: tuple[str | int, ...]) -> ParamTree:
         if isinstance(value, str):
             try:
-                return compile_template(value, kind, escape)
+                return compile_template(value, kind, escape_at(path))
             except TemplateError as e:
                 errors.append((path, e))
                 return value

@@ -118,3 +118,10 @@ def test_deadlines_are_the_end_of_for_and_the_next_repeat() -> None:
 def test_incidents_round_trip_through_json() -> None:
     inc = step(open_incident("r", "h", "e", "e", "gpu", "default", "n1", BASE), True, minute(1), 0, None)
     assert Incident.model_validate_json(inc.model_dump_json()) == inc
+
+
+def test_active_for_counts_the_pending_time_firing_for_does_not() -> None:
+    inc = Incident(id="i", rule="r", entity_id="e", entity_key="e", entity_kind="gpu", status="firing",
+                   active_at=minute(0), fired_at=minute(10))
+    assert inc.firing_for(minute(10)) == "0s"  # what the first DM said: "idle for 0s"
+    assert inc.active_for(minute(10)) == "10m"

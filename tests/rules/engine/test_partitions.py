@@ -124,4 +124,4 @@ async def test_publishing_and_consuming_go_on_when_a_nats_server_dies(
             bus.publish_event(snapshot(f"after-{i}", SystemClock().now()))
         assert await bus.flush(30)
         await wait_for(lambda: sum(len(e.core.state.nodes) for e in r.engines if e.core is not None) == 11,
-                       timeout=40, what="every node consumed after a server died")
+                       timeout=90, what="every node consumed after a server died")
