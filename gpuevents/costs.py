@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Protocol
+
 from gpuevents.config import CostsConfig, GpuCost
 
 HOURS_PER_DAY = 24.0
@@ -82,3 +85,27 @@ class CostModel:
         if symbol is None:
             return f"{sign}{text} {self.currency}"
         return f"{sign}{symbol}{text}"
+
+
+class _Reported(Protocol):
+    index: int
+    uuid: str | None
+    mig_parent: str | None
+
+
+def physical_shares(gpus: Iterable[_Reported]) -> dict[int, float]:
+    """What share of a physical GPU each reported GPU is, so costs and GPU-hours count each GPU once: 1 for a
+    whole GPU; 1/n for each of a MIG parent's n reported instances; 0 for a MIG parent whose instances are
+    reported (it is their sum)."""
+    gpus = list(gpus)
+    instances: dict[str, int] = {}
+    for g in gpus:
+        if g.mig_parent:
+            instances[g.mig_parent] = instances.get(g.mig_parent, 0) + 1
+    out = {}
+    for g in gpus:
+        if g.mig_parent:
+            out[g.index] = 1.0 / instances[g.mig_parent]
+        else:
+            out[g.index] = 0.0 if g.uuid and g.uuid in instances else 1.0
+    return out

@@ -8,7 +8,7 @@ from typing import Protocol
 
 from pydantic import BaseModel, computed_field
 
-from gpuevents.costs import CostModel
+from gpuevents.costs import CostModel, physical_shares
 from gpuevents.events import NodeSnapshot
 from gpuevents.records import AuditRecord, EntityKind, IncidentStatus
 
@@ -115,9 +115,12 @@ def fleet_view(
     held_cost = 0.0
     for snap in sorted(snapshots, key=lambda s: (s.node.cluster, s.node.name)):
         gpus = []
+        physical = physical_shares(snap.gpus)
         for g in sorted(snap.gpus, key=lambda g: g.index):
+            if not physical[g.index]:
+                continue  # a MIG parent: its instances are shown and costed
             held = g.idle and bool(g.pids or g.owners)
-            hourly = costs.hourly(g.model, g.power_w) if costs is not None else None
+            hourly = costs.hourly(g.model, g.power_w) * physical[g.index] if costs is not None else None
             if held and hourly is not None:
                 held_cost += hourly
             gpus.append(FleetGpu(

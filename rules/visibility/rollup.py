@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import NamedTuple
 
+from gpuevents.costs import physical_shares
 from gpuevents.events import GpuInfo, NodeSnapshot, ProcessInfo, SnapshotEvent
 
 HOUR = 3600
@@ -139,6 +140,7 @@ class _GpuPlan:
     util_pct: float | None
     shares: list[tuple[str, str]]
     jobs: list[tuple[str, str, ProcessInfo]]  # (job, name, a process) when held idle
+    physical: float = 1.0  # its share of a physical GPU (a MIG instance: 1/n; see physical_shares)
 
 
 def _job_of(process: ProcessInfo) -> tuple[str, str]:
@@ -246,10 +248,11 @@ class UsageAggregator:
     def _plan(self, snap: NodeSnapshot) -> list[_GpuPlan]:
         """Per GPU, what does not depend on the interval: state, power, owners and teams, idle jobs."""
         procs = {p.pid: p for p in snap.processes}
+        physical = physical_shares(snap.gpus)
         plan = []
         for gpu in snap.gpus:
-            if gpu.lost:
-                continue
+            if gpu.lost or not physical[gpu.index]:
+                continue  # a MIG parent is counted through its instances
             holders = [procs[pid] for pid in gpu.pids if pid in procs]
             held = bool(gpu.pids) or bool(gpu.owners)
             state = "busy" if not gpu.idle else ("held" if held else "free")
@@ -264,7 +267,8 @@ class UsageAggregator:
                     jobs.setdefault(job, (name, p))
             plan.append(_GpuPlan(index=gpu.index, model=gpu.model or "", state=state, watts=watts,
                                  util_pct=gpu.util_pct, shares=shares,
-                                 jobs=[(job, name, p) for job, (name, p) in jobs.items()]))
+                                 jobs=[(job, name, p) for job, (name, p) in jobs.items()],
+                                 physical=physical[gpu.index]))
         return plan
 
     def _bind(self, cluster: str, node: str, plan: list[_GpuPlan], node_labels: Mapping[str, str],
@@ -275,7 +279,7 @@ class UsageAggregator:
         for gpu in plan:
             state = _STATES[gpu.state]
             kwh_per_s = max(gpu.watts, 0.0) / 3_600_000
-            part = 1.0 / len(gpu.shares)
+            part = gpu.physical / len(gpu.shares)
             for owner, team in gpu.shares:
                 key = UsageKey(hour, cluster, node, gpu.index, owner, team)
                 a = self._usage.get(key)
@@ -283,7 +287,7 @@ class UsageAggregator:
                     a = self._usage[key] = UsageAmounts(model=gpu.model)
                 usage.append((a, state, part, kwh_per_s * part, gpu.util_pct))
             if gpu.jobs:
-                job_part = 1.0 / len(gpu.jobs)
+                job_part = gpu.physical / len(gpu.jobs)
                 for job, name, p in gpu.jobs:
                     job_key = IdleJobKey(hour, cluster, node, gpu.index, job)
                     j = self._jobs.get(job_key)

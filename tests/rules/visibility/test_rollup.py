@@ -198,3 +198,36 @@ def test_a_repeated_snapshot_object_counts_like_equal_copies_across_drains_and_h
         for name in ("busy_s", "held_s", "free_s", "util_s", "busy_kwh", "held_kwh", "free_kwh"):
             assert getattr(other, name) == pytest.approx(getattr(amounts, name)), (key, name)
     assert {k: pytest.approx(j.held_s) for k, j in expected.idle_jobs} == {k: j.held_s for k, j in got.idle_jobs}
+
+
+def _mig_node(t: float) -> SnapshotEvent:
+    """One A100 split into three MIG instances: the parent and its instances are all reported."""
+    gpus = [GpuInfo(node="m", index=0, uuid="GPU-parent", model="A100", util_pct=None, idle=False)]
+    gpus += [GpuInfo(node="m", index=1 + i, uuid=f"MIG-{i}", model="A100", mig_parent="GPU-parent",
+                     util_pct=50, idle=False) for i in range(3)]
+    snap = NodeSnapshot(node=NodeInfo(name="m"), gpus=gpus)
+    return make_event("node.snapshot", "m", snap, time=DAY_START + timedelta(seconds=t))  # type: ignore[return-value]
+
+
+def test_a_mig_gpu_is_counted_once_not_once_for_the_parent_and_once_per_instance() -> None:
+    agg = _aggregator(interval=60)
+    for t in range(0, 3601, 60):
+        e = _mig_node(t)
+        agg.observe(e, e.time)
+    usage = agg.drain().usage
+    assert sum(a.busy_s for _, a in usage) / 3600 == pytest.approx(1.0)  # one physical GPU for an hour
+    assert {k.gpu for k, _ in usage} == {1, 2, 3}
+    assert sum(a.busy_kwh for _, a in usage) == pytest.approx(0.4)  # the rated 400 W for an hour, once
+
+
+def test_the_fleet_view_costs_a_mig_gpu_once() -> None:
+    from rules.visibility.fleet_view import fleet_view
+
+    snap = _mig_node(0).data
+    for g in snap.gpus:
+        g.__dict__["idle"] = True  # held idle: each instance has a process
+        g.__dict__["pids"] = [100 + g.index] if g.mig_parent else []
+    costs = CostModel(COSTS)
+    view = fleet_view([snap], DAY_START, costs)
+    assert [g.index for g in view.nodes[0].gpus] == [1, 2, 3]
+    assert view.held_idle_cost_per_hour == pytest.approx(costs.hourly("A100", None))
