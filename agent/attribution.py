@@ -13,6 +13,7 @@ from pathlib import Path
 import psutil
 
 from agent.cgroups import read_cgroup
+from agent.host import UserDb
 from agent.kubelet import PodMeta
 from agent.sample import AccessDenied, LiveProcess, ProcessIdentity
 from gpuevents.config import AttributionConfig
@@ -82,6 +83,8 @@ class Attributor:
             if done is None or (done.pod is None and ident.pod_uid and self._pod(ident.pod_uid)):
                 done = self._complete(ident)
                 self._cache[key] = done
+            elif done.ppid != ident.ppid:  # the parent is read live: an orphan is re-parented
+                done = self._cache[key] = replace(done, ppid=ident.ppid)
             out[pid] = done
         for key in [k for k in self._cache if k not in live]:
             del self._cache[key]
@@ -106,9 +109,10 @@ class Attributor:
 class PsutilIdentifier:
     """Reads user, name, command line, create time and cgroup of the pids NVML reports, once each."""
 
-    def __init__(self, cmdline_max: int = 1024, proc_root: Path = Path("/proc")) -> None:
+    def __init__(self, cmdline_max: int = 1024, proc_root: Path = Path("/proc"), users: UserDb | None = None) -> None:
         self.cmdline_max = cmdline_max
         self.proc_root = proc_root
+        self.users = users if users is not None else UserDb.for_host()
         self._cache: dict[int, tuple[psutil.Process, ProcessIdentity]] = {}
 
     def identify(self, pids: Iterable[int]) -> dict[int, ProcessIdentity]:
@@ -117,7 +121,7 @@ class PsutilIdentifier:
         for pid in wanted:
             cached = self._cache.get(pid)
             if cached is not None and cached[0].is_running():
-                out[pid] = cached[1]
+                out[pid] = self._live(pid, *cached)
                 continue
             got = self._read(pid)
             if got is None:
@@ -129,6 +133,18 @@ class PsutilIdentifier:
             del self._cache[pid]
         return out
 
+    def _live(self, pid: int, proc: psutil.Process, ident: ProcessIdentity) -> ProcessIdentity:
+        """The cached identity with what can change while a process lives: its parent (a process whose parent
+        exits is re-parented to pid 1 or a subreaper: how a ghost is seen)."""
+        try:
+            ppid = proc.ppid()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            return ident
+        if ppid != ident.ppid:
+            ident = replace(ident, ppid=ppid)
+            self._cache[pid] = (proc, ident)
+        return ident
+
     def _read(self, pid: int) -> tuple[psutil.Process, ProcessIdentity] | None:
         try:
             proc = psutil.Process(pid)
@@ -137,10 +153,6 @@ class PsutilIdentifier:
                 name = proc.name()
                 uid: int | None = proc.uids().real
                 ppid: int | None = proc.ppid()
-                try:
-                    user: str | None = proc.username()
-                except KeyError:  # uid without a passwd entry (common in containers)
-                    user = str(uid)
                 try:
                     cmdline = " ".join(proc.cmdline())
                 except psutil.AccessDenied:
@@ -153,8 +165,8 @@ class PsutilIdentifier:
         cg = read_cgroup(pid, self.proc_root)
         ident = ProcessIdentity(
             pid=pid, create_time=_ts(create_time), name=name,
-            cmdline=truncate(cmdline, self.cmdline_max), user=user, uid=uid, ppid=ppid,
-            container_id=cg.container_id, pod_uid=cg.pod_uid,
+            cmdline=truncate(cmdline, self.cmdline_max), user=self.users.name(uid), uid=uid, ppid=ppid,
+            container_id=cg.container_id, pod_uid=cg.pod_uid, service=cg.service,
         )
         return proc, ident
 
@@ -166,8 +178,9 @@ def _same(proc: psutil.Process, create_time: datetime, tolerance_s: float) -> bo
 class PsutilControl:
     """Real processes: look up, signal only if the create time still matches, and watch for the end."""
 
-    def __init__(self, tolerance_s: float = 1.0) -> None:
+    def __init__(self, tolerance_s: float = 1.0, users: UserDb | None = None) -> None:
         self.tolerance_s = tolerance_s
+        self.users = users if users is not None else UserDb.for_host()
 
     def lookup(self, pid: int) -> LiveProcess | None:
         try:
@@ -175,10 +188,7 @@ class PsutilControl:
             with p.oneshot():
                 if p.status() == psutil.STATUS_ZOMBIE:
                     return None
-                try:
-                    user: str | None = p.username()
-                except KeyError:
-                    user = str(p.uids().real)
+                user = self.users.name(p.uids().real)
                 return LiveProcess(pid=pid, create_time=_ts(p.create_time()), user=user, name=p.name())
         except psutil.NoSuchProcess:  # ZombieProcess is one too
             return None

@@ -18,10 +18,19 @@ _POD = re.compile(
 )
 
 
+# A system unit: `/system.slice/<unit>.service` (or `.scope`, e.g. `slurmstepd.scope`), nested slices allowed.
+_SYSTEM_UNIT = re.compile(r"^/system\.slice/(?:[^/]+\.slice/)*([^/]+\.(?:service|scope))(?:/|$)")
+# Slurm's cgroup v1 layout: `/slurm/uid_<uid>/job_<id>/step_<id>` (or `/slurm_<node>/…`).
+_SLURM_V1 = re.compile(r"^/slurm[^/]*/uid_\d+/job_\d+")
+
+
 @dataclass(frozen=True, slots=True)
 class CgroupInfo:
     container_id: str | None = None
     pod_uid: str | None = None
+    service: str | None = None
+    """The system unit that runs the process (`nvidia-dcgm.service`, `slurmstepd.scope`; `slurm` for Slurm's
+    cgroup v1 tree), or None: a login session's process (`user.slice`) has none."""
 
 
 def parse_cgroup(text: str) -> CgroupInfo:
@@ -41,7 +50,14 @@ def parse_cgroup(text: str) -> CgroupInfo:
             paths.append(parts[2])
     container: str | None = None
     pod: str | None = None
+    service: str | None = None
     for path in paths:
+        if service is None:
+            m = _SYSTEM_UNIT.match(path)
+            if m and not _CONTAINER.match(m.group(1)):  # a container's scope is a container, not a service
+                service = m.group(1)
+            elif _SLURM_V1.match(path):
+                service = "slurm"
         if container is None:
             for element in reversed([e for e in path.split("/") if e]):
                 m = _CONTAINER.match(element)
@@ -52,9 +68,7 @@ def parse_cgroup(text: str) -> CgroupInfo:
             m = _POD.search(path)
             if m:
                 pod = m.group(1).replace("_", "-")
-        if container is not None and pod is not None:
-            break
-    return CgroupInfo(container_id=container, pod_uid=pod)
+    return CgroupInfo(container_id=container, pod_uid=pod, service=service)
 
 
 def read_cgroup(pid: int, proc_root: Path = Path("/proc")) -> CgroupInfo:

@@ -126,6 +126,8 @@ class NodeCore:
         self.held: dict[tuple[int, datetime], HeldProcess] = {}
         self.last_snapshot_at: datetime | None = None
         self.now: datetime | None = None
+        self.carried_idle: dict[str, datetime] = {}
+        """Idle clocks from before a restart (GPU uuid → idle_since), taken by a GPU's first sample."""
 
     # ------------------------------------------------------------ stepping
     def step(
@@ -135,7 +137,11 @@ class NodeCore:
         self.now = now
         gpu_events: list[tuple[str, int]] = []
         for r in reading.gpus:
-            old = self.gpu_states.get(r.index, GpuState())
+            old = self.gpu_states.get(r.index)
+            if old is None:
+                since = self.carried_idle.pop(r.uuid, None) if r.uuid else None
+                still_idle = r.util_pct is not None and r.util_pct < self.thresholds.idle_util_pct
+                old = GpuState(idle=True, idle_since=since) if since is not None and still_idle else GpuState()
             new, crossed = step_gpu(old, r, now, self.thresholds)
             self.gpu_states[r.index] = new
             self.readings[r.index] = r
@@ -185,6 +191,15 @@ class NodeCore:
         return make_event(type_, self.node, data, cluster=self.cluster, time=now)
 
     # ------------------------------------------------------------ views
+    def idle_clocks(self) -> dict[str, datetime]:
+        """GPU uuid → idle_since for the GPUs idle now (what an agent restart should carry over)."""
+        out = {}
+        for index, st in self.gpu_states.items():
+            r = self.readings.get(index)
+            if st.idle and st.idle_since is not None and r is not None and r.uuid:
+                out[r.uuid] = st.idle_since
+        return out
+
     def holds_gpu(self, pid: int, create_time: datetime, tolerance_s: float = 1.0) -> bool:
         """Whether the latest sample had this process (pid and create time) on a GPU."""
         for (p, ct), _ in self.held.items():
@@ -203,7 +218,7 @@ class NodeCore:
         return ProcessInfo(
             node=self.node, pid=i.pid, name=i.name, cmdline=i.cmdline, user=i.user, uid=i.uid,
             owner=i.owner, create_time=i.create_time,
-            age_s=round(max(0.0, (now - i.create_time).total_seconds()), 3), ppid=i.ppid,
+            age_s=round(max(0.0, (now - i.create_time).total_seconds()), 3), ppid=i.ppid, service=i.service,
             gpus=list(h.gpus), gpu_mem_mib=h.mem_mib, gpu_util_pct=h.util_pct,
             container_id=i.container_id, pod_uid=i.pod_uid, pod=i.pod, labels=dict(i.labels),
         )

@@ -24,9 +24,11 @@ ACCESS_DENIED = "access denied (the agent needs CAP_KILL / root)"
 class KillPolicy:
     """What may never be killed on this node: pid 1, the agent itself, protected users, names, namespaces, nodes."""
 
-    def __init__(self, protect: ProtectConfig, *, agent_pid: int, node_labels: Mapping[str, str]) -> None:
+    def __init__(self, protect: ProtectConfig, *, agent_pid: int, node_labels: Mapping[str, str],
+                 host_pids: bool = True) -> None:
         self.protect = protect
         self.agent_pid = agent_pid
+        self.host_pids = host_pids
         self.set_node_labels(node_labels)
 
     def set_node_labels(self, node_labels: Mapping[str, str]) -> None:
@@ -43,10 +45,16 @@ class KillPolicy:
             return "that is the gpuevents agent itself"
         if self.node_protected:
             return "this node is protected (protect.node_labels)"
+        if not self.host_pids:
+            return ("the agent is not in the host's pid namespace (run it with hostPID / --pid=host): "
+                    "the pid may name another process")
         if live is None:
             return None
         if live.user is not None and live.user in self.protect.users:
             return f"user {live.user!r} is protected (protect.users)"
+        if live.user is None and self.protect.users:
+            return (f"the user of pid {pid} cannot be named (no entry in the host's user database): "
+                    "cannot tell whether it is protected")
         for pattern in self.protect.process_patterns:
             if fnmatch.fnmatchcase(live.name, pattern):
                 return f"process name {live.name!r} matches protected pattern {pattern!r}"

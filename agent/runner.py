@@ -8,13 +8,15 @@ import logging
 import os
 import socket
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
 from agent import kubenode
 from agent.attribution import Attributor, PsutilControl, PsutilIdentifier
 from agent.core import NodeCore
+from agent.host import UserDb, in_host_pid_namespace
+from agent.idlestate import IdleStateFile
 from agent.kill import KillHandler, KillPolicy, RateLimit
 from agent.kubelet import PodDirectory
 from agent.kubenode import KubeNodeInfo, NodeLookup
@@ -63,11 +65,16 @@ class NodeAgent:
         )
         self.attributor = Attributor(a.attribution, config.owners, pods.get if pods else None,
                                      team_label=config.costs.team_label)
+        real = not isinstance(sampler, SimulatedNode)
         if control is None:
-            control = sampler if isinstance(sampler, SimulatedNode) else PsutilControl()
+            control = PsutilControl(users=UserDb.for_host(a.attribution.passwd)) if real else sampler
+        host_pids = in_host_pid_namespace() if real else True
+        if not host_pids:
+            log.warning("the agent is not in the host's pid namespace (run it with hostPID / --pid=host): kills are "
+                        "refused, since NVML's pids may name other processes here")
         self.kill = KillHandler(
             control=control,
-            policy=KillPolicy(config.protect, agent_pid=os.getpid(), node_labels=a.labels),
+            policy=KillPolicy(config.protect, agent_pid=os.getpid(), node_labels=a.labels, host_pids=host_pids),
             rate=RateLimit(a.kill.max_per_minute),
             holds_gpu=lambda p: self.core.holds_gpu(p.pid, p.create_time),
             pod_of=self._pod_of,
@@ -118,7 +125,8 @@ def open_sampler(config: Config, *, simulate: bool = False, start: datetime | No
     a = config.agent
     if not simulate and a.sampler != "simulated":
         try:
-            return NvmlSampler(identifier=PsutilIdentifier(a.attribution.cmdline_max))
+            return NvmlSampler(identifier=PsutilIdentifier(a.attribution.cmdline_max,
+                                                           users=UserDb.for_host(a.attribution.passwd)))
         except NvmlUnavailable as e:
             raise SamplerUnavailable(
                 f"NVML is not available on this machine ({e}). Run on a node with an NVIDIA GPU and "
@@ -220,6 +228,12 @@ async def run_nodes(agents: list[NodeAgent], bus: EventBus, *, config: Config, c
         bus.publish_event(event)
         counters.count_event(event.type)
 
+    state_dir = config.agent.state_dir
+    idle_files = {a.node: IdleStateFile(state_dir, a.node) for a in agents} if state_dir is not None else {}
+    carry_for = max(timedelta(minutes=5), 3 * timedelta(seconds=config.agent.snapshot_interval))
+    for a in agents:
+        if a.node in idle_files:
+            a.core.carried_idle = idle_files[a.node].load(clock.now(), carry_for)
     try:
         for a in agents:
             publish(a.lifecycle_event("agent.started", clock.now()))
@@ -234,6 +248,8 @@ async def run_nodes(agents: list[NodeAgent], bus: EventBus, *, config: Config, c
                     continue
                 for e in events:
                     publish(e)
+                    if e.type == "node.snapshot" and a.node in idle_files:
+                        idle_files[a.node].save(clock.now(), a.core.idle_clocks())
             counters.samples += 1
             next_at += interval
             delay = next_at - clock.monotonic()

@@ -69,6 +69,7 @@ class ProcessIdentity:
     user: str | None = None
     uid: int | None = None
     ppid: int | None = None
+    service: str | None = None
     container_id: str | None = None
     pod_uid: str | None = None
     pod: str | None = None

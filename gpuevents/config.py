@@ -87,6 +87,8 @@ class AttributionConfig(_Section):
     team_pod_label: str | None = None
     cmdline_max: int = Field(1024, ge=16)
     kubelet: KubeletConfig = KubeletConfig()
+    passwd: Path | None = Field(None, description="the host's passwd file, to name uids; unset: NSS on the host, "
+                                "/proc/1/root/etc/passwd or /host/etc/passwd in a container")
 
 
 class SimulationConfig(_Section):
@@ -119,6 +121,8 @@ class AgentConfig(_Section):
     simulation: SimulationConfig = SimulationConfig()
     kubernetes_node: bool | None = Field(None, description="read this node's labels and cordon from the "
                                          "Kubernetes API (connection: actions.kubernetes); unset: in a pod")
+    state_dir: Path | None = Field(None, description="where the agent keeps its GPUs' idle clocks across "
+                                   "restarts (e.g. /var/lib/gpuevents); unset: a restart resets them")
 
     @field_validator("sample_interval", "snapshot_interval")
     @classmethod

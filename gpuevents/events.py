@@ -114,6 +114,8 @@ class ProcessInfo(_Model):
     create_time: datetime
     age_s: float | None = Field(None, ge=0, le=MAX_AGE_S)
     ppid: int | None = None
+    service: str | None = None
+    """The system unit that runs it (`nvidia-dcgm.service`, `slurmstepd.scope`, `slurm`), from its cgroup."""
     gpus: list[int] = Field(default_factory=list)
     gpu_mem_mib: float | None = None
     gpu_util_pct: float | None = None

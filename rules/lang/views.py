@@ -154,7 +154,7 @@ class ProcessView:
 
     __slots__ = (
         "_clock", "_create_ts", "cmdline", "container_id", "create_time", "gpu_mem_mib", "gpu_util_pct",
-        "gpus", "id", "labels", "name", "node", "owner", "pid", "pod", "pod_uid", "ppid", "uid", "user",
+        "gpus", "id", "labels", "name", "node", "owner", "pid", "pod", "pod_uid", "ppid", "service", "uid", "user",
     )
     cmdline: str
     container_id: str | None
@@ -171,6 +171,7 @@ class ProcessView:
     pod: str | None
     pod_uid: str | None
     ppid: int | None
+    service: str | None
     uid: int | None
     user: str | None
 

@@ -47,7 +47,12 @@ CASES = {
         f"0::/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{CID}.scope/container\n",
         CgroupInfo(CID, None)),
     "host process in a login session": ("0::/user.slice/user-1000.slice/session-3.scope\n", CgroupInfo()),
-    "slurm step": ("0::/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0\n", CgroupInfo()),
+    "slurm step, v2": ("0::/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0\n",
+                       CgroupInfo(service="slurmstepd.scope")),
+    "slurm step, v1": ("4:memory:/slurm/uid_1000/job_4242/step_0/task_0\n", CgroupInfo(service="slurm")),
+    "a systemd service": ("0::/system.slice/nvidia-dcgm.service\n", CgroupInfo(service="nvidia-dcgm.service")),
+    "a service in a nested slice": ("0::/system.slice/ml.slice/inference@3.service\n",
+                                    CgroupInfo(service="inference@3.service")),
     "empty": ("", CgroupInfo()),
 }
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from agent.core import GpuState, NodeCore, step_gpu
+from agent.idlestate import IdleStateFile
 from agent.sample import GpuReading, NodeReading, ProcessIdentity, ProcReading, XidReading
 from gpuevents.config import ThresholdsConfig
 from gpuevents.events import (
@@ -190,3 +192,34 @@ def test_holds_gpu_checks_create_time() -> None:
     assert c.holds_gpu(10, T0 - timedelta(seconds=5.5))
     assert not c.holds_gpu(10, T0 - timedelta(seconds=50))
     assert not c.holds_gpu(11, T0 - timedelta(seconds=5))
+
+
+def test_an_agent_restart_carries_the_idle_clock_of_a_gpu_still_idle(tmp_path: Path) -> None:
+    before = core()
+    before.step(T0, reading([]), {})  # GPU-a idle since T0, GPU-b busy
+    file = IdleStateFile(tmp_path, "n1")
+    file.save(T0 + timedelta(hours=2), before.idle_clocks())
+    assert before.idle_clocks() == {"GPU-a": T0}
+
+    after = core()  # the restarted agent, two hours and a minute later
+    now = T0 + timedelta(hours=2, minutes=1)
+    after.carried_idle = file.load(now, timedelta(minutes=5))
+    events = after.step(now, reading([], utils=(0.0, 0.0)), {})
+    snap = next(e for e in events if isinstance(e, SnapshotEvent)).data
+    by_uuid = {g.uuid: g for g in snap.gpus}
+    assert by_uuid["GPU-a"].idle_since == T0  # not reset to the restart: the idle rule keeps its two hours
+    assert by_uuid["GPU-b"].idle_since == now  # it was busy before: its clock starts now
+    assert not [e for e in events if e.type == "gpu.idle" and e.data.uuid == "GPU-a"]
+
+
+def test_idle_clocks_are_not_carried_when_the_file_is_old_or_the_gpu_is_busy(tmp_path: Path) -> None:
+    file = IdleStateFile(tmp_path, "n1")
+    file.save(T0, {"GPU-a": T0 - timedelta(hours=1)})
+    assert file.load(T0 + timedelta(minutes=10), timedelta(minutes=5)) == {}  # too old: unknown meanwhile
+    assert IdleStateFile(tmp_path, "other").load(T0, timedelta(minutes=5)) == {}
+    (tmp_path / "idle-n1.json").write_text("{not json")
+    assert file.load(T0, timedelta(minutes=5)) == {}
+    after = core()
+    after.carried_idle = {"GPU-a": T0 - timedelta(hours=1)}
+    after.step(T0, reading([], utils=(90.0, 90.0)), {})
+    assert after.idle_clocks() == {}
