@@ -10,10 +10,11 @@
 4. Latency: while a publisher holds a steady 1,000 snapshots/s of the same fleet, threshold events
    (`gpu.hot`) are published; each one's action request is seen on `gpuevents.act.>`; p50/p99 of
    dispatch time minus the event's time.
-5. Changing readings (a figure, not a target): `--changing-rounds` more rounds of the fleet whose
-   temperatures, power and busy utilisation move on every snapshot, as a real agent's do;
-   `changing_snapshots_per_s` is the engine's rate on them, from the first one published to the
-   last one consumed.
+5. Changing readings: `--changing-rounds` more rounds of the fleet whose temperatures, power and
+   busy utilisation move on every snapshot, as a real agent's do, with threshold crossings and
+   processes starting and ending now and then; `changing_snapshots_per_s` is the engine's rate on
+   them, from the first one published to the last one consumed, and `changing_ratio` its ratio to
+   the bare consumer.
 
 The last line with --json is one JSON object with the figures and where the engine's time went.
 Publisher, engine and measuring all share this process, so the figures are conservative.
@@ -94,12 +95,26 @@ def node_snapshot(node: str, i: int, at: datetime, t0: datetime) -> NodeSnapshot
 
 def changing_snapshot(node: str, i: int, r: int, t0: datetime) -> NodeSnapshot:
     """The node of `node_snapshot` in round `r`, its readings moving as a real agent's do: temperature, power,
-    a busy GPU's utilisation and its processes' share of it (the jobs, owners and idle GPUs stay)."""
+    a busy GPU's utilisation and its processes' share of it; now and then (one node in 20 per round) a busy GPU
+    drops under the idle threshold, and (one in 25) a process ends and another starts in its place."""
     snap = node_snapshot(node, i, t0, t0)
-    gpus = [g.model_copy(update={"temp_c": 55.0 + (r + g.index) % 7, "power_w": (g.power_w or 0) + r % 5,
-                                 "util_pct": g.util_pct + (r % 3 if g.util_pct > 50 else 0)}) for g in snap.gpus]
+    drop = (i + r) % 20 == 0
+    gpus = []
+    for g in snap.gpus:
+        update: dict[str, Any] = {"temp_c": 55.0 + (r + g.index) % 7, "power_w": (g.power_w or 0) + r % 5,
+                                  "util_pct": g.util_pct + (r % 3 if g.util_pct > 50 else 0)}
+        if drop and g.util_pct > 50:  # a threshold crossing: idle from this round on
+            update.update(util_pct=1.0, idle=True, idle_since=t0 + timedelta(seconds=15 * r))
+            drop = False
+        gpus.append(g.model_copy(update=update))
     procs = [p.model_copy(update={"gpu_util_pct": (p.gpu_util_pct or 0) + r % 3 if (p.gpu_util_pct or 0) > 0
                                   else p.gpu_util_pct}) for p in snap.processes]
+    if procs and (i + r) % 25 == 0:  # one process ended, a new one started on its GPU
+        old = procs[0]
+        new_pid = 50_000 + r
+        procs[0] = old.model_copy(update={"pid": new_pid, "create_time": t0 + timedelta(seconds=15 * r)})
+        gpus = [g.model_copy(update={"pids": [new_pid if p == old.pid else p for p in g.pids]})
+                if old.pid in g.pids else g for g in gpus]
     return snap.model_copy(update={"gpus": gpus, "processes": procs})
 
 
@@ -233,7 +248,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         rss_mb = psutil.Process().memory_info().rss / 2**20
 
         latencies = await steady_latency(bus, args, cfg, t0)
-        changing_rate = await changing_throughput(bus, engine, args, t0)
+        before = dict(timings.total)
+        changing_rate, changing_total = await changing_throughput(bus, engine, args, t0)
+        changing_breakdown = {k: round((v - before.get(k, 0.0)) / changing_total * 1e6, 1)
+                              for k, v in timings.total.items()}
         stop.set()
         await task
         await bus.close()
@@ -253,7 +271,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "p99_ms": round(lat[min(len(lat) - 1, int(len(lat) * 0.99))], 2) if lat else None,
         "latency_samples": len(lat),
         "changing_snapshots_per_s": round(changing_rate),
+        "changing_ratio": round(changing_rate / base_rate, 3),
         "us_per_snapshot": breakdown,
+        "us_per_changing_snapshot": changing_breakdown,
     }
 
 
@@ -308,7 +328,7 @@ async def steady_latency(bus: Bus, args: argparse.Namespace, cfg: Config, fleet_
 
 
 async def changing_throughput(bus: Bus, engine: service.Engine, args: argparse.Namespace,
-                              fleet_t0: datetime) -> float:
+                              fleet_t0: datetime) -> tuple[float, int]:
     """The engine's rate on `--changing-rounds` rounds of the same fleet whose readings change on every
     snapshot (`changing_snapshot`): each one rebuilds its node's views, evaluates their rules again and is
     decoded in full. Not a target; the figure a real fleet sees."""
@@ -325,7 +345,7 @@ async def changing_throughput(bus: Bus, engine: service.Engine, args: argparse.N
     start = time.perf_counter()  # the engine consumes while they are published (this process does both)
     await publish_all(bus, payloads)
     await wait_until(lambda: events_consumed(engine) >= before + total, 600)
-    return total / (time.perf_counter() - start)
+    return total / (time.perf_counter() - start), total
 
 
 def main() -> int:

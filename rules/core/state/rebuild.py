@@ -52,6 +52,10 @@ def snapshot_sig(snap: NodeSnapshot) -> tuple[Any, ...]:
     )
 
 
+_MEMBERSHIP = frozenset({"gpus", "owner", "create_time"})
+"""Process changes that move it between GPUs' lists (or reorder them, or change their owners)."""
+
+
 def _same_items(a: list[Any], b: list[Any]) -> bool:
     return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
@@ -212,23 +216,31 @@ def _patch(ns: NodeState, clock: EvalClock, owners: Mapping[str, str],
         d = _patch_process(pv, old_p, p, owners)
         if d:
             proc_delta[pkey] = d
-    pids_of, by_pid = _attribution(ns, procs)
+    old_ginfos = ns.view_gpu_infos
+    # Who is on which GPU only moves when a process comes, goes, changes GPUs, owner or start, or a GPU's pids
+    # change: otherwise every GPU keeps its lists (the common case of readings that move).
+    same_members = old_pinfos.keys() == ns.proc_infos.keys() and old_ginfos.keys() == ns.gpu_infos.keys() and all(
+        d is not None and not d & _MEMBERSHIP for d in proc_delta.values()) and all(
+        g is old_ginfos[i] or g.pids == old_ginfos[i].pids for i, g in ns.gpu_infos.items())
+    pids_of, by_pid = _attribution(ns, procs) if not same_members else ({}, {})
     key_of = {id(v): k for k, v in procs.items()}
     # GPUs
-    old_ginfos = ns.view_gpu_infos
     gpus: dict[int, GpuView] = {}
     gpu_delta: dict[int, set[str] | None] = {}
     for idx in sorted(ns.gpu_infos):
         g = ns.gpu_infos[idx]
         old_ent = old_entities.get(f"{nkey}/gpu{idx}")
         old_g = old_ginfos.get(idx)
-        attributed = _on_gpu(idx, g, pids_of, by_pid)
         if old_ent is None or old_g is None:
-            gpus[idx] = _new_gpu(ns, idx, g, clock, *attributed)
+            if same_members:  # (not expected: a new GPU changes the members)
+                pids_of, by_pid = _attribution(ns, procs)
+                same_members = False
+            gpus[idx] = _new_gpu(ns, idx, g, clock, *_on_gpu(idx, g, pids_of, by_pid))
             gpu_delta[idx] = None
             continue
         gv = old_ent.view
         gpus[idx] = gv
+        attributed = (gv.pids, gv.processes, gv.owners) if same_members else _on_gpu(idx, g, pids_of, by_pid)
         d = _patch_gpu(gv, old_g, g, *attributed)
         for pv in gv.processes:  # the GPU shows its processes: their changes are its changes
             pd = proc_delta.get(key_of[id(pv)], set())
@@ -269,8 +281,8 @@ def _patch(ns: NodeState, clock: EvalClock, owners: Mapping[str, str],
         changed.insert(0, node_ent)
         deltas[nkey] = frozenset(all_gpu_changes)
     for pkey, pv in procs.items():
-        pgpus = [gpus[i] for i in pv.gpus if i in gpus]
         d = proc_delta.get(pkey, set())
+        pgpus = [gpus[i] for i in pv.gpus if i in gpus] if d is None or not (same_members and not gpus_moved) else []
         if d is None:
             ent = Entity(pkey, pv.id, "process", nkey, pv, {
                 "process": pv, "node": node_view, "gpus": pgpus,
@@ -280,7 +292,7 @@ def _patch(ns: NodeState, clock: EvalClock, owners: Mapping[str, str],
         else:
             ent = old_entities[pkey]
             d = d | node_delta
-            if not _same_items(ent.ctx["gpus"], pgpus):
+            if not (same_members and not gpus_moved) and not _same_items(ent.ctx["gpus"], pgpus):
                 ent.ctx["gpus"] = pgpus
                 d.add("gpus")
             for i in pv.gpus:  # the process shows its GPUs
