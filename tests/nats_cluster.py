@@ -101,7 +101,8 @@ class NatsCluster:
             proc.wait(5)
 
     def wait_ready(self, timeout: float = 30.0) -> None:
-        """Until every running server answers and JetStream has a meta leader."""
+        """Until every running server answers, JetStream has a meta leader, and (all servers up) an R3
+        stream can be placed."""
         deadline = time.monotonic() + timeout
         last: object = None
         while time.monotonic() < deadline:
@@ -126,8 +127,15 @@ async def _jetstream_ready(urls: list[str]) -> bool:
 
     nc = await nats.connect(servers=urls, connect_timeout=1, max_reconnect_attempts=0, allow_reconnect=False)
     try:
-        info = await nc.jetstream().account_info()
-        return info is not None
+        js = nc.jetstream()
+        if await js.account_info() is None:
+            return False
+        if len(urls) < SIZE:
+            return True
+        # A meta leader is not enough: until it knows every peer, an R3 stream finds "no suitable peers".
+        await js.add_stream(name="READY_PROBE", subjects=["ready.probe"], num_replicas=SIZE)
+        await js.delete_stream("READY_PROBE")
+        return True
     finally:
         await nc.close()
 
