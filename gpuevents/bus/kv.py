@@ -13,6 +13,7 @@ from nats.js.kv import KeyValue
 from gpuevents.bus.errors import BusError, BusTimeout, KvExists, KvWrongRevision, ack_error, bus_errors
 from gpuevents.bus.publishing import AckPipe
 
+SCAN_CONSUMER_TTL_S = 10.0
 SCAN_SETTLE_S = 0.05  # after nats-py's "initial values done" marker, entries still on their way get this long
 
 
@@ -113,8 +114,10 @@ class Kv:
 
     async def _scan(self, prefix: str, meta_only: bool) -> list[KvEntry]:
         with bus_errors(f"listing keys under {prefix!r}"):
+            # A scan's ordered consumer is gone 10 s after it stops (nats-py's default, 5 min, leaves hundreds
+            # of them on the servers' meta layer when partitions scan every few seconds).
             watcher = await self._kv.watch(f"{prefix}>" if prefix else ">", ignore_deletes=True,
-                                           meta_only=meta_only)
+                                           meta_only=meta_only, inactive_threshold=SCAN_CONSUMER_TTL_S)
         out: list[KvEntry] = []
         last_seen = False  # an entry with nothing pending after it came: the scan is complete
         marker = False
