@@ -21,6 +21,7 @@ from gpuevents.aio import guarded_task, sleep_or_stop, stop_tasks, until_stop_or
 from gpuevents.bus import Bus, BusError, Kv
 from gpuevents.clock import Clock, SystemClock
 from gpuevents.config import Config
+from gpuevents.subjects import kv_token
 from rules.engine.gcpolicy import GcPolicy
 from rules.engine.lease import default_holder
 from rules.engine.metrics import EngineMetrics
@@ -30,6 +31,11 @@ from rules.visibility.recorder import UsageRecorder
 log = logging.getLogger(__name__)
 
 REPLICA_PREFIX = "replica."
+
+
+def replica_key(holder: str) -> str:
+    """A replica's announcement: its holder name as one KV token (the default, `host:pid`, has a `:`)."""
+    return REPLICA_PREFIX + kv_token(holder)
 
 
 class EngineReplica:
@@ -92,7 +98,7 @@ class EngineReplica:
         while not stop.is_set():
             now = self.clock.now()
             try:
-                await kv.put(REPLICA_PREFIX + self.holder,
+                await kv.put(replica_key(self.holder),
                              orjson.dumps({"expires_at": (now + timedelta(seconds=ttl)).isoformat()}))
                 self.replicas = await self._count_live(kv, now)
             except BusError as e:
@@ -121,6 +127,6 @@ class EngineReplica:
 
     async def _leave(self, kv: Kv) -> None:
         try:
-            await kv.delete(REPLICA_PREFIX + self.holder)
+            await kv.delete(replica_key(self.holder))
         except BusError as e:
             log.warning("replica %s: could not withdraw its announcement: %s", self.holder, e)

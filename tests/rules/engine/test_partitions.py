@@ -130,3 +130,21 @@ async def test_publishing_and_consuming_go_on_when_a_nats_server_dies(
                                       for i in e.core.open_incidents()) == sorted(
                            ["before", *(f"after-{i}" for i in range(10))]),
                        timeout=60, what="every node's incident open after a server died")
+
+
+async def test_a_replica_with_the_default_holder_name_announces_itself(engine_config: Config, bus: Bus) -> None:
+    # The default holder is `host:pid`; a `:` is not allowed in a KV key, so the replica could not announce
+    # itself and two replicas never shared the partitions (found by benchmarks/engine_scaleout.py).
+    config = engine_config.model_copy(update={"engine": engine_config.engine.model_copy(update={"partitions": 2})})
+    await bus.ensure_streams(2)
+    r = EngineReplica(config, bus, clock=SystemClock(), holder="gpu-host:4242")
+    stop = asyncio.Event()
+    task = asyncio.create_task(r.run(stop))
+    try:
+        kv = await bus.kv()
+        await wait_for(lambda: kv.keys("replica."), timeout=20, what="the replica's announcement")
+        assert await kv.keys("replica.") == [replica_module.replica_key("gpu-host:4242")]
+        assert r.replicas == 1
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
