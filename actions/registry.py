@@ -26,6 +26,8 @@ BUILTIN_MODULES: tuple[str, ...] = (
     "actions.builtin.publish",
     "actions.builtin.function",
     "actions.builtin.report",
+    "actions.builtin.email",
+    "actions.builtin.cancel",
 )
 
 _registry: dict[str, type[Any]] = {}

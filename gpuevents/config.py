@@ -201,6 +201,20 @@ class KubernetesConfig(_Section):
 
 class SlurmConfig(_Section):
     scontrol: Path = Path("scontrol")
+    scancel: Path = Path("scancel")
+
+
+class EmailConfig(_Section):
+    """SMTP for the `email` action; the password comes from the environment (`password_env`), never the file."""
+
+    host: str = "localhost"
+    port: int = Field(25, ge=1, le=65535)
+    sender: str = Field("gpuevents@localhost", description="the From address")
+    starttls: bool = False
+    tls: bool = Field(False, description="implicit TLS (port 465)")
+    username: str | None = None
+    password_env: str = "SMTP_PASSWORD"
+    default_domain: str | None = Field(None, description="`to: alice` becomes alice@<domain>")
 
 
 class RetryConfig(_Section):
@@ -213,6 +227,7 @@ class ActionsConfig(_Section):
     slack: SlackConfig = SlackConfig()
     kubernetes: KubernetesConfig = KubernetesConfig()
     slurm: SlurmConfig = SlurmConfig()
+    email: EmailConfig = EmailConfig()
     retry: RetryConfig = RetryConfig()
     timeout: Duration = 30
     command_output_max: int = Field(4096, ge=0)
@@ -224,6 +239,9 @@ class ProtectConfig(_Section):
     node_labels: dict[str, str] = Field(default_factory=dict)
     process_patterns: list[str] = Field(default_factory=list, description="fnmatch on the name")
     namespaces: list[str] = Field(default_factory=lambda: ["kube-system"])
+    partitions: list[str] = Field(default_factory=list, description="Slurm partitions never cancelled in")
+    accounts: list[str] = Field(default_factory=list, description="Slurm accounts whose jobs are never cancelled")
+    qos: list[str] = Field(default_factory=list, description="Slurm QOS whose jobs are never cancelled")
 
 
 class GpuCost(_Section):

@@ -1,0 +1,170 @@
+"""The `cancel` action: ends a scheduler job — Slurm `scancel [--signal S] ID` or `scontrol requeue ID`;
+Kubernetes: deletes the job's pod.
+
+Before it acts on a Slurm job it reads the job (`scontrol show job -o ID`, one call) and refuses, as `kill` does
+for processes: a job id that is not one job (no hostlist, no option); a job whose user, account, partition or QOS
+is protected (config `protect`); a job whose user is not the user the request names (a reused id, or a wrong
+attribution); a job whose details cannot be read while something is protected (it cannot tell). A job that has
+already left the queue is `ok` ("already ended").
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, ClassVar, Literal
+
+from lightkube.resources.core_v1 import Pod
+from pydantic import BaseModel, ConfigDict, Field
+
+from actions.builtin.command import run_command
+from actions.escaping import UnsafeValue, argv_element, no_escape
+from actions.kube import kube_errors
+from actions.procrun import run_argv
+from actions.protocol import ActionContext, ActionParams, ActionResult, ActionUnit
+from actions.registry import register
+from actions.services import services_of
+from gpuevents.config import ProtectConfig
+from gpuevents.durations import Duration
+
+_SLURM_JOB = re.compile(r"^\d+(_\d+)?$")
+_ENDED = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE",
+          "OUT_OF_MEMORY")
+
+
+class CancelParams(ActionParams):
+    type: Literal["cancel"] = "cancel"
+    provider: Literal["slurm", "kubernetes"] = "slurm"
+    job: str | None = Field(default=None, description="the job id (Slurm) or namespace/pod (Kubernetes); "
+                            "default: the entity's job from the request's facts")
+    signal: str | None = Field(default=None, description="Slurm: send this signal instead of ending the job")
+    requeue: bool = Field(default=False, description="Slurm: put the job back in the queue (scontrol requeue)")
+    timeout: Duration | None = None
+
+
+class _JobFacts(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    id: str | None = None
+    user: str | None = None
+
+
+class _Facts(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    job: _JobFacts | None = None
+    process: dict[str, Any] = Field(default_factory=dict)
+    gpu: dict[str, Any] = Field(default_factory=dict)
+
+
+def job_of(params: CancelParams, facts: dict[str, Any]) -> tuple[str | None, str | None]:
+    """(job id, the user the request expects it to belong to) from the parameters and the facts."""
+    f = _Facts.model_validate(facts)
+    user = (f.job.user if f.job else None) or f.process.get("user")
+    if params.job:
+        return params.job.strip(), user
+    for candidate in (f.job.id if f.job else None, f.process.get("job"), f.gpu.get("job")):
+        if candidate:
+            return str(candidate), user
+    return None, user
+
+
+def parse_show_job(text: str) -> dict[str, str]:
+    """`scontrol show job -o` (one line of Key=Value pairs) as a dict; `UserId=alice(1000)` gives `user`."""
+    out: dict[str, str] = {}
+    for item in text.split():
+        key, sep, value = item.partition("=")
+        if sep:
+            out.setdefault(key, value)
+    if "UserId" in out:
+        out["user"] = out["UserId"].split("(", 1)[0]
+    return out
+
+
+def slurm_refusal(job: dict[str, str], protect: ProtectConfig, expected_user: str | None) -> str | None:
+    """Why this Slurm job must not be cancelled, or None."""
+    user = job.get("user")
+    if user in protect.users:
+        return f"user {user} is protected (protect.users)"
+    checks = (("Partition", protect.partitions, "partition", "protect.partitions"),
+              ("Account", protect.accounts, "account", "protect.accounts"),
+              ("QOS", protect.qos, "QOS", "protect.qos"))
+    for key, protected, what, where in checks:
+        if job.get(key) in protected:
+            return f"{what} {job[key]} is protected ({where})"
+    if expected_user and user and user != expected_user:
+        return f"the job belongs to {user}, not {expected_user}: a reused id or a wrong attribution"
+    return None
+
+
+async def _slurm(ctx: ActionContext, p: CancelParams, job_id: str, expected_user: str | None) -> ActionResult:
+    cfg = ctx.config.actions.slurm
+    try:
+        argv_element(job_id)
+    except UnsafeValue as e:
+        return ActionResult(status="refused", detail=str(e))
+    if not _SLURM_JOB.match(job_id):
+        return ActionResult(status="refused", detail=f"{job_id!r} is not one Slurm job id")
+    limit = (p.timeout or ctx.config.actions.timeout) * 0.95
+    try:
+        shown = await run_argv([str(cfg.scontrol), "show", "job", "-o", job_id], timeout=limit / 3,
+                               output_max=ctx.config.actions.command_output_max)
+    except (FileNotFoundError, PermissionError) as e:
+        return ActionResult(status="failed", detail=f"cannot run {cfg.scontrol}: {e.strerror or e}")
+    job = parse_show_job(shown.output) if shown.returncode == 0 else {}
+    if shown.returncode != 0 and "Invalid job id" in shown.output:
+        return ActionResult(detail=f"job {job_id} already ended (not in the queue)")
+    if not job:
+        protected = ctx.config.protect
+        if protected.users or protected.partitions or protected.accounts or protected.qos:
+            return ActionResult(status="refused", detail=f"cannot read job {job_id} ({shown.summary()}): cannot "
+                                "tell whether it is protected")
+    state = job.get("JobState", "")
+    if state in _ENDED:
+        return ActionResult(detail=f"job {job_id} already ended ({state})")
+    why = slurm_refusal(job, ctx.config.protect, expected_user)
+    if why is not None:
+        return ActionResult(status="refused", detail=f"job {job_id}: {why}")
+    if p.requeue:
+        argv = [str(cfg.scontrol), "requeue", job_id]
+    else:
+        argv = [str(cfg.scancel), *([f"--signal={p.signal}"] if p.signal else []), job_id]
+    result = await run_command(argv, ctx, timeout=p.timeout)
+    if result.status == "ok":
+        what = "requeued" if p.requeue else (f"signalled {p.signal}" if p.signal else "cancelled")
+        return result.model_copy(update={"detail": f"job {job_id} of {job.get('user', '?')} "
+                                                   f"({job.get('Partition', '?')}) {what}"})
+    return result
+
+
+async def _kubernetes(ctx: ActionContext, job: str) -> ActionResult:
+    namespace, _, name = job.partition("/")
+    if not namespace or not name:
+        return ActionResult(status="refused", detail=f"{job!r} is not namespace/pod")
+    if namespace in ctx.config.protect.namespaces:
+        return ActionResult(status="refused", detail=f"namespace {namespace} is protected (protect.namespaces)")
+    client = services_of(ctx).kube()
+    with kube_errors(f"delete pod {job}"):
+        await client.delete(Pod, name, namespace=namespace)
+    return ActionResult(detail=f"pod {job} deleted")
+
+
+@register
+class CancelAction:
+    type: ClassVar[str] = "cancel"
+    params = CancelParams
+    entity_kinds = frozenset({"gpu", "process"})
+    destructive: ClassVar[bool] = True
+    unit: ClassVar[ActionUnit] = "entity"
+    escape = staticmethod(no_escape)
+
+    async def run(self, ctx: ActionContext) -> ActionResult:
+        p = ctx.params
+        assert isinstance(p, CancelParams)
+        job_id, user = job_of(p, ctx.request.facts)
+        if job_id is None:
+            return ActionResult(status="refused", detail="no job: the entity is not known to run in a scheduler "
+                                "job (give `job:`)")
+        if p.provider == "kubernetes":
+            if not p.job:
+                pod = _Facts.model_validate(ctx.request.facts).process.get("pod")
+                job_id = str(pod) if pod else job_id
+            return await _kubernetes(ctx, job_id)
+        return await _slurm(ctx, p, job_id, user)

@@ -1,0 +1,91 @@
+"""`cancel` and `cordon` with a real Slurm (slurmctld + slurmd + munged on loopback, fake GPUs)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from actions.builtin.cancel import parse_show_job
+from actions.runner import ActionRunner
+from tests.actions.conftest import make_config, make_request
+from tests.slurm_cluster import SlurmCluster
+from tests.waiting import wait_for
+
+
+@pytest.fixture
+def slurm_env(slurm: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> SlurmCluster:
+    monkeypatch.setenv("SLURM_CONF", str(slurm.conf))  # the action's scancel/scontrol talk to this cluster
+    return slurm
+
+
+def runner(**protect: object) -> ActionRunner:
+    return ActionRunner(None, make_config(protect={"users": [], **protect}))
+
+
+async def running(slurm: SlurmCluster, *options: str) -> str:
+    job = slurm.sbatch("sleep 300", "--gres=gpu:1", *options)
+    await wait_for(lambda: slurm.job_state(job) == "RUNNING", timeout=30, what=f"job {job} running")
+    return job
+
+
+def cancel_request(job: str, user: str = "root", **params: object) -> object:
+    return make_request("cancel", {"job": job, **params}, entity_kind="process", entity_id="n1/pid7",
+                        facts={"process": {"pid": 7, "user": user, "name": "python", "job": job}})
+
+
+async def test_cancel_ends_a_real_job_and_squeue_shows_it_gone(slurm_env: SlurmCluster) -> None:
+    job = await running(slurm_env)
+    started = time.monotonic()
+    record = await runner().process(cancel_request(job))
+    assert record.outcome == "ok", record.error
+    assert record.detail == f"job {job} of root (debug) cancelled"
+    await wait_for(lambda: slurm_env.job_state(job) == "", timeout=30, what="the job to leave the queue")
+    assert time.monotonic() - started < 30
+    again = await runner().process(cancel_request(job))
+    assert again.outcome == "ok" and "already ended" in (again.detail or "")
+
+
+async def test_a_job_in_a_protected_partition_is_refused_and_keeps_running(slurm_env: SlurmCluster) -> None:
+    job = await running(slurm_env, "--partition=protected")
+    record = await runner(partitions=["protected"]).process(cancel_request(job))
+    assert record.outcome == "refused"
+    assert f"job {job}: partition protected is protected (protect.partitions)" in (record.error or "")
+    assert slurm_env.job_state(job) == "RUNNING"
+    slurm_env.run("scancel", job)
+
+
+async def test_a_job_of_another_user_than_the_request_names_is_refused(slurm_env: SlurmCluster) -> None:
+    job = await running(slurm_env)
+    record = await runner().process(cancel_request(job, user="alice"))
+    assert record.outcome == "refused" and "belongs to root, not alice" in (record.error or "")
+    assert slurm_env.job_state(job) == "RUNNING"
+    slurm_env.run("scancel", job)
+
+
+async def test_requeue_puts_a_running_job_back_in_the_queue(slurm_env: SlurmCluster) -> None:
+    job = await running(slurm_env)
+    record = await runner().process(cancel_request(job, requeue=True))
+    assert record.outcome == "ok" and "requeued" in (record.detail or "")
+    show = parse_show_job(slurm_env.run("scontrol", "show", "job", "-o", job))
+    assert show["Restarts"] == "1"
+    slurm_env.run("scancel", job)
+
+
+@pytest.mark.parametrize("job", ["1,2", "-u root", "gpu[01-02]", ""])
+async def test_what_is_not_one_job_id_is_refused(slurm_env: SlurmCluster, job: str) -> None:
+    record = await runner().process(cancel_request(job))
+    assert record.outcome == "refused"
+
+
+async def test_cordon_drains_and_uncordon_resumes_the_real_node(slurm_env: SlurmCluster) -> None:
+    node = slurm_env.node
+    r = ActionRunner(None, make_config())
+    drain = await r.process(make_request("cordon", {"provider": "slurm", "reason": "idle GPUs (gpuevents)"},
+                                         entity_kind="node", entity_id=node, node=node))
+    assert drain.outcome == "ok", drain.error
+    await wait_for(lambda: slurm_env.node_state() in ("drained", "draining"), timeout=15, what="drained")
+    resume = await r.process(make_request("uncordon", {"provider": "slurm"}, entity_kind="node", entity_id=node,
+                                          node=node))
+    assert resume.outcome == "ok", resume.error
+    await wait_for(lambda: slurm_env.node_state() == "idle", timeout=15, what="the node idle again")
