@@ -218,7 +218,7 @@ class NodeCore:
         return ProcessInfo(
             node=self.node, pid=i.pid, name=i.name, cmdline=i.cmdline, user=i.user, uid=i.uid,
             owner=i.owner, create_time=i.create_time,
-            age_s=round(max(0.0, (now - i.create_time).total_seconds()), 3), ppid=i.ppid, service=i.service,
+            age_s=round(max(0.0, (now - i.create_time).total_seconds()), 3), ppid=i.ppid, service=i.service, job=i.job,
             gpus=list(h.gpus), gpu_mem_mib=h.mem_mib, gpu_util_pct=h.util_pct,
             container_id=i.container_id, pod_uid=i.pod_uid, pod=i.pod, labels=dict(i.labels),
         )

@@ -70,6 +70,7 @@ class ProcessIdentity:
     uid: int | None = None
     ppid: int | None = None
     service: str | None = None
+    job: str | None = None
     container_id: str | None = None
     pod_uid: str | None = None
     pod: str | None = None

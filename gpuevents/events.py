@@ -114,6 +114,8 @@ class ProcessInfo(_Model):
     create_time: datetime
     age_s: float | None = Field(None, ge=0, le=MAX_AGE_S)
     ppid: int | None = None
+    job: str | None = None
+    """The scheduler job it runs in (the Slurm job id), from its cgroup or its environment (`SLURM_JOB_ID`)."""
     service: str | None = None
     """The system unit that runs it (`nvidia-dcgm.service`, `slurmstepd.scope`, `slurm`), from its cgroup."""
     gpus: list[int] = Field(default_factory=list)

@@ -154,7 +154,8 @@ class ProcessView:
 
     __slots__ = (
         "_clock", "_create_ts", "cmdline", "container_id", "create_time", "gpu_mem_mib", "gpu_util_pct",
-        "gpus", "id", "labels", "name", "node", "owner", "pid", "pod", "pod_uid", "ppid", "service", "uid", "user",
+        "gpus", "id", "job", "labels", "name", "node", "owner", "pid", "pod", "pod_uid", "ppid", "service", "uid",
+        "user",
     )
     cmdline: str
     container_id: str | None
@@ -163,6 +164,7 @@ class ProcessView:
     gpu_util_pct: float | None
     gpus: list[int]
     id: str
+    job: str | None
     labels: dict[str, str]
     name: str
     node: str

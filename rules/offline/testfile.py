@@ -58,6 +58,7 @@ class TestProcess(_Strict):
     owner: str | None = None
     ppid: int | None = None
     service: str | None = None
+    job: str | None = None
     gpu_mem_mib: float | None = None
     gpu_util_pct: float | None = None
     container_id: str | None = None
