@@ -36,6 +36,13 @@ class _Facts(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
+class NextFacts(_Facts):
+    """The incident's next staged action (`incident.next`)."""
+
+    type: str
+    at: datetime
+
+
 class IncidentFacts(_Facts):
     id: str | None = None
     started_at: datetime | None = None
@@ -43,6 +50,7 @@ class IncidentFacts(_Facts):
     firing_for: str | None = None
     active_for: str | None = None
     count: int | None = None
+    next: NextFacts | None = None
 
 
 class CostFacts(_Facts):
@@ -100,6 +108,8 @@ class MessageItem(BaseModel):
     cost: str | None = None
     where: str = ""
     processes: list[str] = Field(default_factory=list)
+    next_type: str | None = None
+    next_at: datetime | None = None
 
 
 def describe_where(entity_id: str, facts: MessageFacts) -> str:
@@ -137,6 +147,7 @@ def make_item(text: str, rule: str, entity_id: str, cluster: str, incident_id: s
         since=inc.started_at or inc.firing_since, firing_for=inc.active_for or inc.firing_for,
         cost=escape(facts.cost.display() or "") or None if facts.cost else None,
         where=describe_where(entity_id, facts), processes=describe_processes(facts),
+        next_type=inc.next.type if inc.next else None, next_at=inc.next.at if inc.next else None,
     )
 
 
@@ -144,13 +155,15 @@ def snooze_hint(rule: str, entity_id: str) -> str:
     return f"`gpuevents snooze {rule} {escape(entity_id)} --for 4h`"
 
 
-def _since(item: MessageItem) -> str | None:
-    if item.since is None:
-        return None
-    ts = int(item.since.timestamp())
-    fallback = item.since.strftime("%Y-%m-%d %H:%M UTC")
+def _date(at: datetime) -> str:
+    ts = int(at.timestamp())
+    fallback = at.strftime("%Y-%m-%d %H:%M UTC")
     # Slack shows <!date^…> in the reader's own timezone.
     return f"<!date^{ts}^{{date_short_pretty}} {{time}}|{fallback}>"
+
+
+def _since(item: MessageItem) -> str | None:
+    return _date(item.since) if item.since is not None else None
 
 
 def _fields(item: MessageItem) -> list[dict[str, Any]]:
@@ -162,6 +175,8 @@ def _fields(item: MessageItem) -> list[dict[str, Any]]:
         fields.append(md(f"*Since*\n{since}{dur}"))
     if item.cost:
         fields.append(md(f"*Estimated cost so far*\n{item.cost}"))
+    if item.next_type and item.next_at:
+        fields.append(md(f"*Next*\n{escape(item.next_type)} at {_date(item.next_at)}"))
     return fields
 
 

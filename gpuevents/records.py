@@ -15,7 +15,7 @@ from gpuevents.events import new_id
 EntityKind = Literal["node", "gpu", "process"]
 ActionUnit = Literal["entity", "node"]
 """What an action's fleet share counts: the rule's entities, or their nodes (cordon acts on the node)."""
-Phase = Literal["fire", "repeat", "resolve"]
+Phase = Literal["fire", "repeat", "stage", "resolve"]
 Outcome = Literal["ok", "failed", "suppressed", "held", "dry_run", "refused", "expired"]
 Decision = Literal["run", "suppressed", "held", "refused", "dry_run"]
 IncidentStatus = Literal["inactive", "pending", "firing", "resolved"]

@@ -247,6 +247,6 @@ class Core:
                 inc = self.incidents[name].get(ent.key)
                 if inc is None or rule.scheduled or rule.condition.time_dependent:
                     continue  # time-dependent rules were evaluated above
-                due = next_deadline(inc, rule.for_s, rule.repeat_s)
+                due = next_deadline(inc, rule.for_s, rule.repeat_s, rule.stages)
                 if due is not None and due <= now:
                     evaluate(self, rule, [ent], now, out, event_time)

@@ -90,10 +90,10 @@ def advance(
             return
         view: EntityView = ent.ctx["entity"]
         opened = open_incident(rule.name, rule.hash, ent.id, ent.key, rule.kind, view.cluster, view.node, now)
-        after = step(opened, True, now, rule.for_s, rule.repeat_s)
+        after = step(opened, True, now, rule.for_s, rule.repeat_s, rule.stages)
     else:
         opened = before
-        after = step(before, matched, now, rule.for_s, rule.repeat_s)
+        after = step(before, matched, now, rule.for_s, rule.repeat_s, rule.stages)
         if after is before and not rule.scheduled:
             return
     if after.status == "firing" and opened.status != "firing" and core.recovery.fleet_unobserved(rule.name, now):
@@ -124,7 +124,7 @@ def commit(
     if (before is not None and before.open) != after.open:
         core.limiter.set_matching(rule, after.entity_key, after.open, core.state.node_key(after.cluster, after.node))
     if after.open and not rule.scheduled:
-        d = next_deadline(after, rule.for_s, rule.repeat_s)
+        d = next_deadline(after, rule.for_s, rule.repeat_s, rule.stages)
         if d is not None and d > now:
             core.timers.note_deadline(d)
     if not reason and not after.open:

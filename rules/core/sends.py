@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from actions import registry
 from actions.protection import protection_reason
 from gpuevents.config import Config
 from gpuevents.costs import CostModel
+from gpuevents.durations import format_duration
 from gpuevents.records import ActionRequest, Phase
 from rules.core.incidents import Incident
 from rules.core.limits import Limiter
@@ -46,6 +47,36 @@ class TemplateIncident:
     firing_for: str
     active_for: str
     count: int
+    next: NextStage | None = None
+    """The next staged action (`type`, `at`, `in`), or None."""
+
+
+@dataclass(frozen=True, slots=True)
+class NextStage:
+    """`incident.next`: the next staged action of a firing incident, and when it runs."""
+
+    type: str
+    at: datetime
+    in_: str
+
+    def __getattr__(self, name: str) -> Any:  # `incident.next.in` in a template (`in` is a Python keyword)
+        if name == "in":
+            return self.in_
+        raise AttributeError(name)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"type": self.type, "at": self.at.isoformat(), "in": self.in_}
+
+
+def next_stage(rule: Rule, incident: Incident, now: datetime) -> NextStage | None:
+    """The staged action the incident runs next, if any (computed at firing too: fired_at is now)."""
+    fired = incident.fired_at or now
+    if incident.staged >= len(rule.stages):
+        return None
+    at = fired + timedelta(seconds=rule.stages[incident.staged])
+    actions = rule.stage_actions(incident.staged)
+    return NextStage(type=", ".join(a.type for a in actions), at=at,
+                     in_=format_duration(max(0.0, (at - now).total_seconds())))
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +135,8 @@ def _gpu_facts(g: GpuView) -> dict[str, Any]:
     return facts
 
 
-def facts_of(ent: Entity, incident: Incident, cost: CostView | None, now: datetime) -> dict[str, Any]:
+def facts_of(ent: Entity, incident: Incident, cost: CostView | None, now: datetime,
+             nxt: NextStage | None = None) -> dict[str, Any]:
     """What messages and safety checks read from a request (see actions/slack_format, gpuevents/commands)."""
     ctx = ent.ctx
     node: NodeView = ctx["node"]
@@ -114,6 +146,7 @@ def facts_of(ent: Entity, incident: Incident, cost: CostView | None, now: dateti
             "id": incident.id, "started_at": incident.active_at.isoformat(),
             "firing_since": incident.fired_at.isoformat() if incident.fired_at else None,
             "firing_for": incident.firing_for(now), "active_for": incident.active_for(now), "count": incident.sends,
+            "next": nxt.as_dict() if nxt is not None else None,
         },
     }
     v = ent.view
@@ -153,7 +186,8 @@ class Sender:
             rule=RuleView(name=rule.name, description=rule.spec.description, labels=dict(rule.spec.labels)),
             incident=TemplateIncident(id=incident.id, status=incident.status, started_at=incident.active_at,
                                       firing_since=incident.fired_at, firing_for=incident.firing_for(now),
-                                      active_for=incident.active_for(now), count=incident.sends),
+                                      active_for=incident.active_for(now), count=incident.sends,
+                                      next=next_stage(rule, incident, now)),
             cost=cost,
         )
         return names
@@ -163,11 +197,16 @@ class Sender:
         event_time: datetime | None = None,
     ) -> list[ActionRequest]:
         """The requests of `phase`; `totals`: entities known of each kind, for the fleet-share limits."""
-        specs = rule.on_resolve if phase == "resolve" else rule.actions
+        if phase == "resolve":
+            specs: tuple[CompiledAction, ...] = rule.on_resolve
+        elif phase == "stage":
+            specs = rule.stage_actions(incident.staged - 1)
+        else:  # fire, repeat: the actions that are not staged
+            specs = tuple(a for a in rule.actions if a.after_s is None)
         if not specs:
             return []
         names = self.names(rule, ent, incident, now)
-        facts = facts_of(ent, incident, names["cost"], now)
+        facts = facts_of(ent, incident, names["cost"], now, names["incident"].next)
         dry = rule.spec.dry_run or self.config.engine.dry_run
         out = []
         for a in specs:

@@ -238,9 +238,13 @@ def _compile_actions(
             line = doc.line_of((*path, *p)) + max(0, err.line - 1)
             key = ".".join(str(x) for x in p)
             problems.append(Located(doc.file, line, f"{key}: {err}"))
+        if spec.after is not None and at[-1] == "on_resolve":
+            problems.append(doc.locate((*path, "after"), f"{at[-1]}[{idx}].after: `after` is for `actions` (a "
+                                       "staged action runs while the incident fires), not `on_resolve`"))
         out.append(CompiledAction(type=spec.type, index=idx, params=tree,
                                   destructive=bool(getattr(cls, "destructive", False)),
-                                  unit=getattr(cls, "unit", "entity"), line=doc.line_of(path)))
+                                  unit=getattr(cls, "unit", "entity"), line=doc.line_of(path),
+                                  after_s=spec.after))
     return out
 
 

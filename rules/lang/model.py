@@ -30,6 +30,15 @@ class ActionSpec(BaseModel):
 
     model_config = ConfigDict(extra="allow", frozen=True)
     type: str
+    after: Duration | None = Field(None, description="a staged action: run this long after the incident fired, "
+                                   "if it is still firing and not snoozed (DESIGN §3.3)")
+
+    @field_validator("after")
+    @classmethod
+    def _after_positive(cls, v: float | None) -> float | None:
+        if v is not None and v <= 0:
+            raise ValueError("must be more than 0s (leave `after` out to act when the rule fires)")
+        return v
 
     def params(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
@@ -163,6 +172,8 @@ class CompiledAction:
     destructive: bool
     line: int = 0
     unit: ActionUnit = "entity"
+    after_s: float | None = None
+    """A staged action: how long after the incident fired it runs (None: at firing and each repeat)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -204,6 +215,17 @@ class Rule:
     @property
     def scheduled(self) -> bool:
         return bool(self.triggers)
+
+    @property
+    def stages(self) -> tuple[float, ...]:
+        """The distinct `after` offsets of the staged actions, in order: stage i runs at fired_at + stages[i]."""
+        return tuple(sorted({a.after_s for a in self.actions if a.after_s is not None}))
+
+    def stage_actions(self, stage: int) -> tuple[CompiledAction, ...]:
+        offsets = self.stages
+        if not 0 <= stage < len(offsets):
+            return ()
+        return tuple(a for a in self.actions if a.after_s == offsets[stage])
 
     def last_cron(self, at: datetime) -> datetime | None:
         """The latest cron instant at or before `at` (looked for up to 8 days back)."""

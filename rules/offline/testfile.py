@@ -100,6 +100,13 @@ class ExpectedAction(BaseModel):
         return dict(self.model_extra or {})
 
 
+class StagedExpectation(_Strict):
+    """One stage of staged actions (`after:`): when it ran and what it ran."""
+
+    at: Duration
+    actions: list[str | ExpectedAction]
+
+
 class Expectation(_Strict):
     rule: str
     entity: str
@@ -107,6 +114,7 @@ class Expectation(_Strict):
     resolves_at: Duration | None = None
     actions: list[str | ExpectedAction] | None = None
     resolve_actions: list[str | ExpectedAction] | None = None
+    staged: list[StagedExpectation] | None = None
     count: int | None = Field(None, ge=0)
     never: bool = False
 
