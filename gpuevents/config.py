@@ -182,6 +182,21 @@ class SlackConfig(_Section):
     base_url: str | None = Field(None, description="Slack Web API base; for tests and proxies")
     digest_window: Duration = 0
     snooze_hint: bool = True
+    app_token_env: str = Field("SLACK_APP_TOKEN", description="Socket Mode app token (xapp-…): button clicks "
+                               "arrive over a websocket, no public endpoint")
+    signing_secret_env: str = Field("SLACK_SIGNING_SECRET", description="for the HTTP interactivity endpoint")
+    interactivity_port: int | None = Field(None, ge=0, le=65535, description="serve POST /slack/interactivity "
+                                           "here (verifies Slack's signature); unset: Socket Mode only")
+    admins: list[str] = Field(default_factory=list, description="Slack user ids who may answer any message")
+    escalation_channel: str | None = Field(None, description="where `not_mine` clicks are posted")
+
+    def app_token(self) -> str | None:
+        value = os.environ.get(self.app_token_env)
+        return value.strip() if value else None
+
+    def signing_secret(self) -> str | None:
+        value = os.environ.get(self.signing_secret_env)
+        return value.strip() if value else None
 
     def token(self) -> str | None:
         """The bot token from the environment, else the token file; never from YAML."""

@@ -76,7 +76,7 @@ class AuditRecord(BaseModel):
 
     id: str = Field(default_factory=new_id)
     time: datetime
-    kind: Literal["transition", "action", "snooze", "reload"]
+    kind: Literal["transition", "action", "snooze", "reload", "click"]
     rule: str = ""
     entity_id: str = ""
     cluster: str = "default"

@@ -186,10 +186,23 @@ HASH_IGNORES = ("description", "labels")
 (templates and requests read them from the running rule, so an edit shows at the next send)."""
 
 
-def rule_hash(spec: RuleSpec, tz_name: str) -> str:
-    """What makes a rule behave differently: a reload closes the open incidents of a rule whose hash changed."""
+def _hash_body(spec: RuleSpec, tz_name: str) -> dict[str, Any]:
+    """The spec as hashed. Fields added later are left out at their defaults, so an upgrade does not change the
+    hash of a rule that does not use them (and close its incidents as `rule_changed`)."""
     body = spec.model_dump(mode="json", by_alias=True)
     body["timezone"] = tz_name
+    if spec.snooze_max == RuleSpec.model_fields["snooze_max"].default:
+        body.pop("snooze_max", None)
+    for key in ("actions", "on_resolve"):
+        for action in body.get(key) or []:
+            if action.get("after") is None:
+                action.pop("after", None)
+    return body
+
+
+def rule_hash(spec: RuleSpec, tz_name: str) -> str:
+    """What makes a rule behave differently: a reload closes the open incidents of a rule whose hash changed."""
+    body = _hash_body(spec, tz_name)
     for k in HASH_IGNORES:
         body.pop(k, None)
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -210,8 +223,7 @@ def reads_liveness(source: str) -> bool:
 
 def legacy_rule_hash(spec: RuleSpec, tz_name: str) -> str:
     """The hash over the whole spec that incidents stored by earlier engines carry."""
-    body = spec.model_dump(mode="json", by_alias=True)
-    body["timezone"] = tz_name
+    body = _hash_body(spec, tz_name)
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

@@ -55,6 +55,8 @@ class RuleSpec(BaseModel):
     when: str
     for_: Duration | None = Field(None, alias="for")
     repeat: Duration | None = None
+    snooze_max: Duration = Field(86400, description="the longest an owner may keep an entity (Slack's keep button, "
+                                 "`gpuevents keep`)")
     schedule: str | list[str] | None = None
     timezone: str | None = None
     dry_run: bool = False
@@ -211,6 +213,10 @@ class Rule:
     @property
     def repeat_s(self) -> float | None:
         return self.spec.repeat
+
+    @property
+    def snooze_max_s(self) -> float:
+        return float(self.spec.snooze_max)
 
     @property
     def scheduled(self) -> bool:
