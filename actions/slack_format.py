@@ -224,3 +224,39 @@ def plain_text(item: MessageItem) -> str:
     if item.cost:
         extra.append(f"est. cost {item.cost}")
     return f"{item.text} ({', '.join(extra)})"
+
+
+def _button(text: str, action_id: str, value: str, style: str | None = None) -> dict[str, Any]:
+    b: dict[str, Any] = {"type": "button", "text": {"type": "plain_text", "text": text}, "action_id": action_id,
+                         "value": value}
+    if style:
+        b["style"] = style
+    return b
+
+
+def button_block(request_key: str, keep: list[float], release: bool, not_mine: bool) -> dict[str, Any]:
+    """The buttons of DESIGN §5.1; each carries the request key (how the click finds the message)."""
+    from actions.slack_clicks import KEEP_PREFIX, NOT_MINE, RELEASE, keep_label
+
+    elements = [_button(keep_label(s), f"{KEEP_PREFIX}{int(s)}", request_key, "primary" if i == 0 else None)
+                for i, s in enumerate(keep[:4])]
+    if release:
+        elements.append(_button("Release now", RELEASE, request_key, "danger"))
+    if not_mine:
+        elements.append(_button("Not mine", NOT_MINE, request_key))
+    return {"type": "actions", "block_id": "gpuevents_buttons", "elements": elements}
+
+
+def buttons_text(item: MessageItem, keep: list[float], release: bool, not_mine: bool) -> str:
+    """The buttons as the console shows them without a Slack token, with the command that does the same."""
+    from actions.slack_clicks import keep_label
+
+    parts = [f"[{keep_label(s)}]" for s in keep[:4]]
+    if release:
+        parts.append("[Release now]")
+    if not_mine:
+        parts.append("[Not mine]")
+    hint = ""
+    if keep:
+        hint = f" — a keep from a terminal: gpuevents keep {item.rule} {item.entity_id} {format_duration(keep[0])}"
+    return " ".join(parts) + hint
