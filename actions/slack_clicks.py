@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, Field
 
+from actions.approvals import APPROVE, DENY, Approval, approval_key, decide, question
 from actions.store import KeyValue, kv_key
 from gpuevents import subjects as S
 from gpuevents.bus import Bus, BusError, KvExists
@@ -73,7 +74,7 @@ class ClickHandler:
     calls (chat.postMessage, chat.update, the payload's response_url), injected by the transport."""
 
     def __init__(self, config: Config, bus: Bus, kv: KeyValue, clock: Clock, *, post: SlackCall, update: SlackCall,
-                 ephemeral: SlackCall) -> None:
+                 ephemeral: SlackCall, member: SlackCall | None = None) -> None:
         self.config = config
         self.bus = bus
         self.kv = kv
@@ -81,6 +82,7 @@ class ClickHandler:
         self.post = post
         self.update = update
         self.ephemeral = ephemeral
+        self.member = member or _nobody
 
     async def handle(self, payload: dict[str, Any]) -> ClickResult:
         actions = payload.get("actions") or []
@@ -94,6 +96,8 @@ class ClickHandler:
             await self.kv.create(kv_key("actions", "slack", "click", click_id), b"1")
         except KvExists:
             return ClickResult(done=False, message="already handled", duplicate=True)
+        if action_id in (APPROVE, DENY):
+            return await self._answer(payload, str(action.get("value", "")), action_id == APPROVE, clicker)
         got = await self.kv.get(sent_key(str(action.get("value", ""))))
         if got is None:
             await self.ephemeral(payload, "This message is no longer tracked by gpuevents.")
@@ -115,6 +119,27 @@ class ClickHandler:
             return ClickResult(done=False, message=f"unknown button {action_id}")
         await self.update(sent.channel, sent.ts, said, _answered(sent.blocks, said))
         await self._audit(sent, f"{action_id} by {clicker}: {said}")
+        return ClickResult(done=True, message=said)
+
+    async def _answer(self, payload: dict[str, Any], request_key: str, approved: bool, clicker: str) -> ClickResult:
+        """Approve or Deny on an approval request: a member of its channel or an admin may answer, once."""
+        got = await self.kv.get(approval_key(request_key))
+        if got is None:
+            await self.ephemeral(payload, "This approval is no longer tracked by gpuevents.")
+            return ClickResult(done=False, message="unknown approval")
+        state = Approval.model_validate_json(got.value)
+        if clicker not in self.config.actions.slack.admins and not await self.member(state.channel, clicker):
+            await self.ephemeral(payload, f"Only a member of {state.request.approve} (or an admin) can answer.")
+            return ClickResult(done=False, message="not a member of the approving channel")
+        answered = await decide(self.kv, request_key, approved, clicker, self.clock.now())
+        assert answered is not None
+        verb = "approved" if answered.status == "approved" else "denied"
+        said = f"{verb} by <@{answered.by}>" if answered.by == clicker else f"already {verb} by <@{answered.by}>"
+        blocks = [{"type": "section", "text": {"type": "mrkdwn", "text": question(state.request), "verbatim": True}}]
+        await self.update(state.channel, state.ts, said, _answered(blocks, said))
+        req = state.request
+        await self._audit(SentMessage(request=req, channel=state.channel, ts=state.ts),
+                          f"{req.type} {verb} by {clicker}")
         return ClickResult(done=True, message=said)
 
     async def _keep(self, sent: SentMessage, clicker: str, seconds: float) -> str:
@@ -163,6 +188,10 @@ class ClickHandler:
             await self.bus.js_publish(S.audit_subject(req.rule), record.model_dump_json().encode(), msg_id=record.id)
         except BusError as e:
             log.warning("a Slack click could not be audited: %s", e)
+
+
+async def _nobody(channel: str, user: str) -> bool:
+    return False
 
 
 def _answered(blocks: list[dict[str, Any]], said: str) -> list[dict[str, Any]]:

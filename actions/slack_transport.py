@@ -57,7 +57,17 @@ def click_handler(config: Config, bus: Bus, kv: KeyValue, clock: Clock, client: 
                 url, json={"response_type": "ephemeral", "replace_original": False, "text": text}) as resp:
             await resp.read()
 
-    return ClickHandler(config, bus, kv, clock, post=post, update=update, ephemeral=ephemeral)
+    async def member(channel: str, user: str) -> bool:
+        cursor: str | None = None
+        while True:
+            resp = await client.conversations_members(channel=channel, cursor=cursor, limit=200)
+            if user in (resp.get("members") or []):
+                return True
+            cursor = (resp.get("response_metadata") or {}).get("next_cursor") or None
+            if not cursor:
+                return False
+
+    return ClickHandler(config, bus, kv, clock, post=post, update=update, ephemeral=ephemeral, member=member)
 
 
 async def _handle(handler: ClickHandler, payload: dict[str, Any]) -> None:

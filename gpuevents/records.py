@@ -50,6 +50,8 @@ class ActionRequest(BaseModel):
     facts: dict[str, Any] = Field(default_factory=dict, description="entity facts for messages")
     created_at: datetime
     event_time: datetime | None = Field(None, description="when the triggering event was observed")
+    approve: str | None = Field(None, description="the Slack channel that must approve it first (DESIGN §3.4)")
+    approve_within: float = Field(3600.0, description="seconds to wait for the approval; then `expired`")
 
 
 class ActionMessage(NamedTuple):

@@ -232,7 +232,7 @@ class Sender:
             cluster=ent.ctx["entity"].cluster, node=ent.ctx["node"].name, incident_id=incident.id, phase=phase,
             index=a.index, repeat=incident.repeat_count, destructive=a.destructive, dry_run=dry,
             decision="refused" if reason else "run", reason=reason, facts=facts, created_at=now,
-            event_time=event_time,
+            event_time=event_time, approve=a.approve, approve_within=a.approve_within_s,
         )
         if reason:
             return req

@@ -197,6 +197,9 @@ def _hash_body(spec: RuleSpec, tz_name: str) -> dict[str, Any]:
         for action in body.get(key) or []:
             if action.get("after") is None:
                 action.pop("after", None)
+            if action.get("approve") is None:
+                action.pop("approve", None)
+                action.pop("approve_within", None)
     return body
 
 
@@ -250,13 +253,16 @@ def _compile_actions(
             line = doc.line_of((*path, *p)) + max(0, err.line - 1)
             key = ".".join(str(x) for x in p)
             problems.append(Located(doc.file, line, f"{key}: {err}"))
+        if spec.approve is not None and not getattr(cls, "destructive", False):
+            problems.append(doc.locate((*path, "approve"), f"{at[-1]}[{idx}].approve: only destructive actions wait "
+                                       f"for an approval; {spec.type} is not one"))
         if spec.after is not None and at[-1] == "on_resolve":
             problems.append(doc.locate((*path, "after"), f"{at[-1]}[{idx}].after: `after` is for `actions` (a "
                                        "staged action runs while the incident fires), not `on_resolve`"))
         out.append(CompiledAction(type=spec.type, index=idx, params=tree,
                                   destructive=bool(getattr(cls, "destructive", False)),
                                   unit=getattr(cls, "unit", "entity"), line=doc.line_of(path),
-                                  after_s=spec.after))
+                                  after_s=spec.after, approve=spec.approve, approve_within_s=spec.approve_within))
     return out
 
 

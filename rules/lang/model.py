@@ -32,6 +32,9 @@ class ActionSpec(BaseModel):
     type: str
     after: Duration | None = Field(None, description="a staged action: run this long after the incident fired, "
                                    "if it is still firing and not snoozed (DESIGN §3.3)")
+    approve: str | None = Field(None, description="a destructive action runs only once a member of this Slack "
+                                "channel (or actions.slack.admins) approves it")
+    approve_within: Duration = Field(3600, description="unanswered this long, the approval ends `expired`")
 
     @field_validator("after")
     @classmethod
@@ -176,6 +179,8 @@ class CompiledAction:
     unit: ActionUnit = "entity"
     after_s: float | None = None
     """A staged action: how long after the incident fired it runs (None: at firing and each repeat)."""
+    approve: str | None = None
+    approve_within_s: float = 3600.0
 
 
 @dataclass(frozen=True, eq=False)

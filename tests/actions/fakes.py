@@ -38,6 +38,7 @@ class FakeSlack:
         self.updated: list[dict[str, Any]] = []
         self.responses: list[dict[str, Any]] = []  # what was posted to a response_url (ephemeral replies)
         self.acks: list[str] = []  # Socket Mode envelope ids acknowledged
+        self.channel_members: dict[str, list[str]] = {}
         self.calls: list[str] = []
         self.inject: dict[str, list[Injected]] = defaultdict(list)
         self.tokens: set[str] = set()
@@ -117,6 +118,10 @@ class FakeSlack:
         self.updated.append({"channel": args.get("channel"), "ts": args.get("ts"), "text": args.get("text"),
                              "blocks": blocks})
         return {"ok": True, "channel": args.get("channel"), "ts": args.get("ts")}
+
+    def _conversations_members(self, args: dict[str, Any]) -> dict[str, Any]:
+        return {"ok": True, "members": self.channel_members.get(str(args.get("channel")), []),
+                "response_metadata": {"next_cursor": ""}}
 
     def _apps_connections_open(self, args: dict[str, Any]) -> dict[str, Any]:
         url = str(self.server.make_url("/socket")).replace("http://", "ws://")

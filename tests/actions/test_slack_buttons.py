@@ -32,6 +32,7 @@ from gpuevents.clock import SystemClock
 from gpuevents.config import Config, NatsConfig
 from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot, ProcessInfo, make_event
 from rules.engine.service import Engine
+from tests.actions.conftest import audit_records, make_request, publish_request
 from tests.actions.fakes import FakeSlack
 from tests.actions.test_kill_agent import Children, children, control, gone, on_gpu  # noqa: F401 - fixtures
 from tests.rules.engine.helpers import running
@@ -187,3 +188,78 @@ async def test_the_http_endpoint_checks_slacks_signature(config: Config, bus: Bu
         assert len(seen) == 1
     finally:
         await server.close()
+
+
+@contextlib.asynccontextmanager
+async def runner_and_socket(config: Config, bus: Bus) -> AsyncIterator[None]:
+    stop = asyncio.Event()
+    kv = await bus.kv()
+    tasks = [asyncio.create_task(ActionRunner(bus, config).run(stop)),
+             asyncio.create_task(slack_transport.run_socket_mode(config, bus, kv, SystemClock(), stop))]
+    try:
+        yield
+    finally:
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 20)
+
+
+def approval_request(key: str, marker: Path, within: float = 600) -> Any:
+    return make_request("command", {"argv": [sys.executable, "-c", f"open({str(marker)!r}, 'w').write('ran')"]},
+                        key=key, approve="#gpu-admins", approve_within=within, destructive=True)
+
+
+async def approval_posted(slack: FakeSlack) -> dict[str, Any]:
+    await wait_for(lambda: [p for p in slack.posted if p["channel"] == "#gpu-admins"], what="the approval posted")
+    return next(p for p in slack.posted if p["channel"] == "#gpu-admins")
+
+
+def answer(post: dict[str, Any], approve: bool, user: str, slack: FakeSlack) -> dict[str, Any]:
+    buttons = next(b for b in post["blocks"] if b["type"] == "actions")["elements"]
+    button = buttons[0 if approve else 1]
+    return {"type": "block_actions", "user": {"id": user}, "response_url": slack.response_url(user),
+            "actions": [{"action_id": button["action_id"], "value": button["value"], "action_ts": f"9.{user}"}]}
+
+
+async def test_a_destructive_action_waits_for_an_approval_from_the_channel(
+        config: Config, bus: Bus, slack: FakeSlack, tmp_path: Path) -> None:
+    slack.channel_members["#gpu-admins"] = ["U002"]
+    marker = tmp_path / "ran"
+    async with runner_and_socket(config, bus):
+        await wait_for(lambda: len(slack.sockets) == 1, timeout=20, what="the Socket Mode connection")
+        req = approval_request("inc-a:fire:0:0", marker)
+        await publish_request(bus, req)
+        post = await approval_posted(slack)
+        assert "Approve `command` on n1/gpu0" in post["text"]
+        assert not marker.exists()  # nothing runs before the answer
+        await slack.send_interactive("e1", answer(post, True, "U001", slack))  # not a member, not an admin
+        await wait_for(lambda: slack.responses, what="the refusal")
+        assert "Only a member of #gpu-admins" in slack.responses[0]["text"] and not marker.exists()
+        await slack.send_interactive("e2", answer(post, True, "U002", slack))
+        await wait_for(marker.exists, timeout=30, what="the approved command to run")
+    outcomes = [(r.kind, r.outcome) for r in await audit_records(bus)]
+    assert ("action", "ok") in outcomes and ("click", None) in outcomes
+
+
+async def test_denied_is_refused_and_unanswered_expires(
+        config: Config, bus: Bus, slack: FakeSlack, tmp_path: Path) -> None:
+    slack.channel_members["#gpu-admins"] = ["U002"]
+    async with runner_and_socket(config, bus):
+        await wait_for(lambda: len(slack.sockets) == 1, timeout=20, what="the Socket Mode connection")
+        await publish_request(bus, approval_request("inc-d:fire:0:0", tmp_path / "denied"))
+        post = await approval_posted(slack)
+        await slack.send_interactive("e3", answer(post, False, "U003", slack))  # U003 is an admin
+        await publish_request(bus, approval_request("inc-e:fire:0:0", tmp_path / "expired", within=1))
+
+        async def outcomes() -> dict[str | None, str | None]:
+            return {r.action_key: r.outcome for r in await audit_records(bus) if r.kind == "action"}
+
+        await wait_for(lambda: _both(outcomes), timeout=30, what="both outcomes")
+        got = await outcomes()
+        assert got == {"inc-d:fire:0:0": "refused", "inc-e:fire:0:0": "expired"}
+    assert not (tmp_path / "denied").exists() and not (tmp_path / "expired").exists()
+    denied = next(r for r in await audit_records(bus) if r.action_key == "inc-d:fire:0:0")
+    assert denied.error == "denied by U003 in #gpu-admins"
+
+
+async def _both(outcomes: Any) -> bool:
+    return len(await outcomes()) == 2
