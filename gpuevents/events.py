@@ -93,6 +93,10 @@ class GpuInfo(_Model):
     lost: bool = False
     xid: int | None = None  # the last XID error the GPU reported (the engine keeps it across snapshots)
     xid_at: datetime | None = None
+    allocated: bool | None = None
+    """A scheduler (Slurm, the kubelet) has allocated it to a job; None where no scheduler integration says."""
+    job: str | None = None
+    """The job it is allocated to (a Slurm job id, a pod's namespace/name)."""
 
 
 class GpuXid(GpuInfo):
@@ -127,10 +131,32 @@ class ProcessInfo(_Model):
     labels: dict[str, str] = Field(default_factory=dict)
 
 
+class JobInfo(_Model):
+    """A scheduler job (or pod) holding GPUs on this node: what the scheduler says of it, and which of this node's
+    GPUs and processes are its. The engine joins a job's parts across nodes into one `job` entity."""
+
+    id: str
+    scheduler: Literal["slurm", "kubernetes"] = "slurm"
+    name: str | None = None
+    user: str | None = None
+    owner: str | None = None
+    account: str | None = None
+    partition: str | None = None
+    qos: str | None = None
+    namespace: str | None = None
+    controller: str | None = None
+    gpus: list[int] = Field(default_factory=list)
+    pids: list[int] = Field(default_factory=list)
+    started_at: datetime | None = None
+    time_limit_s: float | None = Field(None, ge=0)
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
 class NodeSnapshot(_Model):
     """The whole node at one instant."""
 
     node: NodeInfo
+    jobs: list[JobInfo] = Field(default_factory=list)
     gpus: list[GpuInfo] = Field(default_factory=list)
     processes: list[ProcessInfo] = Field(default_factory=list)
 

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from gpuevents import subjects as S
 from gpuevents.events import new_id
 
-EntityKind = Literal["node", "gpu", "process"]
+EntityKind = Literal["node", "gpu", "process", "job"]
 ActionUnit = Literal["entity", "node"]
 """What an action's fleet share counts: the rule's entities, or their nodes (cordon acts on the node)."""
 Phase = Literal["fire", "repeat", "stage", "resolve"]

@@ -19,7 +19,7 @@ from rules.core.state import Entity
 from rules.lang.expr import jinja_names
 from rules.lang.model import CompiledAction, Rule
 from rules.lang.templates import render_params
-from rules.lang.views import GpuView, NodeView, ProcessView
+from rules.lang.views import GpuView, JobView, NodeView, ProcessView
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +99,7 @@ def cost_of(model: CostModel, ent: Entity, incident: Incident, now: datetime) ->
     gpus = entity_gpus(ent)
     per_hour = sum(model.hourly(g.model, g.power_w) for g in gpus)
     v = ent.view
-    if isinstance(v, GpuView) and v.idle:
+    if isinstance(v, GpuView | JobView) and v.idle:
         seconds = v.idle_for_s
     else:
         seconds = max(0.0, (now - incident.active_at).total_seconds())
@@ -139,9 +139,10 @@ def facts_of(ent: Entity, incident: Incident, cost: CostView | None, now: dateti
              nxt: NextStage | None = None) -> dict[str, Any]:
     """What messages and safety checks read from a request (see actions/slack_format, gpuevents/commands)."""
     ctx = ent.ctx
-    node: NodeView = ctx["node"]
+    node: NodeView | None = ctx.get("node")
     out: dict[str, Any] = {
-        "node": _jsonable({"name": node.name, "cluster": node.cluster, "labels": node.labels, "online": node.online}),
+        "node": _jsonable({"name": node.name, "cluster": node.cluster, "labels": node.labels, "online": node.online})
+        if node is not None else {"name": ctx["entity"].node, "cluster": ctx["entity"].cluster},
         "incident": {
             "id": incident.id, "started_at": incident.active_at.isoformat(),
             "firing_since": incident.fired_at.isoformat() if incident.fired_at else None,
@@ -160,6 +161,11 @@ def facts_of(ent: Entity, incident: Incident, cost: CostView | None, now: dateti
         out["owners"] = [v.owner] if v.owner else []
         out["gpus"] = [_gpu_facts(g) for g in ctx.get("gpus", [])]
     else:
+        if isinstance(v, JobView):
+            out["job"] = _jsonable({
+                "id": v.id, "scheduler": v.scheduler, "name": v.name, "user": v.user, "owner": v.owner,
+                "account": v.account, "partition": v.partition, "qos": v.qos, "namespace": v.namespace,
+                "controller": v.controller, "nodes": v.nodes, "gpu_count": v.gpu_count})
         gpus = ctx.get("gpus", [])
         out["gpus"] = [_gpu_facts(g) for g in gpus]
         procs = {p.id: p for g in gpus for p in g.processes}
@@ -229,7 +235,7 @@ class Sender:
         req = ActionRequest(
             key=f"{incident.id}:{phase}:{a.index}:{incident.repeat_count}", type=a.type, params=params,
             rule=rule.name, rule_labels=dict(rule.spec.labels), entity_id=ent.id, entity_kind=rule.kind,
-            cluster=ent.ctx["entity"].cluster, node=ent.ctx["node"].name, incident_id=incident.id, phase=phase,
+            cluster=ent.ctx["entity"].cluster, node=ent.ctx["entity"].node, incident_id=incident.id, phase=phase,
             index=a.index, repeat=incident.repeat_count, destructive=a.destructive, dry_run=dry,
             decision="refused" if reason else "run", reason=reason, facts=facts, created_at=now,
             event_time=event_time, approve=a.approve, approve_within=a.approve_within_s,

@@ -15,7 +15,7 @@ from gpuevents.records import ActionUnit
 from rules.lang.expr import Condition
 from rules.lang.templates import ParamTree
 
-EntityKind = Literal["node", "gpu", "process"]
+EntityKind = Literal["node", "gpu", "process", "job"]
 NAME_PATTERN = r"^[a-z0-9][a-z0-9-]*$"
 
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from gpuevents.clock import utc
 from gpuevents.config import Config
 from gpuevents.durations import Duration
-from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot, ProcessInfo, SnapshotEvent
+from gpuevents.events import GpuInfo, JobInfo, NodeInfo, NodeSnapshot, ProcessInfo, SnapshotEvent
 from gpuevents.yamlpos import Located, LocatedError, parse_yaml
 from rules.core.core import CoreInput, ForgetNode
 from rules.lang import calendars
@@ -67,6 +67,26 @@ class TestProcess(_Strict):
     labels: dict[str, str] = Field(default_factory=dict)
 
 
+class TestJob(_Strict):
+    """A scheduler job on the snapshot's node: the GPUs listed are allocated to it, the processes listed run in
+    it; its entity is `job/<scheduler>/<id>` (DESIGN §4)."""
+
+    id: str
+    scheduler: Literal["slurm", "kubernetes"] = "slurm"
+    user: str | None = None
+    name: str | None = None
+    account: str | None = None
+    partition: str | None = None
+    qos: str | None = None
+    namespace: str | None = None
+    controller: str | None = None
+    gpus: list[int] = Field(default_factory=list)
+    pids: list[int] = Field(default_factory=list)
+    age: Duration | None = None
+    time_limit: Duration | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
 class TestSnapshot(_Strict):
     at: Duration
     node: str
@@ -74,6 +94,7 @@ class TestSnapshot(_Strict):
     labels: dict[str, str] = Field(default_factory=dict)
     gpus: list[TestGpu] = Field(default_factory=list)
     processes: list[TestProcess] = Field(default_factory=list)
+    jobs: list[TestJob] = Field(default_factory=list)
     gone: bool = False
     cordoned: bool | None = None
     driver_version: str | None = None
@@ -195,6 +216,7 @@ def snapshot_inputs(test: RuleTest, start: datetime, owners: dict[str, str],
     """The snapshots of a test as core inputs: defaults filled, idle derived, create times from `age`."""
     out: list[tuple[datetime, CoreInput]] = []
     created: dict[tuple[str, int], datetime] = {}
+    job_started: dict[tuple[str, str], datetime] = {}
     for snap in sorted(test.snapshots, key=lambda s: s.at):
         at = start + timedelta(seconds=snap.at)
         if snap.gone:
@@ -206,6 +228,13 @@ def snapshot_inputs(test: RuleTest, start: datetime, owners: dict[str, str],
             fields = g.model_dump(exclude={"idle", "idle_for"})
             since = at - timedelta(seconds=g.idle_for) if (idle and g.idle_for is not None) else None
             gpus.append(GpuInfo(node=snap.node, idle=idle, idle_since=since, **fields))
+        job_of_pid = {pid: j.id for j in snap.jobs for pid in j.pids}
+        jobs = []
+        for j in snap.jobs:
+            started = at - timedelta(seconds=j.age) if j.age is not None else job_started.get((j.scheduler, j.id), at)
+            job_started[(j.scheduler, j.id)] = started
+            jobs.append(JobInfo(started_at=started, time_limit_s=j.time_limit,
+                                **j.model_dump(exclude={"age", "time_limit"})))
         procs = []
         for p in snap.processes:
             if p.create_time is not None:
@@ -216,11 +245,13 @@ def snapshot_inputs(test: RuleTest, start: datetime, owners: dict[str, str],
                 ct = created.get((snap.node, p.pid), at)
             created[(snap.node, p.pid)] = ct
             fields = p.model_dump(exclude={"age", "create_time", "owner"})
+            if fields.get("job") is None and p.pid in job_of_pid:
+                fields["job"] = job_of_pid[p.pid]
             owner = p.owner or (owners.get(p.user, p.user) if p.user else None)
             procs.append(ProcessInfo(node=snap.node, create_time=ct, owner=owner, **fields))
         node = NodeInfo(name=snap.node, cluster=snap.cluster, labels=snap.labels, gpu_count=len(gpus),
                         cordoned=snap.cordoned, driver_version=snap.driver_version)
         event = SnapshotEvent(source=f"node/{snap.node}", cluster=snap.cluster, time=at,
-                              data=NodeSnapshot(node=node, gpus=gpus, processes=procs))
+                              data=NodeSnapshot(node=node, gpus=gpus, processes=procs, jobs=jobs))
         out.append((at, event))
     return out
