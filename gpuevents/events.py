@@ -93,6 +93,9 @@ class GpuInfo(_Model):
     lost: bool = False
     xid: int | None = None  # the last XID error the GPU reported (the engine keeps it across snapshots)
     xid_at: datetime | None = None
+    # NVML GPM (Hopper and later, MIG instances too); null where the GPU has no GPM
+    sm_active_pct: float | None = None  # share of SMs busy over the last sample interval
+    tensor_active_pct: float | None = None  # share of time the tensor cores were busy
 
 
 class GpuXid(GpuInfo):
