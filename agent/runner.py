@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from agent import kubenode
 from agent.attribution import Attributor, PsutilControl, PsutilIdentifier
 from agent.core import NodeCore
+from agent.hpcjobs import JobMapping
 from agent.kill import KillHandler, KillPolicy, RateLimit
 from agent.kubelet import PodDirectory
 from agent.kubenode import KubeNodeInfo, NodeLookup
@@ -205,8 +206,10 @@ async def run_nodes(agents: list[NodeAgent], bus: EventBus, *, config: Config, c
     interval = config.agent.sample_interval
     metrics: MetricsServer | None = None
     if config.agent.metrics_port is not None:
-        metrics = MetricsServer(AgentCollector(lambda: [a.core for a in agents], counters),
-                                config.agent.metrics_port).start()
+        job_dir = config.agent.hpc_job_mapping_dir
+        collector = AgentCollector(lambda: [a.core for a in agents], counters,
+                                   job_mapping=JobMapping(job_dir) if job_dir is not None else None)
+        metrics = MetricsServer(collector, config.agent.metrics_port).start()
     helpers = [supervise("kill service", lambda: _serve_kills(bus, agents, config.cluster, stop), stop, counters)]
     if pods is not None:
         helpers.append(supervise("kubelet pod refresh", lambda: _refresh_pods(pods, stop), stop, counters))
