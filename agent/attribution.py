@@ -100,7 +100,9 @@ class Attributor:
         if team_key and pod.labels.get(team_key):
             # reports group by `costs.team_label` in process labels; the pod may name it otherwise
             labels[self.team_label] = pod.labels[team_key]
-        return replace(ident, pod=f"{pod.namespace}/{pod.name}", labels=labels, owner=owner)
+        container = pod.containers.get(ident.container_id) if ident.container_id else None
+        return replace(ident, pod=f"{pod.namespace}/{pod.name}", labels=labels, owner=owner,
+                       container=container or ident.container)
 
 
 class PsutilIdentifier:
@@ -154,7 +156,7 @@ class PsutilIdentifier:
         ident = ProcessIdentity(
             pid=pid, create_time=_ts(create_time), name=name,
             cmdline=truncate(cmdline, self.cmdline_max), user=user, uid=uid, ppid=ppid,
-            container_id=cg.container_id, pod_uid=cg.pod_uid,
+            container_id=cg.container_id, pod_uid=cg.pod_uid, slurm_job=cg.slurm_job,
         )
         return proc, ident
 

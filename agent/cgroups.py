@@ -1,5 +1,5 @@
-"""Container id and Kubernetes pod uid from `/proc/<pid>/cgroup` (cgroup v1 and v2; docker, containerd, cri-o,
-podman)."""
+"""Container id, Kubernetes pod uid and Slurm job id from `/proc/<pid>/cgroup` (cgroup v1 and v2; docker,
+containerd, cri-o, podman; Slurm's cgroup plugins)."""
 
 from __future__ import annotations
 
@@ -18,10 +18,15 @@ _POD = re.compile(
 )
 
 
+# Slurm's cgroup plugins: v1 `/slurm/uid_<uid>/job_<id>/step_<s>`, v2 `/system.slice/slurmstepd.scope/job_<id>/...`
+_SLURM_JOB = re.compile(r"/slurm[^/]*/(?:uid_\d+/)?job_(\d+)(?:/|$)")
+
+
 @dataclass(frozen=True, slots=True)
 class CgroupInfo:
     container_id: str | None = None
     pod_uid: str | None = None
+    slurm_job: str | None = None
 
 
 def parse_cgroup(text: str) -> CgroupInfo:
@@ -41,7 +46,12 @@ def parse_cgroup(text: str) -> CgroupInfo:
             paths.append(parts[2])
     container: str | None = None
     pod: str | None = None
+    job: str | None = None
     for path in paths:
+        if job is None:
+            m = _SLURM_JOB.search(path)
+            if m:
+                job = m.group(1)
         if container is None:
             for element in reversed([e for e in path.split("/") if e]):
                 m = _CONTAINER.match(element)
@@ -54,7 +64,7 @@ def parse_cgroup(text: str) -> CgroupInfo:
                 pod = m.group(1).replace("_", "-")
         if container is not None and pod is not None:
             break
-    return CgroupInfo(container_id=container, pod_uid=pod)
+    return CgroupInfo(container_id=container, pod_uid=pod, slurm_job=job)
 
 
 def read_cgroup(pid: int, proc_root: Path = Path("/proc")) -> CgroupInfo:

@@ -47,7 +47,14 @@ CASES = {
         f"0::/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{CID}.scope/container\n",
         CgroupInfo(CID, None)),
     "host process in a login session": ("0::/user.slice/user-1000.slice/session-3.scope\n", CgroupInfo()),
-    "slurm step": ("0::/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0\n", CgroupInfo()),
+    "slurm step, cgroup v2": (
+        "0::/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0\n", CgroupInfo(slurm_job="4242")),
+    "slurm step, cgroup v1": (
+        "12:memory:/slurm/uid_1000/job_77/step_batch/task_0\n4:devices:/slurm/uid_1000/job_77/step_batch\n",
+        CgroupInfo(slurm_job="77")),
+    "slurm on a node with its own slice name": (
+        "0::/system.slice/slurmstepd_node7.scope/job_12/step_0\n", CgroupInfo(slurm_job="12")),
+    "a directory named like a job outside slurm": ("0::/user.slice/job_5/x\n", CgroupInfo()),
     "empty": ("", CgroupInfo()),
 }
 
