@@ -151,7 +151,7 @@ def main() -> int:
     print(f"agent overhead over {result['seconds']}s: {result['cpu_pct']}% of one core "
           f"(target <= {TARGET_CPU_PCT}), RSS {result['rss_mb']} MiB (target <= {TARGET_RSS_MB}), "
           f"peak {result['max_rss_mb']} MiB; {result['samples']} samples, "
-          f"{result['processes']} processes on 8 GPUs ({result['devices']} devices with MIG instances), "
+          f"{result['processes']} processes on 8 GPUs ({result['devices']} devices, MIG instances included), "
           f"scenario {result['scenario']}, /metrics {served}", flush=True)
     if args.json:
         print(json.dumps(result))
