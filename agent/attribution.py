@@ -103,7 +103,9 @@ class Attributor:
         if team_key and pod.labels.get(team_key):
             # reports group by `costs.team_label` in process labels; the pod may name it otherwise
             labels[self.team_label] = pod.labels[team_key]
-        return replace(ident, pod=f"{pod.namespace}/{pod.name}", labels=labels, owner=owner)
+        container = pod.containers.get(ident.container_id) if ident.container_id else None
+        return replace(ident, pod=f"{pod.namespace}/{pod.name}", labels=labels, owner=owner,
+                       container=container or ident.container)
 
 
 class PsutilIdentifier:

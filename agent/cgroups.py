@@ -23,7 +23,7 @@ _SYSTEM_UNIT = re.compile(r"^/system\.slice/(?:[^/]+\.slice/)*([^/]+\.(?:service
 # Slurm's cgroup v1 layout: `/slurm/uid_<uid>/job_<id>/step_<id>` (or `/slurm_<node>/…`).
 _SLURM_V1 = re.compile(r"^/slurm[^/]*/uid_\d+/job_\d+")
 # The job in either layout: v1 above, v2 `…/slurmstepd.scope/job_<id>/step_<id>/…`.
-_SLURM_JOB = re.compile(r"^/(?:slurm[^/]*/uid_\d+|(?:[^/]+/)*slurmstepd\.scope)/job_(\d+)(?:/|$)")
+_SLURM_JOB = re.compile(r"^/(?:slurm[^/]*/uid_\d+|(?:[^/]+/)*slurmstepd[^/]*\.scope)/job_(\d+)(?:/|$)")
 
 
 @dataclass(frozen=True, slots=True)

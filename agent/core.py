@@ -17,6 +17,7 @@ from gpuevents.events import (
     ProcessInfo,
     make_event,
 )
+from gpuevents.idleness import IdleRule
 
 #: memory-full re-arms only once usage falls this many points below the threshold
 MEM_FULL_REARM_PCT = 5.0
@@ -35,13 +36,14 @@ class GpuState:
 
 
 def step_gpu(
-    state: GpuState, r: GpuReading, now: datetime, th: ThresholdsConfig
+    state: GpuState, r: GpuReading, now: datetime, th: ThresholdsConfig, rule: IdleRule | None = None
 ) -> tuple[GpuState, tuple[str, ...]]:
     """Apply one reading; returns the new state and the threshold events crossed (in order).
 
-    Idle starts on the first sample under `idle_util_pct`; it ends only after `active_samples`
-    consecutive samples at or above it, so a blip does not reset the idle clock. A reading without
-    utilization (unsupported, MIG) is no evidence either way and leaves idleness as it was.
+    Idle starts on the first idle sample by `rule` (default: the GPU model's `th.idle_rule`, utilization
+    under `idle_util_pct` unless `idle_by_model` says otherwise); it ends only after `active_samples`
+    consecutive busy samples, so a blip does not reset the idle clock. A reading without the rule's signal
+    (unsupported, no GPM, no power reading) is no evidence either way and leaves idleness as it was.
     """
     if r.lost:
         if state.lost:
@@ -49,8 +51,9 @@ def step_gpu(
         return GpuState(lost=True), ("gpu.lost",)
     events: list[str] = []
     idle, since, streak = state.idle, state.idle_since, state.active_streak
-    if r.util_pct is not None:
-        if r.util_pct < th.idle_util_pct:
+    verdict = (rule or th.idle_rule(r.model)).verdict(r.util_pct, r.sm_active_pct, r.power_w)
+    if verdict is not None:
+        if verdict:
             streak = 0
             if not idle:
                 idle, since = True, now
@@ -124,6 +127,8 @@ class NodeCore:
         self.gpu_states: dict[int, GpuState] = {}
         self.readings: dict[int, GpuReading] = {}
         self.held: dict[tuple[int, datetime], HeldProcess] = {}
+        self.last_xid: dict[int, int] = {}  # GPU index -> the last XID it reported (dcgm's XID_ERRORS)
+        self._idle_rules: dict[str | None, IdleRule] = {}
         self.last_snapshot_at: datetime | None = None
         self.now: datetime | None = None
         self.carried_idle: dict[str, datetime] = {}
@@ -142,7 +147,7 @@ class NodeCore:
                 since = self.carried_idle.pop(r.uuid, None) if r.uuid else None
                 still_idle = r.util_pct is not None and r.util_pct < self.thresholds.idle_util_pct
                 old = GpuState(idle=True, idle_since=since) if since is not None and still_idle else GpuState()
-            new, crossed = step_gpu(old, r, now, self.thresholds)
+            new, crossed = step_gpu(old, r, now, self.thresholds, self.idle_rule(r.model))
             self.gpu_states[r.index] = new
             self.readings[r.index] = r
             gpu_events.extend((t, r.index) for t in crossed)
@@ -158,6 +163,7 @@ class NodeCore:
         for type_, index in gpu_events:
             events.append(self._event(type_, self.gpu_info(index, now), now))
         for x in reading.xids:
+            self.last_xid[x.gpu] = x.xid
             base = self.gpu_info(x.gpu, now) if x.gpu in self.readings else GpuInfo(node=self.node, index=x.gpu)
             data = GpuXid(**{**base.model_dump(), "xid": x.xid, "xid_at": now})
             events.append(self._event("gpu.xid", data, now))
@@ -167,6 +173,13 @@ class NodeCore:
             self.last_snapshot_at = now
             events.append(self._event("node.snapshot", self.snapshot(now), now))
         return events
+
+    def idle_rule(self, model: str | None) -> IdleRule:
+        """The idle rule for this model, looked up once per model."""
+        rule = self._idle_rules.get(model)
+        if rule is None:
+            rule = self._idle_rules[model] = self.thresholds.idle_rule(model)
+        return rule
 
     def _group(
         self, reading: NodeReading, identities: Mapping[int, ProcessIdentity]
@@ -247,6 +260,7 @@ class NodeCore:
                         if st.idle_since is not None else None),
             pids=[h.ident.pid for h in procs], owners=owners, owner=owners[0] if owners else None,
             mig_parent=r.mig_parent, lost=st.lost or r.lost,
+            sm_active_pct=r.sm_active_pct, tensor_active_pct=r.tensor_active_pct,
         )
 
     def node_info(self) -> NodeInfo:

@@ -97,6 +97,9 @@ class GpuInfo(_Model):
     """A scheduler (Slurm, the kubelet) has allocated it to a job; None where no scheduler integration says."""
     job: str | None = None
     """The job it is allocated to (a Slurm job id, a pod's namespace/name)."""
+    # NVML GPM (Hopper and later, MIG instances too); null where the GPU has no GPM
+    sm_active_pct: float | None = None  # share of SMs busy over the last sample interval
+    tensor_active_pct: float | None = None  # share of time the tensor cores were busy
 
 
 class GpuXid(GpuInfo):

@@ -103,8 +103,8 @@ class GpuView:
     __slots__ = (
         "_clock", "_idle_since_ts", "allocated", "ecc_uncorrected", "fan_pct", "id", "idle", "idle_since", "index",
         "job", "lost", "mem_pct", "mem_total_mib", "mem_used_mib", "mig_parent", "model", "node", "owner",
-        "owners", "pids", "power_limit_w", "power_w", "processes", "temp_c", "util_pct", "uuid", "xid",
-        "xid_at",
+        "owners", "pids", "power_limit_w", "power_w", "processes", "sm_active_pct", "temp_c",
+        "tensor_active_pct", "util_pct", "uuid", "xid", "xid_at",
     )
     allocated: bool | None
     job: str | None
@@ -127,7 +127,9 @@ class GpuView:
     power_limit_w: float | None
     power_w: float | None
     processes: list[ProcessView]
+    sm_active_pct: float | None
     temp_c: float | None
+    tensor_active_pct: float | None
     util_pct: float | None
     uuid: str
     xid: int | None

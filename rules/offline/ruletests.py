@@ -94,7 +94,8 @@ def run_test(tf: TestFile, test: RuleTest, rule_paths: list[Path]) -> TestOutcom
     rules = load_rule_set(rule_paths, default_timezone=tf.timezone)
     config = tf.run_config()
     start = start_of(tf, test)
-    inputs = snapshot_inputs(test, start, tf.owners, config.agent.thresholds.idle_util_pct)
+    th = config.agent.thresholds
+    inputs = snapshot_inputs(test, start, tf.owners, th.idle_util_pct, thresholds=th)
     expected = [x for e in test.expect for x in (e.fires_at, e.resolves_at) if x is not None]
     expected += [s.at for e in test.expect for s in e.staged or ()]
     last = max([s.at for s in test.snapshots] + expected + list(test.restarts) + [0.0])

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from gpuevents.clock import utc
-from gpuevents.config import Config
+from gpuevents.config import Config, ThresholdsConfig
 from gpuevents.durations import Duration
 from gpuevents.events import GpuInfo, JobInfo, NodeInfo, NodeSnapshot, ProcessInfo, SnapshotEvent
 from gpuevents.yamlpos import Located, LocatedError, parse_yaml
@@ -44,6 +44,8 @@ class TestGpu(_Strict):
     lost: bool = False
     xid: int | None = Field(None, description="the last XID the GPU reported (kept across snapshots)")
     pids: list[int] = Field(default_factory=list)
+    sm_active_pct: float | None = None
+    tensor_active_pct: float | None = None
 
 
 class TestProcess(_Strict):
@@ -212,8 +214,11 @@ def start_of(tf: TestFile, test: RuleTest) -> datetime:
 
 
 def snapshot_inputs(test: RuleTest, start: datetime, owners: dict[str, str],
-                    idle_util_pct: float = 5.0) -> list[tuple[datetime, CoreInput]]:
-    """The snapshots of a test as core inputs: defaults filled, idle derived, create times from `age`."""
+                    idle_util_pct: float = 5.0,
+                    thresholds: ThresholdsConfig | None = None) -> list[tuple[datetime, CoreInput]]:
+    """The snapshots of a test as core inputs: defaults filled, idle derived (by the GPU model's idle rule of
+    `thresholds`, else `util_pct < idle_util_pct`), create times from `age`."""
+    th = thresholds or ThresholdsConfig(idle_util_pct=idle_util_pct)
     out: list[tuple[datetime, CoreInput]] = []
     created: dict[tuple[str, int], datetime] = {}
     job_started: dict[tuple[str, str], datetime] = {}
@@ -224,7 +229,8 @@ def snapshot_inputs(test: RuleTest, start: datetime, owners: dict[str, str],
             continue
         gpus = []
         for g in snap.gpus:
-            idle = g.idle if g.idle is not None else g.util_pct < idle_util_pct
+            idle = g.idle if g.idle is not None else bool(
+                th.idle_rule(g.model).verdict(g.util_pct, g.sm_active_pct, g.power_w))
             fields = g.model_dump(exclude={"idle", "idle_for"})
             since = at - timedelta(seconds=g.idle_for) if (idle and g.idle_for is not None) else None
             gpus.append(GpuInfo(node=snap.node, idle=idle, idle_since=since, **fields))

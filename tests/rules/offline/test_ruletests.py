@@ -218,3 +218,52 @@ rules:
 """)
     _, problems = check_paths([tmp_path / "r.yaml"])
     assert any("on_resolve[0].after" in str(p) and "r.yaml:6" in str(p) for p in problems)
+
+
+PER_MODEL = """\
+rule_files: [rules/idle.yaml]
+config:
+  agent:
+    thresholds:
+      idle_by_model:
+        - {model: "*H100*", signal: sm_active, below: 3, power_below_w: 150}
+tests:
+  - name: a spinning H100 is idle by its SM activity; an A100 by its utilization
+    snapshots:
+      - at: 0s
+        node: n1
+        gpus:
+          - {index: 0, model: NVIDIA H100 80GB HBM3, util_pct: 99, sm_active_pct: 1, power_w: 120}
+          - {index: 1, model: NVIDIA H100 80GB HBM3, util_pct: 99, sm_active_pct: 1, power_w: 400}
+          - {index: 2, model: NVIDIA A100-SXM4-80GB, util_pct: 99, sm_active_pct: 1, power_w: 120}
+          - {index: 3, model: NVIDIA A100-SXM4-80GB, util_pct: 2}
+        processes:
+          - {pid: 1, user: alice, gpus: [0], age: 3h}
+          - {pid: 2, user: bob, gpus: [1], age: 3h}
+          - {pid: 3, user: carol, gpus: [2], age: 3h}
+          - {pid: 4, user: dave, gpus: [3], age: 3h}
+      - at: 3h
+        node: n1
+        gpus:
+          - {index: 0, model: NVIDIA H100 80GB HBM3, util_pct: 99, sm_active_pct: 1, power_w: 120}
+          - {index: 1, model: NVIDIA H100 80GB HBM3, util_pct: 99, sm_active_pct: 1, power_w: 400}
+          - {index: 2, model: NVIDIA A100-SXM4-80GB, util_pct: 99, sm_active_pct: 1, power_w: 120}
+          - {index: 3, model: NVIDIA A100-SXM4-80GB, util_pct: 2}
+        processes:
+          - {pid: 1, user: alice, gpus: [0], age: 6h}
+          - {pid: 2, user: bob, gpus: [1], age: 6h}
+          - {pid: 3, user: carol, gpus: [2], age: 6h}
+          - {pid: 4, user: dave, gpus: [3], age: 6h}
+    expect:
+      - {rule: idle-gpu-2h, entity: n1/gpu0, fires_at: 2h}
+      - {rule: idle-gpu-2h, entity: n1/gpu1, never: true}
+      - {rule: idle-gpu-2h, entity: n1/gpu2, never: true}
+      - {rule: idle-gpu-2h, entity: n1/gpu3, fires_at: 2h}
+"""
+
+
+def test_rule_tests_derive_idle_by_the_gpu_model_s_signal(suite: Path) -> None:
+    (suite / "model.test.yaml").write_text(PER_MODEL)
+    outcome = run_test_file(suite / "model.test.yaml")
+    assert outcome.problems == []
+    assert [t.failures for t in outcome.tests] == [[]]
