@@ -143,13 +143,13 @@ class ClickHandler:
         return ClickResult(done=True, message=said)
 
     async def _keep(self, sent: SentMessage, clicker: str, seconds: float) -> str:
-        from rules.core.inputs import Snooze  # the engine's request model: the snooze server validates it
-
         req = sent.request
-        s = Snooze(rule=req.rule, entity_id=req.entity_id, until=self.clock.now() + timedelta(seconds=seconds),
-                   by=f"slack:{clicker}", reason="kept from Slack", bounded=True)
+        # The engine's snooze request (rules.core.inputs.Snooze, validated by its server): a bounded keep.
+        s = {"type": "snooze", "rule": req.rule, "entity_id": req.entity_id, "by": f"slack:{clicker}",
+             "until": (self.clock.now() + timedelta(seconds=seconds)).isoformat(), "reason": "kept from Slack",
+             "bounded": True}
         try:
-            reply = orjson.loads(await self.bus.request(S.ENGINE_SNOOZE, s.model_dump_json().encode(), timeout=5))
+            reply = orjson.loads(await self.bus.request(S.ENGINE_SNOOZE, orjson.dumps(s), timeout=5))
         except BusError as e:
             return f"could not keep it: no engine answered ({e}); try `gpuevents keep {req.rule} {req.entity_id}`"
         if not reply.get("ok"):
