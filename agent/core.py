@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from agent.sample import GpuReading, NodeReading, ProcessIdentity
 from gpuevents.config import ThresholdsConfig
@@ -12,6 +13,7 @@ from gpuevents.events import (
     Event,
     GpuInfo,
     GpuXid,
+    JobInfo,
     NodeInfo,
     NodeSnapshot,
     ProcessInfo,
@@ -131,6 +133,9 @@ class NodeCore:
         self._idle_rules: dict[str | None, IdleRule] = {}
         self.last_snapshot_at: datetime | None = None
         self.now: datetime | None = None
+        self.job_gpus: dict[str, list[str]] | None = None
+        """The scheduler's allocation, GPU key (`3`) -> its jobs, from the HPC job mapping directory; None without
+        one (then `allocated` is unknown)."""
         self.carried_idle: dict[str, datetime] = {}
         """Idle clocks from before a restart (GPU uuid → idle_since), taken by a GPU's first sample."""
 
@@ -261,7 +266,30 @@ class NodeCore:
             pids=[h.ident.pid for h in procs], owners=owners, owner=owners[0] if owners else None,
             mig_parent=r.mig_parent, lost=st.lost or r.lost,
             sm_active_pct=r.sm_active_pct, tensor_active_pct=r.tensor_active_pct,
+            **self._allocation(index),
         )
+
+    def _allocation(self, index: int) -> dict[str, Any]:
+        if self.job_gpus is None:
+            return {}
+        jobs = self.job_gpus.get(str(index), [])
+        return {"allocated": bool(jobs), "job": jobs[0] if jobs else None}
+
+    def jobs(self) -> list[JobInfo]:
+        """The jobs the mapping allocates this node's GPUs to, with their processes here (and their user)."""
+        if self.job_gpus is None:
+            return []
+        gpus_of: dict[str, list[int]] = {}
+        for key, jobs in self.job_gpus.items():
+            if key.isdigit() and int(key) in self.readings:
+                for job in jobs:
+                    gpus_of.setdefault(job, []).append(int(key))
+        out = []
+        for job, gpus in sorted(gpus_of.items()):
+            procs = [h.ident for h in self.held.values() if h.ident.job == job]
+            user = next((i.user for i in procs if i.user), None)
+            out.append(JobInfo(id=job, user=user, gpus=sorted(gpus), pids=sorted(i.pid for i in procs)))
+        return out
 
     def node_info(self) -> NodeInfo:
         idle = sum(1 for s in self.gpu_states.values() if s.idle)
@@ -282,4 +310,5 @@ class NodeCore:
             node=self.node_info(),
             gpus=[self.gpu_info(i, now) for i in sorted(self.readings)],
             processes=[self.process_info(h, now) for h in procs],
+            jobs=self.jobs(),
         )

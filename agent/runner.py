@@ -231,6 +231,7 @@ async def run_nodes(agents: list[NodeAgent], bus: EventBus, *, config: Config, c
         bus.publish_event(event)
         counters.count_event(event.type)
 
+    mapping = JobMapping(config.agent.hpc_job_mapping_dir) if config.agent.hpc_job_mapping_dir is not None else None
     state_dir = config.agent.state_dir
     idle_files = {a.node: IdleStateFile(state_dir, a.node) for a in agents} if state_dir is not None else {}
     carry_for = max(timedelta(minutes=5), 3 * timedelta(seconds=config.agent.snapshot_interval))
@@ -242,7 +243,9 @@ async def run_nodes(agents: list[NodeAgent], bus: EventBus, *, config: Config, c
             publish(a.lifecycle_event("agent.started", clock.now()))
         next_at = clock.monotonic()
         while not stop.is_set():
+            job_gpus = mapping.jobs() if mapping is not None else None  # the scheduler's allocation, now
             for a in agents:
+                a.core.job_gpus = job_gpus
                 try:
                     events = await a.tick_async(clock.now())
                 except Exception:

@@ -272,3 +272,20 @@ def test_gpm_activity_reaches_the_snapshot_and_the_last_xid_is_kept() -> None:
     g = decode_event(encode_event(snap)).data.gpus[0]  # type: ignore[union-attr]
     assert (g.sm_active_pct, g.tensor_active_pct) == (42.5, 20.0)
     assert core.last_xid == {0: 79}
+
+
+def test_the_hpc_job_mapping_allocates_gpus_and_lists_the_jobs_with_their_processes() -> None:
+    c = core()
+    c.job_gpus = {"0": ["4242"], "7": ["999"]}  # GPU 7 is not on this node: ignored
+    ident_in_job = ProcessIdentity(pid=100, create_time=T0 - timedelta(hours=1), user="erin", job="4242")
+    events = c.step(T0, reading([ProcReading(pid=100, gpu=0, mem_mib=100.0, sm_util_pct=0.0)]), {100: ident_in_job})
+    snap = next(e for e in events if isinstance(e, SnapshotEvent)).data
+    by_index = {g.index: g for g in snap.gpus}
+    assert (by_index[0].allocated, by_index[0].job) == (True, "4242")
+    assert (by_index[1].allocated, by_index[1].job) == (False, None)
+    [job] = snap.jobs
+    assert (job.id, job.user, job.gpus, job.pids) == ("4242", "erin", [0], [100])
+    c.job_gpus = None
+    events = c.step(T0 + timedelta(seconds=15), reading([]), {})
+    snap = next(e for e in events if isinstance(e, SnapshotEvent)).data
+    assert snap.jobs == [] and all(g.allocated is None for g in snap.gpus)
