@@ -110,6 +110,10 @@ class MessageItem(BaseModel):
     processes: list[str] = Field(default_factory=list)
     next_type: str | None = None
     next_at: datetime | None = None
+    cost_amount: float | None = None
+    request: dict[str, Any] | None = None
+    """The request this item came from (a digest with buttons: each item's buttons act on its own incident)."""
+    buttons: list[float] | None = None  # keep durations of this item's buttons, when it has any
 
 
 def describe_where(entity_id: str, facts: MessageFacts) -> str:
@@ -148,6 +152,7 @@ def make_item(text: str, rule: str, entity_id: str, cluster: str, incident_id: s
         cost=escape(facts.cost.display() or "") or None if facts.cost else None,
         where=describe_where(entity_id, facts), processes=describe_processes(facts),
         next_type=inc.next.type if inc.next else None, next_at=inc.next.at if inc.next else None,
+        cost_amount=facts.cost.amount if facts.cost else None,
     )
 
 
@@ -195,13 +200,18 @@ def incident_blocks(item: MessageItem, snooze: bool = True) -> list[dict[str, An
     return blocks
 
 
-def digest_blocks(items: list[MessageItem], window_s: float, snooze: bool = True) -> list[dict[str, Any]]:
-    """One message listing several incidents of one owner."""
-    head = (f"*{len(items)} GPU incident{'s' if len(items) != 1 else ''} for you* "
+def digest_blocks(items: list[MessageItem], window_s: float, snooze: bool = True,
+                  currency: str = "USD") -> list[dict[str, Any]]:
+    """One message listing several incidents of one owner, with what they cost together and, for items that
+    have them, their own buttons; within Slack's 50 blocks ("… and 7 more" past that)."""
+    total = sum(i.cost_amount for i in items if i.cost_amount is not None)
+    money = f", about {total:,.2f} {escape(currency)} of idle GPU time so far" if total > 0 else ""
+    head = (f"*{len(items)} GPU incident{'s' if len(items) != 1 else ''} for you*{money} "
             f"(collected over {format_duration(window_s)})")
     blocks: list[dict[str, Any]] = [{"type": "section", "text": md(head)}]
-    room = MAX_BLOCKS - 3
-    for item in items[: room // 2]:
+    per_item = 3 if any(i.buttons for i in items) else 2
+    room = (MAX_BLOCKS - 2) // per_item
+    for item in items[:room]:
         blocks.append({"type": "divider"})
         lines = [truncate(item.text, 1500), f"{item.where} · rule `{escape(item.rule)}`"]
         since = _since(item)
@@ -212,7 +222,9 @@ def digest_blocks(items: list[MessageItem], window_s: float, snooze: bool = True
         if snooze:
             lines.append(f"snooze: {snooze_hint(item.rule, item.entity_id)}")
         blocks.append({"type": "section", "text": md(truncate("\n".join(lines)))})
-    hidden = len(items) - room // 2
+        if item.buttons and item.request:
+            blocks.append(button_block(str(item.request.get("key")), item.buttons, False, False))
+    hidden = len(items) - room
     if hidden > 0:
         blocks.append({"type": "context", "elements": [md(f"… and {hidden} more")]})
     return blocks

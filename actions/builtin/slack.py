@@ -34,6 +34,7 @@ from actions.slack_clicks import SentMessage, remember
 from actions.store import kv_key
 from gpuevents.bus import KvExists, KvWrongRevision
 from gpuevents.durations import Duration
+from gpuevents.records import ActionRequest
 
 log = logging.getLogger(__name__)
 
@@ -204,6 +205,8 @@ class SlackAction:
         snooze = cfg.snooze_hint if p.snooze_hint is None else p.snooze_hint
         token = cfg.token()
         buttons = p.buttons if p.buttons is not None and p.buttons.any() and not p.digest else None
+        if p.digest and p.buttons is not None and p.buttons.keep:  # a digest item keeps its own incident
+            item = item.model_copy(update={"request": req.model_dump(mode="json"), "buttons": list(p.buttons.keep)})
         if token is None:
             return _print_instead(p.to, item, buttons)
         client = AsyncWebClient(token=token, base_url=_base_url(cfg.base_url), timeout=int(
@@ -226,7 +229,15 @@ class SlackAction:
             return ActionResult(detail=f"queued in the digest for {p.to}")
         summary = f"{len(items)} GPU incident{'s' if len(items) != 1 else ''}: " + "; ".join(
             i.text for i in items[:5])
-        result = await self.post(client, p.to, fmt.truncate(summary), fmt.digest_blocks(items, window, snooze), now)
+        blocks = fmt.digest_blocks(items, window, snooze, ctx.config.costs.currency)
+        result = await self.post(client, p.to, fmt.truncate(summary), blocks, now)
+        if result.data.get("ts"):
+            for i in items:
+                if i.request and i.buttons:
+                    await remember(svc.kv, SentMessage(
+                        request=ActionRequest.model_validate(i.request), channel=result.data["channel"],
+                        ts=str(result.data["ts"]), recipient=result.data.get("recipient"), blocks=blocks,
+                        text=i.text))
         return result.model_copy(update={"detail": f"digest of {len(items)} sent to {p.to}"})
 
 
