@@ -93,6 +93,10 @@ class GpuInfo(_Model):
     lost: bool = False
     xid: int | None = None  # the last XID error the GPU reported (the engine keeps it across snapshots)
     xid_at: datetime | None = None
+    # scheduler allocation (DESIGN §2): true when Slurm or the kubelet allocated this GPU to a job or pod,
+    # null where no scheduler integration is configured; `job` is that job's id
+    allocated: bool | None = None
+    job: str | None = None
 
 
 class GpuXid(GpuInfo):
@@ -123,6 +127,7 @@ class ProcessInfo(_Model):
     pod_uid: str | None = None
     pod: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
+    job: str | None = None  # the scheduler job the process runs in (from its cgroup), or null
 
 
 class NodeSnapshot(_Model):

@@ -13,6 +13,7 @@ from aiohttp.typedefs import Handler
 from pydantic import BaseModel
 
 from rules.visibility.fleet_view import AuditResponse, DashboardSource, IncidentsResponse
+from rules.visibility.free import FreeQuery, FreeQueryError, free_gpus
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,14 @@ async def _incidents(request: web.Request) -> web.Response:
     return _json(IncidentsResponse(incidents=await _resolve(request.app[SOURCE_KEY].incidents())))
 
 
+async def _free(request: web.Request) -> web.Response:
+    try:
+        query = FreeQuery.from_params(request.query, request.query.getall("label", []))
+    except (FreeQueryError, ValueError) as e:
+        raise web.HTTPBadRequest(text=str(e)) from None
+    return _json(free_gpus(await _resolve(request.app[SOURCE_KEY].fleet()), query))
+
+
 async def _audit(request: web.Request) -> web.Response:
     raw = request.query.get("limit", str(DEFAULT_AUDIT))
     try:
@@ -83,7 +92,8 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 
 def make_dashboard_app(source: DashboardSource) -> web.Application:
-    """The app: `/` (the page), `/static/*`, `/api/fleet`, `/api/incidents`, `/api/audit?limit=N`."""
+    """The app: `/` (the page), `/static/*`, `/api/fleet`, `/api/incidents`, `/api/audit?limit=N`,
+    `/api/free?count=N&min_free_mem=40G&model=M&label=K=V`."""
     app = web.Application(middlewares=[_errors])
     app[SOURCE_KEY] = source
     app.router.add_get("/", _static("dashboard.html", "text/html"))
@@ -92,6 +102,7 @@ def make_dashboard_app(source: DashboardSource) -> web.Application:
     app.router.add_get("/api/fleet", _fleet)
     app.router.add_get("/api/incidents", _incidents)
     app.router.add_get("/api/audit", _audit)
+    app.router.add_get("/api/free", _free)
     return app
 
 
