@@ -3,6 +3,8 @@ to yellow at 100 %), always shown with a legend that has numbers. Pure."""
 
 from __future__ import annotations
 
+import math
+
 # matplotlib's viridis sampled at 0, 0.1, ..., 1; linearly interpolated in between. The dashboard's
 # static/colours.js holds the same stops (a test compares them).
 VIRIDIS = ("#440154", "#482475", "#414487", "#355f8d", "#2a788e", "#21918c",
@@ -24,7 +26,8 @@ def util_rgb(util: float) -> tuple[int, int, int]:
     i = min(int(t), len(_STOPS) - 2)
     f = t - i
     a, b = _STOPS[i], _STOPS[i + 1]
-    r, g, bl = (round(a[k] + (b[k] - a[k]) * f) for k in range(3))
+    # halves round up, as the page's Math.round does, so both draw the same colour
+    r, g, bl = (math.floor(a[k] + (b[k] - a[k]) * f + 0.5) for k in range(3))
     return r, g, bl
 
 
