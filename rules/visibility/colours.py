@@ -49,12 +49,13 @@ def text_colour(util: float | None) -> str:
 def legend_svg(width: int = 240, label: str = "utilization") -> str:
     """A gradient bar with ticks at 0, 25, 50, 75 and 100 %: the scale is read by number, not colour alone."""
     stops = "".join(f'<stop offset="{i / (len(VIRIDIS) - 1):.2f}" stop-color="{c}"/>' for i, c in enumerate(VIRIDIS))
+    pad = 20  # room for the first and last tick's label
     ticks = "".join(
-        f'<line x1="{10 + t / 100 * width:.1f}" y1="22" x2="{10 + t / 100 * width:.1f}" y2="26" stroke="#333"/>'
-        f'<text x="{10 + t / 100 * width:.1f}" y="37" text-anchor="middle">{t} %</text>'
+        f'<line x1="{pad + t / 100 * width:.1f}" y1="22" x2="{pad + t / 100 * width:.1f}" y2="26" stroke="#333"/>'
+        f'<text x="{pad + t / 100 * width:.1f}" y="37" text-anchor="middle">{t} %</text>'
         for t in LEGEND_TICKS
     )
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width + 20}" height="40" font-size="10" role="img" '
-            f'aria-label="{label}: dark purple 0 % to yellow 100 %">'
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width + 2 * pad}" height="40" font-size="10" '
+            f'role="img" aria-label="{label}: dark purple 0 % to yellow 100 %">'
             f'<defs><linearGradient id="viridis">{stops}</linearGradient></defs>'
-            f'<rect x="10" y="8" width="{width}" height="14" fill="url(#viridis)"/>{ticks}</svg>')
+            f'<rect x="{pad}" y="8" width="{width}" height="14" fill="url(#viridis)"/>{ticks}</svg>')
