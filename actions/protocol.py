@@ -17,7 +17,7 @@ from gpuevents.records import ActionRequest, ActionUnit, EntityKind
 if TYPE_CHECKING:
     from gpuevents.config import Config
 
-ALL_KINDS: frozenset[EntityKind] = frozenset({"node", "gpu", "process"})
+ALL_KINDS: frozenset[EntityKind] = frozenset({"node", "gpu", "process", "job"})
 UNITS: frozenset[ActionUnit] = frozenset({"entity", "node"})
 
 

@@ -8,12 +8,12 @@ import logging
 import random
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import ValidationError
 
-from actions import registry
+from actions import approvals, registry
 from actions.ledger import Claim, Ledger, LedgerEntry
 from actions.protection import protection_reason
 from actions.protocol import (
@@ -159,7 +159,17 @@ class ActionRunner:
             why = protection_reason(req, self.config.protect)
             if why is not None:
                 return _Final(self._record(req, "refused", error=f"protected: {why}"))
-            age = (self.clock.now() - req.created_at).total_seconds()
+            decided_at = req.created_at
+            if req.approve and not (req.dry_run or self.config.engine.dry_run):
+                status, info = await approvals.gate(req, services.kv, self.config, self.clock.now())
+                if status == "pending":
+                    return _Retry(float(info), f"waiting for an approval from {req.approve}", deferred=True)
+                if status == "denied":
+                    return _Final(self._record(req, "refused", error=f"denied by {info} in {req.approve}"))
+                if status == "expired":
+                    return _Final(self._record(req, "expired", detail=info))
+                decided_at = datetime.fromisoformat(info)  # approved: the decision is as old as the approval
+            age = (self.clock.now() - decided_at).total_seconds()
             if age > self.config.engine.request_ttl:
                 return _Final(self._record(req, "expired", detail=(
                     f"decided {format_duration(age)} ago, longer than engine.request_ttl "

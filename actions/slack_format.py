@@ -36,6 +36,13 @@ class _Facts(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
+class NextFacts(_Facts):
+    """The incident's next staged action (`incident.next`)."""
+
+    type: str
+    at: datetime
+
+
 class IncidentFacts(_Facts):
     id: str | None = None
     started_at: datetime | None = None
@@ -43,6 +50,7 @@ class IncidentFacts(_Facts):
     firing_for: str | None = None
     active_for: str | None = None
     count: int | None = None
+    next: NextFacts | None = None
 
 
 class CostFacts(_Facts):
@@ -100,6 +108,12 @@ class MessageItem(BaseModel):
     cost: str | None = None
     where: str = ""
     processes: list[str] = Field(default_factory=list)
+    next_type: str | None = None
+    next_at: datetime | None = None
+    cost_amount: float | None = None
+    request: dict[str, Any] | None = None
+    """The request this item came from (a digest with buttons: each item's buttons act on its own incident)."""
+    buttons: list[float] | None = None  # keep durations of this item's buttons, when it has any
 
 
 def describe_where(entity_id: str, facts: MessageFacts) -> str:
@@ -137,6 +151,8 @@ def make_item(text: str, rule: str, entity_id: str, cluster: str, incident_id: s
         since=inc.started_at or inc.firing_since, firing_for=inc.active_for or inc.firing_for,
         cost=escape(facts.cost.display() or "") or None if facts.cost else None,
         where=describe_where(entity_id, facts), processes=describe_processes(facts),
+        next_type=inc.next.type if inc.next else None, next_at=inc.next.at if inc.next else None,
+        cost_amount=facts.cost.amount if facts.cost else None,
     )
 
 
@@ -144,13 +160,15 @@ def snooze_hint(rule: str, entity_id: str) -> str:
     return f"`gpuevents snooze {rule} {escape(entity_id)} --for 4h`"
 
 
-def _since(item: MessageItem) -> str | None:
-    if item.since is None:
-        return None
-    ts = int(item.since.timestamp())
-    fallback = item.since.strftime("%Y-%m-%d %H:%M UTC")
+def _date(at: datetime) -> str:
+    ts = int(at.timestamp())
+    fallback = at.strftime("%Y-%m-%d %H:%M UTC")
     # Slack shows <!date^…> in the reader's own timezone.
     return f"<!date^{ts}^{{date_short_pretty}} {{time}}|{fallback}>"
+
+
+def _since(item: MessageItem) -> str | None:
+    return _date(item.since) if item.since is not None else None
 
 
 def _fields(item: MessageItem) -> list[dict[str, Any]]:
@@ -162,6 +180,8 @@ def _fields(item: MessageItem) -> list[dict[str, Any]]:
         fields.append(md(f"*Since*\n{since}{dur}"))
     if item.cost:
         fields.append(md(f"*Estimated cost so far*\n{item.cost}"))
+    if item.next_type and item.next_at:
+        fields.append(md(f"*Next*\n{escape(item.next_type)} at {_date(item.next_at)}"))
     return fields
 
 
@@ -180,13 +200,18 @@ def incident_blocks(item: MessageItem, snooze: bool = True) -> list[dict[str, An
     return blocks
 
 
-def digest_blocks(items: list[MessageItem], window_s: float, snooze: bool = True) -> list[dict[str, Any]]:
-    """One message listing several incidents of one owner."""
-    head = (f"*{len(items)} GPU incident{'s' if len(items) != 1 else ''} for you* "
+def digest_blocks(items: list[MessageItem], window_s: float, snooze: bool = True,
+                  currency: str = "USD") -> list[dict[str, Any]]:
+    """One message listing several incidents of one owner, with what they cost together and, for items that
+    have them, their own buttons; within Slack's 50 blocks ("… and 7 more" past that)."""
+    total = sum(i.cost_amount for i in items if i.cost_amount is not None)
+    money = f", about {total:,.2f} {escape(currency)} of idle GPU time so far" if total > 0 else ""
+    head = (f"*{len(items)} GPU incident{'s' if len(items) != 1 else ''} for you*{money} "
             f"(collected over {format_duration(window_s)})")
     blocks: list[dict[str, Any]] = [{"type": "section", "text": md(head)}]
-    room = MAX_BLOCKS - 3
-    for item in items[: room // 2]:
+    per_item = 3 if any(i.buttons for i in items) else 2
+    room = (MAX_BLOCKS - 2) // per_item
+    for item in items[:room]:
         blocks.append({"type": "divider"})
         lines = [truncate(item.text, 1500), f"{item.where} · rule `{escape(item.rule)}`"]
         since = _since(item)
@@ -197,7 +222,9 @@ def digest_blocks(items: list[MessageItem], window_s: float, snooze: bool = True
         if snooze:
             lines.append(f"snooze: {snooze_hint(item.rule, item.entity_id)}")
         blocks.append({"type": "section", "text": md(truncate("\n".join(lines)))})
-    hidden = len(items) - room // 2
+        if item.buttons and item.request:
+            blocks.append(button_block(str(item.request.get("key")), item.buttons, False, False))
+    hidden = len(items) - room
     if hidden > 0:
         blocks.append({"type": "context", "elements": [md(f"… and {hidden} more")]})
     return blocks
@@ -209,3 +236,39 @@ def plain_text(item: MessageItem) -> str:
     if item.cost:
         extra.append(f"est. cost {item.cost}")
     return f"{item.text} ({', '.join(extra)})"
+
+
+def _button(text: str, action_id: str, value: str, style: str | None = None) -> dict[str, Any]:
+    b: dict[str, Any] = {"type": "button", "text": {"type": "plain_text", "text": text}, "action_id": action_id,
+                         "value": value}
+    if style:
+        b["style"] = style
+    return b
+
+
+def button_block(request_key: str, keep: list[float], release: bool, not_mine: bool) -> dict[str, Any]:
+    """The buttons of DESIGN §5.1; each carries the request key (how the click finds the message)."""
+    from actions.slack_clicks import KEEP_PREFIX, NOT_MINE, RELEASE, keep_label
+
+    elements = [_button(keep_label(s), f"{KEEP_PREFIX}{int(s)}", request_key, "primary" if i == 0 else None)
+                for i, s in enumerate(keep[:4])]
+    if release:
+        elements.append(_button("Release now", RELEASE, request_key, "danger"))
+    if not_mine:
+        elements.append(_button("Not mine", NOT_MINE, request_key))
+    return {"type": "actions", "block_id": "gpuevents_buttons", "elements": elements}
+
+
+def buttons_text(item: MessageItem, keep: list[float], release: bool, not_mine: bool) -> str:
+    """The buttons as the console shows them without a Slack token, with the command that does the same."""
+    from actions.slack_clicks import keep_label
+
+    parts = [f"[{keep_label(s)}]" for s in keep[:4]]
+    if release:
+        parts.append("[Release now]")
+    if not_mine:
+        parts.append("[Not mine]")
+    hint = ""
+    if keep:
+        hint = f" — a keep from a terminal: gpuevents keep {item.rule} {item.entity_id} {format_duration(keep[0])}"
+    return " ".join(parts) + hint

@@ -103,7 +103,9 @@ class Attributor:
         if team_key and pod.labels.get(team_key):
             # reports group by `costs.team_label` in process labels; the pod may name it otherwise
             labels[self.team_label] = pod.labels[team_key]
-        return replace(ident, pod=f"{pod.namespace}/{pod.name}", labels=labels, owner=owner)
+        container = pod.containers.get(ident.container_id) if ident.container_id else None
+        return replace(ident, pod=f"{pod.namespace}/{pod.name}", labels=labels, owner=owner,
+                       container=container or ident.container)
 
 
 class PsutilIdentifier:
@@ -163,12 +165,23 @@ class PsutilIdentifier:
             log.debug("cannot read process %d: %s", pid, e)
             return None
         cg = read_cgroup(pid, self.proc_root)
+        job = cg.job or _slurm_job_from_environment(proc)
         ident = ProcessIdentity(
             pid=pid, create_time=_ts(create_time), name=name,
             cmdline=truncate(cmdline, self.cmdline_max), user=self.users.name(uid), uid=uid, ppid=ppid,
-            container_id=cg.container_id, pod_uid=cg.pod_uid, service=cg.service,
+            container_id=cg.container_id, pod_uid=cg.pod_uid, service=cg.service, job=job,
         )
         return proc, ident
+
+
+def _slurm_job_from_environment(proc: psutil.Process) -> str | None:
+    """`SLURM_JOB_ID` from the process's environment: where Slurm tracks processes without cgroups
+    (proctrack/linuxproc). Read once per process; None when it cannot be read."""
+    try:
+        job = proc.environ().get("SLURM_JOB_ID")
+    except (psutil.Error, OSError):
+        return None
+    return job if job and job.isdigit() else None
 
 
 def _same(proc: psutil.Process, create_time: datetime, tolerance_s: float) -> bool:

@@ -22,12 +22,16 @@ _POD = re.compile(
 _SYSTEM_UNIT = re.compile(r"^/system\.slice/(?:[^/]+\.slice/)*([^/]+\.(?:service|scope))(?:/|$)")
 # Slurm's cgroup v1 layout: `/slurm/uid_<uid>/job_<id>/step_<id>` (or `/slurm_<node>/…`).
 _SLURM_V1 = re.compile(r"^/slurm[^/]*/uid_\d+/job_\d+")
+# The job in either layout: v1 above, v2 `…/slurmstepd.scope/job_<id>/step_<id>/…`.
+_SLURM_JOB = re.compile(r"^/(?:slurm[^/]*/uid_\d+|(?:[^/]+/)*slurmstepd[^/]*\.scope)/job_(\d+)(?:/|$)")
 
 
 @dataclass(frozen=True, slots=True)
 class CgroupInfo:
     container_id: str | None = None
     pod_uid: str | None = None
+    job: str | None = None
+    """The Slurm job the process runs in (its id), from the job's cgroup."""
     service: str | None = None
     """The system unit that runs the process (`nvidia-dcgm.service`, `slurmstepd.scope`; `slurm` for Slurm's
     cgroup v1 tree), or None: a login session's process (`user.slice`) has none."""
@@ -51,7 +55,11 @@ def parse_cgroup(text: str) -> CgroupInfo:
     container: str | None = None
     pod: str | None = None
     service: str | None = None
+    job: str | None = None
     for path in paths:
+        if job is None:
+            m = _SLURM_JOB.match(path)
+            job = m.group(1) if m else None
         if service is None:
             m = _SYSTEM_UNIT.match(path)
             if m and not _CONTAINER.match(m.group(1)):  # a container's scope is a container, not a service
@@ -68,7 +76,7 @@ def parse_cgroup(text: str) -> CgroupInfo:
             m = _POD.search(path)
             if m:
                 pod = m.group(1).replace("_", "-")
-    return CgroupInfo(container_id=container, pod_uid=pod, service=service)
+    return CgroupInfo(container_id=container, pod_uid=pod, service=service, job=job)
 
 
 def read_cgroup(pid: int, proc_root: Path = Path("/proc")) -> CgroupInfo:

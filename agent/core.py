@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from agent.sample import GpuReading, NodeReading, ProcessIdentity
 from gpuevents.config import ThresholdsConfig
@@ -12,11 +13,13 @@ from gpuevents.events import (
     Event,
     GpuInfo,
     GpuXid,
+    JobInfo,
     NodeInfo,
     NodeSnapshot,
     ProcessInfo,
     make_event,
 )
+from gpuevents.idleness import IdleRule
 
 #: memory-full re-arms only once usage falls this many points below the threshold
 MEM_FULL_REARM_PCT = 5.0
@@ -35,13 +38,14 @@ class GpuState:
 
 
 def step_gpu(
-    state: GpuState, r: GpuReading, now: datetime, th: ThresholdsConfig
+    state: GpuState, r: GpuReading, now: datetime, th: ThresholdsConfig, rule: IdleRule | None = None
 ) -> tuple[GpuState, tuple[str, ...]]:
     """Apply one reading; returns the new state and the threshold events crossed (in order).
 
-    Idle starts on the first sample under `idle_util_pct`; it ends only after `active_samples`
-    consecutive samples at or above it, so a blip does not reset the idle clock. A reading without
-    utilization (unsupported, MIG) is no evidence either way and leaves idleness as it was.
+    Idle starts on the first idle sample by `rule` (default: the GPU model's `th.idle_rule`, utilization
+    under `idle_util_pct` unless `idle_by_model` says otherwise); it ends only after `active_samples`
+    consecutive busy samples, so a blip does not reset the idle clock. A reading without the rule's signal
+    (unsupported, no GPM, no power reading) is no evidence either way and leaves idleness as it was.
     """
     if r.lost:
         if state.lost:
@@ -49,8 +53,9 @@ def step_gpu(
         return GpuState(lost=True), ("gpu.lost",)
     events: list[str] = []
     idle, since, streak = state.idle, state.idle_since, state.active_streak
-    if r.util_pct is not None:
-        if r.util_pct < th.idle_util_pct:
+    verdict = (rule or th.idle_rule(r.model)).verdict(r.util_pct, r.sm_active_pct, r.power_w)
+    if verdict is not None:
+        if verdict:
             streak = 0
             if not idle:
                 idle, since = True, now
@@ -124,8 +129,13 @@ class NodeCore:
         self.gpu_states: dict[int, GpuState] = {}
         self.readings: dict[int, GpuReading] = {}
         self.held: dict[tuple[int, datetime], HeldProcess] = {}
+        self.last_xid: dict[int, int] = {}  # GPU index -> the last XID it reported (dcgm's XID_ERRORS)
+        self._idle_rules: dict[str | None, IdleRule] = {}
         self.last_snapshot_at: datetime | None = None
         self.now: datetime | None = None
+        self.job_gpus: dict[str, list[str]] | None = None
+        """The scheduler's allocation, GPU key (`3`) -> its jobs, from the HPC job mapping directory; None without
+        one (then `allocated` is unknown)."""
         self.carried_idle: dict[str, datetime] = {}
         """Idle clocks from before a restart (GPU uuid → idle_since), taken by a GPU's first sample."""
 
@@ -142,7 +152,7 @@ class NodeCore:
                 since = self.carried_idle.pop(r.uuid, None) if r.uuid else None
                 still_idle = r.util_pct is not None and r.util_pct < self.thresholds.idle_util_pct
                 old = GpuState(idle=True, idle_since=since) if since is not None and still_idle else GpuState()
-            new, crossed = step_gpu(old, r, now, self.thresholds)
+            new, crossed = step_gpu(old, r, now, self.thresholds, self.idle_rule(r.model))
             self.gpu_states[r.index] = new
             self.readings[r.index] = r
             gpu_events.extend((t, r.index) for t in crossed)
@@ -158,6 +168,7 @@ class NodeCore:
         for type_, index in gpu_events:
             events.append(self._event(type_, self.gpu_info(index, now), now))
         for x in reading.xids:
+            self.last_xid[x.gpu] = x.xid
             base = self.gpu_info(x.gpu, now) if x.gpu in self.readings else GpuInfo(node=self.node, index=x.gpu)
             data = GpuXid(**{**base.model_dump(), "xid": x.xid, "xid_at": now})
             events.append(self._event("gpu.xid", data, now))
@@ -167,6 +178,13 @@ class NodeCore:
             self.last_snapshot_at = now
             events.append(self._event("node.snapshot", self.snapshot(now), now))
         return events
+
+    def idle_rule(self, model: str | None) -> IdleRule:
+        """The idle rule for this model, looked up once per model."""
+        rule = self._idle_rules.get(model)
+        if rule is None:
+            rule = self._idle_rules[model] = self.thresholds.idle_rule(model)
+        return rule
 
     def _group(
         self, reading: NodeReading, identities: Mapping[int, ProcessIdentity]
@@ -218,7 +236,7 @@ class NodeCore:
         return ProcessInfo(
             node=self.node, pid=i.pid, name=i.name, cmdline=i.cmdline, user=i.user, uid=i.uid,
             owner=i.owner, create_time=i.create_time,
-            age_s=round(max(0.0, (now - i.create_time).total_seconds()), 3), ppid=i.ppid, service=i.service,
+            age_s=round(max(0.0, (now - i.create_time).total_seconds()), 3), ppid=i.ppid, service=i.service, job=i.job,
             gpus=list(h.gpus), gpu_mem_mib=h.mem_mib, gpu_util_pct=h.util_pct,
             container_id=i.container_id, pod_uid=i.pod_uid, pod=i.pod, labels=dict(i.labels),
         )
@@ -247,7 +265,31 @@ class NodeCore:
                         if st.idle_since is not None else None),
             pids=[h.ident.pid for h in procs], owners=owners, owner=owners[0] if owners else None,
             mig_parent=r.mig_parent, lost=st.lost or r.lost,
+            sm_active_pct=r.sm_active_pct, tensor_active_pct=r.tensor_active_pct,
+            **self._allocation(index),
         )
+
+    def _allocation(self, index: int) -> dict[str, Any]:
+        if self.job_gpus is None:
+            return {}
+        jobs = self.job_gpus.get(str(index), [])
+        return {"allocated": bool(jobs), "job": jobs[0] if jobs else None}
+
+    def jobs(self) -> list[JobInfo]:
+        """The jobs the mapping allocates this node's GPUs to, with their processes here (and their user)."""
+        if self.job_gpus is None:
+            return []
+        gpus_of: dict[str, list[int]] = {}
+        for key, jobs in self.job_gpus.items():
+            if key.isdigit() and int(key) in self.readings:
+                for job in jobs:
+                    gpus_of.setdefault(job, []).append(int(key))
+        out = []
+        for job, gpus in sorted(gpus_of.items()):
+            procs = [h.ident for h in self.held.values() if h.ident.job == job]
+            user = next((i.user for i in procs if i.user), None)
+            out.append(JobInfo(id=job, user=user, gpus=sorted(gpus), pids=sorted(i.pid for i in procs)))
+        return out
 
     def node_info(self) -> NodeInfo:
         idle = sum(1 for s in self.gpu_states.values() if s.idle)
@@ -268,4 +310,5 @@ class NodeCore:
             node=self.node_info(),
             gpus=[self.gpu_info(i, now) for i in sorted(self.readings)],
             processes=[self.process_info(h, now) for h in procs],
+            jobs=self.jobs(),
         )

@@ -1,4 +1,4 @@
-"""Pod namespace, name, labels and annotations by pod uid, from the kubelet's `/pods` endpoint."""
+"""Pod namespace, name, labels, annotations and container names by pod uid, from the kubelet's `/pods` endpoint."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ class PodMeta:
     name: str
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
+    containers: dict[str, str] = field(default_factory=dict)  # container id (bare hex) -> its name
 
 
 class _Meta(BaseModel):
@@ -32,9 +33,29 @@ class _Meta(BaseModel):
     annotations: dict[str, str] = Field(default_factory=dict)
 
 
+class _ContainerStatus(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    name: str
+    containerID: str | None = None  # the API spells it so; `containerd://<id>`, unset while pending
+
+
+class _Status(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    containerStatuses: list[_ContainerStatus] | None = None
+    initContainerStatuses: list[_ContainerStatus] | None = None
+
+
 class _Pod(BaseModel):
     model_config = ConfigDict(extra="ignore")
     metadata: _Meta
+    status: _Status | None = None
+
+    def containers(self) -> dict[str, str]:
+        st = self.status
+        if st is None:
+            return {}
+        return {c.containerID.split("://", 1)[-1]: c.name
+                for c in [*(st.initContainerStatuses or []), *(st.containerStatuses or [])] if c.containerID}
 
 
 class _PodList(BaseModel):
@@ -54,7 +75,7 @@ def parse_pod_list(raw: bytes) -> dict[str, PodMeta]:
     return {
         p.metadata.uid: PodMeta(uid=p.metadata.uid, namespace=p.metadata.namespace,
                                 name=p.metadata.name, labels=p.metadata.labels,
-                                annotations=p.metadata.annotations)
+                                annotations=p.metadata.annotations, containers=p.containers())
         for p in pods.items or []
     }
 

@@ -2,72 +2,40 @@
 
 from __future__ import annotations
 
-import ctypes
 import logging
-import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from agent.attribution import PsutilIdentifier
+from agent.gpm import GpmReader
+from agent.nvmlcalls import (
+    MIB,
+    GpuLost,
+    NvmlCaller,
+    NvmlUnavailable,
+    _Device,
+    _handle_key,
+    _num,
+    _text,
+    mig_profile,
+)
 from agent.sample import GpuReading, NodeReading, ProcessIdentity, ProcReading, XidReading
 
 log = logging.getLogger(__name__)
 
-MIB = 1024 * 1024
 _MAX_EVENTS_PER_SAMPLE = 64
 #: a per-process SM sample older than this counts as 0%: the driver samples processes on its own
 #: period, so a busy process can have no new sample between two of our reads
 PROC_UTIL_FRESH_US = 5_000_000
+#: counters that move rarely (remapped rows, PCIe replays) are read once every this many samples
+SLOW_EVERY = 10
+_NVML_FI_DEV_MEMORY_TEMP = 82
+#: NVML's value union member for each `valueType` of a field value
+_VALUE_MEMBER = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
 
 
-class NvmlUnavailable(Exception):
-    """NVML did not load or initialise on this machine (no driver, no GPU, no library)."""
-
-
-class GpuLost(Exception):
-    """A query answered NVML_ERROR_GPU_IS_LOST."""
-
-
-@dataclass
-class _Device:
-    index: int
-    handle: Any
-    uuid: str
-    model: str | None
-    mig_parent: str | None = None
-    is_mig_parent: bool = False
-    lost: bool = False
-    last_util_ts: int = 0
-    #: pid -> (timestamp in µs, SM %) of its newest per-process sample
-    proc_util: dict[int, tuple[int, int]] = field(default_factory=dict)
-
-
-@dataclass
-class CallStats:
-    """Latency of one NVML function across calls, for the real-GPU check."""
-
-    calls: int = 0
-    errors: int = 0
-    total_s: float = 0.0
-    max_s: float = 0.0
-    codes: set[int] = field(default_factory=set)
-
-
-def _handle_key(handle: Any) -> Any:
-    """Handles are ctypes pointers: equal devices have equal addresses, not equal objects."""
-    try:
-        return ctypes.cast(handle, ctypes.c_void_p).value
-    except (TypeError, ctypes.ArgumentError):
-        return id(handle)
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-class NvmlSampler:
+class NvmlSampler(NvmlCaller):
     """Reads every GPU and MIG instance through NVML; per-process memory and SM utilization; XIDs."""
 
     kind = "nvml"
@@ -81,13 +49,8 @@ class NvmlSampler:
             except ImportError as e:  # pragma: no cover - nvidia-ml-py is a dependency
                 raise NvmlUnavailable(f"the pynvml module (nvidia-ml-py) is not installed: {e}") from None
             nvml = pynvml
-        self.nv = nvml
+        super().__init__(nvml, timing=timing)
         self.identifier = identifier or PsutilIdentifier()
-        self.timing = timing
-        self.stats: dict[str, CallStats] = {}
-        self.errors: list[str] = []
-        self._unsupported: set[tuple[int, str]] = set()
-        self._warned: set[tuple[int, str, int]] = set()
         try:
             self._time("nvmlInit", nvml.nvmlInit)
         except nvml.NVMLError as e:
@@ -98,59 +61,11 @@ class NvmlSampler:
         self.devices: list[_Device] = []
         self._by_handle: dict[Any, _Device] = {}
         self._event_set: Any = None
+        self.gpm = GpmReader(nvml, self._call)
         self._open_devices()
         self._open_events()
+        self._open_gpm()
 
-    # ------------------------------------------------------------ calls
-    def _time(self, name: str, fn: Any, *args: Any) -> Any:
-        if not self.timing:
-            return fn(*args)
-        st = self.stats.setdefault(name, CallStats())
-        t0 = time.perf_counter()
-        try:
-            return fn(*args)
-        except self.nv.NVMLError as e:
-            st.errors += 1
-            st.codes.add(int(e.value))
-            raise
-        finally:
-            dt = time.perf_counter() - t0
-            st.calls += 1
-            st.total_s += dt
-            st.max_s = max(st.max_s, dt)
-
-    def _call(self, index: int, name: str, *args: Any) -> Any:
-        """One NVML call; None when unsupported or failing. Raises GpuLost for a lost GPU."""
-        if (index, name) in self._unsupported:
-            return None
-        fn = getattr(self.nv, name, None)
-        if fn is None:
-            self._unsupported.add((index, name))
-            return None
-        try:
-            return self._time(name, fn, *args)
-        except self.nv.NVMLError as e:
-            code = int(e.value)
-            if code == self.nv.NVML_ERROR_GPU_IS_LOST:
-                raise GpuLost(name) from None
-            if code in (self.nv.NVML_ERROR_NOT_SUPPORTED, self.nv.NVML_ERROR_FUNCTION_NOT_FOUND):
-                self._unsupported.add((index, name))
-                return None
-            if (index, name, code) not in self._warned:
-                self._warned.add((index, name, code))
-                msg = f"gpu {index}: {name} failed: {e} (code {code})"
-                self.errors.append(msg)
-                log.warning("%s; reported as null", msg)
-            return None
-
-    def _static(self, index: int, name: str, *args: Any) -> str | None:
-        try:
-            value = self._call(index, name, *args)
-        except GpuLost:
-            return None
-        return None if value is None else _text(value)
-
-    # ------------------------------------------------------------ setup
     def _open_devices(self) -> None:
         nv = self.nv
         count = int(self._time("nvmlDeviceGetCount", nv.nvmlDeviceGetCount))
@@ -158,7 +73,7 @@ class NvmlSampler:
         for i in range(count):
             handle = self._time("nvmlDeviceGetHandleByIndex", nv.nvmlDeviceGetHandleByIndex, i)
             dev = _Device(index=i, handle=handle, uuid=self._static(i, "nvmlDeviceGetUUID", handle) or "",
-                          model=self._static(i, "nvmlDeviceGetName", handle))
+                          model=self._static(i, "nvmlDeviceGetName", handle), pci_bus_id=self._bus_id(i, handle))
             physical.append(dev)
         migs: list[_Device] = []
         for dev in physical:
@@ -178,11 +93,41 @@ class NvmlSampler:
                 except nv.NVMLError:  # NOT_FOUND: an empty slot
                     continue
                 idx = count + len(migs)
+                name = self._static(idx, "nvmlDeviceGetName", mh)
+                try:
+                    gi = self._call(idx, "nvmlDeviceGetGpuInstanceId", mh)
+                except GpuLost:
+                    gi = None
                 migs.append(_Device(index=idx, handle=mh, uuid=self._static(idx, "nvmlDeviceGetUUID", mh) or "",
-                                    model=self._static(idx, "nvmlDeviceGetName", mh), mig_parent=dev.uuid))
+                                    model=name, mig_parent=dev.uuid, pci_bus_id=dev.pci_bus_id,
+                                    gi_id=None if gi is None else int(gi), profile=mig_profile(name)))
         self.devices = physical + migs
         self._by_handle = {_handle_key(d.handle): d for d in self.devices}
 
+    def _bus_id(self, index: int, handle: Any) -> str | None:
+        try:
+            info = self._call(index, "nvmlDeviceGetPciInfo", handle)
+        except GpuLost:
+            return None
+        bus = getattr(info, "busId", None) if info is not None else None
+        return _text(bus) if bus else None
+
+    def _open_gpm(self) -> None:
+        """Watch with GPM every GPU that has it, and the MIG instances of those that have it."""
+        parents = {d.uuid: d for d in self.devices if d.mig_parent is None}
+        has_gpm: dict[str, bool] = {}
+        for d in self.devices:
+            if d.lost:
+                continue
+            try:
+                if d.mig_parent is None:
+                    has_gpm[d.uuid] = self.gpm.supported(d.index, d.handle)
+                    if has_gpm[d.uuid]:
+                        self.gpm.watch(d.index, d.handle)
+                elif has_gpm.get(d.mig_parent) and d.gi_id is not None:
+                    self.gpm.watch(d.index, parents[d.mig_parent].handle, d.gi_id)
+            except GpuLost:
+                d.lost = True
     def _open_events(self) -> None:
         nv = self.nv
         want = getattr(nv, "nvmlEventTypeXidCriticalError", 0x8)
@@ -200,6 +145,7 @@ class NvmlSampler:
                 if supported is None or not int(supported) & want:
                     continue
                 self._time("nvmlDeviceRegisterEvents", nv.nvmlDeviceRegisterEvents, d.handle, want, es)
+                d.xid_watched = True
                 registered += 1
             except (nv.NVMLError, GpuLost) as e:
                 log.info("gpu %d: cannot register for XID events: %s", d.index, e)
@@ -231,26 +177,83 @@ class NvmlSampler:
 
     def _read_gpu(self, d: _Device) -> GpuReading:
         nv, i, h = self.nv, d.index, d.handle
+        d.samples += 1
         util = self._call(i, "nvmlDeviceGetUtilizationRates", h)
-        mem = self._call(i, "nvmlDeviceGetMemoryInfo", h)
+        mem = self._memory(d)
         temp = self._call(i, "nvmlDeviceGetTemperature", h, nv.NVML_TEMPERATURE_GPU)
         power = self._call(i, "nvmlDeviceGetPowerUsage", h)
         limit = self._call(i, "nvmlDeviceGetEnforcedPowerLimit", h)
         fan = self._call(i, "nvmlDeviceGetFanSpeed", h)
         ecc = self._call(i, "nvmlDeviceGetTotalEccErrors", h,
                          nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC)
+        sm_clock = self._call(i, "nvmlDeviceGetClockInfo", h, getattr(nv, "NVML_CLOCK_SM", 1), key="clock SM")
+        mem_clock = self._call(i, "nvmlDeviceGetClockInfo", h, getattr(nv, "NVML_CLOCK_MEM", 2), key="clock MEM")
+        energy = self._call(i, "nvmlDeviceGetTotalEnergyConsumption", h)
+        enc = self._call(i, "nvmlDeviceGetEncoderUtilization", h)
+        dec = self._call(i, "nvmlDeviceGetDecoderUtilization", h)
+        replays = self._slow(d, "nvmlDeviceGetPcieReplayCounter")
+        remap = self._slow(d, "nvmlDeviceGetRemappedRows")
+        gpm = self.gpm.read(i)
+        nvml_util = float(util.gpu) if util is not None else None
+        # MIG instances have no NVML utilization: GPM's graphics-engine activity is the same measure
+        util_pct = nvml_util if nvml_util is not None or d.is_mig_parent else gpm.get("gr_engine_active_pct")
         return GpuReading(
             index=i, uuid=d.uuid, model=d.model,
-            util_pct=float(util.gpu) if util is not None else None,
+            util_pct=util_pct,
             mem_used_mib=round(mem.used / MIB, 2) if mem is not None else None,
             mem_total_mib=round(mem.total / MIB, 2) if mem is not None else None,
-            temp_c=float(temp) if temp is not None else None,
+            temp_c=_num(temp),
             power_w=round(power / 1000.0, 3) if power is not None else None,
             power_limit_w=round(limit / 1000.0, 3) if limit is not None else None,
-            fan_pct=float(fan) if fan is not None else None,
+            fan_pct=_num(fan),
             ecc_uncorrected=int(ecc) if ecc is not None else None,
             mig_parent=d.mig_parent,
+            sm_clock_mhz=_num(sm_clock), mem_clock_mhz=_num(mem_clock),
+            mem_temp_c=self._field(d, "memory temperature", _NVML_FI_DEV_MEMORY_TEMP),
+            energy_mj=int(energy) if energy is not None else None,
+            pcie_replays=int(replays) if replays is not None else None,
+            mem_copy_util_pct=float(util.memory) if util is not None else None,
+            enc_util_pct=float(enc[0]) if enc is not None else None,
+            dec_util_pct=float(dec[0]) if dec is not None else None,
+            mem_reserved_mib=(round(mem.reserved / MIB, 2)
+                              if mem is not None and getattr(mem, "reserved", None) is not None else None),
+            remapped_rows_correctable=int(remap[0]) if remap is not None else None,
+            remapped_rows_uncorrectable=int(remap[1]) if remap is not None else None,
+            row_remap_failure=bool(remap[3]) if remap is not None else None,
+            xid_watched=d.xid_watched,
+            gr_engine_active_pct=gpm.get("gr_engine_active_pct"), sm_active_pct=gpm.get("sm_active_pct"),
+            tensor_active_pct=gpm.get("tensor_active_pct"), dram_active_pct=gpm.get("dram_active_pct"),
+            pcie_tx_bytes_s=gpm.get("pcie_tx_bytes_s"), pcie_rx_bytes_s=gpm.get("pcie_rx_bytes_s"),
+            pci_bus_id=d.pci_bus_id, mig_gi_id=d.gi_id, mig_profile=d.profile,
         )
+
+    def _memory(self, d: _Device) -> Any:
+        """Memory info v2 (it has `reserved`) where the driver has it, else v1."""
+        v2 = getattr(self.nv, "nvmlMemory_v2", None)
+        if v2 is not None:
+            mem = self._call(d.index, "nvmlDeviceGetMemoryInfo", d.handle, v2, key="nvmlDeviceGetMemoryInfo_v2")
+            if mem is not None:
+                return mem
+        return self._call(d.index, "nvmlDeviceGetMemoryInfo", d.handle)
+
+    def _slow(self, d: _Device, name: str) -> Any:
+        """A counter that rarely moves, read once every SLOW_EVERY samples; the last reading in between."""
+        if name not in d.slow or d.samples % SLOW_EVERY == 1:
+            d.slow[name] = self._call(d.index, name, d.handle)
+        return d.slow[name]
+
+    def _field(self, d: _Device, key: str, field_id: int) -> float | None:
+        """One NVML field value (`nvmlDeviceGetFieldValues`), None when the GPU does not report it."""
+        got = self._call(d.index, "nvmlDeviceGetFieldValues", d.handle, [field_id], key=key)
+        if not got:
+            return None
+        v = got[0]
+        if int(v.nvmlReturn) != 0:
+            if int(v.nvmlReturn) in self._unsupported_codes():
+                self._unsupported.add((d.index, key))
+            return None
+        member = _VALUE_MEMBER.get(int(v.valueType))
+        return None if member is None else float(getattr(v.value, member))
 
     def _read_procs(self, d: _Device, now_us: int) -> list[ProcReading]:
         i, h = d.index, d.handle
@@ -331,6 +334,7 @@ class NvmlSampler:
 
     def close(self) -> None:
         nv = self.nv
+        self.gpm.close()
         try:
             if self._event_set is not None:
                 nv.nvmlEventSetFree(self._event_set)

@@ -16,6 +16,7 @@ from agent import kubenode
 from agent.attribution import Attributor, PsutilControl, PsutilIdentifier
 from agent.core import NodeCore
 from agent.host import UserDb, in_host_pid_namespace
+from agent.hpcjobs import JobMapping
 from agent.idlestate import IdleStateFile
 from agent.kill import KillHandler, KillPolicy, RateLimit
 from agent.kubelet import PodDirectory
@@ -213,8 +214,10 @@ async def run_nodes(agents: list[NodeAgent], bus: EventBus, *, config: Config, c
     interval = config.agent.sample_interval
     metrics: MetricsServer | None = None
     if config.agent.metrics_port is not None:
-        metrics = MetricsServer(AgentCollector(lambda: [a.core for a in agents], counters),
-                                config.agent.metrics_port).start()
+        job_dir = config.agent.hpc_job_mapping_dir
+        collector = AgentCollector(lambda: [a.core for a in agents], counters,
+                                   job_mapping=JobMapping(job_dir) if job_dir is not None else None)
+        metrics = MetricsServer(collector, config.agent.metrics_port).start()
     helpers = [supervise("kill service", lambda: _serve_kills(bus, agents, config.cluster, stop), stop, counters)]
     if pods is not None:
         helpers.append(supervise("kubelet pod refresh", lambda: _refresh_pods(pods, stop), stop, counters))
@@ -228,6 +231,7 @@ async def run_nodes(agents: list[NodeAgent], bus: EventBus, *, config: Config, c
         bus.publish_event(event)
         counters.count_event(event.type)
 
+    mapping = JobMapping(config.agent.hpc_job_mapping_dir) if config.agent.hpc_job_mapping_dir is not None else None
     state_dir = config.agent.state_dir
     idle_files = {a.node: IdleStateFile(state_dir, a.node) for a in agents} if state_dir is not None else {}
     carry_for = max(timedelta(minutes=5), 3 * timedelta(seconds=config.agent.snapshot_interval))
@@ -239,7 +243,9 @@ async def run_nodes(agents: list[NodeAgent], bus: EventBus, *, config: Config, c
             publish(a.lifecycle_event("agent.started", clock.now()))
         next_at = clock.monotonic()
         while not stop.is_set():
+            job_gpus = mapping.jobs() if mapping is not None else None  # the scheduler's allocation, now
             for a in agents:
+                a.core.job_gpus = job_gpus
                 try:
                     events = await a.tick_async(clock.now())
                 except Exception:

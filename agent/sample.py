@@ -25,6 +25,32 @@ class GpuReading:
     ecc_uncorrected: int | None = None
     mig_parent: str | None = None
     lost: bool = False
+    # dcgm-exporter's default counters, as NVML gives them
+    sm_clock_mhz: float | None = None
+    mem_clock_mhz: float | None = None
+    mem_temp_c: float | None = None
+    energy_mj: int | None = None  # since the driver loaded: a counter
+    pcie_replays: int | None = None  # a counter
+    mem_copy_util_pct: float | None = None
+    enc_util_pct: float | None = None
+    dec_util_pct: float | None = None
+    mem_reserved_mib: float | None = None
+    remapped_rows_correctable: int | None = None
+    remapped_rows_uncorrectable: int | None = None
+    row_remap_failure: bool | None = None
+    #: XID errors are watched on this GPU (an event set is registered): no XID yet reads 0, not null
+    xid_watched: bool = False
+    # GPM (Hopper and later, MIG instances too): percentages over the last sample interval
+    gr_engine_active_pct: float | None = None
+    sm_active_pct: float | None = None
+    tensor_active_pct: float | None = None
+    dram_active_pct: float | None = None
+    pcie_tx_bytes_s: float | None = None
+    pcie_rx_bytes_s: float | None = None
+    # static: PCI bus id; for a MIG instance its GPU instance id and profile (`1g.10gb`)
+    pci_bus_id: str | None = None
+    mig_gi_id: int | None = None
+    mig_profile: str | None = None
 
     @property
     def mem_pct(self) -> float | None:
@@ -70,11 +96,13 @@ class ProcessIdentity:
     uid: int | None = None
     ppid: int | None = None
     service: str | None = None
+    job: str | None = None
     container_id: str | None = None
     pod_uid: str | None = None
     pod: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
     owner: str | None = None
+    container: str | None = None  # the container's name in its pod (from the kubelet)
 
 
 @dataclass(frozen=True, slots=True)

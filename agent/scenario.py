@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpuevents.durations import parse_duration
 from gpuevents.yamlpos import Located, LocatedError, parse_yaml
@@ -68,6 +69,10 @@ class JobMix(_Model):
     users: list[str] | None = None
     blip_every: Seconds | None = Field(None, description="idle holders: one busy sample this often")
     ignores_term: bool = False
+    sm_ratio: float | None = Field(None, ge=0, le=1, description="SM activity as a share of utilization "
+                                   "(GPM); low for a kernel that spins; unset: by kind")
+    tensor_ratio: float | None = Field(None, ge=0, le=1, description="tensor activity as a share of "
+                                       "utilization; unset: by kind")
 
 
 class PinnedJob(_Model):
@@ -86,13 +91,55 @@ class PinnedJob(_Model):
     processes: int = Field(1, ge=1)
 
 
+_MIG_PROFILE = re.compile(r"^([1-7])g\.(\d+)gb$")
+#: GPUs with NVML GPM: Hopper (H100, H200, H20, GH200) and Blackwell (B100, B200, GB200, ...)
+_GPM_MODELS = re.compile(r"\bG?[HB]\d{2,3}\b")
+
+
+class MigLayout(_Model):
+    """MIG on some GPUs of each node: the same instances on each, numbered after the physical GPUs."""
+
+    gpus: list[int] = Field(min_length=1, description="indexes of the GPUs with MIG enabled")
+    profiles: list[str] = Field(min_length=1, description="their instances, e.g. [3g.40gb, 2g.20gb, 1g.10gb]")
+
+    @field_validator("profiles")
+    @classmethod
+    def _profiles(cls, v: list[str]) -> list[str]:
+        for p in v:
+            if not _MIG_PROFILE.match(p):
+                raise ValueError(f"{p!r} is not a MIG profile like 1g.10gb or 3g.40gb")
+        if sum(slices(p) for p in v) > 7:
+            raise ValueError(f"{', '.join(v)} need more than the 7 compute slices of a GPU")
+        return v
+
+
+def slices(profile: str) -> int:
+    """Compute slices of a MIG profile: 3 for `3g.40gb`."""
+    m = _MIG_PROFILE.match(profile)
+    return int(m.group(1)) if m else 1
+
+
+def profile_mem_mib(profile: str) -> float:
+    m = _MIG_PROFILE.match(profile)
+    return float(int(m.group(2)) * 1024 - 256) if m else 0.0
+
+
 class GpuModel(_Model):
     name: str = "NVIDIA H100 80GB HBM3"
     mem_total_mib: float = 81559.0
+    mem_reserved_mib: float = 569.0
     power_limit_w: float = 700.0
     idle_power_w: float = 70.0
     idle_temp_c: float = 32.0
     busy_temp_c: float = 72.0
+    sm_clock_mhz: NumberSpan = Field((345.0, 1980.0), description="idle, busy")
+    mem_clock_mhz: NumberSpan = Field((2619.0, 2619.0), description="idle, busy (HBM does not step down)")
+    gpm: bool | None = Field(None, description="NVML GPM activity; unset: from the name (Hopper and later)")
+    mig: MigLayout | None = None
+
+    @property
+    def has_gpm(self) -> bool:
+        return self.gpm if self.gpm is not None else bool(_GPM_MODELS.search(self.name.upper()))
 
 
 class Scenario(_Model):
@@ -104,6 +151,7 @@ class Scenario(_Model):
     busy_at_start: float = Field(0.8, ge=0, le=1)
     gpu: GpuModel = GpuModel()
     kubernetes: bool = Field(False, description="give processes containers and pods")
+    slurm: bool = Field(False, description="run each job in a Slurm job (its id in the process's cgroup)")
     namespace: str = "ml"
     jobs: list[JobMix] = Field(default_factory=list)
     pinned: list[PinnedJob] = Field(default_factory=list)

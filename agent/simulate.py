@@ -10,11 +10,12 @@ import hashlib
 import math
 import random
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from agent.sample import GpuReading, LiveProcess, NodeReading, ProcessIdentity, ProcReading
-from agent.scenario import JobMix, PinnedJob, Scenario
+from agent.scenario import JobMix, PinnedJob, Scenario, profile_mem_mib
+from agent.simreadings import ACTIVITY_BY_KIND, Load, MigInstance, combined, instance, physical
 
 _M64 = (1 << 64) - 1
 _PID_BASE = 2000
@@ -58,6 +59,7 @@ class SimJob:
     pids: tuple[int, ...]
     blip_every: float | None = None
     ignores_term: bool = False
+    activity: tuple[float, float, float] = (0.0, 0.0, 0.0)  # SM, tensor, DRAM as shares of utilization
     killed: set[int] = field(default_factory=set)
     idents: dict[int, ProcessIdentity] = field(default_factory=dict)
 
@@ -84,21 +86,46 @@ class SimulatedNode:
         self._uuids = [f"GPU-{_hex(seed, node, g, n=8)}-{_hex(seed, node, g, 'u', n=4)}-"
                        f"{_hex(node, g, n=4)}-{_hex(g, node, n=4)}-{_hex(seed, g, n=12)}"
                        for g in range(gpus)]
-        self._rngs = [random.Random(_mix64(seed * 1_000_003 + node_index * 65_537 + g)) for g in range(gpus)]
-        self._seq = [0] * gpus
-        self._jobs: list[SimJob | None] = [None] * gpus
-        self._next_start = [self.t0] * gpus
+        self.instances = self._mig_instances()
+        self._mig_parents = {i.parent for i in self.instances}
+        #: where jobs run: the GPUs without MIG, then the MIG instances
+        self.slots = [g for g in range(gpus) if g not in self._mig_parents] + [i.index for i in self.instances]
+        total = gpus + len(self.instances)
+        self._rngs = [random.Random(_mix64(seed * 1_000_003 + node_index * 65_537 + g)) for g in range(total)]
+        self._seq = [0] * total
+        self._jobs: list[SimJob | None] = [None] * total
+        self._next_start = [self.t0] * total
         self._now = self.t0
+        self._energy_mj = [noise(seed, node_index, g, 0xE) * 4e11 for g in range(gpus)]  # since boot
         self._pinned: dict[int, list[PinnedJob]] = {}
         for p in scenario.pinned:
-            if p.gpu < gpus and (p.node is None or p.node == node_index):
+            if p.gpu in self.slots and (p.node is None or p.node == node_index):
                 self._pinned.setdefault(p.gpu, []).append(p)
-        for g in range(gpus):
+        for g in self.slots:
             if g in self._pinned:
                 self._pinned[g].sort(key=lambda p: p.start)
                 self._next_start[g] = math.inf
             else:
                 self._open_gpu(g)
+
+    def _mig_instances(self) -> list[MigInstance]:
+        mig = self.scenario.gpu.mig
+        out: list[MigInstance] = []
+        if mig is None:
+            return out
+        for g in sorted({g for g in mig.gpus if g < self.gpu_count}):
+            for k, profile in enumerate(mig.profiles):
+                idx = self.gpu_count + len(out)
+                uuid = (f"MIG-{_hex(self.seed, self.node, idx, n=8)}-{_hex(idx, n=4)}-{_hex(g, k, n=4)}-"
+                        f"{_hex(self.node, k, n=4)}-{_hex(self.seed, idx, n=12)}")
+                out.append(MigInstance(index=idx, parent=g, profile=profile, gi_id=k + 1, uuid=uuid,
+                                       mem_total_mib=profile_mem_mib(profile)))
+        return out
+
+    def mem_total_mib(self, slot: int) -> float:
+        if slot < self.gpu_count:
+            return self.scenario.gpu.mem_total_mib
+        return self.instances[slot - self.gpu_count].mem_total_mib
 
     # ------------------------------------------------------------ timeline
     def _open_gpu(self, g: int) -> None:
@@ -129,9 +156,11 @@ class SimulatedNode:
         length = rng.uniform(lo, hi) * self.scale
         n = max(1, round(rng.uniform(*mix.processes)))
         users = mix.users or self.scenario.users
-        mem = rng.uniform(*mix.mem_pct) / 100.0 * self.scenario.gpu.mem_total_mib
-        return self._job(g, mix.kind, start, start + length, rng.choice(users),
-                         rng.choice(mix.commands), mix.util_pct, mem, n, mix.blip_every, mix.ignores_term)
+        mem = rng.uniform(*mix.mem_pct) / 100.0 * self.mem_total_mib(g)
+        job = self._job(g, mix.kind, start, start + length, rng.choice(users),
+                        rng.choice(mix.commands), mix.util_pct, mem, n, mix.blip_every, mix.ignores_term)
+        job.activity = _activity(mix)
+        return job
 
     def _job(self, g: int, kind: str, start: float, end: float, user: str, command: str,
              util: tuple[float, float], mem_mib: float, n: int, blip_every: float | None,
@@ -152,10 +181,11 @@ class SimulatedNode:
         end = start + p.duration * self.scale if p.duration is not None else math.inf
         util = p.util_pct or (mix.util_pct if mix else (0.0, 0.0))
         mem_pct = p.mem_pct or (mix.mem_pct if mix else (30.0, 30.0))
-        mem = (mem_pct[0] + mem_pct[1]) / 2 / 100.0 * self.scenario.gpu.mem_total_mib
+        mem = (mem_pct[0] + mem_pct[1]) / 2 / 100.0 * self.mem_total_mib(g)
         command = p.command or (mix.commands[0] if mix else "python notebook.py")
         job = self._job(g, p.kind, start, end, p.user or self.scenario.users[0], command, util, mem,
                         p.processes, mix.blip_every if mix else None, mix.ignores_term if mix else False)
+        job.activity = _activity(mix) if mix else ACTIVITY_BY_KIND[p.kind]
         job.start -= p.age * self.scale  # create time in the past; still seen only from `start`
         self._stamp(job)
         job.start = start
@@ -168,9 +198,10 @@ class SimulatedNode:
         job.idents = {}
         for k, pid in enumerate(job.pids):
             ct = datetime.fromtimestamp(job.start + 0.25 * k, UTC)
-            container = pod_uid = pod = None
+            container = pod_uid = pod = container_name = None
             labels: dict[str, str] = {}
             if s.kubernetes:
+                container_name = job.kind.replace("_", "-")
                 container = _hex(self.seed, self.node, job.gpu, job.seq, k)
                 u = _hex(self.seed, self.node, job.gpu, job.seq, "pod", n=32)
                 pod_uid = f"{u[:8]}-{u[8:12]}-{u[12:16]}-{u[16:20]}-{u[20:32]}"
@@ -179,7 +210,8 @@ class SimulatedNode:
             job.idents[pid] = ProcessIdentity(
                 pid=pid, create_time=ct, name=name, cmdline=job.command, user=job.user,
                 uid=1000 + sum(map(ord, job.user)) % 1000, ppid=1, container_id=container,
-                pod_uid=pod_uid, pod=pod, labels=labels,
+                pod_uid=pod_uid, pod=pod, labels=labels, container=container_name,
+                job=str(100_000 + self.node_index * 10_000 + job.gpu * 100 + job.seq) if s.slurm else None,
             )
 
     def _advance(self, g: int, t: float) -> SimJob | None:
@@ -224,33 +256,36 @@ class SimulatedNode:
         prev, self._now = self._now, t
         sec = int((t - self.t0) / self.scale) if self.scale else 0
         gm = self.scenario.gpu
-        gpus: list[GpuReading] = []
         procs: list[ProcReading] = []
-        for g in range(self.gpu_count):
+        loads: dict[int, Load] = {}
+        for g in self.slots:
             job = self._advance(g, t)
-            n = noise(self.seed, self.node_index, g, sec)
             if job is None:
-                util, mem = 0.0, 0.0
-            else:
-                lo, hi = job.util
-                util = lo + (hi - lo) * n
-                if job.blip_every and prev >= job.start and (
-                    (t - job.start) // job.blip_every > (prev - job.start) // job.blip_every
-                ):
-                    util = 60.0 + 30.0 * n  # one busy sample: must not end the idle clock
-                live = [p for p in job.pids if p not in job.killed]
-                mem = job.mem_mib * len(live) / len(job.pids)
-                for pid in live:
-                    procs.append(ProcReading(pid=pid, gpu=g, mem_mib=round(mem / len(live), 1),
-                                             sm_util_pct=round(util / len(live), 1)))
-            load = util / 100.0
-            gpus.append(GpuReading(
-                index=g, uuid=self._uuids[g], model=gm.name, util_pct=round(util, 1),
-                mem_used_mib=round(mem, 1), mem_total_mib=gm.mem_total_mib,
-                temp_c=round(gm.idle_temp_c + (gm.busy_temp_c - gm.idle_temp_c) * load + 2 * n, 1),
-                power_w=round(gm.idle_power_w + (gm.power_limit_w - gm.idle_power_w) * load * 0.9, 1),
-                power_limit_w=gm.power_limit_w, fan_pct=None, ecc_uncorrected=0,
-            ))
+                loads[g] = Load()
+                continue
+            lo, hi = job.util
+            util = lo + (hi - lo) * noise(self.seed, self.node_index, g, sec)
+            if job.blip_every and prev >= job.start and (
+                (t - job.start) // job.blip_every > (prev - job.start) // job.blip_every
+            ):
+                util = 60.0 + 30.0 * noise(self.seed, self.node_index, g, sec)  # one busy sample
+            live = [p for p in job.pids if p not in job.killed]
+            mem = job.mem_mib * len(live) / len(job.pids)
+            for pid in live:
+                procs.append(ProcReading(pid=pid, gpu=g, mem_mib=round(mem / len(live), 1),
+                                         sm_util_pct=round(util / len(live), 1)))
+            loads[g] = Load.of(util, mem, job.activity)
+        gpus: list[GpuReading] = []
+        dt = max(0.0, t - prev)
+        for g in range(self.gpu_count):
+            mine = [(i, loads[i.index]) for i in self.instances if i.parent == g]
+            load = combined(mine) if g in self._mig_parents else loads[g]
+            n = noise(self.seed, self.node_index, g, sec)
+            r = physical(gm, g, self._uuids[g], load, n, 0, self.node_index, mig_enabled=g in self._mig_parents)
+            self._energy_mj[g] += (r.power_w or 0.0) * dt * 1000.0  # power over the sampling clock
+            gpus.append(replace(r, energy_mj=int(self._energy_mj[g])))
+        for inst in self.instances:
+            gpus.append(instance(gm, inst, self._uuids[inst.parent], loads[inst.index], self.node_index))
         return NodeReading(gpus=tuple(gpus), procs=tuple(procs))
 
     def _running(self) -> dict[int, SimJob]:
@@ -288,6 +323,12 @@ class SimulatedNode:
     def alive(self, pid: int, create_time: datetime) -> bool:
         job = self._running().get(pid)
         return job is not None and abs((job.idents[pid].create_time - create_time).total_seconds()) <= 1.0
+
+
+def _activity(mix: JobMix) -> tuple[float, float, float]:
+    sm, tensor, dram = ACTIVITY_BY_KIND[mix.kind]
+    return (sm if mix.sm_ratio is None else mix.sm_ratio, tensor if mix.tensor_ratio is None else mix.tensor_ratio,
+            dram)
 
 
 def fleet(scenario: Scenario, *, nodes: int, gpus_per_node: int, seed: int, start: datetime,

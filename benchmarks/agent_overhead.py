@@ -2,10 +2,13 @@
 
     python benchmarks/agent_overhead.py --json             # 60 s, as the issue asks
     python benchmarks/agent_overhead.py --seconds 10 --json
+    python benchmarks/agent_overhead.py --json --metrics --scrape 1 --scenario hopper-mig   # everything on
 
 Publishes to a real nats-server (started here, a separate process that is not measured) unless
 `--no-nats`. CPU is the process's user+system time from getrusage over the measured window, as a
-percentage of one core; memory is the resident set at the end and the peak.
+percentage of one core; memory is the resident set at the end and the peak. With `--scrape S`, a
+separate process (not measured) GETs /metrics every S seconds, so the agent's cost of building the
+series is in the figure.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import argparse
 import asyncio
 import json
 import resource
+import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -46,17 +51,41 @@ class NullBus:
         return None
 
 
+SCRAPER = """
+import sys, time, urllib.request
+url, every = sys.argv[1], float(sys.argv[2])
+while True:
+    try:
+        urllib.request.urlopen(url, timeout=5).read()
+    except OSError:
+        pass
+    time.sleep(every)
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_scraper(url: str, every_s: float) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", SCRAPER, url, str(every_s)])
+
+
 def cpu_seconds() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
 
 
-async def measure(seconds: float, use_nats: bool, metrics: bool) -> dict[str, Any]:
+async def measure(seconds: float, use_nats: bool, metrics: bool, scrape_s: float = 0.0,
+                  scenario: str = "steady") -> dict[str, Any]:
     server = None
     bus: Any
+    port = free_port() if metrics else None
     agent_cfg = AgentConfig(node_name="bench-0", sample_interval=1, snapshot_interval=15,
-                            metrics_port=0 if metrics else None,
-                            simulation=SimulationConfig(scenario="steady", gpus_per_node=8))
+                            metrics_port=port,
+                            simulation=SimulationConfig(scenario=scenario, gpus_per_node=8))
     config = Config(agent=agent_cfg)
     if use_nats:
         from gpuevents.bus import Bus
@@ -71,13 +100,19 @@ async def measure(seconds: float, use_nats: bool, metrics: bool) -> dict[str, An
     else:
         bus = NullBus()
     clock = SystemClock()
-    (agent,) = simulated_agents(config, nodes=1, gpus_per_node=8, scenario="steady", start=clock.now())
+    (agent,) = simulated_agents(config, nodes=1, gpus_per_node=8, scenario=scenario, start=clock.now())
     stop = asyncio.Event()
     task = asyncio.create_task(run_nodes([agent], bus, config=config, clock=clock, stop=stop))
     await asyncio.sleep(1.5)  # past start-up: imports, the first snapshot, the subscription
+    scraper = None
+    if metrics and scrape_s > 0:  # a separate process: its CPU is not the agent's
+        scraper = start_scraper(f"http://127.0.0.1:{port}/metrics", scrape_s)
     cpu0, wall0 = cpu_seconds(), time.monotonic()
     await asyncio.sleep(seconds)
     cpu1, wall1 = cpu_seconds(), time.monotonic()
+    if scraper is not None:
+        scraper.terminate()
+        scraper.wait()
     stop.set()
     counters = await task
     rss = psutil.Process().memory_info().rss / 2**20
@@ -94,7 +129,8 @@ async def measure(seconds: float, use_nats: bool, metrics: bool) -> dict[str, An
     return {
         "cpu_pct": round(cpu_pct, 3), "rss_mb": round(rss, 1), "max_rss_mb": round(peak, 1),
         "seconds": round(wall1 - wall0, 1), "samples": counters.samples, "events_published": published,
-        "gpus": 8, "processes": len(agent.core.held), "nats": use_nats, "metrics": metrics,
+        "gpus": 8, "devices": len(agent.core.readings), "processes": len(agent.core.held), "nats": use_nats,
+        "metrics": metrics, "scrape_s": scrape_s, "scenario": scenario,
         "targets": {"cpu_pct": TARGET_CPU_PCT, "rss_mb": TARGET_RSS_MB},
         "ok": cpu_pct <= TARGET_CPU_PCT and rss <= TARGET_RSS_MB,
     }
@@ -105,13 +141,18 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--json", action="store_true", help="print the result as JSON on the last line")
     ap.add_argument("--no-nats", action="store_true", help="publish nowhere (no nats-server)")
-    ap.add_argument("--metrics", action="store_true", help="serve /metrics too (not scraped)")
+    ap.add_argument("--metrics", action="store_true", help="serve /metrics too")
+    ap.add_argument("--scrape", type=float, default=0.0, help="with --metrics: GET /metrics every this many s")
+    ap.add_argument("--scenario", default="steady", help="simulation scenario (hopper-mig: GPM, MIG, pods, jobs)")
     args = ap.parse_args()
-    result = asyncio.run(measure(args.seconds, not args.no_nats, args.metrics))
+    result = asyncio.run(measure(args.seconds, not args.no_nats, args.metrics, args.scrape, args.scenario))
+    served = f"scraped every {args.scrape:g}s" if args.metrics and args.scrape else (
+        "served" if args.metrics else "off")
     print(f"agent overhead over {result['seconds']}s: {result['cpu_pct']}% of one core "
           f"(target <= {TARGET_CPU_PCT}), RSS {result['rss_mb']} MiB (target <= {TARGET_RSS_MB}), "
           f"peak {result['max_rss_mb']} MiB; {result['samples']} samples, "
-          f"{result['processes']} processes on 8 GPUs", flush=True)
+          f"{result['processes']} processes on 8 GPUs ({result['devices']} devices, MIG instances included), "
+          f"scenario {result['scenario']}, /metrics {served}", flush=True)
     if args.json:
         print(json.dumps(result))
     return 0

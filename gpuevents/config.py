@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpuevents.durations import Duration
+from gpuevents.idleness import IdleRule, IdleSignal, model_matches
 from gpuevents.yamlpos import Located, LocatedError, YamlDoc, parse_scalar, parse_yaml
 
 ENV_PREFIX = "GPUEVENTS_"
@@ -64,12 +65,45 @@ class NatsConfig(_Section):
 
 
 # ---------------------------------------------------------------- agent
+class IdleByModel(_Section):
+    """For GPUs whose model matches `model`, the signal that decides idleness and its threshold."""
+
+    model: str = Field(min_length=1, description="glob on the GPU model name, case-insensitive: '*H100*'")
+    signal: IdleSignal = "utilization"
+    below: float = Field(ge=0, description="idle below this: % for utilization and sm_active, W for power")
+    power_below_w: float | None = Field(None, gt=0, description="second signal: idle only while power is "
+                                        "also below this many watts")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> IdleByModel:
+        if self.signal != "power" and self.below > 100:
+            raise ValueError(f"below: {self.signal} is a percentage (0 to 100), got {self.below:g}; "
+                             "for watts use signal: power")
+        if self.signal == "power" and self.power_below_w is not None:
+            raise ValueError("power_below_w: power is already the signal here; drop power_below_w, or "
+                             "choose signal: utilization or sm_active with power as the second signal")
+        return self
+
+    def rule(self) -> IdleRule:
+        return IdleRule(self.signal, self.below, self.power_below_w)
+
+
 class ThresholdsConfig(_Section):
     idle_util_pct: float = Field(5, ge=0, le=100)
     active_samples: int = Field(3, ge=1)
     hot_temp_c: float = 85
     hot_clear_c: float = 80
     memory_full_pct: float = Field(95, ge=0, le=100)
+    idle_by_model: list[IdleByModel] = Field(
+        default_factory=list, description="per GPU model, the first entry that matches decides; other models "
+        "are idle below idle_util_pct")
+
+    def idle_rule(self, model: str | None) -> IdleRule:
+        """The idle rule for a GPU of this model: the first matching `idle_by_model` entry, else utilization."""
+        for entry in self.idle_by_model:
+            if model_matches(entry.model, model):
+                return entry.rule()
+        return IdleRule("utilization", self.idle_util_pct)
 
 
 class KubeletConfig(_Section):
@@ -118,6 +152,8 @@ class AgentConfig(_Section):
     attribution: AttributionConfig = AttributionConfig()
     kill: AgentKillConfig = AgentKillConfig()
     metrics_port: int | None = Field(None, ge=0, le=65535, description="dcgm-compatible /metrics")
+    hpc_job_mapping_dir: Path | None = Field(None, description="dcgm-exporter's HPC job mapping: a file per GPU "
+                                             "(`0`, `1`, MIG `2.3`) listing the jobs on it, one per line")
     simulation: SimulationConfig = SimulationConfig()
     kubernetes_node: bool | None = Field(None, description="read this node's labels and cordon from the "
                                          "Kubernetes API (connection: actions.kubernetes); unset: in a pod")
@@ -182,6 +218,21 @@ class SlackConfig(_Section):
     base_url: str | None = Field(None, description="Slack Web API base; for tests and proxies")
     digest_window: Duration = 0
     snooze_hint: bool = True
+    app_token_env: str = Field("SLACK_APP_TOKEN", description="Socket Mode app token (xapp-…): button clicks "
+                               "arrive over a websocket, no public endpoint")
+    signing_secret_env: str = Field("SLACK_SIGNING_SECRET", description="for the HTTP interactivity endpoint")
+    interactivity_port: int | None = Field(None, ge=0, le=65535, description="serve POST /slack/interactivity "
+                                           "here (verifies Slack's signature); unset: Socket Mode only")
+    admins: list[str] = Field(default_factory=list, description="Slack user ids who may answer any message")
+    escalation_channel: str | None = Field(None, description="where `not_mine` clicks are posted")
+
+    def app_token(self) -> str | None:
+        value = os.environ.get(self.app_token_env)
+        return value.strip() if value else None
+
+    def signing_secret(self) -> str | None:
+        value = os.environ.get(self.signing_secret_env)
+        return value.strip() if value else None
 
     def token(self) -> str | None:
         """The bot token from the environment, else the token file; never from YAML."""

@@ -93,10 +93,13 @@ class GpuInfo(_Model):
     lost: bool = False
     xid: int | None = None  # the last XID error the GPU reported (the engine keeps it across snapshots)
     xid_at: datetime | None = None
-    # scheduler allocation (DESIGN §2): true when Slurm or the kubelet allocated this GPU to a job or pod,
-    # null where no scheduler integration is configured; `job` is that job's id
     allocated: bool | None = None
+    """A scheduler (Slurm, the kubelet) has allocated it to a job; None where no scheduler integration says."""
     job: str | None = None
+    """The job it is allocated to (a Slurm job id, a pod's namespace/name)."""
+    # NVML GPM (Hopper and later, MIG instances too); null where the GPU has no GPM
+    sm_active_pct: float | None = None  # share of SMs busy over the last sample interval
+    tensor_active_pct: float | None = None  # share of time the tensor cores were busy
 
 
 class GpuXid(GpuInfo):
@@ -118,6 +121,8 @@ class ProcessInfo(_Model):
     create_time: datetime
     age_s: float | None = Field(None, ge=0, le=MAX_AGE_S)
     ppid: int | None = None
+    job: str | None = None
+    """The scheduler job it runs in (the Slurm job id), from its cgroup or its environment (`SLURM_JOB_ID`)."""
     service: str | None = None
     """The system unit that runs it (`nvidia-dcgm.service`, `slurmstepd.scope`, `slurm`), from its cgroup."""
     gpus: list[int] = Field(default_factory=list)
@@ -127,13 +132,34 @@ class ProcessInfo(_Model):
     pod_uid: str | None = None
     pod: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
-    job: str | None = None  # the scheduler job the process runs in (from its cgroup), or null
+
+
+class JobInfo(_Model):
+    """A scheduler job (or pod) holding GPUs on this node: what the scheduler says of it, and which of this node's
+    GPUs and processes are its. The engine joins a job's parts across nodes into one `job` entity."""
+
+    id: str
+    scheduler: Literal["slurm", "kubernetes"] = "slurm"
+    name: str | None = None
+    user: str | None = None
+    owner: str | None = None
+    account: str | None = None
+    partition: str | None = None
+    qos: str | None = None
+    namespace: str | None = None
+    controller: str | None = None
+    gpus: list[int] = Field(default_factory=list)
+    pids: list[int] = Field(default_factory=list)
+    started_at: datetime | None = None
+    time_limit_s: float | None = Field(None, ge=0)
+    labels: dict[str, str] = Field(default_factory=dict)
 
 
 class NodeSnapshot(_Model):
     """The whole node at one instant."""
 
     node: NodeInfo
+    jobs: list[JobInfo] = Field(default_factory=list)
     gpus: list[GpuInfo] = Field(default_factory=list)
     processes: list[ProcessInfo] = Field(default_factory=list)
 

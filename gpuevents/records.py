@@ -12,10 +12,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from gpuevents import subjects as S
 from gpuevents.events import new_id
 
-EntityKind = Literal["node", "gpu", "process"]
+EntityKind = Literal["node", "gpu", "process", "job"]
 ActionUnit = Literal["entity", "node"]
 """What an action's fleet share counts: the rule's entities, or their nodes (cordon acts on the node)."""
-Phase = Literal["fire", "repeat", "resolve"]
+Phase = Literal["fire", "repeat", "stage", "resolve"]
 Outcome = Literal["ok", "failed", "suppressed", "held", "dry_run", "refused", "expired"]
 Decision = Literal["run", "suppressed", "held", "refused", "dry_run"]
 IncidentStatus = Literal["inactive", "pending", "firing", "resolved"]
@@ -50,6 +50,8 @@ class ActionRequest(BaseModel):
     facts: dict[str, Any] = Field(default_factory=dict, description="entity facts for messages")
     created_at: datetime
     event_time: datetime | None = Field(None, description="when the triggering event was observed")
+    approve: str | None = Field(None, description="the Slack channel that must approve it first (DESIGN §3.4)")
+    approve_within: float = Field(3600.0, description="seconds to wait for the approval; then `expired`")
 
 
 class ActionMessage(NamedTuple):
@@ -76,7 +78,7 @@ class AuditRecord(BaseModel):
 
     id: str = Field(default_factory=new_id)
     time: datetime
-    kind: Literal["transition", "action", "snooze", "reload"]
+    kind: Literal["transition", "action", "snooze", "reload", "click"]
     rule: str = ""
     entity_id: str = ""
     cluster: str = "default"

@@ -4,9 +4,12 @@
     python scripts/check_nvml.py              # 5 samples, 1 s apart
     python scripts/check_nvml.py --seconds 10 --interval 0.5
 
+It lists each device (MIG instances with their GPU instance id and profile) and whether it has GPM
+(Hopper and later: SM, tensor and DRAM activity; the first sample has none, as GPM compares two).
 Exit status: 0 when every sample read cleanly; 1 on any failure (an NVML error other than "not
-supported", a lost GPU, a physical GPU without utilization or memory, no GPU at all); 2 when NVML
-does not load here. Queries a GPU does not support are listed, and are not failures.
+supported", a lost GPU, a physical GPU without utilization or memory, a GPM device that gave no
+activity after its second sample, no GPU at all); 2 when NVML does not load here. Queries a GPU does
+not support are listed, and are not failures.
 """
 
 from __future__ import annotations
@@ -25,7 +28,13 @@ from agent.nvml import NvmlSampler, NvmlUnavailable
 from agent.sample import NodeReading
 
 GPU_FIELDS = ("uuid", "model", "util_pct", "mem_used_mib", "mem_total_mib", "mem_pct", "temp_c", "power_w",
-              "power_limit_w", "fan_pct", "ecc_uncorrected", "mig_parent", "lost")
+              "power_limit_w", "fan_pct", "ecc_uncorrected", "mig_parent", "lost",
+              "sm_clock_mhz", "mem_clock_mhz", "mem_temp_c", "energy_mj", "pcie_replays", "mem_copy_util_pct",
+              "enc_util_pct", "dec_util_pct", "mem_reserved_mib", "remapped_rows_correctable",
+              "remapped_rows_uncorrectable", "row_remap_failure", "xid_watched", "pci_bus_id",
+              "mig_gi_id", "mig_profile",
+              "gr_engine_active_pct", "sm_active_pct", "tensor_active_pct", "dram_active_pct",
+              "pcie_tx_bytes_s", "pcie_rx_bytes_s")
 
 
 def _fmt(v: Any) -> str:
@@ -49,6 +58,35 @@ def print_reading(n: int, r: NodeReading, sampler: NvmlSampler, elapsed_ms: floa
               file=out)
     for x in r.xids:
         print(f"  XID {x.xid} on gpu {x.gpu}", file=out)
+
+
+def describe_devices(sampler: NvmlSampler, out: TextIO) -> None:
+    for d in sampler.devices:
+        mig = (f" (MIG of {d.mig_parent}: GPU instance {_fmt(d.gi_id)}, profile {_fmt(d.profile)})"
+               if d.mig_parent else "")
+        gpm = "GPM: yes" if d.index in sampler.gpm.watched else "GPM: no"
+        print(f"device {d.index}: {d.model} {d.uuid}{mig}" + (" [MIG enabled]" if d.is_mig_parent else "")
+              + f"; {gpm}; PCI {_fmt(d.pci_bus_id)}", file=out)
+
+
+GPM_CALLS = ("nvmlGpmSampleGet", "nvmlGpmMigSampleGet", "nvmlGpmMetricsGet")
+GPM_FIELDS = ("gr_engine_active_pct", "sm_active_pct", "tensor_active_pct", "dram_active_pct")
+
+
+def gpm_problems(r: NodeReading, sampler: NvmlSampler, n: int) -> list[str]:
+    """A GPM device has activity from its second sample on, unless the driver said a GPM call is not supported
+    (listed, not a failure); a call that failed otherwise is in the errors already."""
+    if n < 2:
+        return []
+    out = []
+    for g in r.gpus:
+        if g.index not in sampler.gpm.watched or g.lost:
+            continue
+        if any((g.index, c) in sampler._unsupported for c in GPM_CALLS):
+            continue
+        if all(getattr(g, f) is None for f in GPM_FIELDS):
+            out.append(f"gpu {g.index}: GPM is supported but sample {n} has no activity metric")
+    return out
 
 
 def problems_in(r: NodeReading, mig_parents: set[int]) -> list[str]:
@@ -75,9 +113,7 @@ def run_check(nvml: Any = None, *, seconds: float = 5.0, interval: float = 1.0, 
         return 2
     print(f"NVML initialised in {(time.perf_counter() - t0) * 1000:.1f} ms; driver {sampler.driver_version}",
           file=out)
-    for d in sampler.devices:
-        print(f"device {d.index}: {d.model} {d.uuid}" + (f" (MIG of {d.mig_parent})" if d.mig_parent else "")
-              + (" [MIG enabled]" if d.is_mig_parent else ""), file=out)
+    describe_devices(sampler, out)
     print(f"XID events: {'registered' if sampler._event_set is not None else 'not supported here'}", file=out)
     problems: list[str] = []
     if not sampler.devices:
@@ -93,7 +129,8 @@ def run_check(nvml: Any = None, *, seconds: float = 5.0, interval: float = 1.0, 
             sample_ms.append((time.perf_counter() - s0) * 1000)
             print_reading(n, reading, sampler, sample_ms[-1], out)
             mig_parents = {d.index for d in sampler.devices if d.is_mig_parent}
-            problems += [p for p in problems_in(reading, mig_parents) if p not in problems]
+            found = problems_in(reading, mig_parents) + gpm_problems(reading, sampler, n)
+            problems += [p for p in found if p not in problems]
             if time.monotonic() + interval > deadline:
                 break
             time.sleep(interval)  # the sampling interval itself, as the agent keeps it

@@ -150,7 +150,7 @@ async def _kubernetes(ctx: ActionContext, job: str) -> ActionResult:
 class CancelAction:
     type: ClassVar[str] = "cancel"
     params = CancelParams
-    entity_kinds = frozenset({"gpu", "process"})
+    entity_kinds = frozenset({"gpu", "process", "job"})
     destructive: ClassVar[bool] = True
     unit: ClassVar[ActionUnit] = "entity"
     escape = staticmethod(no_escape)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import aiohttp
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -30,9 +30,11 @@ from actions.protocol import (
 )
 from actions.registry import register
 from actions.services import services_of
+from actions.slack_clicks import SentMessage, remember
 from actions.store import kv_key
 from gpuevents.bus import KvExists, KvWrongRevision
 from gpuevents.durations import Duration
+from gpuevents.records import ActionRequest
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +50,18 @@ _CHANNEL_ID = re.compile(r"^[CGD][A-Z0-9]{2,}$")
 _warned_no_token = False
 
 
+class SlackButtons(BaseModel):
+    """Buttons on the message (DESIGN §5.1): keep it for a while, end it now, or say it is not yours."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    keep: list[Duration] = Field(default_factory=list, description="one button per duration, e.g. [4h, 8h, 24h]")
+    release: bool = False
+    not_mine: bool = False
+
+    def any(self) -> bool:
+        return bool(self.keep) or self.release or self.not_mine
+
+
 class SlackParams(ActionParams):
     type: Literal["slack"] = "slack"
     to: str = Field(min_length=1, description="an email, a user id (U…), @handle, #channel or a channel id")
@@ -57,6 +71,7 @@ class SlackParams(ActionParams):
     digest_window: Duration | None = Field(default=None,
                                            description="default: config actions.slack.digest_window, else 15m")
     snooze_hint: bool | None = None
+    buttons: SlackButtons | None = None
 
     @model_validator(mode="after")
     def _text_or_template(self) -> SlackParams:
@@ -151,11 +166,11 @@ class SlackAction:
         except KeyError:
             raise PermanentError(f"no Slack user @{handle}") from None
 
-    async def resolve_channel(self, client: AsyncWebClient, to: str, now: float) -> str:
-        """Where to post: a channel as given, or the DM channel with the user `to` names."""
+    async def resolve_channel(self, client: AsyncWebClient, to: str, now: float) -> tuple[str, str | None]:
+        """Where to post: a channel as given, or the DM channel with the user `to` names (and that user's id)."""
         to = to.strip()
         if to.startswith("#") or _CHANNEL_ID.match(to):
-            return to
+            return to, None
         if _USER_ID.match(to):
             user = to
         elif to.startswith("@"):
@@ -167,16 +182,17 @@ class SlackAction:
             raise PermanentError(f"cannot tell who {to!r} is: use an email, a user id (U…), "
                                  "@handle or #channel")
         resp = await self._call("conversations.open", user, client.conversations_open(users=user))
-        return str(resp["channel"]["id"])
+        return str(resp["channel"]["id"]), user
 
     async def post(self, client: AsyncWebClient, to: str, text: str, blocks: list[dict[str, Any]],
                    now: float) -> ActionResult:
-        channel = await self.resolve_channel(client, to, now)
+        channel, user = await self.resolve_channel(client, to, now)
         resp = await self._call("chat.postMessage", to, client.chat_postMessage(
             channel=channel, text=text, blocks=blocks, unfurl_links=False, unfurl_media=False,
             parse="none", link_names=False))
         return ActionResult(detail=f"sent to {to} ({channel})",
-                            data={"channel": channel, "ts": resp.get("ts")})
+                            data={"channel": str(resp.get("channel") or channel), "ts": resp.get("ts"),
+                                  "recipient": user})
 
     # ------------------------------------------------------------ run
     async def run(self, ctx: ActionContext) -> ActionResult:
@@ -188,21 +204,40 @@ class SlackAction:
         cfg = ctx.config.actions.slack
         snooze = cfg.snooze_hint if p.snooze_hint is None else p.snooze_hint
         token = cfg.token()
+        buttons = p.buttons if p.buttons is not None and p.buttons.any() and not p.digest else None
+        if p.digest and p.buttons is not None and p.buttons.keep:  # a digest item keeps its own incident
+            item = item.model_copy(update={"request": req.model_dump(mode="json"), "buttons": list(p.buttons.keep)})
         if token is None:
-            return _print_instead(p.to, item)
+            return _print_instead(p.to, item, buttons)
         client = AsyncWebClient(token=token, base_url=_base_url(cfg.base_url), timeout=int(
             ctx.config.actions.timeout), retry_handlers=[])
         svc = services_of(ctx)
         now = svc.clock.monotonic()
         if not p.digest:
-            return await self.post(client, p.to, fmt.plain_text(item), fmt.incident_blocks(item, snooze), now)
+            blocks = fmt.incident_blocks(item, snooze)
+            if buttons is not None:
+                blocks.append(fmt.button_block(ctx.request.key, buttons.keep, buttons.release, buttons.not_mine))
+            result = await self.post(client, p.to, fmt.plain_text(item), blocks, now)
+            if buttons is not None and result.data.get("ts"):
+                await remember(svc.kv, SentMessage(
+                    request=ctx.request, channel=result.data["channel"], ts=str(result.data["ts"]),
+                    recipient=result.data.get("recipient"), blocks=blocks, text=fmt.plain_text(item)))
+            return result
         window = p.digest_window or cfg.digest_window or DEFAULT_DIGEST_WINDOW_S
         items = await _join_digest(ctx, p.to, item, window)
         if items is None:
             return ActionResult(detail=f"queued in the digest for {p.to}")
         summary = f"{len(items)} GPU incident{'s' if len(items) != 1 else ''}: " + "; ".join(
             i.text for i in items[:5])
-        result = await self.post(client, p.to, fmt.truncate(summary), fmt.digest_blocks(items, window, snooze), now)
+        blocks = fmt.digest_blocks(items, window, snooze, ctx.config.costs.currency)
+        result = await self.post(client, p.to, fmt.truncate(summary), blocks, now)
+        if result.data.get("ts"):
+            for i in items:
+                if i.request and i.buttons:
+                    await remember(svc.kv, SentMessage(
+                        request=ActionRequest.model_validate(i.request), channel=result.data["channel"],
+                        ts=str(result.data["ts"]), recipient=result.data.get("recipient"), blocks=blocks,
+                        text=i.text))
         return result.model_copy(update={"detail": f"digest of {len(items)} sent to {p.to}"})
 
 
@@ -220,13 +255,17 @@ def _read_template(path: str | None) -> str:
         raise PermanentError(f"template {path}: {e.strerror}") from None
 
 
-def _print_instead(to: str, item: fmt.MessageItem) -> ActionResult:
-    """The demo path: no token, so the message goes to the console; warn once per process."""
+def _print_instead(to: str, item: fmt.MessageItem, buttons: SlackButtons | None = None) -> ActionResult:
+    """The demo path: no token, so the message goes to the console (with the buttons it would show, and the
+    command that does what each does); warn once per process."""
     global _warned_no_token
     if not _warned_no_token:
         _warned_no_token = True
         log.warning("SLACK_BOT_TOKEN is not set: Slack messages are printed to the console instead of sent")
     sys.stdout.write(f"[slack → {to}] {fmt.plain_text(item)}\n")
+    if buttons is not None:
+        shown = fmt.buttons_text(item, buttons.keep, buttons.release, buttons.not_mine)
+        sys.stdout.write(f"[slack → {to}]   buttons: {shown}\n")
     sys.stdout.flush()
     return ActionResult(detail=NO_TOKEN_DETAIL)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Annotated
 
 import orjson
@@ -52,6 +52,17 @@ def snooze(
     run_async(do_snooze(client_config(load_config_or_exit(config)), rule, entity, seconds, reason))
 
 
+def keep(
+    rule: Annotated[str, typer.Argument(help="rule name")],
+    entity: Annotated[str, typer.Argument(help="entity id, e.g. node-7/gpu0")],
+    for_: Annotated[str, typer.Argument(help="how long, e.g. 4h (at most the rule's snooze_max, default 24h)")],
+    config: ConfigOption = None,
+) -> None:
+    """What the owner's "keep" button does: exempt the entity from the rule for a while (at most snooze_max)."""
+    seconds = duration_option(for_, "FOR")
+    run_async(do_snooze(client_config(load_config_or_exit(config)), rule, entity, seconds, "kept", bounded=True))
+
+
 def audit(
     rule: Annotated[str | None, typer.Option("--rule", help="only this rule")] = None,
     entity: Annotated[str | None, typer.Option("--entity", help="only this entity id")] = None,
@@ -67,6 +78,7 @@ def audit(
 def register(app: typer.Typer) -> None:
     app.command("status")(status)
     app.command("snooze")(snooze)
+    app.command("keep")(keep)
     app.command("audit")(audit)
 
 
@@ -112,7 +124,8 @@ def _num(v: float | None) -> str:
     return "-" if v is None else f"{v:.0f}"
 
 
-async def do_snooze(config: Config, rule: str, entity: str, seconds: float, reason: str) -> None:
+async def do_snooze(config: Config, rule: str, entity: str, seconds: float, reason: str,
+                    bounded: bool = False) -> None:
     """Ask the acting engine; with none running, store the snooze in KV where the next engine reads it."""
     import getpass
 
@@ -121,7 +134,7 @@ async def do_snooze(config: Config, rule: str, entity: str, seconds: float, reas
 
     now = SystemClock().now()
     s = Snooze(rule=rule, entity_id=entity, until=now + timedelta(seconds=seconds),
-               by=getpass.getuser(), reason=reason)
+               by=getpass.getuser(), reason=reason, bounded=bounded)
     async with Bus(config.nats, name="gpuevents-snooze") as bus:
         await bus.ensure_streams()
         try:
@@ -136,7 +149,8 @@ async def do_snooze(config: Config, rule: str, entity: str, seconds: float, reas
     if not reply.get("ok"):
         typer.echo(f"error: {reply.get('error')}", err=True)
         raise typer.Exit(1)
-    typer.echo(f"{rule} snoozed for {entity} until {s.until:%Y-%m-%d %H:%M:%S} UTC")
+    until = datetime.fromisoformat(reply["until"]) if isinstance(reply.get("until"), str) else s.until
+    typer.echo(f"{rule} snoozed for {entity} until {until:%Y-%m-%d %H:%M:%S} UTC")
 
 
 async def show_audit(config: Config, rule: str | None, entity: str | None, seconds: float,

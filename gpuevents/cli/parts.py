@@ -112,8 +112,34 @@ def runner_parts(config: Config, bus: Bus, clock: Clock, count: int) -> dict[str
     from actions.runner import ActionRunner
     from gpuevents.cli.report import weekly_summary
 
-    return {f"runner{i}": ActionRunner(bus, config, clock, name=f"runner{i}", report=weekly_summary).run
-            for i in range(count)}
+    parts: dict[str, Part] = {
+        f"runner{i}": ActionRunner(bus, config, clock, name=f"runner{i}", report=weekly_summary).run
+        for i in range(count)}
+    if count > 0:
+        parts.update(slack_click_parts(config, bus, clock))
+    return parts
+
+
+def slack_click_parts(config: Config, bus: Bus, clock: Clock) -> dict[str, Part]:
+    """Where Slack's button clicks come in: Socket Mode with an app token, the HTTP endpoint with a port and a
+    signing secret (DESIGN §5.1); none without them."""
+    from actions import slack_transport
+
+    slack = config.actions.slack
+    parts: dict[str, Part] = {}
+    if slack.app_token() and slack.token():
+
+        async def socket_mode(stop: asyncio.Event) -> None:
+            await slack_transport.run_socket_mode(config, bus, await bus.kv(), clock, stop)
+
+        parts["slack-socket-mode"] = socket_mode
+    if slack.interactivity_port is not None and slack.signing_secret() and slack.token():
+
+        async def http(stop: asyncio.Event) -> None:
+            await slack_transport.run_interactivity_server(config, bus, await bus.kv(), clock, stop)
+
+        parts["slack-interactivity"] = http
+    return parts
 
 
 async def _dashboard(engines: list[Any], config: Config, stop: asyncio.Event) -> None:

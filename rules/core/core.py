@@ -64,7 +64,7 @@ class Core:
     # ------------------------------------------------------------------ rules
     def _set_rules(self, rules: RuleSet) -> None:
         self.rules = rules
-        self.event_rules = {"node": [], "gpu": [], "process": []}
+        self.event_rules = {"node": [], "gpu": [], "process": [], "job": []}
         for r in rules:
             self.incidents.setdefault(r.name, {})
             if not r.scheduled:
@@ -194,7 +194,7 @@ class Core:
             ns.full_next = True  # not evaluated now: evaluate every entity when it is back
             evaluate_liveness(self, ns, now, out)
             return
-        by_kind: dict[str, list[Entity]] = {"node": [], "gpu": [], "process": []}
+        by_kind: dict[str, list[Entity]] = {"node": [], "gpu": [], "process": [], "job": []}
         for e in change.changed:
             by_kind[e.kind].append(e)
         erroring = self.erroring.pop(change.node_key, None)
@@ -224,7 +224,7 @@ class Core:
             # Unchanged entities keep their results, except under conditions that read the clock: an event
             # evaluates those for its whole node, as ticks do for the fleet.
             done = {e.key for ents in by_kind.values() for e in ents}
-            rest: dict[str, list[Entity]] = {"node": [], "gpu": [], "process": []}
+            rest: dict[str, list[Entity]] = {"node": [], "gpu": [], "process": [], "job": []}
             for e in ns.entities.values():
                 if e.key not in done:
                     rest[e.kind].append(e)
@@ -247,6 +247,6 @@ class Core:
                 inc = self.incidents[name].get(ent.key)
                 if inc is None or rule.scheduled or rule.condition.time_dependent:
                     continue  # time-dependent rules were evaluated above
-                due = next_deadline(inc, rule.for_s, rule.repeat_s)
+                due = next_deadline(inc, rule.for_s, rule.repeat_s, rule.stages)
                 if due is not None and due <= now:
                     evaluate(self, rule, [ent], now, out, event_time)

@@ -8,7 +8,7 @@ Its common case (no snooze, no incident, false) costs one test and one lookup, w
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from rules.core.incidents import (
@@ -90,10 +90,10 @@ def advance(
             return
         view: EntityView = ent.ctx["entity"]
         opened = open_incident(rule.name, rule.hash, ent.id, ent.key, rule.kind, view.cluster, view.node, now)
-        after = step(opened, True, now, rule.for_s, rule.repeat_s)
+        after = step(opened, True, now, rule.for_s, rule.repeat_s, rule.stages)
     else:
         opened = before
-        after = step(before, matched, now, rule.for_s, rule.repeat_s)
+        after = step(before, matched, now, rule.for_s, rule.repeat_s, rule.stages)
         if after is before and not rule.scheduled:
             return
     if after.status == "firing" and opened.status != "firing" and core.recovery.fleet_unobserved(rule.name, now):
@@ -124,7 +124,7 @@ def commit(
     if (before is not None and before.open) != after.open:
         core.limiter.set_matching(rule, after.entity_key, after.open, core.state.node_key(after.cluster, after.node))
     if after.open and not rule.scheduled:
-        d = next_deadline(after, rule.for_s, rule.repeat_s)
+        d = next_deadline(after, rule.for_s, rule.repeat_s, rule.stages)
         if d is not None and d > now:
             core.timers.note_deadline(d)
     if not reason and not after.open:
@@ -179,6 +179,8 @@ def apply_snooze(core: Core, s: Snooze, now: datetime, out: StepResult) -> None:
     """Set (or, with an `until` in the past, lift) a snooze and evaluate its entity at once."""
     rule = core.rules.by_name.get(s.rule)
     ents = [e for e in core.state.by_kind[rule.kind].values() if e.id == s.entity_id] if rule is not None else []
+    if s.bounded and rule is not None and s.until > now + timedelta(seconds=rule.snooze_max_s):
+        s = s.model_copy(update={"until": now + timedelta(seconds=rule.snooze_max_s)})  # a keep has a ceiling
     if not s.entity_key and len(ents) == 1 and ents[0].key != ents[0].id:
         s = s.model_copy(update={"entity_key": ents[0].key})  # the process as it is now, not its pid
     if s.until <= now:

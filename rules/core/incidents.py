@@ -39,6 +39,8 @@ class Incident(BaseModel):
     resolved_at: datetime | None = None
     last_sent_at: datetime | None = None
     sends: int = 0
+    staged: int = 0
+    """How many of the rule's stages (staged actions, `after:`) have run; persisted, so a restart keeps them."""
     resolve_reason: ResolveReason | None = None
     last_eval_at: datetime | None = None
     """Scheduled rules: when the incident was last evaluated (a cron instant, or a catch-up after a restart)."""
@@ -98,12 +100,14 @@ def open_incident(
 
 
 def step(
-    incident: Incident, matched: bool, now: datetime, for_s: float, repeat_s: float | None
+    incident: Incident, matched: bool, now: datetime, for_s: float, repeat_s: float | None,
+    stages: tuple[float, ...] = (),
 ) -> Incident:
     """The incident after one evaluation at `now`; `incident` is pending or firing (open_incident makes one).
 
     pending: stays pending, goes firing once it held for `for_s`, or inactive when false.
-    firing: stays firing (with `last_sent_at`/`sends` moved on when a repeat is due), or resolved when false.
+    firing: stays firing (with `staged` moved on by one when a stage is due, else `last_sent_at`/`sends` when a
+    repeat is due), or resolved when false.
     """
     if incident.status == "pending":
         if not matched:
@@ -114,6 +118,10 @@ def step(
     if incident.status == "firing":
         if not matched:
             return resolve(incident, now, "condition")
+        if incident.staged < len(stages) and incident.fired_at is not None and (
+            (now - incident.fired_at).total_seconds() >= stages[incident.staged]
+        ):
+            return incident.model_copy(update={"staged": incident.staged + 1})
         if repeat_s is not None and incident.last_sent_at is not None and (
             (now - incident.last_sent_at).total_seconds() >= repeat_s
         ):
@@ -133,6 +141,8 @@ def send_phase(before: Incident | None, after: Incident) -> Phase | None:
     was = before.status if before is not None else "inactive"
     if after.status == "firing" and was != "firing":
         return "fire"
+    if after.status == "firing" and before is not None and after.staged > before.staged:
+        return "stage"
     if after.status == "firing" and before is not None and after.sends > before.sends:
         return "repeat"
     if after.status == "resolved" and was == "firing":
@@ -160,10 +170,20 @@ def transitions(before: Incident | None, after: Incident, reason: str = "") -> l
     ]
 
 
-def next_deadline(incident: Incident, for_s: float, repeat_s: float | None) -> datetime | None:
-    """When this incident next changes on its own: pending → firing, or the next repeat."""
+def next_stage_at(incident: Incident, stages: tuple[float, ...]) -> datetime | None:
+    """When the incident's next staged action is due (it must be firing), or None."""
+    if incident.status != "firing" or incident.fired_at is None or incident.staged >= len(stages):
+        return None
+    return incident.fired_at + timedelta(seconds=stages[incident.staged])
+
+
+def next_deadline(incident: Incident, for_s: float, repeat_s: float | None,
+                  stages: tuple[float, ...] = ()) -> datetime | None:
+    """When this incident next changes on its own: pending → firing, the next stage, or the next repeat."""
     if incident.status == "pending" and for_s > 0:
         return incident.active_at + timedelta(seconds=for_s)
-    if incident.status == "firing" and repeat_s is not None and incident.last_sent_at is not None:
-        return incident.last_sent_at + timedelta(seconds=repeat_s)
-    return None
+    if incident.status != "firing":
+        return None
+    times = [t for t in (next_stage_at(incident, stages), incident.last_sent_at + timedelta(seconds=repeat_s)
+                         if repeat_s is not None and incident.last_sent_at is not None else None) if t is not None]
+    return min(times) if times else None

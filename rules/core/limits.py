@@ -156,7 +156,7 @@ class Limiter:
                     s.matching.get(rule.name, {}).get(in_unit, 0) for s in shares)
                 share = 100.0 * n / total
                 if share > pct:
-                    return "held", (f"{n} of {total} {unit}s ({share:.1f}%) match {rule.name}, "
+                    return "held", (f"{n} of {total} {_plural(unit)} ({share:.1f}%) match {rule.name}, "
                                     f"over max_fleet_pct {pct:g}%")
             fleet = self.engine_limits.get(action.type)
             if fleet is not None and fleet.max_fleet_pct is not None and total > 0:
@@ -164,7 +164,7 @@ class Limiter:
                     s.by_type.get(f"{action.type}/{unit}", 0) for s in shares)
                 share = 100.0 * n / total
                 if share > fleet.max_fleet_pct:
-                    return "held", (f"{n} of {total} {unit}s ({share:.1f}%) are targets of matching rules with "
+                    return "held", (f"{n} of {total} {_plural(unit)} ({share:.1f}%) are targets of matching rules with "
                                     f"{action.type}, over engine.limits.{action.type}.max_fleet_pct "
                                     f"{fleet.max_fleet_pct:g}%")
         per_rule = rule.spec.limits.max_per_hour
@@ -181,3 +181,7 @@ class Limiter:
             return "suppressed", (f"{fleet.max_per_hour} {action.type} actions ran in the last hour "
                                   f"(engine.limits.{action.type}.max_per_hour)")
         return "run", None
+
+
+def _plural(unit: str) -> str:
+    return unit + ("es" if unit.endswith("s") else "s")

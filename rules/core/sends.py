@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from actions import registry
 from actions.protection import protection_reason
 from gpuevents.config import Config
 from gpuevents.costs import CostModel
+from gpuevents.durations import format_duration
 from gpuevents.records import ActionRequest, Phase
 from rules.core.incidents import Incident
 from rules.core.limits import Limiter
@@ -18,7 +19,7 @@ from rules.core.state import Entity
 from rules.lang.expr import jinja_names
 from rules.lang.model import CompiledAction, Rule
 from rules.lang.templates import render_params
-from rules.lang.views import GpuView, NodeView, ProcessView
+from rules.lang.views import GpuView, JobView, NodeView, ProcessView
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +47,36 @@ class TemplateIncident:
     firing_for: str
     active_for: str
     count: int
+    next: NextStage | None = None
+    """The next staged action (`type`, `at`, `in`), or None."""
+
+
+@dataclass(frozen=True, slots=True)
+class NextStage:
+    """`incident.next`: the next staged action of a firing incident, and when it runs."""
+
+    type: str
+    at: datetime
+    in_: str
+
+    def __getattr__(self, name: str) -> Any:  # `incident.next.in` in a template (`in` is a Python keyword)
+        if name == "in":
+            return self.in_
+        raise AttributeError(name)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"type": self.type, "at": self.at.isoformat(), "in": self.in_}
+
+
+def next_stage(rule: Rule, incident: Incident, now: datetime) -> NextStage | None:
+    """The staged action the incident runs next, if any (computed at firing too: fired_at is now)."""
+    fired = incident.fired_at or now
+    if incident.staged >= len(rule.stages):
+        return None
+    at = fired + timedelta(seconds=rule.stages[incident.staged])
+    actions = rule.stage_actions(incident.staged)
+    return NextStage(type=", ".join(a.type for a in actions), at=at,
+                     in_=format_duration(max(0.0, (at - now).total_seconds())))
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +99,7 @@ def cost_of(model: CostModel, ent: Entity, incident: Incident, now: datetime) ->
     gpus = entity_gpus(ent)
     per_hour = sum(model.hourly(g.model, g.power_w) for g in gpus)
     v = ent.view
-    if isinstance(v, GpuView) and v.idle:
+    if isinstance(v, GpuView | JobView) and v.idle:
         seconds = v.idle_for_s
     else:
         seconds = max(0.0, (now - incident.active_at).total_seconds())
@@ -104,16 +135,19 @@ def _gpu_facts(g: GpuView) -> dict[str, Any]:
     return facts
 
 
-def facts_of(ent: Entity, incident: Incident, cost: CostView | None, now: datetime) -> dict[str, Any]:
+def facts_of(ent: Entity, incident: Incident, cost: CostView | None, now: datetime,
+             nxt: NextStage | None = None) -> dict[str, Any]:
     """What messages and safety checks read from a request (see actions/slack_format, gpuevents/commands)."""
     ctx = ent.ctx
-    node: NodeView = ctx["node"]
+    node: NodeView | None = ctx.get("node")
     out: dict[str, Any] = {
-        "node": _jsonable({"name": node.name, "cluster": node.cluster, "labels": node.labels, "online": node.online}),
+        "node": _jsonable({"name": node.name, "cluster": node.cluster, "labels": node.labels, "online": node.online})
+        if node is not None else {"name": ctx["entity"].node, "cluster": ctx["entity"].cluster},
         "incident": {
             "id": incident.id, "started_at": incident.active_at.isoformat(),
             "firing_since": incident.fired_at.isoformat() if incident.fired_at else None,
             "firing_for": incident.firing_for(now), "active_for": incident.active_for(now), "count": incident.sends,
+            "next": nxt.as_dict() if nxt is not None else None,
         },
     }
     v = ent.view
@@ -127,6 +161,11 @@ def facts_of(ent: Entity, incident: Incident, cost: CostView | None, now: dateti
         out["owners"] = [v.owner] if v.owner else []
         out["gpus"] = [_gpu_facts(g) for g in ctx.get("gpus", [])]
     else:
+        if isinstance(v, JobView):
+            out["job"] = _jsonable({
+                "id": v.id, "scheduler": v.scheduler, "name": v.name, "user": v.user, "owner": v.owner,
+                "account": v.account, "partition": v.partition, "qos": v.qos, "namespace": v.namespace,
+                "controller": v.controller, "nodes": v.nodes, "gpu_count": v.gpu_count})
         gpus = ctx.get("gpus", [])
         out["gpus"] = [_gpu_facts(g) for g in gpus]
         procs = {p.id: p for g in gpus for p in g.processes}
@@ -153,7 +192,8 @@ class Sender:
             rule=RuleView(name=rule.name, description=rule.spec.description, labels=dict(rule.spec.labels)),
             incident=TemplateIncident(id=incident.id, status=incident.status, started_at=incident.active_at,
                                       firing_since=incident.fired_at, firing_for=incident.firing_for(now),
-                                      active_for=incident.active_for(now), count=incident.sends),
+                                      active_for=incident.active_for(now), count=incident.sends,
+                                      next=next_stage(rule, incident, now)),
             cost=cost,
         )
         return names
@@ -163,11 +203,16 @@ class Sender:
         event_time: datetime | None = None,
     ) -> list[ActionRequest]:
         """The requests of `phase`; `totals`: entities known of each kind, for the fleet-share limits."""
-        specs = rule.on_resolve if phase == "resolve" else rule.actions
+        if phase == "resolve":
+            specs: tuple[CompiledAction, ...] = rule.on_resolve
+        elif phase == "stage":
+            specs = rule.stage_actions(incident.staged - 1)
+        else:  # fire, repeat: the actions that are not staged
+            specs = tuple(a for a in rule.actions if a.after_s is None)
         if not specs:
             return []
         names = self.names(rule, ent, incident, now)
-        facts = facts_of(ent, incident, names["cost"], now)
+        facts = facts_of(ent, incident, names["cost"], now, names["incident"].next)
         dry = rule.spec.dry_run or self.config.engine.dry_run
         out = []
         for a in specs:
@@ -190,10 +235,10 @@ class Sender:
         req = ActionRequest(
             key=f"{incident.id}:{phase}:{a.index}:{incident.repeat_count}", type=a.type, params=params,
             rule=rule.name, rule_labels=dict(rule.spec.labels), entity_id=ent.id, entity_kind=rule.kind,
-            cluster=ent.ctx["entity"].cluster, node=ent.ctx["node"].name, incident_id=incident.id, phase=phase,
+            cluster=ent.ctx["entity"].cluster, node=ent.ctx["entity"].node, incident_id=incident.id, phase=phase,
             index=a.index, repeat=incident.repeat_count, destructive=a.destructive, dry_run=dry,
             decision="refused" if reason else "run", reason=reason, facts=facts, created_at=now,
-            event_time=event_time,
+            event_time=event_time, approve=a.approve, approve_within=a.approve_within_s,
         )
         if reason:
             return req

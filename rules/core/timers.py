@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from gpuevents.clock import utc
 from rules.core import liveness, recovery
 from rules.core.evaluation import evaluate, expire_snoozes, sweep
-from rules.core.incidents import Incident
+from rules.core.incidents import Incident, next_stage_at
 from rules.core.inputs import StepResult
 from rules.lang.model import Rule
 
@@ -81,7 +81,7 @@ def tick(core: Core, now: datetime, out: StepResult, do_sweep: bool = True) -> N
         timers.full_eval.clear()
         timers.next_sweep = now + timedelta(seconds=core.tick_s)
     for rule in core.rules:
-        if rule.scheduled or (rule.for_s <= 0 and rule.repeat_s is None):
+        if rule.scheduled or (rule.for_s <= 0 and rule.repeat_s is None and not rule.stages):
             continue
         due_keys, soonest = due(core.incidents[rule.name], rule, now)
         if soonest is not None:
@@ -146,6 +146,16 @@ def due(incs: dict[str, Incident], rule: Rule, now: datetime) -> tuple[list[str]
             elif first_sent is None or sent < first_sent:
                 first_sent = sent
     later = []
+    if rule.stages:  # staged actions: each firing incident's next stage
+        for k, inc in incs.items():
+            at = next_stage_at(inc, rule.stages)
+            if at is None:
+                continue
+            if at <= now:
+                if k not in keys:
+                    keys.append(k)
+            else:
+                later.append(at)
     if first_pending is not None and for_td is not None:
         later.append(first_pending + for_td)
     if first_sent is not None and repeat_td is not None:

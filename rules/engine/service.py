@@ -406,6 +406,7 @@ class Engine:
             if s.rule not in self.core.rules.by_name:
                 return {"ok": False, "error": f"no rule named {s.rule!r}"}
             result = self.core.step(s, self.clock.now())
+            s = next((x for x in result.snoozes if x.rule == s.rule and x.entity_id == s.entity_id), s)  # as applied
             await self.committer.commit(result, "commit a snooze")
             self.planner.replan()  # its end, or the evaluation it asks for, may come before the planned tick
         await self.committer.audit([snooze_record(self.clock.now(), s)])

@@ -186,10 +186,26 @@ HASH_IGNORES = ("description", "labels")
 (templates and requests read them from the running rule, so an edit shows at the next send)."""
 
 
-def rule_hash(spec: RuleSpec, tz_name: str) -> str:
-    """What makes a rule behave differently: a reload closes the open incidents of a rule whose hash changed."""
+def _hash_body(spec: RuleSpec, tz_name: str) -> dict[str, Any]:
+    """The spec as hashed. Fields added later are left out at their defaults, so an upgrade does not change the
+    hash of a rule that does not use them (and close its incidents as `rule_changed`)."""
     body = spec.model_dump(mode="json", by_alias=True)
     body["timezone"] = tz_name
+    if spec.snooze_max == RuleSpec.model_fields["snooze_max"].default:
+        body.pop("snooze_max", None)
+    for key in ("actions", "on_resolve"):
+        for action in body.get(key) or []:
+            if action.get("after") is None:
+                action.pop("after", None)
+            if action.get("approve") is None:
+                action.pop("approve", None)
+                action.pop("approve_within", None)
+    return body
+
+
+def rule_hash(spec: RuleSpec, tz_name: str) -> str:
+    """What makes a rule behave differently: a reload closes the open incidents of a rule whose hash changed."""
+    body = _hash_body(spec, tz_name)
     for k in HASH_IGNORES:
         body.pop(k, None)
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -210,8 +226,7 @@ def reads_liveness(source: str) -> bool:
 
 def legacy_rule_hash(spec: RuleSpec, tz_name: str) -> str:
     """The hash over the whole spec that incidents stored by earlier engines carry."""
-    body = spec.model_dump(mode="json", by_alias=True)
-    body["timezone"] = tz_name
+    body = _hash_body(spec, tz_name)
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -238,9 +253,16 @@ def _compile_actions(
             line = doc.line_of((*path, *p)) + max(0, err.line - 1)
             key = ".".join(str(x) for x in p)
             problems.append(Located(doc.file, line, f"{key}: {err}"))
+        if spec.approve is not None and not getattr(cls, "destructive", False):
+            problems.append(doc.locate((*path, "approve"), f"{at[-1]}[{idx}].approve: only destructive actions wait "
+                                       f"for an approval; {spec.type} is not one"))
+        if spec.after is not None and at[-1] == "on_resolve":
+            problems.append(doc.locate((*path, "after"), f"{at[-1]}[{idx}].after: `after` is for `actions` (a "
+                                       "staged action runs while the incident fires), not `on_resolve`"))
         out.append(CompiledAction(type=spec.type, index=idx, params=tree,
                                   destructive=bool(getattr(cls, "destructive", False)),
-                                  unit=getattr(cls, "unit", "entity"), line=doc.line_of(path)))
+                                  unit=getattr(cls, "unit", "entity"), line=doc.line_of(path),
+                                  after_s=spec.after, approve=spec.approve, approve_within_s=spec.approve_within))
     return out
 
 

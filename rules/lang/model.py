@@ -15,7 +15,7 @@ from gpuevents.records import ActionUnit
 from rules.lang.expr import Condition
 from rules.lang.templates import ParamTree
 
-EntityKind = Literal["node", "gpu", "process"]
+EntityKind = Literal["node", "gpu", "process", "job"]
 NAME_PATTERN = r"^[a-z0-9][a-z0-9-]*$"
 
 
@@ -30,6 +30,18 @@ class ActionSpec(BaseModel):
 
     model_config = ConfigDict(extra="allow", frozen=True)
     type: str
+    after: Duration | None = Field(None, description="a staged action: run this long after the incident fired, "
+                                   "if it is still firing and not snoozed (DESIGN §3.3)")
+    approve: str | None = Field(None, description="a destructive action runs only once a member of this Slack "
+                                "channel (or actions.slack.admins) approves it")
+    approve_within: Duration = Field(3600, description="unanswered this long, the approval ends `expired`")
+
+    @field_validator("after")
+    @classmethod
+    def _after_positive(cls, v: float | None) -> float | None:
+        if v is not None and v <= 0:
+            raise ValueError("must be more than 0s (leave `after` out to act when the rule fires)")
+        return v
 
     def params(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
@@ -46,6 +58,8 @@ class RuleSpec(BaseModel):
     when: str
     for_: Duration | None = Field(None, alias="for")
     repeat: Duration | None = None
+    snooze_max: Duration = Field(86400, description="the longest an owner may keep an entity (Slack's keep button, "
+                                 "`gpuevents keep`)")
     schedule: str | list[str] | None = None
     timezone: str | None = None
     dry_run: bool = False
@@ -163,6 +177,10 @@ class CompiledAction:
     destructive: bool
     line: int = 0
     unit: ActionUnit = "entity"
+    after_s: float | None = None
+    """A staged action: how long after the incident fired it runs (None: at firing and each repeat)."""
+    approve: str | None = None
+    approve_within_s: float = 3600.0
 
 
 @dataclass(frozen=True, eq=False)
@@ -202,8 +220,23 @@ class Rule:
         return self.spec.repeat
 
     @property
+    def snooze_max_s(self) -> float:
+        return float(self.spec.snooze_max)
+
+    @property
     def scheduled(self) -> bool:
         return bool(self.triggers)
+
+    @property
+    def stages(self) -> tuple[float, ...]:
+        """The distinct `after` offsets of the staged actions, in order: stage i runs at fired_at + stages[i]."""
+        return tuple(sorted({a.after_s for a in self.actions if a.after_s is not None}))
+
+    def stage_actions(self, stage: int) -> tuple[CompiledAction, ...]:
+        offsets = self.stages
+        if not 0 <= stage < len(offsets):
+            return ()
+        return tuple(a for a in self.actions if a.after_s == offsets[stage])
 
     def last_cron(self, at: datetime) -> datetime | None:
         """The latest cron instant at or before `at` (looked for up to 8 days back)."""

@@ -101,11 +101,13 @@ class GpuView:
     """`gpu`: the GPU's fields, its `processes` and `owners`, and `idle_for_s` measured at evaluation time."""
 
     __slots__ = (
-        "_clock", "_idle_since_ts", "ecc_uncorrected", "fan_pct", "id", "idle", "idle_since", "index",
-        "lost", "mem_pct", "mem_total_mib", "mem_used_mib", "mig_parent", "model", "node", "owner",
-        "owners", "pids", "power_limit_w", "power_w", "processes", "temp_c", "util_pct", "uuid", "xid",
-        "xid_at",
+        "_clock", "_idle_since_ts", "allocated", "ecc_uncorrected", "fan_pct", "id", "idle", "idle_since", "index",
+        "job", "lost", "mem_pct", "mem_total_mib", "mem_used_mib", "mig_parent", "model", "node", "owner",
+        "owners", "pids", "power_limit_w", "power_w", "processes", "sm_active_pct", "temp_c",
+        "tensor_active_pct", "util_pct", "uuid", "xid", "xid_at",
     )
+    allocated: bool | None
+    job: str | None
     ecc_uncorrected: int | None
     fan_pct: float | None
     id: str
@@ -125,7 +127,9 @@ class GpuView:
     power_limit_w: float | None
     power_w: float | None
     processes: list[ProcessView]
+    sm_active_pct: float | None
     temp_c: float | None
+    tensor_active_pct: float | None
     util_pct: float | None
     uuid: str
     xid: int | None
@@ -154,7 +158,8 @@ class ProcessView:
 
     __slots__ = (
         "_clock", "_create_ts", "cmdline", "container_id", "create_time", "gpu_mem_mib", "gpu_util_pct",
-        "gpus", "id", "labels", "name", "node", "owner", "pid", "pod", "pod_uid", "ppid", "service", "uid", "user",
+        "gpus", "id", "job", "labels", "name", "node", "owner", "pid", "pod", "pod_uid", "ppid", "service", "uid",
+        "user",
     )
     cmdline: str
     container_id: str | None
@@ -163,6 +168,7 @@ class ProcessView:
     gpu_util_pct: float | None
     gpus: list[int]
     id: str
+    job: str | None
     labels: dict[str, str]
     name: str
     node: str
@@ -193,6 +199,60 @@ _GPU_PUBLIC = tuple(k for k in GpuView.__slots__ if not k.startswith("_"))
 _PROCESS_PUBLIC = tuple(k for k in ProcessView.__slots__ if not k.startswith("_"))
 
 
+class JobView:
+    """`job`: a scheduler job (or pod) holding GPUs, across its nodes; `idle_for_s` and `age_s` at evaluation time.
+
+    `idle`: every one of its GPUs is idle; `idle_since`: since when all of them are (the latest GPU's)."""
+
+    __slots__ = (
+        "_clock", "_idle_since_ts", "_started_ts", "account", "controller", "gpu_count", "gpus", "id", "idle",
+        "idle_since", "labels", "name", "namespace", "nodes", "owner", "partition", "qos", "scheduler",
+        "started_at", "time_limit_s", "user", "util_pct",
+    )
+    account: str | None
+    controller: str | None
+    gpu_count: int
+    gpus: list[GpuView]
+    id: str
+    idle: bool
+    idle_since: datetime | None
+    labels: dict[str, str]
+    name: str | None
+    namespace: str | None
+    nodes: list[str]
+    owner: str | None
+    partition: str | None
+    qos: str | None
+    scheduler: str
+    started_at: datetime | None
+    time_limit_s: float | None
+    user: str | None
+    util_pct: float | None
+
+    def __init__(self, clock: EvalClock, **fields: Any) -> None:
+        self._clock = clock
+        for k in _JOB_PUBLIC:
+            setattr(self, k, fields.get(k))
+        self._idle_since_ts: float | None = self.idle_since.timestamp() if self.idle_since is not None else None
+        self._started_ts: float | None = self.started_at.timestamp() if self.started_at is not None else None
+
+    @property
+    def idle_for_s(self) -> float:
+        if not self.idle or self._idle_since_ts is None:
+            return 0.0
+        return max(0.0, self._clock.ts - self._idle_since_ts)
+
+    @property
+    def age_s(self) -> float | None:
+        return None if self._started_ts is None else max(0.0, self._clock.ts - self._started_ts)
+
+    def __repr__(self) -> str:
+        return f"<job {self.id}>"
+
+
+_JOB_PUBLIC = tuple(k for k in JobView.__slots__ if not k.startswith("_"))
+
+
 def _public(cls: type, extra: tuple[str, ...] = ()) -> frozenset[str]:
     return frozenset(k for k in cls.__slots__ if not k.startswith("_")) | frozenset(extra)  # type: ignore[attr-defined]
 
@@ -201,10 +261,12 @@ NODE_FIELDS = _public(NodeView)
 GPU_FIELDS = _public(GpuView, ("idle_for_s",))
 PROCESS_FIELDS = _public(ProcessView, ("age_s",))
 ENTITY_FIELDS = _public(EntityView)
+JOB_FIELDS = _public(JobView, ("idle_for_s", "age_s"))
 FIELDS_OF: dict[str, frozenset[str]] = {
     "node": NODE_FIELDS,
     "gpu": GPU_FIELDS,
     "process": PROCESS_FIELDS,
+    "job": JOB_FIELDS,
     "entity": ENTITY_FIELDS,
 }
 TIME_FIELDS = frozenset({"idle_for_s", "age_s"})

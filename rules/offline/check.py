@@ -9,7 +9,7 @@ from typing import Any
 
 from actions import registry
 from gpuevents.config import Config
-from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot, ProcessInfo, SnapshotEvent
+from gpuevents.events import GpuInfo, JobInfo, NodeInfo, NodeSnapshot, ProcessInfo, SnapshotEvent
 from gpuevents.yamlpos import Located, LocatedError
 from rules.core.incidents import open_incident, step
 from rules.core.limits import Limiter
@@ -37,6 +37,8 @@ def sample_entities(now: datetime = SAMPLE_NOW) -> dict[str, Entity]:
     hour = timedelta(hours=1)
     snap = NodeSnapshot(
         node=NodeInfo(name="sample-node", labels={"env": "dev"}, driver_version="550.54", cordoned=False),
+        jobs=[JobInfo(id="4242", name="train", user="alice", account="ml", partition="gpu", qos="normal",
+                      gpus=[0], pids=[4242], started_at=now - 30 * hour, time_limit_s=48 * 3600)],
         gpus=[
             GpuInfo(node="sample-node", index=0, uuid="GPU-sample-0", model="NVIDIA H100 80GB HBM3", util_pct=0,
                     mem_used_mib=20000, mem_total_mib=81559, temp_c=45, power_w=90, power_limit_w=700, fan_pct=30,
@@ -48,7 +50,7 @@ def sample_entities(now: datetime = SAMPLE_NOW) -> dict[str, Entity]:
             ProcessInfo(node="sample-node", pid=4242, name="train.py", cmdline="python train.py --epochs 90",
                         user="alice", uid=1000, create_time=now - 30 * hour, ppid=1, gpus=[0],
                         gpu_mem_mib=20000, gpu_util_pct=0, container_id="c0ffee", pod="ml/trainer-0",
-                        labels={"app": "trainer"}),
+                        labels={"app": "trainer"}, job="4242"),
         ],
     )
     change = state.apply(SnapshotEvent(source="node/sample-node", time=now, data=snap), now)

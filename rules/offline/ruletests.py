@@ -7,6 +7,7 @@ A test's run may restart the engine (`restarts:`): the next core starts from wha
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -93,8 +94,10 @@ def run_test(tf: TestFile, test: RuleTest, rule_paths: list[Path]) -> TestOutcom
     rules = load_rule_set(rule_paths, default_timezone=tf.timezone)
     config = tf.run_config()
     start = start_of(tf, test)
-    inputs = snapshot_inputs(test, start, tf.owners, config.agent.thresholds.idle_util_pct)
+    th = config.agent.thresholds
+    inputs = snapshot_inputs(test, start, tf.owners, th.idle_util_pct, thresholds=th)
     expected = [x for e in test.expect for x in (e.fires_at, e.resolves_at) if x is not None]
+    expected += [s.at for e in test.expect for s in e.staged or ()]
     last = max([s.at for s in test.snapshots] + expected + list(test.restarts) + [0.0])
     # a tick past the last instant of interest: "within one tick after" must be observable at the very end
     end = start + timedelta(seconds=last + rules.longest_for_s + tf.tick)
@@ -126,6 +129,11 @@ def check_actions(want: list[str | ExpectedAction], acts: list[ActionRequest], p
     decided so on that occasion."""
     first = next((a for a in acts if a.phase == phase), None)
     occasion = [a for a in acts if first is not None and a.incident_id == first.incident_id and a.phase == phase]
+    return check_occasion(want, occasion, what)
+
+
+def check_occasion(want: list[str | ExpectedAction], occasion: list[ActionRequest], what: str) -> list[str]:
+    """Compare the requests of one occasion with the expected items (see `check_actions`)."""
     ran = sorted((a for a in occasion if a.decision in RAN), key=lambda a: a.index)
     runs = [w for w in want if isinstance(w, str) or w.outcome == "run"]
     others = [w for w in want if isinstance(w, ExpectedAction) and w.outcome != "run"]
@@ -183,6 +191,8 @@ def check_expectation(exp: Expectation, rec: Recording, tick: float) -> list[str
         out += check_actions(exp.actions, acts, "fire", "the first firing")
     if exp.resolve_actions is not None:
         out += check_actions(exp.resolve_actions, acts, "resolve", "the first resolution")
+    if exp.staged is not None:
+        out += _check_staged(exp, acts, rec, within)
     if exp.count is not None:
         occasions = {(a.incident_id, a.phase, a.repeat) for a in acts
                      if a.phase in ("fire", "repeat") and a.decision in RAN}
@@ -191,6 +201,28 @@ def check_expectation(exp: Expectation, rec: Recording, tick: float) -> list[str
     if (exp.fires_at is None and exp.count is None and exp.actions is None and exp.resolves_at is None
             and exp.resolve_actions is None and not fired):
         out.append("expected: fires; actual: never fired")
+    return out
+
+
+def _check_staged(exp: Expectation, acts: list[ActionRequest], rec: Recording,
+                  within: Callable[[float, datetime], bool]) -> list[str]:
+    """The staged actions of the first incident that ran any, stage by stage: when, and what."""
+    assert exp.staged is not None
+    staged = [a for a in acts if a.phase == "stage"]
+    first = staged[0].incident_id if staged else None
+    by_time: dict[datetime, list[ActionRequest]] = {}
+    for a in staged:
+        if a.incident_id == first:
+            by_time.setdefault(a.created_at, []).append(a)
+    occasions = sorted(by_time.items())
+    out: list[str] = []
+    if len(occasions) != len(exp.staged):
+        when = ", ".join(rec.offset(t) for t, _ in occasions) or "none"
+        out.append(f"expected {len(exp.staged)} stage(s) of staged actions; actual: {len(occasions)} ({when})")
+    for want, (t, occasion) in zip(exp.staged, occasions, strict=False):
+        if not within(want.at, t):
+            out.append(f"expected a stage at +{_fmt(want.at)} (within one tick); actual: {rec.offset(t)}")
+        out += check_occasion(want.actions, occasion, f"the stage at +{_fmt(want.at)}")
     return out
 
 

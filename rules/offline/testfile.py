@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from gpuevents.clock import utc
-from gpuevents.config import Config
+from gpuevents.config import Config, ThresholdsConfig
 from gpuevents.durations import Duration
-from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot, ProcessInfo, SnapshotEvent
+from gpuevents.events import GpuInfo, JobInfo, NodeInfo, NodeSnapshot, ProcessInfo, SnapshotEvent
 from gpuevents.yamlpos import Located, LocatedError, parse_yaml
 from rules.core.core import CoreInput, ForgetNode
 from rules.lang import calendars
@@ -44,6 +44,8 @@ class TestGpu(_Strict):
     lost: bool = False
     xid: int | None = Field(None, description="the last XID the GPU reported (kept across snapshots)")
     pids: list[int] = Field(default_factory=list)
+    sm_active_pct: float | None = None
+    tensor_active_pct: float | None = None
 
 
 class TestProcess(_Strict):
@@ -58,11 +60,32 @@ class TestProcess(_Strict):
     owner: str | None = None
     ppid: int | None = None
     service: str | None = None
+    job: str | None = None
     gpu_mem_mib: float | None = None
     gpu_util_pct: float | None = None
     container_id: str | None = None
     pod: str | None = None
     pod_uid: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class TestJob(_Strict):
+    """A scheduler job on the snapshot's node: the GPUs listed are allocated to it, the processes listed run in
+    it; its entity is `job/<scheduler>/<id>` (DESIGN §4)."""
+
+    id: str
+    scheduler: Literal["slurm", "kubernetes"] = "slurm"
+    user: str | None = None
+    name: str | None = None
+    account: str | None = None
+    partition: str | None = None
+    qos: str | None = None
+    namespace: str | None = None
+    controller: str | None = None
+    gpus: list[int] = Field(default_factory=list)
+    pids: list[int] = Field(default_factory=list)
+    age: Duration | None = None
+    time_limit: Duration | None = None
     labels: dict[str, str] = Field(default_factory=dict)
 
 
@@ -73,6 +96,7 @@ class TestSnapshot(_Strict):
     labels: dict[str, str] = Field(default_factory=dict)
     gpus: list[TestGpu] = Field(default_factory=list)
     processes: list[TestProcess] = Field(default_factory=list)
+    jobs: list[TestJob] = Field(default_factory=list)
     gone: bool = False
     cordoned: bool | None = None
     driver_version: str | None = None
@@ -99,6 +123,13 @@ class ExpectedAction(BaseModel):
         return dict(self.model_extra or {})
 
 
+class StagedExpectation(_Strict):
+    """One stage of staged actions (`after:`): when it ran and what it ran."""
+
+    at: Duration
+    actions: list[str | ExpectedAction]
+
+
 class Expectation(_Strict):
     rule: str
     entity: str
@@ -106,6 +137,7 @@ class Expectation(_Strict):
     resolves_at: Duration | None = None
     actions: list[str | ExpectedAction] | None = None
     resolve_actions: list[str | ExpectedAction] | None = None
+    staged: list[StagedExpectation] | None = None
     count: int | None = Field(None, ge=0)
     never: bool = False
 
@@ -182,10 +214,14 @@ def start_of(tf: TestFile, test: RuleTest) -> datetime:
 
 
 def snapshot_inputs(test: RuleTest, start: datetime, owners: dict[str, str],
-                    idle_util_pct: float = 5.0) -> list[tuple[datetime, CoreInput]]:
-    """The snapshots of a test as core inputs: defaults filled, idle derived, create times from `age`."""
+                    idle_util_pct: float = 5.0,
+                    thresholds: ThresholdsConfig | None = None) -> list[tuple[datetime, CoreInput]]:
+    """The snapshots of a test as core inputs: defaults filled, idle derived (by the GPU model's idle rule of
+    `thresholds`, else `util_pct < idle_util_pct`), create times from `age`."""
+    th = thresholds or ThresholdsConfig(idle_util_pct=idle_util_pct)
     out: list[tuple[datetime, CoreInput]] = []
     created: dict[tuple[str, int], datetime] = {}
+    job_started: dict[tuple[str, str], datetime] = {}
     for snap in sorted(test.snapshots, key=lambda s: s.at):
         at = start + timedelta(seconds=snap.at)
         if snap.gone:
@@ -193,10 +229,18 @@ def snapshot_inputs(test: RuleTest, start: datetime, owners: dict[str, str],
             continue
         gpus = []
         for g in snap.gpus:
-            idle = g.idle if g.idle is not None else g.util_pct < idle_util_pct
+            idle = g.idle if g.idle is not None else bool(
+                th.idle_rule(g.model).verdict(g.util_pct, g.sm_active_pct, g.power_w))
             fields = g.model_dump(exclude={"idle", "idle_for"})
             since = at - timedelta(seconds=g.idle_for) if (idle and g.idle_for is not None) else None
             gpus.append(GpuInfo(node=snap.node, idle=idle, idle_since=since, **fields))
+        job_of_pid = {pid: j.id for j in snap.jobs for pid in j.pids}
+        jobs = []
+        for j in snap.jobs:
+            started = at - timedelta(seconds=j.age) if j.age is not None else job_started.get((j.scheduler, j.id), at)
+            job_started[(j.scheduler, j.id)] = started
+            jobs.append(JobInfo(started_at=started, time_limit_s=j.time_limit,
+                                **j.model_dump(exclude={"age", "time_limit"})))
         procs = []
         for p in snap.processes:
             if p.create_time is not None:
@@ -207,11 +251,13 @@ def snapshot_inputs(test: RuleTest, start: datetime, owners: dict[str, str],
                 ct = created.get((snap.node, p.pid), at)
             created[(snap.node, p.pid)] = ct
             fields = p.model_dump(exclude={"age", "create_time", "owner"})
+            if fields.get("job") is None and p.pid in job_of_pid:
+                fields["job"] = job_of_pid[p.pid]
             owner = p.owner or (owners.get(p.user, p.user) if p.user else None)
             procs.append(ProcessInfo(node=snap.node, create_time=ct, owner=owner, **fields))
         node = NodeInfo(name=snap.node, cluster=snap.cluster, labels=snap.labels, gpu_count=len(gpus),
                         cordoned=snap.cordoned, driver_version=snap.driver_version)
         event = SnapshotEvent(source=f"node/{snap.node}", cluster=snap.cluster, time=at,
-                              data=NodeSnapshot(node=node, gpus=gpus, processes=procs))
+                              data=NodeSnapshot(node=node, gpus=gpus, processes=procs, jobs=jobs))
         out.append((at, event))
     return out

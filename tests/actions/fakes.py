@@ -28,16 +28,25 @@ class SlackUser:
 
 
 class FakeSlack:
-    """users.lookupByEmail, users.list (paged), conversations.open, chat.postMessage; with injected failures."""
+    """users.lookupByEmail, users.list (paged), conversations.open, chat.postMessage, chat.update,
+    apps.connections.open and the Socket Mode websocket (hello, envelopes, acks), response URLs; with injected
+    failures."""
 
     def __init__(self, users: list[SlackUser]) -> None:
         self.users = users
         self.posted: list[dict[str, Any]] = []
+        self.updated: list[dict[str, Any]] = []
+        self.responses: list[dict[str, Any]] = []  # what was posted to a response_url (ephemeral replies)
+        self.acks: list[str] = []  # Socket Mode envelope ids acknowledged
+        self.channel_members: dict[str, list[str]] = {}
         self.calls: list[str] = []
         self.inject: dict[str, list[Injected]] = defaultdict(list)
         self.tokens: set[str] = set()
+        self.sockets: list[web.WebSocketResponse] = []
         app = web.Application()
         app.router.add_route("*", "/api/{method}", self._dispatch)
+        app.router.add_get("/socket", self._socket)
+        app.router.add_post("/respond/{id}", self._respond)
         self.server = TestServer(app, host="127.0.0.1")
 
     async def start(self) -> None:
@@ -101,6 +110,47 @@ class FakeSlack:
         self.posted.append({"channel": args.get("channel"), "text": args.get("text"), "blocks": blocks,
                             "parse": args.get("parse")})
         return {"ok": True, "channel": args.get("channel"), "ts": f"{len(self.posted)}.000"}
+
+    def _chat_update(self, args: dict[str, Any]) -> dict[str, Any]:
+        blocks = args.get("blocks")
+        if isinstance(blocks, str):
+            blocks = json.loads(blocks)
+        self.updated.append({"channel": args.get("channel"), "ts": args.get("ts"), "text": args.get("text"),
+                             "blocks": blocks})
+        return {"ok": True, "channel": args.get("channel"), "ts": args.get("ts")}
+
+    def _conversations_members(self, args: dict[str, Any]) -> dict[str, Any]:
+        return {"ok": True, "members": self.channel_members.get(str(args.get("channel")), []),
+                "response_metadata": {"next_cursor": ""}}
+
+    def _apps_connections_open(self, args: dict[str, Any]) -> dict[str, Any]:
+        url = str(self.server.make_url("/socket")).replace("http://", "ws://")
+        return {"ok": True, "url": url}
+
+    async def _socket(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        await ws.send_json({"type": "hello", "num_connections": 1, "debug_info": {"host": "fake"}})
+        self.sockets.append(ws)
+        async for msg in ws:
+            if msg.type.name == "TEXT":
+                data = json.loads(msg.data)
+                if "envelope_id" in data:
+                    self.acks.append(data["envelope_id"])
+        return ws
+
+    async def send_interactive(self, envelope_id: str, payload: dict[str, Any]) -> None:
+        """Push an `interactive` envelope to the connected Socket Mode client, as Slack does on a click."""
+        await self.sockets[-1].send_json({"envelope_id": envelope_id, "type": "interactive", "payload": payload,
+                                          "accepts_response_payload": False, "retry_attempt": 0,
+                                          "retry_reason": ""})
+
+    def response_url(self, name: str = "1") -> str:
+        return str(self.server.make_url(f"/respond/{name}"))
+
+    async def _respond(self, request: web.Request) -> web.Response:
+        self.responses.append(await request.json())
+        return web.json_response({"ok": True})
 
     def dms_to(self, user_id: str) -> list[dict[str, Any]]:
         return [p for p in self.posted if p["channel"] == f"D{user_id}"]

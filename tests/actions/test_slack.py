@@ -203,3 +203,34 @@ def test_a_recipient_from_the_machine_must_be_a_person(owner: str) -> None:
 def test_a_person_from_the_machine_is_a_recipient(owner: str) -> None:
     tree, _ = compile_params({"to": "{{ gpu.owner }}", "text": "hi"}, "gpu", escape_for("slack"))
     assert render_params(tree, {"gpu": {"owner": owner}})["to"] == owner
+
+
+async def test_a_digest_has_each_items_keep_buttons_and_the_money_in_the_heading(slack: FakeSlack, token: str) -> None:
+    import asyncio
+
+    from actions.slack_clicks import SentMessage, sent_key
+
+    runner = runner_for(slack)
+    reqs = [make_request("slack", {"to": "alice@example.com", "text": f"GPU {i} idle", "digest": True,
+                                   "digest_window": 0.5, "buttons": {"keep": ["4h", "1d"]}},
+                         entity_id=f"n1/gpu{i}", facts={"cost": {"amount": 2.5, "currency": "USD"}})
+            for i in range(2)]
+    await asyncio.gather(*(runner.process(r) for r in reqs))
+    [dm] = slack.dms_to("U001")
+    assert "about 5.00 USD of idle GPU time so far" in dm["blocks"][0]["text"]["text"]
+    values = [b["elements"][0]["value"] for b in dm["blocks"] if b["type"] == "actions"]
+    assert sorted(values) == sorted(r.key for r in reqs)  # each item's buttons act on its own incident
+    kv = (await runner._ready())[0].kv
+    for r in reqs:
+        got = await kv.get(sent_key(r.key))
+        assert got is not None and SentMessage.model_validate_json(got.value).request.entity_id == r.entity_id
+
+
+def test_a_long_digest_stays_within_slacks_fifty_blocks() -> None:
+    from actions import slack_format as fmt
+
+    items = [fmt.MessageItem(text=f"GPU {i}", rule="r", entity_id=f"n/gpu{i}", buttons=[14400.0],
+                             request={"key": f"k{i}"}) for i in range(40)]
+    blocks = fmt.digest_blocks(items, 900)
+    assert len(blocks) <= fmt.MAX_BLOCKS
+    assert blocks[-1]["elements"][0]["text"].startswith("… and ")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 from actions import slack_format as fmt
 from tests.actions.conftest import T0
@@ -31,3 +32,14 @@ def test_digest_lists_every_item_and_stays_under_slacks_block_limit() -> None:
     blocks = fmt.digest_blocks(items, 900)
     assert len(blocks) <= fmt.MAX_BLOCKS
     assert "60 GPU incidents for you" in json.dumps(blocks[0]) and "and 37 more" in json.dumps(blocks[-1])
+
+
+def test_the_message_says_when_the_next_staged_action_runs() -> None:
+    from actions.slack_format import incident_blocks, make_item
+
+    at = datetime(2026, 12, 7, 11, 30, tzinfo=UTC)
+    item = make_item("GPU 0 idle", "idle-gpu-2h", "n1/gpu0", "default", "inc-1",
+                     {"incident": {"firing_since": "2026-12-07T11:00:00+00:00",
+                                   "next": {"type": "kill", "at": at.isoformat(), "in": "30m"}}})
+    text = str(incident_blocks(item))
+    assert f"*Next*\\nkill at <!date^{int(at.timestamp())}^" in text

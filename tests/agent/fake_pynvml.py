@@ -19,6 +19,7 @@ NVML_ERROR_TIMEOUT = 10
 NVML_ERROR_LIBRARY_NOT_FOUND = 12
 NVML_ERROR_FUNCTION_NOT_FOUND = 13
 NVML_ERROR_GPU_IS_LOST = 15
+NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25
 NVML_ERROR_UNKNOWN = 999
 
 NVML_TEMPERATURE_GPU = 0
@@ -28,6 +29,18 @@ NVML_DEVICE_MIG_DISABLE = 0
 NVML_DEVICE_MIG_ENABLE = 1
 nvmlEventTypeXidCriticalError = 0x8
 nvmlEventTypePState = 0x4
+NVML_CLOCK_SM = 1
+NVML_CLOCK_MEM = 2
+nvmlMemory_v2 = 0x02000028
+NVML_FI_DEV_MEMORY_TEMP = 82
+NVML_VALUE_TYPE_UNSIGNED_INT = 1
+NVML_GPM_METRICS_GET_VERSION = 1
+NVML_GPM_METRIC_GRAPHICS_UTIL = 1
+NVML_GPM_METRIC_SM_UTIL = 2
+NVML_GPM_METRIC_ANY_TENSOR_UTIL = 5
+NVML_GPM_METRIC_DRAM_BW_UTIL = 10
+NVML_GPM_METRIC_PCIE_TX_PER_SEC = 20
+NVML_GPM_METRIC_PCIE_RX_PER_SEC = 21
 
 MIB = 1024 * 1024
 
@@ -63,12 +76,52 @@ class FakeDevice:
     fail: dict[str, int] = field(default_factory=dict)
     mig: list[FakeDevice] | None = None
     events: int = nvmlEventTypeXidCriticalError | nvmlEventTypePState
+    sm_clock: int = 1980
+    mem_clock: int = 2619
+    mem_temp: int | None = 41  # None: the field value is not supported
+    energy_mj: int = 123_456_789
+    pcie_replays: int = 0
+    mem_util: int = 0
+    enc: int = 0
+    dec: int = 0
+    reserved_mib: int = 512
+    remapped: tuple[int, int, int, int] = (0, 0, 0, 0)  # correctable, uncorrectable, pending, failure
+    bus_id: str = "00000000:07:00.0"
+    gi_id: int | None = None  # a MIG instance's GPU instance id
+    #: GPM metric id -> value over the last interval; None: the GPU has no GPM
+    gpm: dict[int, float] | None = None
+
+
+@dataclass
+class FakeGpmSample:
+    """What `nvmlGpmSampleAlloc` hands out; a fill records whose values it holds."""
+
+    device: FakeDevice | None = None
+    values: dict[int, float] = field(default_factory=dict)
+    freed: bool = False
+
+
+class FakeGpmMetric:
+    def __init__(self) -> None:
+        self.metricId = 0
+        self.nvmlReturn = NVML_SUCCESS
+        self.value = 0.0
+
+
+class c_nvmlGpmMetricsGet_t:  # pynvml's name for the request
+    def __init__(self) -> None:
+        self.version = 0
+        self.numMetrics = 0
+        self.sample1: FakeGpmSample | None = None
+        self.sample2: FakeGpmSample | None = None
+        self.metrics = [FakeGpmMetric() for _ in range(16)]
 
 
 class FakeNvml:
     """Module-like: `FakeNvml(devices)` has the pynvml functions the sampler uses as methods."""
 
     NVMLError = NVMLError
+    c_nvmlGpmMetricsGet_t = c_nvmlGpmMetricsGet_t
 
     def __init__(self, devices: list[FakeDevice], *, driver: str = "550.54.15",
                  init_error: int | None = None) -> None:
@@ -78,9 +131,10 @@ class FakeNvml:
         self.calls: Counter[str] = Counter()
         self.util_timestamps: list[int] = []
         self.pending_xids: list[tuple[FakeDevice, int]] = []
+        self.gpm_samples: list[FakeGpmSample] = []
         self.initialised = False
         for k, v in globals().items():
-            if k.startswith(("NVML_", "nvmlEventType")):
+            if k.startswith(("NVML_", "nvmlEventType", "nvmlMemory_")):
                 setattr(self, k, v)
 
     def _dev(self, name: str, handle: FakeDevice) -> FakeDevice:
@@ -145,12 +199,101 @@ class FakeNvml:
     # ---------------------------------------------------------------- readings
     def nvmlDeviceGetUtilizationRates(self, handle: FakeDevice) -> Any:
         d = self._dev("nvmlDeviceGetUtilizationRates", handle)
-        return SimpleNamespace(gpu=d.util, memory=0)
+        return SimpleNamespace(gpu=d.util, memory=d.mem_util)
+
+    def nvmlDeviceGetClockInfo(self, handle: FakeDevice, type: int) -> int:
+        d = self._dev("nvmlDeviceGetClockInfo", handle)
+        return {NVML_CLOCK_SM: d.sm_clock, NVML_CLOCK_MEM: d.mem_clock}[type]
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: FakeDevice) -> int:
+        return self._dev("nvmlDeviceGetTotalEnergyConsumption", handle).energy_mj
+
+    def nvmlDeviceGetPcieReplayCounter(self, handle: FakeDevice) -> int:
+        return self._dev("nvmlDeviceGetPcieReplayCounter", handle).pcie_replays
+
+    def nvmlDeviceGetEncoderUtilization(self, handle: FakeDevice) -> list[int]:
+        return [self._dev("nvmlDeviceGetEncoderUtilization", handle).enc, 167_000]
+
+    def nvmlDeviceGetDecoderUtilization(self, handle: FakeDevice) -> list[int]:
+        return [self._dev("nvmlDeviceGetDecoderUtilization", handle).dec, 167_000]
+
+    def nvmlDeviceGetRemappedRows(self, handle: FakeDevice) -> tuple[int, int, int, int]:
+        return self._dev("nvmlDeviceGetRemappedRows", handle).remapped
+
+    def nvmlDeviceGetPciInfo(self, handle: FakeDevice) -> Any:
+        return SimpleNamespace(busId=self._dev("nvmlDeviceGetPciInfo", handle).bus_id.encode())
+
+    def nvmlDeviceGetGpuInstanceId(self, handle: FakeDevice) -> int:
+        d = self._dev("nvmlDeviceGetGpuInstanceId", handle)
+        if d.gi_id is None:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        return d.gi_id
+
+    def nvmlDeviceGetFieldValues(self, handle: FakeDevice, field_ids: list[int]) -> list[Any]:
+        d = self._dev("nvmlDeviceGetFieldValues", handle)
+        out = []
+        for fid in field_ids:
+            value = d.mem_temp if fid == NVML_FI_DEV_MEMORY_TEMP else None
+            out.append(SimpleNamespace(fieldId=fid, nvmlReturn=NVML_ERROR_NOT_SUPPORTED if value is None else 0,
+                                       valueType=NVML_VALUE_TYPE_UNSIGNED_INT,
+                                       value=SimpleNamespace(uiVal=value or 0)))
+        return out
+
+    # ---------------------------------------------------------------- GPM
+    def nvmlGpmQueryDeviceSupport(self, handle: FakeDevice) -> Any:
+        d = self._dev("nvmlGpmQueryDeviceSupport", handle)
+        return SimpleNamespace(version=1, isSupportedDevice=int(d.gpm is not None))
+
+    def nvmlGpmSampleAlloc(self) -> FakeGpmSample:
+        self.calls["nvmlGpmSampleAlloc"] += 1
+        sample = FakeGpmSample()
+        self.gpm_samples.append(sample)
+        return sample
+
+    def nvmlGpmSampleFree(self, sample: FakeGpmSample) -> None:
+        self.calls["nvmlGpmSampleFree"] += 1
+        sample.freed = True
+
+    def _fill(self, device: FakeDevice, sample: FakeGpmSample) -> FakeGpmSample:
+        if device.gpm is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        assert not sample.freed
+        sample.device, sample.values = device, dict(device.gpm)
+        return sample
+
+    def nvmlGpmSampleGet(self, handle: FakeDevice, sample: FakeGpmSample) -> FakeGpmSample:
+        return self._fill(self._dev("nvmlGpmSampleGet", handle), sample)
+
+    def nvmlGpmMigSampleGet(self, handle: FakeDevice, gpu_instance_id: int, sample: FakeGpmSample) -> FakeGpmSample:
+        d = self._dev("nvmlGpmMigSampleGet", handle)
+        found = [m for m in d.mig or [] if m.gi_id == gpu_instance_id]
+        if not found:
+            raise NVMLError(NVML_ERROR_NOT_FOUND)
+        return self._fill(found[0], sample)
+
+    def nvmlGpmMetricsGet(self, request: c_nvmlGpmMetricsGet_t) -> c_nvmlGpmMetricsGet_t:
+        self.calls["nvmlGpmMetricsGet"] += 1
+        s1, s2 = request.sample1, request.sample2
+        assert request.version == NVML_GPM_METRICS_GET_VERSION
+        if s1 is None or s2 is None or s1.device is None or s1.device is not s2.device or s1 is s2:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        for m in request.metrics[: request.numMetrics]:
+            if m.metricId in s2.values:
+                m.nvmlReturn, m.value = NVML_SUCCESS, s2.values[m.metricId]
+            else:
+                m.nvmlReturn, m.value = NVML_ERROR_NOT_SUPPORTED, 0.0
+        return request
 
     def nvmlDeviceGetMemoryInfo(self, handle: FakeDevice, version: Any = None) -> Any:
-        d = self._dev("nvmlDeviceGetMemoryInfo", handle)
-        return SimpleNamespace(total=d.mem_total_mib * MIB, used=d.mem_used_mib * MIB,
-                               free=(d.mem_total_mib - d.mem_used_mib) * MIB)
+        d = self._dev("nvmlDeviceGetMemoryInfo", handle)  # a failure of v1 is one of v2 too
+        if version is not None:
+            self._dev("nvmlDeviceGetMemoryInfo_v2", handle)
+        mem = SimpleNamespace(total=d.mem_total_mib * MIB, used=d.mem_used_mib * MIB,
+                              free=(d.mem_total_mib - d.mem_used_mib) * MIB)
+        if version is not None:
+            assert version == nvmlMemory_v2
+            mem.reserved = d.reserved_mib * MIB
+        return mem
 
     def nvmlDeviceGetTemperature(self, handle: FakeDevice, sensor: int) -> int:
         assert sensor == NVML_TEMPERATURE_GPU

@@ -102,7 +102,14 @@ POD_LIST = {
     "items": [{"metadata": {"name": "train-7", "namespace": "ml", "uid": POD_UID,
                             "labels": {"owner": "pod-owner@x.org"},
                             "annotations": {"gpuevents/owner": "@ann"}},
-               "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}}],
+               "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}},
+              {"metadata": {"name": "serve-1", "namespace": "infer", "uid": "9" * 8 + "-0000-4000-8000-" + "0" * 12},
+               "spec": {"nodeName": "n1"},
+               "status": {"phase": "Running",
+                          "initContainerStatuses": [{"name": "fetch-weights",
+                                                     "containerID": "containerd://" + "a" * 64}],
+                          "containerStatuses": [{"name": "triton", "containerID": "containerd://" + "b" * 64},
+                                                {"name": "sidecar"}]}}],
 }
 
 
@@ -133,9 +140,29 @@ async def test_pods_from_the_kubelet(kubelet: tuple[str, list[str]], tmp_path: P
     token.write_text("s3cret\n")
     pods = PodDirectory(KubeletConfig(url=url, token_file=token))
     async with aiohttp.ClientSession() as session:
-        assert await pods.refresh(session) == 1
+        assert await pods.refresh(session) == 2
     assert pods.get(POD_UID) == POD
     assert auth == ["Bearer s3cret"]
+    serve = pods.get("9" * 8 + "-0000-4000-8000-" + "0" * 12)
+    assert serve is not None and serve.containers == {"a" * 64: "fetch-weights", "b" * 64: "triton"}
+
+
+def test_the_container_s_name_comes_from_its_pod() -> None:
+    pod = PodMeta(uid=POD_UID, namespace="ml", name="t", containers={"c" * 64: "trainer"})
+    att = Attributor(AttributionConfig(), {}, {POD_UID: pod}.get)
+    raw = ProcessIdentity(pid=5, create_time=datetime(2026, 1, 1, tzinfo=UTC), user="alice", pod_uid=POD_UID,
+                          container_id="c" * 64)
+    other = ProcessIdentity(pid=6, create_time=datetime(2026, 1, 1, tzinfo=UTC), pod_uid=POD_UID,
+                            container_id="d" * 64)
+    done = att.complete({5: raw, 6: other})
+    assert (done[5].container, done[6].container) == ("trainer", None)
+
+
+def test_a_process_in_a_slurm_job_is_found_from_its_cgroup(tmp_path: Path) -> None:
+    me = os.getpid()
+    (tmp_path / str(me)).mkdir()
+    (tmp_path / str(me) / "cgroup").write_text("0::/system.slice/slurmstepd.scope/job_31337/step_0/user/task_0\n")
+    assert PsutilIdentifier(proc_root=tmp_path).identify([me])[me].job == "31337"
 
 
 async def test_kubelet_failure_keeps_the_known_pods(tmp_path: Path) -> None:

@@ -48,11 +48,20 @@ CASES = {
         CgroupInfo(CID, None)),
     "host process in a login session": ("0::/user.slice/user-1000.slice/session-3.scope\n", CgroupInfo()),
     "slurm step, v2": ("0::/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0\n",
-                       CgroupInfo(service="slurmstepd.scope")),
-    "slurm step, v1": ("4:memory:/slurm/uid_1000/job_4242/step_0/task_0\n", CgroupInfo(service="slurm")),
+                       CgroupInfo(service="slurmstepd.scope", job="4242")),
+    "slurm step, v1": ("4:memory:/slurm/uid_1000/job_4242/step_0/task_0\n", CgroupInfo(service="slurm", job="4242")),
+    "slurm step, v1 per node": ("4:memory:/slurm_gpu07/uid_0/job_17/step_batch/task_0\n",
+                                CgroupInfo(service="slurm", job="17")),
     "a systemd service": ("0::/system.slice/nvidia-dcgm.service\n", CgroupInfo(service="nvidia-dcgm.service")),
     "a service in a nested slice": ("0::/system.slice/ml.slice/inference@3.service\n",
                                     CgroupInfo(service="inference@3.service")),
+    "slurm step, cgroup v1, two lines": (
+        "12:memory:/slurm/uid_1000/job_77/step_batch/task_0\n4:devices:/slurm/uid_1000/job_77/step_batch\n",
+        CgroupInfo(service="slurm", job="77")),
+    "slurm on a node with its own slice name": (
+        "0::/system.slice/slurmstepd_node7.scope/job_12/step_0\n",
+        CgroupInfo(service="slurmstepd_node7.scope", job="12")),
+    "a directory named like a job outside slurm": ("0::/user.slice/job_5/x\n", CgroupInfo()),
     "empty": ("", CgroupInfo()),
 }
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import io
 import os
+import re
 import time
 from pathlib import Path
 from types import ModuleType
@@ -62,3 +63,45 @@ def test_a_lost_gpu_fails_the_check() -> None:
 def test_no_nvml_exits_2() -> None:
     rc, text = check(FakeNvml([], init_error=12))
     assert rc == 2 and "NVML did not initialise" in text
+
+
+def test_gpm_and_mig_devices_are_described_and_their_activity_printed() -> None:
+    hopper = {1: 70.0, 2: 50.0, 5: 25.0, 10: 20.0}
+    mig = [FakeDevice(uuid="MIG-a", name="NVIDIA H100 80GB HBM3 MIG 3g.40gb", gi_id=2, gpm=dict(hopper),
+                      fail={"nvmlDeviceGetUtilizationRates": NVML_ERROR_NOT_SUPPORTED})]
+    parent = FakeDevice(uuid="GPU-h", mig=mig, gpm=dict(hopper),
+                        fail={"nvmlDeviceGetUtilizationRates": NVML_ERROR_NOT_SUPPORTED})
+    nv = FakeNvml([parent, FakeDevice(uuid="GPU-a100")])
+    out = io.StringIO()
+    rc = script().run_check(nv, seconds=0.0, interval=0.0, out=out)  # one sample: GPM has nothing yet
+    text = out.getvalue()
+    assert rc == 0, text
+    assert "device 0: NVIDIA H100 80GB HBM3 GPU-h [MIG enabled]; GPM: yes" in text
+    assert "device 1: NVIDIA H100 80GB HBM3 GPU-a100; GPM: no" in text
+    assert "device 2: NVIDIA H100 80GB HBM3 MIG 3g.40gb MIG-a (MIG of GPU-h: GPU instance 2, profile 3g.40gb)" in text
+    nv2 = FakeNvml([FakeDevice(uuid="GPU-h", gpm=dict(hopper))])
+    out = io.StringIO()
+    rc = script().run_check(nv2, seconds=0.05, interval=0.01, out=out)
+    text = out.getvalue()
+    assert rc == 0, text
+    assert "sm_active_pct=50.0" in text and "tensor_active_pct=25.0" in text and "sm_clock_mhz=1980.0" in text
+    for call in ("nvmlGpmSampleGet", "nvmlGpmMetricsGet", "clock SM", "memory temperature"):
+        assert re.search(rf"^{re.escape(call)}\s+\d+\s+0\s", text, re.M), call  # each call's cost
+
+
+def test_gpm_not_supported_by_the_driver_is_listed_not_failed() -> None:
+    dev = FakeDevice(uuid="GPU-h", gpm={2: 1.0}, fail={"nvmlGpmSampleGet": NVML_ERROR_NOT_SUPPORTED,
+                                                     "nvmlDeviceGetRemappedRows": NVML_ERROR_NOT_SUPPORTED})
+    out = io.StringIO()
+    rc = script().run_check(FakeNvml([dev]), seconds=0.05, interval=0.01, out=out)
+    text = out.getvalue()
+    assert rc == 0, text
+    assert "gpu 0: nvmlGpmSampleGet" in text and "gpu 0: nvmlDeviceGetRemappedRows" in text
+    assert "sm_active_pct=null" in text
+
+
+def test_gpm_that_gives_nothing_fails_the_check() -> None:
+    dev = FakeDevice(uuid="GPU-h", gpm={})  # supported, yet every metric comes back without a value
+    out = io.StringIO()
+    rc = script().run_check(FakeNvml([dev]), seconds=0.05, interval=0.01, out=out)
+    assert rc == 1 and "GPM is supported but sample 2 has no activity metric" in out.getvalue()

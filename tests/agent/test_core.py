@@ -223,3 +223,69 @@ def test_idle_clocks_are_not_carried_when_the_file_is_old_or_the_gpu_is_busy(tmp
     after.carried_idle = {"GPU-a": T0 - timedelta(hours=1)}
     after.step(T0, reading([], utils=(90.0, 90.0)), {})
     assert after.idle_clocks() == {}
+
+
+H100_BY_SM = ThresholdsConfig.model_validate(
+    {"idle_by_model": [{"model": "*H100*", "signal": "sm_active", "below": 3, "power_below_w": 150}]})
+
+
+def test_a_model_s_own_signal_decides_idleness_with_the_same_hysteresis() -> None:
+    core = NodeCore(node="n1", cluster="c1", thresholds=H100_BY_SM, snapshot_interval_s=15)
+    # util says busy (a spinning kernel) but the SMs are idle and power is low: idle by sm_active
+    steps = [(98.0, 1.0, 120.0), (98.0, 90.0, 400.0), (98.0, 1.0, 120.0), (98.0, 80.0, 400.0),
+             (98.0, 85.0, 410.0), (98.0, 88.0, 420.0)]
+    seen = []
+    for i, (u, sm, p) in enumerate(steps):
+        r = gpu(u, model="NVIDIA H100 80GB HBM3", sm_active_pct=sm, power_w=p)
+        seen += [(i, e.type) for e in core.step(T0 + timedelta(seconds=i), NodeReading(gpus=(r,)), {})
+                 if e.type.startswith("gpu.")]
+    assert seen == [(0, "gpu.idle"), (5, "gpu.active")]  # one blip did not end it; three busy samples did
+
+
+def test_power_as_second_signal_keeps_a_low_util_gpu_busy() -> None:
+    core = NodeCore(node="n1", cluster="c1", thresholds=H100_BY_SM, snapshot_interval_s=15)
+    r = gpu(0.0, model="NVIDIA H100 80GB HBM3", sm_active_pct=0.5, power_w=300.0)  # loading weights
+    core.step(T0, NodeReading(gpus=(r,)), {})
+    assert not core.gpu_states[0].idle
+
+
+def test_other_models_keep_the_utilization_threshold() -> None:
+    core = NodeCore(node="n1", cluster="c1", thresholds=H100_BY_SM, snapshot_interval_s=15)
+    r = gpu(2.0, model="NVIDIA A100-SXM4-80GB", sm_active_pct=None, power_w=300.0)
+    core.step(T0, NodeReading(gpus=(r,)), {})
+    assert core.gpu_states[0].idle
+
+
+def test_without_the_signal_s_reading_idleness_stays_as_it_was() -> None:
+    core = NodeCore(node="n1", cluster="c1", thresholds=H100_BY_SM, snapshot_interval_s=15)
+    core.step(T0, NodeReading(gpus=(gpu(0.0, model="H100", sm_active_pct=0.0, power_w=80.0),)), {})
+    for i in range(1, 5):  # GPM read failed: no evidence, so no gpu.active
+        core.step(T0 + timedelta(seconds=i), NodeReading(gpus=(gpu(99.0, model="H100", power_w=400.0),)), {})
+    assert core.gpu_states[0].idle and core.gpu_states[0].idle_since == T0
+
+
+def test_gpm_activity_reaches_the_snapshot_and_the_last_xid_is_kept() -> None:
+    core = NodeCore(node="n1", cluster="c1", thresholds=TH, snapshot_interval_s=15)
+    r = gpu(60.0, sm_active_pct=42.5, tensor_active_pct=20.0)
+    events = core.step(T0, NodeReading(gpus=(r,), xids=(XidReading(gpu=0, xid=79),)), {})
+    snap = next(e for e in events if isinstance(e, SnapshotEvent))
+    g = decode_event(encode_event(snap)).data.gpus[0]  # type: ignore[union-attr]
+    assert (g.sm_active_pct, g.tensor_active_pct) == (42.5, 20.0)
+    assert core.last_xid == {0: 79}
+
+
+def test_the_hpc_job_mapping_allocates_gpus_and_lists_the_jobs_with_their_processes() -> None:
+    c = core()
+    c.job_gpus = {"0": ["4242"], "7": ["999"]}  # GPU 7 is not on this node: ignored
+    ident_in_job = ProcessIdentity(pid=100, create_time=T0 - timedelta(hours=1), user="erin", job="4242")
+    events = c.step(T0, reading([ProcReading(pid=100, gpu=0, mem_mib=100.0, sm_util_pct=0.0)]), {100: ident_in_job})
+    snap = next(e for e in events if isinstance(e, SnapshotEvent)).data
+    by_index = {g.index: g for g in snap.gpus}
+    assert (by_index[0].allocated, by_index[0].job) == (True, "4242")
+    assert (by_index[1].allocated, by_index[1].job) == (False, None)
+    [job] = snap.jobs
+    assert (job.id, job.user, job.gpus, job.pids) == ("4242", "erin", [0], [100])
+    c.job_gpus = None
+    events = c.step(T0 + timedelta(seconds=15), reading([]), {})
+    snap = next(e for e in events if isinstance(e, SnapshotEvent)).data
+    assert snap.jobs == [] and all(g.allocated is None for g in snap.gpus)

@@ -13,6 +13,7 @@ from agent.sample import ProcessIdentity
 from gpuevents.config import Config
 from gpuevents.events import GpuEvent
 from tests.agent.fake_pynvml import (
+    NVML_ERROR_FUNCTION_NOT_FOUND,
     NVML_ERROR_GPU_IS_LOST,
     NVML_ERROR_NO_PERMISSION,
     NVML_ERROR_NOT_SUPPORTED,
@@ -170,3 +171,50 @@ def test_close_shuts_nvml_down() -> None:
     s, nv = sampler([FakeDevice()])
     s.close()
     assert nv.calls["nvmlShutdown"] == 1 and nv.calls["nvmlEventSetFree"] == 1
+
+
+def test_reads_dcgm_exporter_s_default_counters() -> None:
+    dev = FakeDevice(sm_clock=1755, mem_clock=2619, mem_temp=47, energy_mj=987_654_321, pcie_replays=3,
+                     mem_util=37, enc=12, dec=8, reserved_mib=569, remapped=(2, 1, 0, 1), bus_id="00000000:1A:00.0")
+    s, _ = sampler([dev])
+    g = s.sample(NOW).gpus[0]
+    assert (g.sm_clock_mhz, g.mem_clock_mhz, g.mem_temp_c, g.energy_mj, g.pcie_replays) == (
+        1755.0, 2619.0, 47.0, 987_654_321, 3)
+    assert (g.mem_copy_util_pct, g.enc_util_pct, g.dec_util_pct, g.mem_reserved_mib) == (37.0, 12.0, 8.0, 569.0)
+    assert (g.remapped_rows_correctable, g.remapped_rows_uncorrectable, g.row_remap_failure) == (2, 1, True)
+    assert g.pci_bus_id == "00000000:1A:00.0" and g.xid_watched
+
+
+def test_a_counter_the_gpu_lacks_is_null_and_not_asked_again() -> None:
+    dev = FakeDevice(mem_temp=None, fail={"nvmlDeviceGetRemappedRows": NVML_ERROR_NOT_SUPPORTED,
+                                          "nvmlDeviceGetClockInfo": NVML_ERROR_NOT_SUPPORTED})
+    s, nv = sampler([dev])
+    for _ in range(12):
+        g = s.sample(NOW).gpus[0]
+    assert g.mem_temp_c is None and g.remapped_rows_correctable is None and g.row_remap_failure is None
+    assert g.sm_clock_mhz is None and g.mem_clock_mhz is None
+    assert nv.calls["nvmlDeviceGetFieldValues"] == 1 and nv.calls["nvmlDeviceGetRemappedRows"] == 1
+    assert nv.calls["nvmlDeviceGetClockInfo"] == 2  # SM and MEM each asked once
+    assert s.errors == []
+
+
+def test_rarely_moving_counters_are_read_every_tenth_sample() -> None:
+    dev = FakeDevice(pcie_replays=1)
+    s, nv = sampler([dev])
+    s.sample(NOW)
+    dev.pcie_replays = 5
+    assert [s.sample(NOW).gpus[0].pcie_replays for _ in range(10)] == [1] * 9 + [5]
+    assert nv.calls["nvmlDeviceGetPcieReplayCounter"] == 2
+
+
+def test_memory_info_falls_back_to_v1_where_the_driver_lacks_v2() -> None:
+    no_v2 = {"nvmlDeviceGetMemoryInfo_v2": NVML_ERROR_FUNCTION_NOT_FOUND}
+    s, _ = sampler([FakeDevice(mem_used_mib=100, fail=no_v2)])
+    s.sample(NOW)
+    g = s.sample(NOW).gpus[0]
+    assert g.mem_used_mib == 100.0 and g.mem_reserved_mib is None and s.errors == []
+
+
+def test_xids_are_not_watched_where_events_are_unsupported() -> None:
+    s, _ = sampler([FakeDevice(events=0)])
+    assert not s.sample(NOW).gpus[0].xid_watched

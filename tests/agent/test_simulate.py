@@ -52,7 +52,8 @@ def test_every_shipped_scenario_loads_and_samples() -> None:
     for name in shipped_scenarios():
         node = SimulatedNode(load_scenario(name), node="n1", gpus=8, seed=1, start=T0)
         r = node.sample(T0)
-        assert len(r.gpus) == 8
+        assert len(r.gpus) == 8 + len(node.instances)
+        assert [g.index for g in r.gpus] == list(range(len(r.gpus)))
         ids = node.identify([p.pid for p in r.procs])
         assert set(ids) == {p.pid for p in r.procs}
         assert all(i.create_time <= T0 and i.user for i in ids.values())
@@ -136,3 +137,65 @@ def test_node_agent_uses_the_simulation_as_process_control() -> None:
     node = SimulatedNode(load_scenario("steady"), node="n1", gpus=1, seed=1, start=T0)
     agent = NodeAgent(Config(), node)
     assert agent.kill.control is node
+
+
+def test_an_idle_gpu_clocks_down_and_draws_less_while_energy_keeps_counting() -> None:
+    node = SimulatedNode(load_scenario("hopper-mig"), node="n1", gpus=8, seed=1, start=T0)
+    first = {g.index: g for g in node.sample(T0).gpus}
+    later = {g.index: g for g in node.sample(T0 + timedelta(seconds=10)).gpus}
+    plain = [g for g in later.values() if g.index < 8 and g.util_pct is not None]
+    idle = [g for g in plain if g.util_pct == 0]
+    busy = [g for g in plain if (g.util_pct or 0) > 50]
+    assert idle and busy
+    assert max(g.sm_clock_mhz or 0 for g in idle) < min(g.sm_clock_mhz or 0 for g in busy)
+    assert max(g.power_w or 0 for g in idle) < min(g.power_w or 0 for g in busy)
+    for i in range(8):  # mJ: about the power over the 10 s between the samples
+        gained = (later[i].energy_mj or 0) - (first[i].energy_mj or 0)
+        assert abs(gained - (later[i].power_w or 0) * 10_000) <= 0.5 * (later[i].power_w or 0) * 10_000
+
+
+def test_hopper_has_gpm_activity_and_an_ampere_has_none() -> None:
+    hopper = SimulatedNode(load_scenario("hopper-mig"), node="n1", gpus=8, seed=1, start=T0).sample(T0)
+    assert all(g.sm_active_pct is not None and g.tensor_active_pct is not None for g in hopper.gpus)
+    spinner = [g for g in hopper.gpus if (g.util_pct or 0) > 90 and (g.sm_active_pct or 0) < 5]
+    assert spinner  # near-100% utilization, SMs idle: the job kind only GPM tells apart
+    ampere = Scenario.model_validate({**load_scenario("mixed").model_dump(),
+                                      "gpu": {"name": "NVIDIA A100-SXM4-80GB"}})
+    r = SimulatedNode(ampere, node="n1", gpus=8, seed=1, start=T0).sample(T0)
+    assert all(g.sm_active_pct is None and g.gr_engine_active_pct is None for g in r.gpus)
+
+
+def test_mig_instances_are_numbered_after_the_gpus_and_sum_to_their_gpu() -> None:
+    node = SimulatedNode(load_scenario("hopper-mig"), node="n1", gpus=8, seed=1, start=T0)
+    r = node.sample(T0)
+    parent = r.gpus[6]
+    mine = [g for g in r.gpus if g.mig_parent == parent.uuid]
+    assert [(g.index, g.mig_gi_id, g.mig_profile) for g in mine] == [
+        (8, 1, "3g.40gb"), (9, 2, "2g.20gb"), (10, 3, "1g.10gb"), (11, 4, "1g.10gb")]
+    assert parent.util_pct is None and all(g.util_pct is not None for g in mine)  # NVML has none for it
+    assert parent.mem_used_mib == round(sum(g.mem_used_mib or 0 for g in mine), 1)
+    weights = {"3g.40gb": 3, "2g.20gb": 2, "1g.10gb": 1}
+    expected = sum((g.sm_active_pct or 0) * weights[g.mig_profile or ""] / 7 for g in mine)
+    assert abs((parent.sm_active_pct or 0) - expected) < 0.2
+    assert all(g.power_w is None and g.temp_c is None for g in mine)
+    procs_on = {p.gpu for p in r.procs}
+    assert 6 not in procs_on and 7 not in procs_on  # processes run in the instances
+
+
+def test_pods_have_containers_and_slurm_jobs_come_from_the_scenario() -> None:
+    node = SimulatedNode(load_scenario("hopper-mig"), node="n1", gpus=8, seed=1, start=T0)
+    r = node.sample(T0)
+    ids = node.identify([p.pid for p in r.procs])
+    assert ids and all(i.pod and i.container and i.job for i in ids.values())
+    plain = SimulatedNode(load_scenario("steady"), node="n1", gpus=8, seed=1, start=T0)
+    ids = plain.identify([p.pid for p in plain.sample(T0).procs])
+    assert all(i.container is None and i.job is None for i in ids.values())
+
+
+def test_a_bad_mig_layout_says_what_is_wrong(tmp_path: Path) -> None:
+    f = tmp_path / "s.yaml"
+    f.write_text("name: x\npinned: [{gpu: 0, kind: idle_holder}]\ngpu:\n  mig:\n    gpus: [0]\n"
+                 "    profiles: [4g.40gb, 4g.40gb]\n")
+    with pytest.raises(LocatedError) as e:
+        load_scenario(f)
+    assert "need more than the 7 compute slices" in str(e.value.problems[0])

@@ -11,12 +11,14 @@ from gpuevents.events import (
     GpuEvent,
     GpuInfo,
     GpuXidEvent,
+    JobInfo,
     NodeInfo,
     NodeSnapshot,
     ProcessEvent,
     ProcessInfo,
     SnapshotEvent,
 )
+from rules.core.state.jobs import Jobs
 from rules.core.state.node import Change, Entity, NodeState
 from rules.core.state.rebuild import rebuild, snapshot_sig
 from rules.lang.views import EvalClock
@@ -33,7 +35,9 @@ class FleetState:
         self.cluster = cluster
         self.owners = dict(owners or {})
         self.nodes: dict[str, NodeState] = {}
-        self.by_kind: dict[str, dict[str, Entity]] = {"node": {}, "gpu": {}, "process": {}}
+        self.by_kind: dict[str, dict[str, Entity]] = {"node": {}, "gpu": {}, "process": {}, "job": {}}
+        self.jobs = Jobs(clock, self.owners)
+        self.node_jobs: dict[str, list[JobInfo]] = {}  # node key -> the jobs its last snapshot listed
         self._announced: dict[str, float] = {}  # snapshot intervals agents announced before their first snapshot
 
     def node_key(self, cluster: str, name: str) -> str:
@@ -62,7 +66,9 @@ class FleetState:
             ns.info = snap.node
             ns.stopping = False
             old_gpus = ns.gpu_infos
-            ns.gpu_infos = {g.index: self._idle_since(g, old_gpus.get(g.index), event.time) for g in snap.gpus}
+            allocation = _allocation(snap)
+            ns.gpu_infos = {g.index: self._idle_since(_allocated(g, allocation), old_gpus.get(g.index), event.time)
+                            for g in snap.gpus}
             if ns.xids or any(g.xid is not None for g in snap.gpus):
                 self._keep_xids(ns, event.time)
             old_procs = ns.proc_infos
@@ -73,7 +79,11 @@ class FleetState:
             change = self.rebuild(ns)
             ns.snap_sig = sig
             ns.snapshot = snap
-            return change
+            if snap.jobs:
+                self.node_jobs[key] = list(snap.jobs)
+            else:
+                self.node_jobs.pop(key, None)
+            return self._with_jobs(ns, change)
         elif ns is None:
             # A node is known from its first snapshot on (DESIGN §3.3): what a threshold or lifecycle event says
             # of a node not seen yet (a restarted engine's, say) changes nothing; its next snapshot says it all.
@@ -107,7 +117,15 @@ class FleetState:
         else:  # pragma: no cover - the Event union is closed
             return None
         self._seen(ns, now)
-        return self.rebuild(ns)
+        return self._with_jobs(ns, self.rebuild(ns))
+
+    def _with_jobs(self, ns: NodeState, change: Change) -> Change:
+        """The node's change, with the jobs it holds (or held) rebuilt: their GPUs are the node's."""
+        jobs = self.node_jobs.get(ns.key, [])
+        if not jobs and ns.key not in self.jobs.of_node:
+            return change
+        changed, gone = self.jobs.update_node(ns, jobs, self.nodes, self.by_kind)
+        return Change(change.node_key, [*change.changed, *changed], [*change.gone, *gone], change.deltas)
 
     @staticmethod
     def _keep_xids(ns: NodeState, t: datetime) -> None:
@@ -185,7 +203,9 @@ class FleetState:
             return []
         for e in ns.entities.values():
             self.by_kind[e.kind].pop(e.key, None)
-        return list(ns.entities.values())
+        self.node_jobs.pop(key, None)
+        _, jobs_gone = self.jobs.remove_node(key, self.nodes, self.by_kind)
+        return [*ns.entities.values(), *jobs_gone]
 
     def online(self, ent: Entity) -> bool:
         """Whether `ent`'s node is known and online."""
@@ -197,3 +217,18 @@ class FleetState:
         ns.offline_since = None if online else (ns.offline_since or now)
         if ns.node_entity is not None:
             ns.node_entity.view.online = online and not ns.stopping
+
+
+def _allocation(snap: NodeSnapshot) -> dict[int, str] | None:
+    """GPU index -> the job it is allocated to, from the snapshot's jobs; None when it lists no jobs."""
+    if not snap.jobs:
+        return None
+    return {i: j.id for j in snap.jobs for i in j.gpus}
+
+
+def _allocated(g: GpuInfo, allocation: dict[int, str] | None) -> GpuInfo:
+    """`allocated`/`job` as the jobs say, where the agent did not say itself."""
+    if allocation is None or g.allocated is not None:
+        return g
+    job = allocation.get(g.index)
+    return g.model_copy(update={"allocated": job is not None, "job": job})

@@ -49,6 +49,7 @@ def snapshot_sig(snap: NodeSnapshot) -> tuple[Any, ...]:
     """A snapshot's inputs, times aside: equal signatures build equal views."""
     return (
         _node_fields(snap.node), tuple(map(_gpu_raw, snap.gpus)), tuple(map(_process_fields, snap.processes)),
+        tuple(snap.jobs),
     )
 
 

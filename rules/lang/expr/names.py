@@ -28,6 +28,7 @@ ENTITY_NAMES: dict[str, frozenset[str]] = {
     "gpu": frozenset({"gpu", "node", "entity"}),
     "process": frozenset({"process", "node", "gpus", "entity"}),
     "node": frozenset({"node", "gpus", "entity"}),
+    "job": frozenset({"job", "gpus", "entity"}),
 }
 HELPERS = frozenset({"duration", "is_weekend", "is_workday", "is_holiday", "in_window", "range"})
 TIME_HELPERS = frozenset({"is_weekend", "is_workday", "is_holiday", "in_window"})

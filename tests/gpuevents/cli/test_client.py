@@ -58,6 +58,14 @@ async def test_status_snooze_audit_and_backtest(engine_config: Config, bus: Bus,
         code, out = await gpuevents("snooze", "no-such-rule", "n1/gpu0", "--for", "4h", "-c", str(cfg_file))
         assert code == 1 and "no rule named" in out
 
+        # `keep` (the owner's button, from a terminal) is bounded by the rule's snooze_max (24h by default)
+        code, out = await gpuevents("keep", "idle-gpu-1h", "n1/gpu0", "3d", "-c", str(cfg_file))
+        assert code == 0, out
+        kept = engine.core.snoozes[("idle-gpu-1h", "n1/gpu0")]
+        assert (kept.until - clock.now()).total_seconds() <= 24 * 3600
+        assert (kept.until - clock.now()).total_seconds() > 23 * 3600
+        assert f"until {kept.until:%Y-%m-%d %H:%M:%S} UTC" in out
+
     code, out = await gpuevents("audit", "--rule", "idle-gpu-1h", "--since", "1h", "--json", "-c", str(cfg_file))
     assert code == 0, out
     kinds = [orjson.loads(line)["kind"] for line in out.splitlines() if line.startswith("{")]

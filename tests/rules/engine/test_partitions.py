@@ -129,7 +129,7 @@ async def test_publishing_and_consuming_go_on_when_a_nats_server_dies(
         await wait_for(lambda: sorted(i.node for e in r.engines if e.core is not None and e.leader.is_set()
                                       for i in e.core.open_incidents()) == sorted(
                            ["before", *(f"after-{i}" for i in range(10))]),
-                       timeout=60, what="every node's incident open after a server died")
+                       timeout=120, what="every node's incident open after a server died")
 
 
 async def test_a_replica_with_the_default_holder_name_announces_itself(engine_config: Config, bus: Bus) -> None:

@@ -220,3 +220,19 @@ def test_an_actions_nature_is_what_its_class_declares_plugins_included(tmp_path:
     assert [(a.type, a.destructive, a.unit) for a in rule.actions] == [
         ("cordon", True, "node"), ("kill", True, "entity"), ("log", False, "entity"), ("drain-test", True, "node")]
     assert [(a.type, a.destructive, a.unit) for a in rule.on_resolve] == [("uncordon", False, "node")]
+
+
+def test_an_upgrade_does_not_change_the_hash_of_a_rule_that_uses_no_new_field(tmp_path: Path) -> None:
+    # Open incidents carry their rule's hash; a changed hash closes them as rule_changed on reload. `after`
+    # (staged actions) and `snooze_max` came later: at their defaults they must not move the hash. The values
+    # are what the engine computed for this rule before those fields existed.
+    (tmp_path / "r.yaml").write_text("""\
+rules:
+  - name: pinned
+    entity: gpu
+    when: gpu.idle and gpu.processes
+    for: 2h
+    actions: [{type: log, message: "idle {{ gpu.index }}"}]
+""")
+    r = load_rule_set([tmp_path / "r.yaml"]).rules[0]
+    assert (r.hash, r.legacy_hash) == ("0b2784384b3161a0", "f7c1db259e10c7f8")

@@ -177,3 +177,93 @@ def test_check_cli_accepts_good_rules(tmp_path: Path) -> None:
     (tmp_path / "r.yaml").write_text(RULES)
     result = runner.invoke(app, ["check", str(tmp_path / "r.yaml")])
     assert result.exit_code == 0 and "ok: 1 rule(s) in 1 file(s)" in result.output
+
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def test_staged_actions_run_after_firing_unless_resolved_and_across_a_restart() -> None:
+    result = run_test_file(DATA / "staged.test.yaml")
+    assert result.problems == [] and [t.failures for t in result.tests] == [[], [], []]
+
+
+def test_a_staged_expectation_that_does_not_hold_says_when_the_stage_ran(tmp_path: Path) -> None:
+    (tmp_path / "staged.yaml").write_text((DATA / "staged.yaml").read_text())
+    (tmp_path / "t.test.yaml").write_text("""\
+rule_files: [staged.yaml]
+owners: {alice: alice@example.com}
+tests:
+  - name: wrong time
+    snapshots:
+      - {at: 0s, node: n1, gpus: [{index: 0}], processes: [{pid: 7, user: alice, gpus: [0], age: 1h}]}
+    expect:
+      - rule: idle-staged
+        entity: n1/gpu0
+        staged: [{at: 3h, actions: [kill]}]
+""")
+    [test] = run_test_file(tmp_path / "t.test.yaml").tests
+    [failure] = test.failures
+    assert "expected a stage at +3h (within one tick); actual: +2h30m" in failure
+    assert "expected actions run at the stage at +3h: ['kill']; actual: ['kill', 'slack']" in failure
+
+
+def test_after_on_an_on_resolve_action_is_a_load_error(tmp_path: Path) -> None:
+    (tmp_path / "r.yaml").write_text("""\
+rules:
+  - name: r
+    entity: gpu
+    when: gpu.idle
+    actions: [{type: log, message: x}]
+    on_resolve: [{type: log, message: y, after: 5m}]
+""")
+    _, problems = check_paths([tmp_path / "r.yaml"])
+    assert any("on_resolve[0].after" in str(p) and "r.yaml:6" in str(p) for p in problems)
+
+
+PER_MODEL = """\
+rule_files: [rules/idle.yaml]
+config:
+  agent:
+    thresholds:
+      idle_by_model:
+        - {model: "*H100*", signal: sm_active, below: 3, power_below_w: 150}
+tests:
+  - name: a spinning H100 is idle by its SM activity; an A100 by its utilization
+    snapshots:
+      - at: 0s
+        node: n1
+        gpus:
+          - {index: 0, model: NVIDIA H100 80GB HBM3, util_pct: 99, sm_active_pct: 1, power_w: 120}
+          - {index: 1, model: NVIDIA H100 80GB HBM3, util_pct: 99, sm_active_pct: 1, power_w: 400}
+          - {index: 2, model: NVIDIA A100-SXM4-80GB, util_pct: 99, sm_active_pct: 1, power_w: 120}
+          - {index: 3, model: NVIDIA A100-SXM4-80GB, util_pct: 2}
+        processes:
+          - {pid: 1, user: alice, gpus: [0], age: 3h}
+          - {pid: 2, user: bob, gpus: [1], age: 3h}
+          - {pid: 3, user: carol, gpus: [2], age: 3h}
+          - {pid: 4, user: dave, gpus: [3], age: 3h}
+      - at: 3h
+        node: n1
+        gpus:
+          - {index: 0, model: NVIDIA H100 80GB HBM3, util_pct: 99, sm_active_pct: 1, power_w: 120}
+          - {index: 1, model: NVIDIA H100 80GB HBM3, util_pct: 99, sm_active_pct: 1, power_w: 400}
+          - {index: 2, model: NVIDIA A100-SXM4-80GB, util_pct: 99, sm_active_pct: 1, power_w: 120}
+          - {index: 3, model: NVIDIA A100-SXM4-80GB, util_pct: 2}
+        processes:
+          - {pid: 1, user: alice, gpus: [0], age: 6h}
+          - {pid: 2, user: bob, gpus: [1], age: 6h}
+          - {pid: 3, user: carol, gpus: [2], age: 6h}
+          - {pid: 4, user: dave, gpus: [3], age: 6h}
+    expect:
+      - {rule: idle-gpu-2h, entity: n1/gpu0, fires_at: 2h}
+      - {rule: idle-gpu-2h, entity: n1/gpu1, never: true}
+      - {rule: idle-gpu-2h, entity: n1/gpu2, never: true}
+      - {rule: idle-gpu-2h, entity: n1/gpu3, fires_at: 2h}
+"""
+
+
+def test_rule_tests_derive_idle_by_the_gpu_model_s_signal(suite: Path) -> None:
+    (suite / "model.test.yaml").write_text(PER_MODEL)
+    outcome = run_test_file(suite / "model.test.yaml")
+    assert outcome.problems == []
+    assert [t.failures for t in outcome.tests] == [[]]

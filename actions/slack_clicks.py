@@ -1,0 +1,204 @@
+"""What a click on a gpuevents Slack message does (DESIGN §5.1), whatever brought it (Socket Mode or HTTP).
+
+The `slack` action stores each message it sent with buttons (`SentMessage`, in KV under its request key); a
+button's value is that key. A click is handled once (a KV create on the click's own id: Slack retries and a
+second connection deliver it again), only from the message's recipient or `actions.slack.admins` (anyone else
+gets an ephemeral refusal), then:
+
+- `keep_<seconds>`: a snooze of this entity for this rule, sent to the acting engine, which bounds it by the
+  rule's `snooze_max`; the staged actions not yet run are cancelled with the incident;
+- `release`: a `kill` request through GPUEVENTS_ACT, with the original request's facts, so the runner and the
+  agent make the same checks (identity, protection, audit) as for a rule's kill;
+- `not_mine`: the message is posted to `actions.slack.escalation_channel`.
+
+The message is then updated in place to say what was done and by whom, and the click is audited.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+import orjson
+from pydantic import BaseModel, Field
+
+from actions.approvals import APPROVE, DENY, Approval, approval_key, decide, question
+from actions.store import KeyValue, kv_key
+from gpuevents import subjects as S
+from gpuevents.bus import Bus, BusError, KvExists
+from gpuevents.clock import Clock
+from gpuevents.config import Config
+from gpuevents.durations import format_duration
+from gpuevents.records import ActionRequest, AuditRecord
+
+log = logging.getLogger(__name__)
+
+KEEP_PREFIX = "gpuevents_keep_"
+RELEASE = "gpuevents_release"
+NOT_MINE = "gpuevents_not_mine"
+
+
+class SentMessage(BaseModel):
+    """A message with buttons as it was sent: who it was for, where it is, and the request it came from."""
+
+    request: ActionRequest
+    channel: str
+    ts: str
+    recipient: str | None = None
+    """The Slack user id it was sent to (a DM), who may click; None for a channel post (admins only)."""
+    blocks: list[dict[str, Any]] = Field(default_factory=list)
+    text: str = ""
+
+
+def sent_key(request_key: str) -> str:
+    return kv_key("actions", "slack", "sent", request_key)
+
+
+async def remember(kv: KeyValue, sent: SentMessage) -> None:
+    await kv.put(sent_key(sent.request.key), sent.model_dump_json().encode())
+
+
+class ClickResult(BaseModel):
+    done: bool
+    message: str
+    duplicate: bool = False
+
+
+SlackCall = Callable[..., Awaitable[Any]]
+
+
+class ClickHandler:
+    """Turns a `block_actions` payload into what its button means. `post`/`update`/`ephemeral` are the Slack
+    calls (chat.postMessage, chat.update, the payload's response_url), injected by the transport."""
+
+    def __init__(self, config: Config, bus: Bus, kv: KeyValue, clock: Clock, *, post: SlackCall, update: SlackCall,
+                 ephemeral: SlackCall, member: SlackCall | None = None) -> None:
+        self.config = config
+        self.bus = bus
+        self.kv = kv
+        self.clock = clock
+        self.post = post
+        self.update = update
+        self.ephemeral = ephemeral
+        self.member = member or _nobody
+
+    async def handle(self, payload: dict[str, Any]) -> ClickResult:
+        actions = payload.get("actions") or []
+        if payload.get("type") != "block_actions" or not actions:
+            return ClickResult(done=False, message="not a button click")
+        action = actions[0]
+        action_id = str(action.get("action_id", ""))
+        clicker = str((payload.get("user") or {}).get("id", ""))
+        click_id = f"{action.get('action_ts', '')}|{action_id}|{clicker}"
+        try:
+            await self.kv.create(kv_key("actions", "slack", "click", click_id), b"1")
+        except KvExists:
+            return ClickResult(done=False, message="already handled", duplicate=True)
+        if action_id in (APPROVE, DENY):
+            return await self._answer(payload, str(action.get("value", "")), action_id == APPROVE, clicker)
+        got = await self.kv.get(sent_key(str(action.get("value", ""))))
+        if got is None:
+            await self.ephemeral(payload, "This message is no longer tracked by gpuevents.")
+            return ClickResult(done=False, message="unknown message")
+        sent = SentMessage.model_validate_json(got.value)
+        admins = set(self.config.actions.slack.admins)
+        if clicker != sent.recipient and clicker not in admins:
+            who = f"<@{sent.recipient}>" if sent.recipient else "an admin"
+            await self.ephemeral(payload, f"Only {who} (or an admin) can answer this message.")
+            await self._audit(sent, f"{action_id} refused: clicked by {clicker}, not the recipient")
+            return ClickResult(done=False, message="not the recipient")
+        if action_id.startswith(KEEP_PREFIX):
+            said = await self._keep(sent, clicker, float(action_id[len(KEEP_PREFIX):]))
+        elif action_id == RELEASE:
+            said = await self._release(sent, clicker)
+        elif action_id == NOT_MINE:
+            said = await self._not_mine(sent, clicker)
+        else:
+            return ClickResult(done=False, message=f"unknown button {action_id}")
+        await self.update(sent.channel, sent.ts, said, _answered(sent.blocks, said))
+        await self._audit(sent, f"{action_id} by {clicker}: {said}")
+        return ClickResult(done=True, message=said)
+
+    async def _answer(self, payload: dict[str, Any], request_key: str, approved: bool, clicker: str) -> ClickResult:
+        """Approve or Deny on an approval request: a member of its channel or an admin may answer, once."""
+        got = await self.kv.get(approval_key(request_key))
+        if got is None:
+            await self.ephemeral(payload, "This approval is no longer tracked by gpuevents.")
+            return ClickResult(done=False, message="unknown approval")
+        state = Approval.model_validate_json(got.value)
+        if clicker not in self.config.actions.slack.admins and not await self.member(state.channel, clicker):
+            await self.ephemeral(payload, f"Only a member of {state.request.approve} (or an admin) can answer.")
+            return ClickResult(done=False, message="not a member of the approving channel")
+        answered = await decide(self.kv, request_key, approved, clicker, self.clock.now())
+        assert answered is not None
+        verb = "approved" if answered.status == "approved" else "denied"
+        said = f"{verb} by <@{answered.by}>" if answered.by == clicker else f"already {verb} by <@{answered.by}>"
+        blocks = [{"type": "section", "text": {"type": "mrkdwn", "text": question(state.request), "verbatim": True}}]
+        await self.update(state.channel, state.ts, said, _answered(blocks, said))
+        req = state.request
+        await self._audit(SentMessage(request=req, channel=state.channel, ts=state.ts),
+                          f"{req.type} {verb} by {clicker}")
+        return ClickResult(done=True, message=said)
+
+    async def _keep(self, sent: SentMessage, clicker: str, seconds: float) -> str:
+        req = sent.request
+        # The engine's snooze request (rules.core.inputs.Snooze, validated by its server): a bounded keep.
+        s = {"type": "snooze", "rule": req.rule, "entity_id": req.entity_id, "by": f"slack:{clicker}",
+             "until": (self.clock.now() + timedelta(seconds=seconds)).isoformat(), "reason": "kept from Slack",
+             "bounded": True}
+        try:
+            reply = orjson.loads(await self.bus.request(S.ENGINE_SNOOZE, orjson.dumps(s), timeout=5))
+        except BusError as e:
+            return f"could not keep it: no engine answered ({e}); try `gpuevents keep {req.rule} {req.entity_id}`"
+        if not reply.get("ok"):
+            return f"could not keep it: {reply.get('error')}"
+        until = datetime.fromisoformat(reply["until"])
+        return f"kept until {until:%Y-%m-%d %H:%M} UTC by <@{clicker}>"
+
+    async def _release(self, sent: SentMessage, clicker: str) -> str:
+        req = sent.request
+        action_type = "kill"  # the processes of the GPU (or the process): the same checks as a rule's kill
+        params: dict[str, Any] = {"type": action_type, "signal": "TERM", "grace": 30,
+                                  "reason": f"released by its owner in Slack ({clicker})"}
+        release = ActionRequest(
+            key=f"{req.incident_id}:release:{sent.ts}", type=action_type, params=params, rule=req.rule,
+            rule_labels=req.rule_labels, entity_id=req.entity_id, entity_kind=req.entity_kind, cluster=req.cluster,
+            node=req.node, incident_id=req.incident_id, phase="fire", index=0, repeat=0, destructive=True,
+            facts=req.facts, created_at=self.clock.now(),
+        )
+        await self.bus.js_publish(S.action_subject(action_type), release.model_dump_json().encode(), msg_id=release.key)
+        pids = ", ".join(str(p.get("pid")) for p in req.facts.get("processes") or [] if isinstance(p, dict))
+        what = f"pid {pids}" if pids else req.entity_id
+        return f"released by <@{clicker}>: ending {what} ({action_type})"
+
+    async def _not_mine(self, sent: SentMessage, clicker: str) -> str:
+        channel = self.config.actions.slack.escalation_channel
+        if not channel:
+            return f"<@{clicker}> says this is not theirs (no actions.slack.escalation_channel is set)"
+        await self.post(channel, f"<@{clicker}> says this is not theirs: {sent.text}", sent.blocks[:2])
+        return f"passed to {channel} by <@{clicker}>: not theirs"
+
+    async def _audit(self, sent: SentMessage, detail: str) -> None:
+        req = sent.request
+        record = AuditRecord(time=self.clock.now(), kind="click", rule=req.rule, entity_id=req.entity_id,
+                             incident_id=req.incident_id, detail=detail)
+        try:
+            await self.bus.js_publish(S.audit_subject(req.rule), record.model_dump_json().encode(), msg_id=record.id)
+        except BusError as e:
+            log.warning("a Slack click could not be audited: %s", e)
+
+
+async def _nobody(channel: str, user: str) -> bool:
+    return False
+
+
+def _answered(blocks: list[dict[str, Any]], said: str) -> list[dict[str, Any]]:
+    """The message without its buttons, with what was done."""
+    kept = [b for b in blocks if b.get("type") != "actions"]
+    return [*kept, {"type": "context", "elements": [{"type": "mrkdwn", "text": said, "verbatim": True}]}]
+
+
+def keep_label(seconds: float) -> str:
+    return f"Keep {format_duration(seconds)}"

@@ -1,0 +1,104 @@
+"""Scheduler jobs across nodes: each node's snapshot says which of its GPUs and processes belong to which job;
+a job's parts on every node are joined into one `job` entity (a 4-node job with 32 idle GPUs is one incident).
+
+A job's view is rebuilt whenever one of its nodes changes (its GPUs' readings are the job's), and reported with no
+delta, so every job rule is evaluated again; a job no node reports any more is gone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from gpuevents.events import JobInfo
+from rules.core.state.node import Entity, NodeState
+from rules.lang.expr import CLOCK_KEY
+from rules.lang.views import EntityView, EvalClock, GpuView, JobView
+
+
+def job_key(info: JobInfo) -> str:
+    """The entity id of a job: `job/<scheduler>/<id>` (DESIGN §4)."""
+    return f"job/{info.scheduler}/{info.id}"
+
+
+class Jobs:
+    """Which nodes hold parts of which jobs, and the job entities built from them."""
+
+    def __init__(self, clock: EvalClock, owners: Mapping[str, str]) -> None:
+        self.clock = clock
+        self.owners = owners
+        self.parts: dict[str, dict[str, JobInfo]] = {}  # job key -> node key -> that node's part
+        self.of_node: dict[str, set[str]] = {}  # node key -> its job keys
+
+    def update_node(self, ns: NodeState, jobs: list[JobInfo], nodes: Mapping[str, NodeState],
+                    by_kind: dict[str, dict[str, Entity]]) -> tuple[list[Entity], list[Entity]]:
+        """The node now holds `jobs`: the job entities to evaluate again, and those that are gone."""
+        new = {job_key(j): j for j in jobs}
+        old = self.of_node.get(ns.key, set())
+        for k in old - set(new):
+            self._drop(k, ns.key)
+        for k, j in new.items():
+            self.parts.setdefault(k, {})[ns.key] = j
+        if new:
+            self.of_node[ns.key] = set(new)
+        else:
+            self.of_node.pop(ns.key, None)
+        return self._rebuild(old | set(new), nodes, by_kind)
+
+    def remove_node(self, node_key: str, nodes: Mapping[str, NodeState],
+                    by_kind: dict[str, dict[str, Entity]]) -> tuple[list[Entity], list[Entity]]:
+        keys = self.of_node.pop(node_key, set())
+        for k in keys:
+            self._drop(k, node_key)
+        return self._rebuild(keys, nodes, by_kind)
+
+    def _drop(self, key: str, node_key: str) -> None:
+        parts = self.parts.get(key)
+        if parts is not None:
+            parts.pop(node_key, None)
+            if not parts:
+                del self.parts[key]
+
+    def _rebuild(self, keys: set[str], nodes: Mapping[str, NodeState],
+                 by_kind: dict[str, dict[str, Entity]]) -> tuple[list[Entity], list[Entity]]:
+        table = by_kind["job"]
+        changed: list[Entity] = []
+        gone: list[Entity] = []
+        for key in sorted(keys):
+            parts = {nk: p for nk, p in self.parts.get(key, {}).items() if nk in nodes}
+            if not parts:
+                old = table.pop(key, None)
+                if old is not None:
+                    gone.append(old)
+                continue
+            ent = self._entity(key, parts, nodes)
+            table[key] = ent
+            changed.append(ent)
+        return changed, gone
+
+    def _entity(self, key: str, parts: Mapping[str, JobInfo], nodes: Mapping[str, NodeState]) -> Entity:
+        order = sorted(parts, key=lambda nk: nodes[nk].name)
+        first = parts[order[0]]
+        gpus: list[GpuView] = []
+        for nk in order:
+            by_index = {g.index: g for g in nodes[nk].gpu_views}
+            gpus += [by_index[i] for i in parts[nk].gpus if i in by_index]
+        utils = [g.util_pct for g in gpus if g.util_pct is not None]
+        idle = bool(gpus) and all(g.idle for g in gpus)
+        since = [g.idle_since for g in gpus if g.idle_since is not None]
+        user = next((p.user for p in parts.values() if p.user), None)
+        owner = next((p.owner for p in parts.values() if p.owner), None) or (self.owners.get(user, user) if user
+                                                                             else None)
+        view = JobView(
+            self.clock, id=first.id, scheduler=first.scheduler, name=first.name, user=user, owner=owner,
+            account=first.account, partition=first.partition, qos=first.qos, namespace=first.namespace,
+            controller=first.controller, nodes=[nodes[nk].name for nk in order], gpu_count=len(gpus), gpus=gpus,
+            util_pct=round(sum(utils) / len(utils), 2) if utils else None, idle=idle,
+            idle_since=max(since) if idle and len(since) == len(gpus) else None,
+            started_at=min((p.started_at for p in parts.values() if p.started_at), default=None),
+            time_limit_s=first.time_limit_s, labels=dict(first.labels),
+        )
+        head = nodes[order[0]]
+        return Entity(key, key, "job", head.key, view, {
+            "job": view, "gpus": gpus, "entity": EntityView(key, "job", head.name, head.cluster),
+            CLOCK_KEY: self.clock,
+        })
