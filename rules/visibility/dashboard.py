@@ -6,7 +6,7 @@ import inspect
 import logging
 from collections.abc import Awaitable
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeVar, cast, get_args
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
@@ -14,6 +14,7 @@ from pydantic import BaseModel
 
 from rules.visibility.fleet_view import AuditResponse, DashboardSource, IncidentsResponse
 from rules.visibility.free import FreeQuery, FreeQueryError, free_gpus
+from rules.visibility.timeline import Per
 from rules.visibility.usage_source import UsageSource
 
 log = logging.getLogger(__name__)
@@ -25,6 +26,7 @@ USAGE_KEY = web.AppKey("dashboard_usage", UsageSource)
 ASSETS = ("dashboard.js", "wall.js", "fleet.js", "timeline.js", "free.js", "colours.js", "common.js",
           "dashboard.css")
 MAX_AUDIT = 500
+PER_CHOICES: tuple[str, ...] = get_args(Per)
 DEFAULT_AUDIT = 50
 _NO_STORE = {"Cache-Control": "no-store"}
 # The page loads nothing from elsewhere and runs no inline script.
@@ -78,10 +80,10 @@ async def _timeline(request: web.Request) -> web.Response:
     hours = _whole(request, "hours", 24, 1, 168)
     limit = _whole(request, "limit", 200, 1, 5000)
     per = request.query.get("per", "auto")
-    if per not in ("auto", "gpu", "node"):
+    if per not in PER_CHOICES:
         raise web.HTTPBadRequest(text=f"per must be auto, gpu or node, got {per!r}")
     query = request.query.get("q", "")[:200]
-    return _json(await usage.timeline(hours, per, query, limit))  # type: ignore[arg-type]
+    return _json(await usage.timeline(hours, cast(Per, per), query, limit))
 
 
 async def _audit(request: web.Request) -> web.Response:

@@ -251,6 +251,7 @@ class UsageAggregator:
     def _plan(self, snap: NodeSnapshot) -> list[_GpuPlan]:
         """Per GPU, what does not depend on the interval: state, power, owners and teams, idle jobs."""
         procs = {p.pid: p for p in snap.processes}
+        job_infos = {j.id: j for j in snap.jobs}
         physical = physical_shares(snap.gpus)
         plan = []
         for gpu in snap.gpus:
@@ -261,7 +262,10 @@ class UsageAggregator:
             held = bool(gpu.pids) or bool(gpu.owners) or bool(gpu.allocated)
             state = "busy" if not gpu.idle else ("held" if held else "free")
             watts = gpu.power_w if gpu.power_w is not None else self.rated_power_w(gpu.model)
-            shares = self._shares(gpu, holders, snap.node.labels) if state != "free" else [
+            info = job_infos.get(gpu.job) if gpu.job else None
+            job_owner = (info.owner or (self.teams.owners.get(info.user, info.user) if info.user else None)
+                         if info is not None else None)
+            shares = self._shares(gpu, holders, snap.node.labels, job_owner) if state != "free" else [
                 (UNALLOCATED, self.teams.team_of(UNALLOCATED, None, snap.node.labels))
             ]
             jobs: dict[str, tuple[str, ProcessInfo | None, str]] = {}
@@ -270,8 +274,9 @@ class UsageAggregator:
                     job, name = _job_of(p)
                     jobs.setdefault(job, (name, p, ""))
                 if not jobs and gpu.job:  # allocated, nothing running: the job holds it
-                    owner = gpu.owner or (gpu.owners[0] if gpu.owners else "unknown")
-                    jobs[f"{JOB_PREFIX}{gpu.job}"] = (f"job {gpu.job}", None, owner)
+                    owner = gpu.owner or (gpu.owners[0] if gpu.owners else None) or job_owner or "unknown"
+                    name = f"{info.name} (job {gpu.job})" if info is not None and info.name else f"job {gpu.job}"
+                    jobs[f"{JOB_PREFIX}{gpu.job}"] = (name, None, owner)
             plan.append(_GpuPlan(index=gpu.index, model=gpu.model or "", state=state, watts=watts,
                                  util_pct=gpu.util_pct, shares=shares,
                                  jobs=[(job, name, p, o) for job, (name, p, o) in jobs.items()],
@@ -329,11 +334,13 @@ class UsageAggregator:
             j.held_kwh += kwh_per_s * seconds
 
     def _shares(
-        self, gpu: GpuInfo, holders: list[ProcessInfo], node_labels: Mapping[str, str]
+        self, gpu: GpuInfo, holders: list[ProcessInfo], node_labels: Mapping[str, str], job_owner: str | None = None
     ) -> list[tuple[str, str]]:
-        """(owner, team) pairs sharing this GPU's time equally: the agent's owners, else the processes'."""
+        """(owner, team) pairs sharing this GPU's time equally: the agent's owners, else the processes', else the
+        owner of the job it is allocated to."""
         by_owner: dict[str, ProcessInfo] = {}
         for p in holders:
             by_owner.setdefault(self.teams.owner_of(p), p)
-        owners = list(gpu.owners) or ([gpu.owner] if gpu.owner else []) or list(by_owner) or ["unknown"]
+        owners = (list(gpu.owners) or ([gpu.owner] if gpu.owner else []) or list(by_owner)
+                  or ([job_owner] if job_owner else []) or ["unknown"])
         return [(o, self.teams.team_of(o, by_owner.get(o), node_labels)) for o in dict.fromkeys(owners)]
