@@ -71,9 +71,13 @@ def simulate(
     seed: Annotated[int | None, typer.Option("--seed", help="default agent.simulation.seed")] = None,
     speedup: Annotated[float | None, typer.Option("--speedup", help="times faster than real time")] = None,
     run_for: Annotated[str | None, typer.Option("--for", help="stop after this long (e.g. 10m)")] = None,
+    history: Annotated[str | None, typer.Option(
+        "--history", help="instead: write this much simulated past usage (e.g. 7d, 14d for week over week) to "
+        "engine.usage_db and exit")] = None,
     verbose: VerboseOption = False,
 ) -> None:
-    """Simulated agents publishing to the bus, for demos and load tests."""
+    """Simulated agents publishing to the bus, for demos and load tests; or, with --history, a simulated past of
+    usage for reports and the dashboard's heatmap."""
     from agent.runner import simulated_agents
     from gpuevents.clock import SystemClock
     from gpuevents.yamlpos import LocatedError
@@ -83,6 +87,10 @@ def simulate(
     seconds = duration_option(run_for, "--for") if run_for is not None else None
     nodes = nodes or cfg.agent.simulation.nodes
     gpus_per_node = gpus_per_node or cfg.agent.simulation.gpus_per_node
+    if history is not None:
+        _write_history(cfg, duration_option(history, "--history"), nodes, gpus_per_node,
+                       cfg.agent.simulation.seed if seed is None else seed)
+        return
     try:
         agents = simulated_agents(cfg, nodes=nodes, gpus_per_node=gpus_per_node, scenario=scenario,
                                   seed=seed, speedup=speedup, start=SystemClock().now())
@@ -92,6 +100,26 @@ def simulate(
     typer.secho(f"Simulating {nodes} node(s) x {gpus_per_node} GPU(s), scenario "
                 f"{scenario or cfg.agent.simulation.scenario!r}, cluster {cfg.cluster!r}.", fg="yellow", err=True)
     run_async(_run_many(cfg, agents, seconds))
+
+
+def _write_history(cfg: Config, seconds: float, nodes: int, gpus_per_node: int, seed: int) -> None:
+    from gpuevents.cli.history import write_history
+    from gpuevents.clock import SystemClock
+    from gpuevents.durations import format_duration
+
+    try:
+        done = write_history(cfg, seconds=seconds, nodes=nodes, gpus_per_node=gpus_per_node, seed=seed,
+                             now=SystemClock().now())
+    except ValueError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    shown = ", ".join(done.nodes[:3]) + (f" and {len(done.nodes) - 3} more" if len(done.nodes) > 3 else "")
+    typer.secho(f"Wrote {format_duration(seconds)} of SIMULATED usage for {shown} ({gpus_per_node} GPUs each): "
+                f"{done.hours} node-hours to {cfg.engine.usage_db}"
+                + (f"; {done.skipped} node-hours already had usage and were left alone" if done.skipped else "")
+                + ".", fg="yellow", err=True)
+    typer.echo("See it: gpuevents report --format html -o report.html  (or the dashboard's 24-hour heatmap)",
+               err=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -103,7 +103,7 @@ def engine_parts(config: Config, bus: Bus, clock: Clock) -> dict[str, Part]:
     parts: dict[str, Part] = {"engine": run}
     parts.update(runner_parts(config, bus, clock, config.engine.runners))
     if config.engine.dashboard_port is not None:
-        parts["dashboard"] = lambda stop: _dashboard(engines, config.engine.dashboard_port or 0, stop)
+        parts["dashboard"] = lambda stop: _dashboard(engines, config, stop)
     return parts
 
 
@@ -142,11 +142,15 @@ def slack_click_parts(config: Config, bus: Bus, clock: Clock) -> dict[str, Part]
     return parts
 
 
-async def _dashboard(engines: list[Any], port: int, stop: asyncio.Event) -> None:
+async def _dashboard(engines: list[Any], config: Config, stop: asyncio.Event) -> None:
+    from gpuevents.costs import CostModel
     from rules.engine.status import EngineDashboardSource
     from rules.visibility.dashboard import bound_port, serve_dashboard
+    from rules.visibility.usage_source import UsageSource
 
-    runner = await serve_dashboard(EngineDashboardSource(engines), "127.0.0.1", port)
+    usage = UsageSource(config.engine.usage_db, CostModel(config.costs))  # the rollups the engine writes
+    runner = await serve_dashboard(EngineDashboardSource(engines), "127.0.0.1", config.engine.dashboard_port or 0,
+                                   usage)
     log.info("dashboard on http://127.0.0.1:%d/", bound_port(runner))
     try:
         await stop.wait()

@@ -17,7 +17,7 @@ from gpuevents.yamlpos import LocatedError
 from rules.visibility.render import render
 from rules.visibility.store import UsageStore
 from rules.visibility.summary import summary_text
-from rules.visibility.weekly import NO_TEAM_LABEL, WeeklyReport, build_report, week_ending
+from rules.visibility.weekly import NO_TEAM_LABEL, WeeklyReport, build_report, week_before, week_ending
 
 
 class ReportFormat(StrEnum):
@@ -31,7 +31,8 @@ class NoUsageError(Exception):
 
 
 def make_report(config: Config, now: datetime, team: str | None = None) -> tuple[WeeklyReport, CostModel]:
-    """The report for the seven days up to `now`'s hour, from `engine.usage_db`."""
+    """The report for the seven days up to `now` (the current hour included), with the week before for week over
+    week, from `engine.usage_db`."""
     path = config.engine.usage_db
     if not path.exists():
         raise NoUsageError(
@@ -39,12 +40,14 @@ def make_report(config: Config, now: datetime, team: str | None = None) -> tuple
         )
     costs = CostModel(config.costs)
     since, until = week_ending(now)
+    before, _ = week_before(since)
     with UsageStore(path) as store:
         usage = store.usage(since.timestamp(), until.timestamp(), team)
         jobs = store.idle_jobs(since.timestamp(), until.timestamp(), team)
+        previous = store.usage(before.timestamp(), since.timestamp(), team)
     report = build_report(
         usage, jobs, costs, since=since, until=until, generated_at=now,
-        timezone=config.engine.timezone, team=team,
+        timezone=config.engine.timezone, team=team, previous=previous,
     )
     return report, costs
 
@@ -62,14 +65,15 @@ def weekly_summary(config: Config, now: datetime, team: str | None, top_jobs: in
 
 
 def report_command(
-    week: Annotated[bool, typer.Option("--week", help="the seven days up to the current hour (the default)")] = True,
+    week: Annotated[bool, typer.Option("--week", help="the seven days up to now (the default)")] = True,
     team: Annotated[str | None, typer.Option("--team", help=f"one team only; {NO_TEAM_LABEL!r} for none")] = None,
     fmt: Annotated[ReportFormat,
                    typer.Option("--format", help="html (one self-contained file), md or json")] = ReportFormat.html,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="write here instead of stdout")] = None,
     config: Annotated[Path | None, typer.Option("-c", "--config", help="config YAML")] = None,
 ) -> None:
-    """Weekly GPU usage: per team and owner, hours used and held idle, waste in money, top idle jobs, a heatmap."""
+    """Weekly GPU usage: per team and owner, hours used and held idle, waste in money, week over week, the owners'
+    leaderboard, top idle jobs, a heatmap."""
     try:
         cfg = load_config(config)
     except LocatedError as e:

@@ -87,6 +87,18 @@ def demo_config(config: Config) -> Config:
     return Config.model_validate(data)
 
 
+def see_it_lines(config: Config) -> list[str]:
+    """The banner's pointers: the dashboard, and how to see free GPUs, usage so far and a simulated past."""
+    port = config.engine.dashboard_port
+    url = f"http://127.0.0.1:{port}/" if port else "the dashboard's address (in the log)"
+    return [
+        f"Dashboard: {url}  · office wall screen: {url.rstrip('/')}/wall" if port else f"Dashboard: {url}",
+        "Which GPU is free for my job?  gpuevents free   (or --json; the dashboard's GET /api/free)",
+        "Usage so far, this hour included:  gpuevents report --format html -o report.html",
+        "A simulated past to look at (two weeks, for week over week):  gpuevents simulate --history 14d",
+    ]
+
+
 async def run_up(config: Config, *, demo: bool = False, echo: Callable[[str], None] = print) -> None:
     """Embedded NATS (unless nats.url is set), the engine and runners, and a local agent."""
     from agent.runner import SamplerUnavailable, open_sampler, run_agent
@@ -121,6 +133,9 @@ async def run_up(config: Config, *, demo: bool = False, echo: Callable[[str], No
                  f"(scenario {config.agent.simulation.scenario!r}), not real GPUs.")
         rules = ", ".join(map(str, config.engine.rules)) or "none"
         echo(f"Engine: rules from {rules}; Ctrl-C stops everything.")
+        if config.engine.dashboard_port is not None:
+            for line in see_it_lines(config):
+                echo(line)
         async with stop_on_signals() as stop:
             bus = Bus(config.nats, name="gpuevents-up")
             await bus.connect()

@@ -6,19 +6,27 @@ import inspect
 import logging
 from collections.abc import Awaitable
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeVar, cast, get_args
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
 from pydantic import BaseModel
 
 from rules.visibility.fleet_view import AuditResponse, DashboardSource, IncidentsResponse
+from rules.visibility.free import FreeQuery, FreeQueryError, free_gpus
+from rules.visibility.timeline import Per
+from rules.visibility.usage_source import UsageSource
 
 log = logging.getLogger(__name__)
 
 STATIC = Path(__file__).parent / "static"
 SOURCE_KEY = web.AppKey("dashboard_source", DashboardSource)
+USAGE_KEY = web.AppKey("dashboard_usage", UsageSource)
+# the pages' ES modules and style sheet (no build step, nothing fetched from elsewhere)
+ASSETS = ("dashboard.js", "wall.js", "fleet.js", "timeline.js", "free.js", "colours.js", "common.js",
+          "dashboard.css")
 MAX_AUDIT = 500
+PER_CHOICES: tuple[str, ...] = get_args(Per)
 DEFAULT_AUDIT = 50
 _NO_STORE = {"Cache-Control": "no-store"}
 # The page loads nothing from elsewhere and runs no inline script.
@@ -48,6 +56,34 @@ async def _fleet(request: web.Request) -> web.Response:
 
 async def _incidents(request: web.Request) -> web.Response:
     return _json(IncidentsResponse(incidents=await _resolve(request.app[SOURCE_KEY].incidents())))
+
+
+async def _free(request: web.Request) -> web.Response:
+    try:
+        query = FreeQuery.from_params(request.query, request.query.getall("label", []))
+    except (FreeQueryError, ValueError) as e:
+        raise web.HTTPBadRequest(text=str(e)) from None
+    return _json(free_gpus(await _resolve(request.app[SOURCE_KEY].fleet()), query))
+
+
+def _whole(request: web.Request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query.get(name, str(default))
+    if not raw.isdigit() or not low <= int(raw) <= high:
+        raise web.HTTPBadRequest(text=f"{name} must be a whole number from {low} to {high}, got {raw!r}")
+    return int(raw)
+
+
+async def _timeline(request: web.Request) -> web.Response:
+    usage = request.app.get(USAGE_KEY)
+    if usage is None:
+        raise web.HTTPNotFound(text="no usage history here: this dashboard was started without a rollups store")
+    hours = _whole(request, "hours", 24, 1, 168)
+    limit = _whole(request, "limit", 200, 1, 5000)
+    per = request.query.get("per", "auto")
+    if per not in PER_CHOICES:
+        raise web.HTTPBadRequest(text=f"per must be auto, gpu or node, got {per!r}")
+    query = request.query.get("q", "")[:200]
+    return _json(await usage.timeline(hours, cast(Per, per), query, limit))
 
 
 async def _audit(request: web.Request) -> web.Response:
@@ -82,22 +118,37 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return web.json_response({"error": "internal error; see the engine log"}, status=500, headers=_NO_STORE)
 
 
-def make_dashboard_app(source: DashboardSource) -> web.Application:
-    """The app: `/` (the page), `/static/*`, `/api/fleet`, `/api/incidents`, `/api/audit?limit=N`."""
+def make_dashboard_app(source: DashboardSource, usage: UsageSource | None = None) -> web.Application:
+    """The app: `/` (the page), `/wall` (the office screen; also `/?view=wall`), `/static/*`, `/api/fleet`,
+    `/api/incidents`, `/api/audit?limit=N`, `/api/free?count=N&min_free_mem=40G&model=M&label=K=V`, and with
+    `usage`, `/api/timeline?hours=24&per=auto|gpu|node&q=TEXT&limit=N`."""
     app = web.Application(middlewares=[_errors])
     app[SOURCE_KEY] = source
-    app.router.add_get("/", _static("dashboard.html", "text/html"))
-    app.router.add_get("/static/dashboard.js", _static("dashboard.js", "text/javascript"))
-    app.router.add_get("/static/dashboard.css", _static("dashboard.css", "text/css"))
+    if usage is not None:
+        app[USAGE_KEY] = usage
+    page = _static("dashboard.html", "text/html")
+    wall = _static("wall.html", "text/html")
+
+    async def index(request: web.Request) -> web.StreamResponse:
+        return await (wall if request.query.get("view") == "wall" else page)(request)
+
+    app.router.add_get("/", index)
+    app.router.add_get("/wall", wall)
+    for name in ASSETS:
+        kind = "text/css" if name.endswith(".css") else "text/javascript"
+        app.router.add_get(f"/static/{name}", _static(name, kind))
+    app.router.add_get("/api/timeline", _timeline)
     app.router.add_get("/api/fleet", _fleet)
     app.router.add_get("/api/incidents", _incidents)
     app.router.add_get("/api/audit", _audit)
+    app.router.add_get("/api/free", _free)
     return app
 
 
-async def serve_dashboard(source: DashboardSource, host: str, port: int) -> web.AppRunner:
+async def serve_dashboard(source: DashboardSource, host: str, port: int,
+                          usage: UsageSource | None = None) -> web.AppRunner:
     """Start serving; `port` 0 picks a free one (see `bound_port`). Stop with `await runner.cleanup()`."""
-    runner = web.AppRunner(make_dashboard_app(source), access_log=None)
+    runner = web.AppRunner(make_dashboard_app(source, usage), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()

@@ -24,17 +24,23 @@ class FleetGpu(BaseModel):
     temp_c: float | None = None
     power_w: float | None = None
     idle: bool = False
-    held_idle: bool = False  # idle, with a process on it
+    held_idle: bool = False  # idle, with a process on it (or allocated to a job by a scheduler)
     idle_for_s: float | None = None
     owner: str | None = None
     processes: int = 0
     cost_per_hour: float | None = None
+    allocated: bool | None = None  # a scheduler allocated it (DESIGN §2); null: no scheduler integration
+    job: str | None = None  # the scheduler job it is allocated to, else the job of a process on it
+    mig_parent: str | None = None
+    lost: bool = False
+    team: str | None = None  # the team label of a process on it (its pod's), else of its node
 
 
 class FleetNode(BaseModel):
     name: str
     cluster: str = "default"
     online: bool = True
+    cordoned: bool | None = None
     labels: dict[str, str] = {}
     gpus: list[FleetGpu] = []
 
@@ -44,6 +50,7 @@ class FleetView(BaseModel):
 
     time: datetime
     currency: str = "USD"
+    team_label: str = "team"  # the node (or pod) label that names a team (config costs.team_label)
     nodes: list[FleetNode] = []
     held_idle_cost_per_hour: float = 0.0
     held_idle_cost_per_hour_text: str = ""
@@ -113,28 +120,36 @@ def fleet_view(
     """A FleetView from the latest snapshot of each node (the engine's state), in name order."""
     nodes = []
     held_cost = 0.0
+    team_label = costs.costs.team_label if costs is not None else "team"
     for snap in sorted(snapshots, key=lambda s: (s.node.cluster, s.node.name)):
         gpus = []
         physical = physical_shares(snap.gpus)
+        proc_jobs = {p.pid: p.job for p in snap.processes if p.job}
+        proc_teams = {p.pid: p.labels[team_label] for p in snap.processes if p.labels.get(team_label)}
+        node_team = snap.node.labels.get(team_label) or None
         for g in sorted(snap.gpus, key=lambda g: g.index):
             if not physical[g.index]:
                 continue  # a MIG parent: its instances are shown and costed
-            held = g.idle and bool(g.pids or g.owners)
+            held = g.idle and bool(g.pids or g.owners or g.allocated)
             hourly = costs.hourly(g.model, g.power_w) * physical[g.index] if costs is not None else None
             if held and hourly is not None:
                 held_cost += hourly
+            job = g.job or next((proc_jobs[pid] for pid in g.pids if pid in proc_jobs), None)
             gpus.append(FleetGpu(
                 index=g.index, uuid=g.uuid, model=g.model, util_pct=g.util_pct, mem_used_mib=g.mem_used_mib,
                 mem_total_mib=g.mem_total_mib, mem_pct=g.mem_pct, temp_c=g.temp_c, power_w=g.power_w,
                 idle=g.idle, held_idle=held, idle_for_s=g.idle_for_s,
                 owner=g.owner or (g.owners[0] if g.owners else None),
-                processes=len(g.pids), cost_per_hour=hourly,
+                processes=len(g.pids), cost_per_hour=hourly, allocated=g.allocated, job=job,
+                mig_parent=g.mig_parent, lost=g.lost,
+                team=next((proc_teams[pid] for pid in g.pids if pid in proc_teams), node_team),
             ))
         nodes.append(FleetNode(name=snap.node.name, cluster=snap.node.cluster, online=snap.node.online,
-                              labels=snap.node.labels, gpus=gpus))
+                              cordoned=snap.node.cordoned, labels=snap.node.labels, gpus=gpus))
     return FleetView(
         time=now,
         currency=costs.currency if costs is not None else "USD",
+        team_label=team_label,
         nodes=nodes,
         held_idle_cost_per_hour=held_cost,
         held_idle_cost_per_hour_text=costs.format(held_cost) if costs is not None else "",

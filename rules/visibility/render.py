@@ -8,6 +8,8 @@ from html import escape
 from zoneinfo import ZoneInfo
 
 from gpuevents.costs import CostModel
+from rules.visibility.colours import legend_svg, util_colour
+from rules.visibility.trends import Trend, WeekOverWeek
 from rules.visibility.weekly import Heatmap, WeeklyReport, team_label
 
 CELL_W = 5
@@ -26,16 +28,8 @@ table{border-collapse:collapse;margin:4px 0 12px}
 th,td{padding:4px 10px;border-bottom:1px solid #e6e9ed;text-align:right}
 th:first-child,td:first-child,td.t{text-align:left} th{background:#f5f7f9;font-weight:600}
 tr.team td{font-weight:600;background:#fafbfc} .waste{color:#b3261e}
-.legend{color:#5b6570;font-size:12px}
+.legend{color:#5b6570;font-size:12px} .up{color:#1b6e3a} .down{color:#b3261e}
 """
-
-
-def util_colour(util: float | None) -> str:
-    """Red at 0 % through amber to green at 100 %; light grey where nothing was counted."""
-    if util is None:
-        return "#e9ecef"
-    u = min(max(util, 0.0), 100.0)
-    return f"hsl({u * 1.2:.0f},70%,{48 + (100 - u) * 0.04:.0f}%)"
 
 
 def _h(hours: float) -> str:
@@ -53,7 +47,7 @@ def _period(report: WeeklyReport) -> str:
 
 
 def heatmap_svg(heatmap: Heatmap) -> str:
-    """GPU (or node) × hour; fill = utilization; a dark dot marks an hour held idle."""
+    """GPU (or node) × hour; fill = utilization (viridis); a white dot ringed in black marks an hour held idle."""
     n = len(heatmap.hours)
     width = LABEL_W + n * CELL_W + 10
     height = 24 + len(heatmap.rows) * CELL_H + 8
@@ -77,7 +71,8 @@ def heatmap_svg(heatmap: Heatmap) -> str:
             else:
                 out.append(rect + "/>")
             if held:
-                out.append(f'<circle cx="{x + CELL_W / 2 - 0.25}" cy="{y + CELL_H / 2 - 0.5}" r="1.4" fill="#212529"/>')
+                out.append(f'<circle cx="{x + CELL_W / 2 - 0.25}" cy="{y + CELL_H / 2 - 0.5}" r="1.6" fill="#fff" '
+                           'stroke="#000" stroke-width="0.6"/>')
     out.append("</svg>")
     return "".join(out)
 
@@ -119,13 +114,17 @@ def render_html(report: WeeklyReport, costs: CostModel) -> str:
                 f'<td>{_pct(o.util_pct)}</td><td class="waste">{e(f(o.held_idle_cost))}</td><td></td><td></td></tr>'
             )
     parts.append("</table>")
+    if report.week_over_week is not None:
+        parts.append(_wow_html(report.week_over_week, costs))
+    parts.append(_leaderboard_html(report, costs))
     parts.append("<h2>Top idle jobs</h2>")
     if report.top_idle_jobs:
-        parts.append('<table id="idle-jobs"><tr><th>job</th><th>node</th><th>GPUs</th><th>owner</th>'
+        parts.append('<table id="idle-jobs"><tr><th>job</th><th>job id</th><th>node</th><th>GPUs</th><th>owner</th>'
                      "<th>team</th><th>held idle GPU-h</th><th>cost</th></tr>")
         for j in report.top_idle_jobs:
             parts.append(
-                f'<tr><td class="t">{e(j.name)}</td><td class="t">{e(j.node)}</td>'
+                f'<tr><td class="t">{e(j.name)}</td><td class="t">{e(j.job_id or "")}</td>'
+                f'<td class="t">{e(j.node)}</td>'
                 f'<td class="t">{e(",".join(map(str, j.gpus)))}</td><td class="t">{e(j.owner)}</td>'
                 f'<td class="t">{e(team_label(j.team))}</td><td>{_h(j.held_idle_h)}</td>'
                 f'<td class="waste">{e(f(j.cost))}</td></tr>'
@@ -135,14 +134,57 @@ def render_html(report: WeeklyReport, costs: CostModel) -> str:
         parts.append("<p>No job held an idle GPU this week.</p>")
     hm = report.heatmap
     parts.append(f"<h2>Utilization per {e(hm.per)} and hour</h2>")
-    parts.append('<p class="legend">Colour: <span style="color:hsl(0,70%,52%)">■</span> 0 % → '
-                 '<span style="color:hsl(60,70%,50%)">■</span> 50 % → <span style="color:hsl(120,70%,48%)">■</span> '
-                 "100 % utilization; grey: no data; ● held idle (a process on an idle GPU) most of the hour.</p>")
     parts.append(f'<div id="heatmap" style="overflow-x:auto">{heatmap_svg(hm)}</div>')
+    parts.append(f'<div class="legend">{legend_svg()}<br>Colour: utilization in the hour, from 0 % (dark purple) '
+                 "to 100 % (yellow), a scale colour-blind readers can read; grey: no data; ○ (white, ringed): held "
+                 "idle (a process or a scheduler job on an idle GPU) most of the hour.</div>")
     if hm.left_out:
         parts.append(f"<p class=\"legend\">{hm.left_out} more rows left out.</p>")
     parts.append("</body></html>\n")
     return "".join(parts)
+
+
+def _signed(value: float | None, unit: str, good_when_up: bool) -> str:
+    """`+4.0 pts (better)` in a span that says whether it moved the good way (in words, not colour alone)."""
+    text = _md_signed(value, unit, good_when_up)
+    if value is None or abs(value) < 0.05:
+        return text
+    return f'<span class="{"up" if (value > 0) == good_when_up else "down"}">{text}</span>'
+
+
+def _trend_cells(t: Trend, costs: CostModel) -> str:
+    f = costs.format
+    prev_waste = "–" if t.prev_waste_cost is None else escape(f(t.prev_waste_cost))
+    prev_held = "–" if t.prev_held_idle_h is None else _h(t.prev_held_idle_h)
+    return (f"<td>{_pct(t.prev_util_pct)} → {_pct(t.util_pct)}</td><td>{_signed(t.util_change_pts, ' pts', True)}</td>"
+            f"<td>{_pct(t.prev_busy_share_pct)} → {_pct(t.busy_share_pct)}</td>"
+            f"<td>{prev_held} → {_h(t.held_idle_h)}</td><td>{_signed(t.held_idle_change_pct, ' %', False)}</td>"
+            f"<td>{prev_waste} → {escape(f(t.waste_cost))}</td><td>{_signed(t.waste_change_pct, ' %', False)}</td>")
+
+
+def _wow_html(wow: WeekOverWeek, costs: CostModel) -> str:
+    rows = [f'<tr class="team"><td>fleet</td>{_trend_cells(wow.fleet, costs)}</tr>']
+    rows += [f'<tr><td class="t">{escape(team_label(t.team or ""))}</td>{_trend_cells(t, costs)}</tr>'
+             for t in wow.teams]
+    return ("<h2>Week over week</h2><p class=\"legend\">The week before → this week. Utilization: over the time "
+            "somebody held a GPU; used share: of the GPU-hours held, the share that was busy; waste: held idle and "
+            "unallocated.</p><table id=\"week-over-week\"><tr><th>team</th><th>utilization</th><th>change</th>"
+            "<th>used share</th><th>held idle GPU-h</th><th>change</th><th>waste</th><th>change</th></tr>"
+            + "".join(rows) + "</table>")
+
+
+def _leaderboard_html(report: WeeklyReport, costs: CostModel) -> str:
+    if not report.leaderboard:
+        return "<h2>Held-idle leaderboard</h2><p>Nobody held an idle GPU this week.</p>"
+    rows = "".join(
+        f'<tr><td>{o.rank}</td><td class="t">{escape(o.owner)}</td>'
+        f'<td class="t">{escape(", ".join(team_label(t) for t in o.teams))}</td><td>{_h(o.held_idle_h)}</td>'
+        f'<td class="waste">{escape(costs.format(o.held_idle_cost))}</td><td>{_h(o.busy_h)}</td>'
+        f"<td>{_pct(o.util_pct)}</td><td>{_pct(o.busy_share_pct)}</td></tr>"
+        for o in report.leaderboard)
+    return ('<h2>Held-idle leaderboard</h2><table id="leaderboard"><tr><th>#</th><th>owner</th><th>teams</th>'
+            "<th>held idle GPU-h</th><th>held idle cost</th><th>busy GPU-h</th><th>utilization</th>"
+            "<th>used share</th></tr>" + rows + "</table>")
 
 
 # Every character with a meaning inside a GFM table cell (inline Markdown, raw HTML, entities, the
@@ -185,17 +227,55 @@ def render_markdown(report: WeeklyReport, costs: CostModel) -> str:
         for o in t.owners:
             lines.append(f"| {markdown_cell(o.owner)} | {_h(o.busy_h)} | {_h(o.held_idle_h)} | {_pct(o.util_pct)} | "
                          f"{f(o.held_idle_cost)} | | |")
+    if report.week_over_week is not None:
+        lines += ["", "## Week over week", "", "The week before → this week.", "",
+                  "| team | utilization | change | used share | held idle GPU-h | change | waste | change |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        wow = report.week_over_week
+        for t in [wow.fleet, *wow.teams]:
+            name = "**fleet**" if t.team is None else markdown_cell(team_label(t.team))
+            lines.append(f"| {name} | {_md_trend(t, costs)} |")
+    lines += ["", "## Held-idle leaderboard", ""]
+    if report.leaderboard:
+        lines += ["| # | owner | teams | held idle GPU-h | held idle cost | busy GPU-h | utilization | used share |",
+                  "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+        for o in report.leaderboard:
+            teams = markdown_cell(", ".join(team_label(t) for t in o.teams))
+            lines.append(f"| {o.rank} | {markdown_cell(o.owner)} | {teams} | {_h(o.held_idle_h)} | "
+                         f"{f(o.held_idle_cost)} | {_h(o.busy_h)} | {_pct(o.util_pct)} | {_pct(o.busy_share_pct)} |")
+    else:
+        lines.append("Nobody held an idle GPU this week.")
     lines += ["", "## Top idle jobs", ""]
     if report.top_idle_jobs:
-        lines += ["| job | node | GPUs | owner | team | held idle GPU-h | cost |",
-                  "| --- | --- | --- | --- | --- | ---: | ---: |"]
+        lines += ["| job | job id | node | GPUs | owner | team | held idle GPU-h | cost |",
+                  "| --- | --- | --- | --- | --- | --- | ---: | ---: |"]
         for j in report.top_idle_jobs:
-            lines.append(f"| {markdown_cell(j.name)} | {markdown_cell(j.node)} | {','.join(map(str, j.gpus))} | "
-                         f"{markdown_cell(j.owner)} | {markdown_cell(team_label(j.team))} | {_h(j.held_idle_h)} | "
-                         f"{f(j.cost)} |")
+            lines.append(f"| {markdown_cell(j.name)} | {markdown_cell(j.job_id or '')} | {markdown_cell(j.node)} | "
+                         f"{','.join(map(str, j.gpus))} | {markdown_cell(j.owner)} | "
+                         f"{markdown_cell(team_label(j.team))} | {_h(j.held_idle_h)} | {f(j.cost)} |")
     else:
         lines.append("No job held an idle GPU this week.")
     return "\n".join(lines) + "\n"
+
+
+def _md_signed(value: float | None, unit: str, good_when_up: bool) -> str:
+    if value is None:
+        return "–"
+    if abs(value) < 0.05:
+        return f"±0{unit}"
+    return f"{value:+.1f}{unit} ({'better' if (value > 0) == good_when_up else 'worse'})"
+
+
+def _md_trend(t: Trend, costs: CostModel) -> str:
+    f = costs.format
+    prev_waste = "–" if t.prev_waste_cost is None else f(t.prev_waste_cost)
+    prev_held = "–" if t.prev_held_idle_h is None else _h(t.prev_held_idle_h)
+    return " | ".join([
+        f"{_pct(t.prev_util_pct)} → {_pct(t.util_pct)}", _md_signed(t.util_change_pts, " pts", True),
+        f"{_pct(t.prev_busy_share_pct)} → {_pct(t.busy_share_pct)}",
+        f"{prev_held} → {_h(t.held_idle_h)}", _md_signed(t.held_idle_change_pct, " %", False),
+        f"{prev_waste} → {f(t.waste_cost)}", _md_signed(t.waste_change_pct, " %", False),
+    ])
 
 
 def render_json(report: WeeklyReport) -> str:

@@ -13,6 +13,7 @@ from gpuevents.events import GpuInfo, NodeSnapshot, ProcessInfo, SnapshotEvent
 HOUR = 3600
 NO_TEAM = ""
 UNALLOCATED = ""
+JOB_PREFIX = "job:"  # an idle job's key when the scheduler job is known: `job:<id>`
 
 
 # Plain tuples and slotted dataclasses here, not pydantic: these are built per GPU per snapshot on
@@ -54,7 +55,7 @@ class IdleJobKey(NamedTuple):
     cluster: str
     node: str
     gpu: int
-    job: str  # stable: `pod:<ns/name>` or `pid:<pid>@<create time>`
+    job: str  # stable: `job:<scheduler job id>`, else `pod:<ns/name>`, else `pid:<pid>@<create time>`
 
 
 @dataclass(slots=True)
@@ -139,11 +140,13 @@ class _GpuPlan:
     watts: float
     util_pct: float | None
     shares: list[tuple[str, str]]
-    jobs: list[tuple[str, str, ProcessInfo]]  # (job, name, a process) when held idle
+    jobs: list[tuple[str, str, ProcessInfo | None, str]]  # (job, name, a process, its owner without one)
     physical: float = 1.0  # its share of a physical GPU (a MIG instance: 1/n; see physical_shares)
 
 
 def _job_of(process: ProcessInfo) -> tuple[str, str]:
+    if process.job:
+        return f"{JOB_PREFIX}{process.job}", process.pod or f"{process.name or 'job'} (job {process.job})"
     if process.pod:
         return f"pod:{process.pod}", process.pod
     key = f"pid:{process.pid}@{process.create_time.timestamp():.0f}"
@@ -248,26 +251,35 @@ class UsageAggregator:
     def _plan(self, snap: NodeSnapshot) -> list[_GpuPlan]:
         """Per GPU, what does not depend on the interval: state, power, owners and teams, idle jobs."""
         procs = {p.pid: p for p in snap.processes}
+        job_infos = {j.id: j for j in snap.jobs}
         physical = physical_shares(snap.gpus)
         plan = []
         for gpu in snap.gpus:
             if gpu.lost or not physical[gpu.index]:
                 continue  # a MIG parent is counted through its instances
             holders = [procs[pid] for pid in gpu.pids if pid in procs]
-            held = bool(gpu.pids) or bool(gpu.owners)
+            # a GPU a scheduler allocated is held, even with no process on it: the most wasted GPU there is
+            held = bool(gpu.pids) or bool(gpu.owners) or bool(gpu.allocated)
             state = "busy" if not gpu.idle else ("held" if held else "free")
             watts = gpu.power_w if gpu.power_w is not None else self.rated_power_w(gpu.model)
-            shares = self._shares(gpu, holders, snap.node.labels) if state != "free" else [
+            info = job_infos.get(gpu.job) if gpu.job else None
+            job_owner = (info.owner or (self.teams.owners.get(info.user, info.user) if info.user else None)
+                         if info is not None else None)
+            shares = self._shares(gpu, holders, snap.node.labels, job_owner) if state != "free" else [
                 (UNALLOCATED, self.teams.team_of(UNALLOCATED, None, snap.node.labels))
             ]
-            jobs: dict[str, tuple[str, ProcessInfo]] = {}
+            jobs: dict[str, tuple[str, ProcessInfo | None, str]] = {}
             if state == "held":
                 for p in holders:
                     job, name = _job_of(p)
-                    jobs.setdefault(job, (name, p))
+                    jobs.setdefault(job, (name, p, ""))
+                if not jobs and gpu.job:  # allocated, nothing running: the job holds it
+                    owner = gpu.owner or (gpu.owners[0] if gpu.owners else None) or job_owner or "unknown"
+                    name = f"{info.name} (job {gpu.job})" if info is not None and info.name else f"job {gpu.job}"
+                    jobs[f"{JOB_PREFIX}{gpu.job}"] = (name, None, owner)
             plan.append(_GpuPlan(index=gpu.index, model=gpu.model or "", state=state, watts=watts,
                                  util_pct=gpu.util_pct, shares=shares,
-                                 jobs=[(job, name, p) for job, (name, p) in jobs.items()],
+                                 jobs=[(job, name, p, o) for job, (name, p, o) in jobs.items()],
                                  physical=physical[gpu.index]))
         return plan
 
@@ -288,11 +300,11 @@ class UsageAggregator:
                 usage.append((a, state, part, kwh_per_s * part, gpu.util_pct))
             if gpu.jobs:
                 job_part = gpu.physical / len(gpu.jobs)
-                for job, name, p in gpu.jobs:
+                for job, name, p, fallback_owner in gpu.jobs:
                     job_key = IdleJobKey(hour, cluster, node, gpu.index, job)
                     j = self._jobs.get(job_key)
                     if j is None:
-                        owner = self.teams.owner_of(p)
+                        owner = self.teams.owner_of(p) if p is not None else fallback_owner
                         j = self._jobs[job_key] = IdleJobAmounts(
                             name=name, owner=owner, team=self.teams.team_of(owner, p, node_labels),
                             model=gpu.model,
@@ -322,11 +334,13 @@ class UsageAggregator:
             j.held_kwh += kwh_per_s * seconds
 
     def _shares(
-        self, gpu: GpuInfo, holders: list[ProcessInfo], node_labels: Mapping[str, str]
+        self, gpu: GpuInfo, holders: list[ProcessInfo], node_labels: Mapping[str, str], job_owner: str | None = None
     ) -> list[tuple[str, str]]:
-        """(owner, team) pairs sharing this GPU's time equally: the agent's owners, else the processes'."""
+        """(owner, team) pairs sharing this GPU's time equally: the agent's owners, else the processes', else the
+        owner of the job it is allocated to."""
         by_owner: dict[str, ProcessInfo] = {}
         for p in holders:
             by_owner.setdefault(self.teams.owner_of(p), p)
-        owners = list(gpu.owners) or ([gpu.owner] if gpu.owner else []) or list(by_owner) or ["unknown"]
+        owners = (list(gpu.owners) or ([gpu.owner] if gpu.owner else []) or list(by_owner)
+                  or ([job_owner] if job_owner else []) or ["unknown"])
         return [(o, self.teams.team_of(o, by_owner.get(o), node_labels)) for o in dict.fromkeys(owners)]

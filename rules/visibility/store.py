@@ -135,6 +135,12 @@ class UsageStore:
             n += self._db.execute("DELETE FROM idle_jobs WHERE hour < ?", (before,)).rowcount
         return n
 
+    def recorded_hours(self, since: float, until: float) -> set[tuple[int, str, str]]:
+        """The (hour, cluster, node) buckets with any usage in [since, until)."""
+        sql = "SELECT DISTINCT hour, cluster, node FROM usage WHERE hour >= ? AND hour < ?"
+        with closing(self._db.execute(sql, (since, until))) as cur:
+            return {(int(h), c, n) for h, c, n in cur}
+
     def usage(self, since: float, until: float, team: str | None = None) -> list[UsageRow]:
         """Buckets that start in [since, until), optionally for one team."""
         return [UsageRow(*r) for r in self._rows("usage", since, until, team)]

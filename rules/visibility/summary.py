@@ -4,7 +4,18 @@ from __future__ import annotations
 
 from actions import slack_format as fmt
 from gpuevents.costs import CostModel
+from rules.visibility.trends import Trend
 from rules.visibility.weekly import WeeklyReport, team_label
+
+
+def _trend(report: WeeklyReport) -> Trend | None:
+    """The report's own line of week over week: the fleet's, or its team's."""
+    wow = report.week_over_week
+    if wow is None:
+        return None
+    if report.team is None:
+        return wow.fleet
+    return next((t for t in wow.teams if t.team == report.team), None)
 
 
 def summary_text(report: WeeklyReport, costs: CostModel, top_jobs: int) -> str:
@@ -25,7 +36,13 @@ def summary_text(report: WeeklyReport, costs: CostModel, top_jobs: int) -> str:
     if owners:
         lines.append("Held idle by: " + ", ".join(
             f"{e(o.owner)} {o.held_idle_h:,.1f} h ({f(o.held_idle_cost)})" for o in owners))
+    trend = _trend(report)
+    if trend is not None and trend.prev_util_pct is not None and trend.util_pct is not None:
+        held = "" if trend.held_idle_change_pct is None else f", held idle {trend.held_idle_change_pct:+.0f}%"
+        lines.append(f"Against last week: utilization {trend.prev_util_pct:.0f}% → {trend.util_pct:.0f}% "
+                     f"({trend.util_change_pts or 0:+.1f} pts){held}")
     for j in report.top_idle_jobs[:top_jobs]:
-        lines.append(f"• {e(j.name)} on {e(j.node)} GPU {','.join(map(str, j.gpus))} ({e(j.owner)}): "
+        job = f" (job {e(j.job_id)})" if j.job_id and j.job_id not in j.name else ""
+        lines.append(f"• {e(j.name)}{job} on {e(j.node)} GPU {','.join(map(str, j.gpus))} ({e(j.owner)}): "
                      f"{j.held_idle_h:,.1f} h idle, {f(j.cost)}")
     return fmt.truncate("\n".join(lines))

@@ -1,19 +1,21 @@
-"""The weekly usage report as data: per team and owner, fleet totals, top idle jobs, a heatmap. Pure."""
+"""The weekly usage report as data: per team and owner, fleet totals, week over week, the owners' leaderboard,
+top idle jobs, a heatmap. Pure."""
 
 from __future__ import annotations
 
 import re
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel
 
 from gpuevents.costs import CostModel
-from rules.visibility.rollup import HOUR
+from rules.visibility.rollup import HOUR, JOB_PREFIX
 from rules.visibility.store import IdleJobRow, UsageRow
+from rules.visibility.sums import UsageSum
+from rules.visibility.trends import LeaderLine, WeekOverWeek, leaderboard, week_over_week
 
 WEEK = timedelta(days=7)
 NO_TEAM_LABEL = "(no team)"
@@ -59,6 +61,7 @@ class FleetTotals(BaseModel):
 
 class IdleJobLine(BaseModel):
     name: str
+    job_id: str | None = None  # the scheduler job (Slurm job id, or the pod's job), where one is known
     node: str
     gpus: list[int]
     owner: str
@@ -92,48 +95,24 @@ class WeeklyReport(BaseModel):
     teams: list[TeamLine]
     top_idle_jobs: list[IdleJobLine]
     heatmap: Heatmap
+    leaderboard: list[LeaderLine] = []
+    week_over_week: WeekOverWeek | None = None  # None: the week before was not asked for
 
 
 def week_ending(now: datetime) -> tuple[datetime, datetime]:
-    """The seven days that end at the start of the current hour."""
-    end = datetime.fromtimestamp(int(now.timestamp()) // HOUR * HOUR, UTC)
-    return end - WEEK, end
+    """The seven days up to `now`: the 167 whole hours before the current one, and the current hour so far (a
+    fresh install, or a demo started a minute ago, has something to show)."""
+    hour = datetime.fromtimestamp(int(now.timestamp()) // HOUR * HOUR, UTC)
+    return hour + timedelta(hours=1) - WEEK, now
+
+
+def week_before(since: datetime) -> tuple[datetime, datetime]:
+    """The seven days before a report's `since`, for week over week."""
+    return since - WEEK, since
 
 
 def team_label(team: str) -> str:
     return team or NO_TEAM_LABEL
-
-
-@dataclass
-class _Sum:
-    busy_h: float = 0.0
-    held_h: float = 0.0
-    free_h: float = 0.0
-    util_s: float = 0.0
-    util_known_s: float = 0.0
-    kwh: float = 0.0
-    cost: float = 0.0
-    held_cost: float = 0.0
-    free_cost: float = 0.0
-
-    def add(self, r: UsageRow, costs: CostModel) -> None:
-        capital_h = costs.capital_daily(r.model or None) / 24
-        self.busy_h += r.busy_s / HOUR
-        self.held_h += r.held_s / HOUR
-        self.free_h += r.free_s / HOUR
-        self.util_s += r.util_s
-        self.util_known_s += r.util_known_s
-        self.kwh += r.busy_kwh + r.held_kwh + r.free_kwh
-        held = capital_h * r.held_s / HOUR + costs.energy_cost(r.held_kwh)
-        free = capital_h * r.free_s / HOUR + costs.energy_cost(r.free_kwh)
-        busy = capital_h * r.busy_s / HOUR + costs.energy_cost(r.busy_kwh)
-        self.held_cost += held
-        self.free_cost += free
-        self.cost += held + free + busy
-
-    @property
-    def util(self) -> float | None:
-        return self.util_s / self.util_known_s if self.util_known_s > 0 else None
 
 
 def build_report(
@@ -148,12 +127,15 @@ def build_report(
     team: str | None = None,
     top_jobs: int = 10,
     max_heatmap_rows: int = 400,
+    previous: Iterable[UsageRow] | None = None,
+    leaders: int = 20,
 ) -> WeeklyReport:
-    """Add the stored hourly buckets of [since, until) up into the report."""
+    """Add the stored hourly buckets of [since, until) up into the report; `previous`, the buckets of the week
+    before, for week over week."""
     rows = list(usage)
-    fleet = _Sum()
-    teams: dict[str, _Sum] = defaultdict(_Sum)
-    owners: dict[tuple[str, str], _Sum] = defaultdict(_Sum)
+    fleet = UsageSum()
+    teams: dict[str, UsageSum] = defaultdict(UsageSum)
+    owners: dict[tuple[str, str], UsageSum] = defaultdict(UsageSum)
     gpus: set[tuple[str, str, int]] = set()
     for r in rows:
         fleet.add(r, costs)
@@ -164,7 +146,7 @@ def build_report(
 
     team_lines = []
     for name, t in teams.items():
-        allocated = _Sum()
+        allocated = UsageSum()
         owner_lines = []
         for (tn, owner), o in owners.items():
             if tn != name:
@@ -195,6 +177,9 @@ def build_report(
         teams=team_lines,
         top_idle_jobs=_top_jobs(idle_jobs, costs, top_jobs),
         heatmap=_heatmap(rows, since, until, ZoneInfo(timezone), max_heatmap_rows),
+        leaderboard=leaderboard(rows, costs, leaders),
+        week_over_week=(week_over_week(rows, previous, costs, [t.team for t in team_lines])
+                        if previous is not None else None),
     )
 
 
@@ -205,8 +190,8 @@ def _top_jobs(jobs: Iterable[IdleJobRow], costs: CostModel, limit: int) -> list[
         cost = costs.capital_daily(j.model or None) / 24 * j.held_s / HOUR + costs.energy_cost(j.held_kwh)
         line = acc.get(key)
         if line is None:
-            acc[key] = IdleJobLine(name=j.name, node=j.node, gpus=[j.gpu], owner=j.owner, team=j.team,
-                                   held_idle_h=j.held_s / HOUR, cost=cost)
+            acc[key] = IdleJobLine(name=j.name, job_id=job_id(j.job), node=j.node, gpus=[j.gpu], owner=j.owner,
+                                   team=j.team, held_idle_h=j.held_s / HOUR, cost=cost)
         else:
             if j.gpu not in line.gpus:
                 line.gpus.append(j.gpu)
@@ -216,6 +201,11 @@ def _top_jobs(jobs: Iterable[IdleJobRow], costs: CostModel, limit: int) -> list[
     for line in out:
         line.gpus.sort()
     return out
+
+
+def job_id(key: str) -> str | None:
+    """The scheduler job in an idle job's stored key (`job:<id>`), else None."""
+    return key.removeprefix(JOB_PREFIX) if key.startswith(JOB_PREFIX) else None
 
 
 def _heatmap(rows: list[UsageRow], since: datetime, until: datetime, tz: ZoneInfo, max_rows: int) -> Heatmap:

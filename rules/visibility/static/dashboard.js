@@ -1,146 +1,162 @@
-// The fleet dashboard: polls the JSON API and redraws; builds the DOM with textContent only.
+// The fleet dashboard: polls the JSON API and redraws in place; builds the DOM with textContent only.
 "use strict";
 
-(function () {
-  const params = new URLSearchParams(window.location.search);
-  const refreshMs = Math.max(100, parseInt(params.get("refresh") || "5000", 10) || 5000);
-  const auditLimit = 30;
-  const $ = (id) => document.getElementById(id);
+import {$, clock, el, getJson, params, timings} from "./common.js";
+import {legend} from "./colours.js";
+import {groupChoices, groupFleet, renderGroups} from "./fleet.js";
+import {refreshFree, setupFree} from "./free.js";
+import {TimelineView} from "./timeline.js";
 
-  function utilColour(util) {
-    if (util === null || util === undefined) return "#e9ecef";
-    const u = Math.min(Math.max(util, 0), 100);
-    return "hsl(" + Math.round(u * 1.2) + ",70%," + Math.round(48 + (100 - u) * 0.04) + "%)";
+const query = params();
+const refreshMs = Math.max(100, parseInt(query.get("refresh") || "5000", 10) || 5000);
+const timelineMs = Math.max(1000, parseInt(query.get("timeline_refresh") || "60000", 10) || 60000);
+const MAX_INCIDENTS = 100;
+const view = {group: query.get("group") || "auto", sort: query.get("sort") || "waste", show: query.get("show") || "all",
+  q: query.get("q") || ""};
+const ui = {expanded: new Set(), limits: new Map()};
+let fleet = null;
+let choices = "";
+
+const timeline = new TimelineView($("timeline"));
+$("fleet-legend").appendChild(legend([["held", "held idle (hatched, outlined)"], ["offline", "offline"]]));
+$("timeline-legend").appendChild(legend([["held", "white hatching: held idle share of the hour"]]));
+
+function fillChoices() {
+  const list = groupChoices(fleet);
+  const key = list.map(([v]) => v).join("|");
+  if (key === choices) return;
+  choices = key;
+  const select = $("group-by");
+  select.replaceChildren(...list.map(([value, text]) => {
+    const o = el("option", "", text);
+    o.value = value;
+    return o;
+  }));
+  select.value = view.group;
+}
+
+function drawFleet() {
+  if (!fleet) return;
+  const grouped = groupFleet(fleet, view);
+  renderGroups($("groups"), grouped, fleet.currency, ui, drawFleet);
+  $("shown-count").textContent = grouped.shownNodes + " of " + fleet.nodes.length + " nodes";
+}
+
+function renderCards(f) {
+  $("gpu-count").textContent = f.gpu_count;
+  $("busy-count").textContent = f.busy;
+  $("idle-count").textContent = f.idle;
+  $("held-idle-count").textContent = f.held_idle;
+  $("held-idle-cost").textContent = f.held_idle_cost_per_hour_text || f.held_idle_cost_per_hour.toFixed(2);
+}
+
+function fillTable(id, rows, columns, empty) {
+  const body = $(id).tBodies[0];
+  if (!rows.length) {
+    const td = el("td", "empty", empty);
+    td.colSpan = columns;
+    const tr = el("tr");
+    tr.appendChild(td);
+    body.replaceChildren(tr);
+    return;
   }
+  body.replaceChildren(...rows);
+}
 
-  function el(tag, cls, text) {
-    const e = document.createElement(tag);
-    if (cls) e.className = cls;
-    if (text !== undefined && text !== null) e.textContent = String(text);
-    return e;
-  }
-
-  function duration(seconds) {
-    if (seconds === null || seconds === undefined) return "";
-    const s = Math.max(0, Math.round(seconds));
-    const d = Math.floor(s / 86400), h = Math.floor((s % 86400) / 3600), m = Math.floor((s % 3600) / 60);
-    if (d) return d + "d " + h + "h";
-    if (h) return h + "h " + m + "m";
-    return m + "m";
-  }
-
-  function clock(iso) {
-    if (!iso) return "";
-    const t = new Date(iso);
-    return isNaN(t) ? String(iso) : t.toLocaleString([], {month: "short", day: "numeric", hour: "2-digit", minute: "2-digit"});
-  }
-
-  function gpuState(node, gpu) {
-    if (!node.online) return "offline";
-    if (gpu.held_idle) return "held-idle";
-    return gpu.idle ? "idle" : "busy";
-  }
-
-  function renderFleet(fleet) {
-    $("gpu-count").textContent = fleet.gpu_count;
-    $("busy-count").textContent = fleet.busy;
-    $("idle-count").textContent = fleet.idle;
-    $("held-idle-count").textContent = fleet.held_idle;
-    $("held-idle-cost").textContent = fleet.held_idle_cost_per_hour_text || fleet.held_idle_cost_per_hour.toFixed(2);
-    const grid = $("heatmap");
-    const rows = [];
-    for (const node of fleet.nodes) {
-      const name = el("div", "node" + (node.online ? "" : " offline"), node.name);
-      name.title = node.cluster + (node.online ? "" : " (offline)");
-      const gpus = el("div", "gpus");
-      gpus.dataset.node = node.name;
-      for (const gpu of node.gpus) {
-        const state = gpuState(node, gpu);
-        const cell = el("div", "gpu " + (state === "held-idle" ? "held" : state === "offline" ? "offline" : ""));
-        cell.dataset.gpu = node.name + "/" + gpu.index;
-        cell.dataset.state = state;
-        if (state !== "offline") cell.style.backgroundColor = utilColour(gpu.util_pct);
-        cell.appendChild(el("span", "", gpu.index));
-        cell.appendChild(el("small", "", gpu.util_pct === null ? "–" : Math.round(gpu.util_pct) + "%"));
-        const tip = [node.name + " GPU " + gpu.index + (gpu.model ? " · " + gpu.model : ""),
-          "utilization " + (gpu.util_pct === null ? "unknown" : Math.round(gpu.util_pct) + "%")];
-        if (gpu.mem_total_mib) tip.push("memory " + Math.round(gpu.mem_used_mib || 0) + " / " + Math.round(gpu.mem_total_mib) + " MiB");
-        if (gpu.idle) tip.push("idle " + duration(gpu.idle_for_s));
-        if (gpu.held_idle) tip.push("HELD IDLE by " + (gpu.owner || "unknown") + " (" + gpu.processes + " processes)");
-        else if (gpu.owner) tip.push("owner " + gpu.owner);
-        cell.title = tip.join("\n");
-        gpus.appendChild(cell);
-      }
-      rows.push(name, gpus);
+function renderIncidents(data) {
+  const firing = data.incidents.filter((i) => i.status === "firing");
+  $("incident-count").textContent = firing.length;
+  fillTable("incidents", firing.slice(0, MAX_INCIDENTS).map((i) => {
+    const tr = el("tr");
+    tr.dataset.rule = i.rule;
+    for (const v of [clock(i.firing_since || i.started_at), i.rule, i.entity_id, i.owner || "", i.cost || ""]) {
+      tr.appendChild(el("td", "", v));
     }
-    grid.replaceChildren(...rows);
-  }
+    return tr;
+  }), 5, "nothing firing");
+}
 
-  function fillTable(id, rows, columns, empty) {
-    const body = $(id).tBodies[0];
-    if (!rows.length) {
-      const td = el("td", "empty", empty);
-      td.colSpan = columns;
-      const tr = el("tr");
-      tr.appendChild(td);
-      body.replaceChildren(tr);
-      return;
-    }
-    body.replaceChildren(...rows);
-  }
+function renderAudit(data) {
+  fillTable("audit", data.records.map((r) => {
+    const tr = el("tr");
+    const what = r.kind === "action" ? (r.action_type || "action") + (r.dry_run ? " (dry run)" : "")
+      : r.kind === "transition" ? (r.from_status || "") + " → " + (r.to_status || "") : r.kind;
+    const outcome = r.outcome || "";
+    tr.appendChild(el("td", "", clock(r.time)));
+    tr.appendChild(el("td", "", r.rule));
+    tr.appendChild(el("td", "", r.entity_id));
+    tr.appendChild(el("td", "", what));
+    tr.appendChild(el("td", outcome ? "outcome-" + outcome : "", outcome + (r.error ? ": " + r.error : "")));
+    return tr;
+  }), 5, "no actions yet");
+}
 
-  function renderIncidents(data) {
-    const firing = data.incidents.filter((i) => i.status === "firing");
-    $("incident-count").textContent = firing.length;
-    fillTable("incidents", firing.map((i) => {
-      const tr = el("tr");
-      tr.dataset.rule = i.rule;
-      for (const v of [clock(i.firing_since || i.started_at), i.rule, i.entity_id, i.owner || "", i.cost || ""]) {
-        tr.appendChild(el("td", "", v));
-      }
-      return tr;
-    }), 5, "nothing firing");
+async function refresh() {
+  const status = $("status");
+  try {
+    const t0 = performance.now();
+    const [f, incidents, audit] = await Promise.all([
+      getJson("/api/fleet"), getJson("/api/incidents"), getJson("/api/audit?limit=30")]);
+    const t1 = performance.now();
+    fleet = f;
+    renderCards(f);
+    fillChoices();
+    drawFleet();
+    renderIncidents(incidents);
+    renderAudit(audit);
+    const t2 = performance.now();
+    if (timings.firstFleetMs === null) timings.firstFleetMs = t2;
+    else timings.updates.push({fetchMs: t1 - t0, renderMs: t2 - t1});
+    status.className = "status";
+    status.textContent = "updated " + new Date().toLocaleTimeString();
+    refreshFree($("free-form"));
+  } catch (e) {
+    status.className = "status error";
+    status.textContent = "cannot reach the engine (" + e.message + "); retrying";
+  } finally {
+    window.setTimeout(refresh, refreshMs);
   }
+}
 
-  function renderAudit(data) {
-    fillTable("audit", data.records.map((r) => {
-      const tr = el("tr");
-      const what = r.kind === "action" ? (r.action_type || "action") + (r.dry_run ? " (dry run)" : "")
-        : r.kind === "transition" ? (r.from_status || "") + " → " + (r.to_status || "") : r.kind;
-      const outcome = r.outcome || "";
-      tr.appendChild(el("td", "", clock(r.time)));
-      tr.appendChild(el("td", "", r.rule));
-      tr.appendChild(el("td", "", r.entity_id));
-      tr.appendChild(el("td", "", what));
-      const td = el("td", outcome ? "outcome-" + outcome : "", outcome + (r.error ? ": " + r.error : ""));
-      tr.appendChild(td);
-      return tr;
-    }), 5, "no actions yet");
+let timelineTimer = null;
+
+async function refreshTimeline() {
+  window.clearTimeout(timelineTimer);
+  try {
+    const data = await getJson("/api/timeline?hours=24&per=auto&limit=100&q=" + encodeURIComponent(view.q));
+    timeline.setData(data);
+    if (timings.firstTimelineMs === null) timings.firstTimelineMs = performance.now();
+  } catch (e) {
+    timeline.note.textContent = "no usage history: " + e.message;
+  } finally {
+    timelineTimer = window.setTimeout(refreshTimeline, timelineMs);
   }
+}
 
-  async function getJson(path) {
-    const response = await fetch(path, {cache: "no-store"});
-    if (!response.ok) throw new Error(path + ": HTTP " + response.status);
-    return response.json();
+function setupControls() {
+  const controls = {"group-by": "group", "sort-by": "sort", "show": "show"};
+  for (const [id, key] of Object.entries(controls)) {
+    $(id).value = view[key];
+    $(id).addEventListener("change", () => {
+      view[key] = $(id).value;
+      ui.limits.clear();
+      drawFleet();
+    });
   }
+  const search = $("search");
+  search.value = view.q;
+  let typing = null;
+  search.addEventListener("input", () => {
+    view.q = search.value;
+    ui.limits.clear();
+    drawFleet();
+    window.clearTimeout(typing);
+    typing = window.setTimeout(refreshTimeline, 300);
+  });
+  $("controls").addEventListener("submit", (e) => e.preventDefault());
+}
 
-  async function refresh() {
-    const status = $("status");
-    try {
-      const [fleet, incidents, audit] = await Promise.all([
-        getJson("/api/fleet"), getJson("/api/incidents"), getJson("/api/audit?limit=" + auditLimit)]);
-      renderFleet(fleet);
-      renderIncidents(incidents);
-      renderAudit(audit);
-      status.className = "status";
-      status.textContent = "updated " + new Date().toLocaleTimeString();
-    } catch (e) {
-      status.className = "status error";
-      status.textContent = "cannot reach the engine (" + e.message + "); retrying";
-    } finally {
-      window.setTimeout(refresh, refreshMs);
-    }
-  }
-
-  refresh();
-})();
+setupControls();
+setupFree($("free-form"));
+refresh();
+refreshTimeline();

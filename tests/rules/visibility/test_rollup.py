@@ -231,3 +231,40 @@ def test_the_fleet_view_costs_a_mig_gpu_once() -> None:
     view = fleet_view([snap], DAY_START, costs)
     assert [g.index for g in view.nodes[0].gpus] == [1, 2, 3]
     assert view.held_idle_cost_per_hour == pytest.approx(costs.hourly("A100", None))
+
+
+def test_a_scheduler_job_is_the_idle_job_and_an_allocated_gpu_with_nothing_on_it_is_held() -> None:
+    from gpuevents.events import ProcessInfo
+    from rules.visibility.weekly import job_id
+
+    agg = _aggregator()
+    dave = ProcessInfo(node="n5", pid=11, name="python", user="dave", create_time=DAY_START, gpus=[0], job="812345")
+    snap = NodeSnapshot(node=NodeInfo(name="n5"), gpus=[
+        GpuInfo(node="n5", index=0, util_pct=0, idle=True, pids=[11], allocated=True, job="812345"),
+        GpuInfo(node="n5", index=1, util_pct=0, idle=True, allocated=True, job="812399", owner="erin"),
+        GpuInfo(node="n5", index=2, util_pct=0, idle=True, allocated=False),
+    ], processes=[dave])
+    for minute in (0, 1):
+        at = DAY_START + timedelta(minutes=minute)
+        agg.observe(make_event("node.snapshot", "n5", snap, time=at), at)  # type: ignore[arg-type]
+    batch = agg.drain()
+    jobs = {(k.gpu, job_id(k.job), a.owner, a.name): a.held_s for k, a in batch.idle_jobs}
+    assert jobs == {(0, "812345", "dave", "python (job 812345)"): 60.0, (1, "812399", "erin", "job 812399"): 60.0}
+    held = {k.gpu: (k.owner, a.held_s, a.free_s) for k, a in batch.usage}
+    assert held == {0: ("dave", 60.0, 0.0), 1: ("erin", 60.0, 0.0), 2: ("", 0.0, 60.0)}
+
+
+def test_an_allocated_gpu_with_nothing_on_it_belongs_to_its_jobs_user() -> None:
+    from gpuevents.events import JobInfo
+    from rules.visibility.weekly import job_id
+
+    agg = UsageAggregator(snapshot_interval=60, teams=TeamResolver(owners={"frank": "frank@example.com"}))
+    snap = NodeSnapshot(node=NodeInfo(name="n6"), jobs=[JobInfo(id="900001", user="frank", name="sweep", gpus=[0])],
+                        gpus=[GpuInfo(node="n6", index=0, util_pct=0, idle=True, allocated=True, job="900001")])
+    for minute in (0, 1):
+        at = DAY_START + timedelta(minutes=minute)
+        agg.observe(make_event("node.snapshot", "n6", snap, time=at), at)  # type: ignore[arg-type]
+    batch = agg.drain()
+    assert [(k.owner, a.held_s) for k, a in batch.usage] == [("frank@example.com", 60.0)]
+    assert [(job_id(k.job), a.name, a.owner) for k, a in batch.idle_jobs] == [
+        ("900001", "sweep (job 900001)", "frank@example.com")]

@@ -1,0 +1,56 @@
+"""`gpuevents simulate --history 7d`: a realistic past of usage written to the rollups store, for first reports."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from gpuevents.config import Config
+from gpuevents.costs import CostModel
+from rules.visibility.rollup import TeamResolver, UsageAggregator
+from rules.visibility.simweek import TEAM_OF, HistoryPlan, count_history, drop_recorded, history_span
+from rules.visibility.store import UsageStore
+
+MAX_HISTORY_S = 35 * 86400
+
+
+@dataclass(frozen=True)
+class HistoryWritten:
+    nodes: tuple[str, ...]
+    hours: int  # node-hours written
+    skipped: int  # node-hours left alone: they had usage already
+
+
+def history_nodes(config: Config, nodes: int) -> tuple[str, ...]:
+    """The nodes `gpuevents up` or `gpuevents simulate --nodes N` would run: this node's name for one, else
+    `sim-000`, `sim-001`, ..."""
+    if nodes == 1:
+        return (config.agent.node_name,)
+    width = max(3, len(str(nodes - 1)))
+    return tuple(f"sim-{i:0{width}d}" for i in range(nodes))
+
+
+def write_history(config: Config, *, seconds: float, nodes: int, gpus_per_node: int, seed: int,
+                  now: datetime) -> HistoryWritten:
+    """Simulate `seconds` of usage up to the current hour and add it to `engine.usage_db`, leaving alone every
+    node-hour that already has usage (real or simulated), so running it twice adds nothing."""
+    if not 0 < seconds <= MAX_HISTORY_S:
+        raise ValueError(f"--history must be more than 0s and at most {MAX_HISTORY_S // 86400}d")
+    start, end = history_span(now, seconds)
+    names = history_nodes(config, nodes)
+    plan = HistoryPlan(nodes=names, gpus_per_node=gpus_per_node, start=start, end=end, cluster=config.cluster,
+                       seed=seed, timezone=config.engine.timezone)
+    costs = CostModel(config.costs)
+    aggregator = UsageAggregator(
+        snapshot_interval=plan.step_s,
+        teams=TeamResolver(team_label=config.costs.team_label, owners=config.owners, teams=TEAM_OF),
+        rated_power_w=lambda model: costs.gpu_cost(model).rated_power_w,
+    )
+    batch = count_history(plan, aggregator)
+    with UsageStore(config.engine.usage_db) as store:
+        recorded = {r for r in store.recorded_hours(start.timestamp(), end.timestamp()) if r[1] == config.cluster}
+        fresh = drop_recorded(batch, recorded)
+        store.add(fresh)
+    written = {(k.hour, k.node) for k, _ in fresh.usage}
+    skipped = {(h, n) for h, _, n in recorded if n in names}
+    return HistoryWritten(nodes=names, hours=len(written), skipped=len(skipped))

@@ -1,0 +1,204 @@
+"""Which GPUs to start a job on now: the one answer behind `gpuevents free` and `GET /api/free`. Pure."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+
+from rules.visibility.fleet_view import FleetGpu, FleetNode, FleetView
+
+MIB_PER = {"": 1.0, "m": 1.0, "mb": 1.0, "mib": 1.0, "g": 1024.0, "gb": 1024.0, "gib": 1024.0,
+           "t": 1024.0**2, "tb": 1024.0**2, "tib": 1024.0**2}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+MAX_COUNT = 1024
+# why a GPU was not offered, in the order they are checked
+REASONS = ("offline", "cordoned", "lost", "allocated", "held", "busy", "filtered")
+
+
+class FreeQueryError(ValueError):
+    """A query that cannot be answered; the message says which part and what to write instead."""
+
+
+def parse_mem_mib(text: str, what: str = "--min-free-mem") -> float:
+    """`40G`, `40GiB`, `40000M`, `1.5T` or a plain number of MiB, as MiB. G, GB and GiB all mean 1024 MiB, as
+    nvidia-smi counts."""
+    m = _SIZE.match(text)
+    unit = m.group(2).lower() if m else ""
+    if m is None or unit not in MIB_PER:
+        raise FreeQueryError(f"{what} must be a size like 40G, 40GiB or 40000M, got {text!r}")
+    return float(m.group(1)) * MIB_PER[unit]
+
+
+def parse_labels(items: Iterable[str], what: str = "--label") -> dict[str, str | None]:
+    """`team=vision` (the label has that value) or `team` (the node has the label at all)."""
+    out: dict[str, str | None] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        key = key.strip()
+        if not key:
+            raise FreeQueryError(f"{what} must be KEY=VALUE or KEY, got {item!r}")
+        out[key] = value.strip() if eq else None
+    return out
+
+
+class FreeQuery(BaseModel):
+    """What the job needs. `count`: that many GPUs on one node (nodes with fewer are not offered)."""
+
+    count: int | None = Field(None, ge=1, le=MAX_COUNT)
+    min_free_mem_mib: float | None = Field(None, ge=0)
+    model: str | None = None  # a case-insensitive part of the model name: "H100"
+    labels: dict[str, str | None] = Field(default_factory=dict)  # node labels; None: any value
+    cluster: str | None = None
+    limit: int | None = Field(None, ge=1, description="at most this many nodes in the answer")
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, str], labels: Iterable[str] = ()) -> FreeQuery:
+        """From the query string of `GET /api/free` (`count`, `min_free_mem`, `model`, `label`, `cluster`,
+        `limit`); FreeQueryError says which parameter is wrong."""
+        def number(name: str, low: int, high: int | None = None) -> int | None:
+            raw = params.get(name)
+            if raw is None or raw == "":
+                return None
+            if not raw.strip().isdigit() or int(raw) < low or (high is not None and int(raw) > high):
+                bound = f"from {low} to {high}" if high is not None else f"of at least {low}"
+                raise FreeQueryError(f"{name} must be a whole number {bound}, got {raw!r}")
+            return int(raw)
+
+        mem = params.get("min_free_mem")
+        return cls(
+            count=number("count", 1, MAX_COUNT),
+            min_free_mem_mib=parse_mem_mib(mem, "min_free_mem") if mem else None,
+            model=params.get("model") or None,
+            labels=parse_labels(labels, "label"),
+            cluster=params.get("cluster") or None,
+            limit=number("limit", 1),
+        )
+
+
+class FreeGpu(BaseModel):
+    cluster: str
+    node: str
+    index: int
+    uuid: str = ""
+    device: str  # what CUDA_VISIBLE_DEVICES takes: the index, or the UUID of a MIG instance
+    model: str | None = None
+    util_pct: float | None = None
+    idle_for_s: float | None = None
+    mem_free_mib: float | None = None
+    mem_total_mib: float | None = None
+
+
+class FreeNode(BaseModel):
+    cluster: str
+    node: str
+    labels: dict[str, str] = {}
+    gpus: list[FreeGpu]
+    cuda_visible_devices: str
+    env: str  # the line to start a job with: `CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=2,3`
+
+
+class FreeAnswer(BaseModel):
+    """`GET /api/free` and `gpuevents free --json`: nodes best first, each with its GPUs most idle first."""
+
+    time: datetime
+    query: FreeQuery
+    nodes: list[FreeNode]
+    free_gpus: int  # GPUs that could be offered (before `count` and `limit`)
+    excluded: dict[str, int]  # GPUs not offered, by reason (see REASONS)
+
+
+def _reason(node: FleetNode, gpu: FleetGpu, q: FreeQuery) -> str | None:
+    """Why this GPU is not offered, or None. Safety first: anything a job or a person holds is never free."""
+    if not node.online:
+        return "offline"
+    if node.cordoned:
+        return "cordoned"
+    if gpu.lost:
+        return "lost"
+    if gpu.allocated:
+        return "allocated"
+    if gpu.processes or gpu.owner or gpu.held_idle:
+        return "held"
+    if not gpu.idle:
+        return "busy"  # in use by something the agent cannot attribute: not free either
+    if q.model and q.model.lower() not in (gpu.model or "").lower():
+        return "filtered"
+    if q.min_free_mem_mib is not None:
+        free = _mem_free(gpu)
+        if free is None or free < q.min_free_mem_mib:
+            return "filtered"
+    return None
+
+
+def _node_matches(node: FleetNode, q: FreeQuery) -> bool:
+    if q.cluster is not None and node.cluster != q.cluster:
+        return False
+    for key, value in q.labels.items():
+        if key not in node.labels or (value is not None and node.labels[key] != value):
+            return False
+    return True
+
+
+def _mem_free(gpu: FleetGpu) -> float | None:
+    if gpu.mem_total_mib is None:
+        return None
+    return max(0.0, gpu.mem_total_mib - (gpu.mem_used_mib or 0.0))
+
+
+def _idleness(gpu: FreeGpu) -> tuple[float, float, float, int]:
+    """Sort key, most idle first: idle longest, then least utilized, then most memory free."""
+    return (-(gpu.idle_for_s or 0.0), gpu.util_pct or 0.0, -(gpu.mem_free_mib or 0.0), gpu.index)
+
+
+def free_gpus(fleet: FleetView, query: FreeQuery) -> FreeAnswer:
+    """The GPUs to start a job on now, from the engine's latest view of the fleet.
+
+    Never offered: a GPU on an offline or cordoned node, a lost GPU, one a scheduler allocated, one held by a
+    process or an owner, one in use. Nodes come best first (the most idle GPU first; with `count`, only nodes
+    with that many free GPUs, each offering exactly that many, the node whose chosen GPUs have all been idle
+    the longest first).
+    """
+    excluded = dict.fromkeys(REASONS, 0)
+    candidates: list[tuple[FleetNode, list[FreeGpu]]] = []
+    total = 0
+    for node in fleet.nodes:
+        if not _node_matches(node, query):
+            excluded["filtered"] += len(node.gpus)
+            continue
+        offered = []
+        for gpu in node.gpus:
+            reason = _reason(node, gpu, query)
+            if reason is not None:
+                excluded[reason] += 1
+                continue
+            offered.append(FreeGpu(
+                cluster=node.cluster, node=node.name, index=gpu.index, uuid=gpu.uuid,
+                device=gpu.uuid if gpu.mig_parent and gpu.uuid else str(gpu.index), model=gpu.model,
+                util_pct=gpu.util_pct, idle_for_s=gpu.idle_for_s, mem_free_mib=_mem_free(gpu),
+                mem_total_mib=gpu.mem_total_mib,
+            ))
+        total += len(offered)
+        if offered:
+            offered.sort(key=_idleness)
+            candidates.append((node, offered))
+    nodes = []
+    for node, offered in candidates:
+        if query.count is not None:
+            if len(offered) < query.count:
+                continue
+            offered = offered[:query.count]
+        devices = ",".join(g.device for g in offered)
+        nodes.append(FreeNode(cluster=node.cluster, node=node.name, labels=node.labels, gpus=offered,
+                              cuda_visible_devices=devices,
+                              env=f"CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES={devices}"))
+    # best first: with `count`, the node whose least idle chosen GPU is the most idle; else the node with the
+    # most idle GPU
+    pick = -1 if query.count is not None else 0
+    nodes.sort(key=lambda n: (_idleness(n.gpus[pick])[:3], n.cluster, n.node))
+    if query.limit is not None:
+        nodes = nodes[:query.limit]
+    return FreeAnswer(time=fleet.time, query=query, nodes=nodes, free_gpus=total,
+                      excluded={k: v for k, v in excluded.items() if v})
