@@ -132,4 +132,5 @@ def dlq_subject(original: str) -> str:
 ENGINE_STATUS = f"{PREFIX}.engine.status"
 """Request/reply: the leading engine answers with the fleet and its open incidents."""
 ENGINE_SNOOZE = f"{PREFIX}.engine.snooze"
+ENGINE_FREE = f"{PREFIX}.engine.free"
 """Request/reply: the leading engine applies a snooze."""

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
+import orjson
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from gpuevents import subjects as S
 from gpuevents.bus import Bus
 from gpuevents.cli.common import ConfigOption, cells, client_config, load_config_or_exit, run_async
 from gpuevents.config import Config
@@ -66,13 +68,22 @@ def register(app: typer.Typer) -> None:
 
 
 async def ask_free(config: Config, query: FreeQuery) -> FreeAnswer | None:
-    """The acting engines' view of the fleet, answered by the same function as the dashboard's /api/free."""
-    from rules.engine.status import ask_status
-    from rules.visibility.free import free_gpus
+    """Every acting engine answers for its part of the fleet (with the same function as the dashboard's /api/free),
+    so the reply stays small however large the fleet; the answers are merged."""
+    from rules.visibility.free import FreeAnswer, merge_answers
+
+    def complete(replies: list[bytes]) -> bool:
+        parts = [orjson.loads(r) for r in replies]
+        return bool(parts) and len({p.get("partition") for p in parts}) >= int(parts[0].get("partitions") or 1)
 
     async with Bus(config.nats, name="gpuevents-free") as bus:
-        st = await ask_status(bus)
-    return None if st is None else free_gpus(st.fleet, query)
+        replies = await bus.request_many(S.ENGINE_FREE, query.model_dump_json().encode(), 5.0, enough=complete)
+    seen: dict[Any, FreeAnswer] = {}
+    for raw in replies:
+        reply = orjson.loads(raw)
+        if reply.get("ok"):
+            seen.setdefault(reply.get("partition"), FreeAnswer.model_validate(reply["answer"]))
+    return merge_answers(list(seen.values()), query) if seen else None
 
 
 def _gib(mib: float | None) -> str:

@@ -11,6 +11,7 @@ from gpuevents import subjects as S
 from gpuevents.bus import Bus
 from rules.core.core import Snooze
 from rules.engine.status import StatusResponse
+from rules.visibility.free import FreeQuery, free_gpus
 
 
 class Answers(Protocol):
@@ -34,4 +35,16 @@ async def serve_requests(bus: Bus, engine: Answers) -> list[Any]:
             return orjson.dumps({"ok": False, "error": str(e)})
         return orjson.dumps(await engine.snooze(s))
 
-    return [await bus.serve(S.ENGINE_STATUS, status), await bus.serve(S.ENGINE_SNOOZE, snooze)]
+    async def free(payload: bytes, subject: str) -> bytes:
+        """`gpuevents free`: the answer for this engine's part of the fleet (small, whatever the fleet's size)."""
+        try:
+            query = FreeQuery.model_validate_json(payload)
+        except ValidationError as e:
+            return orjson.dumps({"ok": False, "error": str(e)})
+        st = await engine.status()
+        answer = free_gpus(st.fleet, query)
+        return orjson.dumps({"ok": True, "partition": st.partition, "partitions": st.partitions,
+                             "answer": answer.model_dump(mode="json")})
+
+    return [await bus.serve(S.ENGINE_STATUS, status), await bus.serve(S.ENGINE_SNOOZE, snooze),
+            await bus.serve(S.ENGINE_FREE, free)]

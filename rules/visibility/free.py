@@ -194,11 +194,26 @@ def free_gpus(fleet: FleetView, query: FreeQuery) -> FreeAnswer:
         nodes.append(FreeNode(cluster=node.cluster, node=node.name, labels=node.labels, gpus=offered,
                               cuda_visible_devices=devices,
                               env=f"CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES={devices}"))
-    # best first: with `count`, the node whose least idle chosen GPU is the most idle; else the node with the
-    # most idle GPU
+    return _answer(fleet.time, query, nodes, total, excluded)
+
+
+def _answer(time: datetime, query: FreeQuery, nodes: list[FreeNode], total: int,
+            excluded: Mapping[str, int]) -> FreeAnswer:
+    """Nodes best first: with `count`, the node whose least idle chosen GPU is the most idle; else the node with
+    the most idle GPU; cut to `limit`."""
     pick = -1 if query.count is not None else 0
-    nodes.sort(key=lambda n: (_idleness(n.gpus[pick])[:3], n.cluster, n.node))
+    nodes = sorted(nodes, key=lambda n: (_idleness(n.gpus[pick])[:3], n.cluster, n.node))
     if query.limit is not None:
         nodes = nodes[:query.limit]
-    return FreeAnswer(time=fleet.time, query=query, nodes=nodes, free_gpus=total,
+    return FreeAnswer(time=time, query=query, nodes=nodes, free_gpus=total,
                       excluded={k: v for k, v in excluded.items() if v})
+
+
+def merge_answers(answers: list[FreeAnswer], query: FreeQuery) -> FreeAnswer:
+    """One answer from the answers of the engines that each act for a part of the fleet (engine.partitions)."""
+    excluded: dict[str, int] = {}
+    for a in answers:
+        for k, v in a.excluded.items():
+            excluded[k] = excluded.get(k, 0) + v
+    nodes = [n for a in answers for n in a.nodes]
+    return _answer(max(a.time for a in answers), query, nodes, sum(a.free_gpus for a in answers), excluded)

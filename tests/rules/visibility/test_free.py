@@ -137,3 +137,18 @@ async def test_api_free_answers_as_the_function_does() -> None:
                           ("label==x", "label must be KEY=VALUE")):
             r = await c.get(f"/api/free?{bad}")
             assert r.status == 400 and says in await r.text()
+
+
+@pytest.mark.parametrize("query", [FreeQuery(), FreeQuery(count=2), FreeQuery(limit=2), FreeQuery(model="H100")])
+def test_answers_of_partitions_merge_into_the_answer_for_the_whole_fleet(query: FreeQuery) -> None:
+    # engines that each act for part of the fleet answer for their part; the CLI merges (a reply stays small)
+    a = [node("a", [gpu("a", 0, idle_for=100), gpu("a", 1, idle_for=900), gpu("a", 2, pids=[1])]),
+         node("c", [gpu("c", 0, idle_for=50, model="NVIDIA A100")])]
+    b = [node("b", [gpu("b", 0, idle_for=700), gpu("b", 1, idle_for=800)]),
+         node("d", [gpu("d", 0)], online=False)]
+    from rules.visibility.free import merge_answers
+
+    merged = merge_answers([free_gpus(fleet(*a), query), free_gpus(fleet(*b), query)], query)
+    whole = free_gpus(fleet(*a, *b), query)
+    assert offered(merged) == offered(whole) and merged.free_gpus == whole.free_gpus
+    assert merged.excluded == whole.excluded
