@@ -14,8 +14,8 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel
-from slack_sdk.web.async_client import AsyncWebClient
 
+from actions.services import slack_client
 from actions.slack_format import md
 from actions.store import KeyValue, kv_key
 from gpuevents.bus import KvExists
@@ -88,8 +88,7 @@ async def _post(req: ActionRequest, kv: KeyValue, config: Config, state: Approva
     if token is None:
         sys.stdout.write(f"[approval → {req.approve}] {question(req)} (no SLACK_BOT_TOKEN: nobody can answer)\n")
         return
-    base = cfg.base_url or AsyncWebClient.BASE_URL
-    client = AsyncWebClient(token=token, base_url=base if base.endswith("/") else base + "/")
+    client = slack_client(config, token, sdk_retries=True)
     resp = await client.chat_postMessage(channel=str(req.approve), text=question(req), blocks=approval_blocks(req),
                                          parse="none", link_names=False)
     posted = state.model_copy(update={"channel": str(resp.get("channel") or req.approve), "ts": str(resp.get("ts"))})

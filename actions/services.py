@@ -16,6 +16,7 @@ from gpuevents.config import Config
 
 if TYPE_CHECKING:
     from lightkube import AsyncClient
+    from slack_sdk.web.async_client import AsyncWebClient
 
     from gpuevents.bus import Bus
 
@@ -25,6 +26,17 @@ WeeklySummary = Callable[[Config, datetime, str | None, int], str | None]
 """`(config, now, team, top_jobs)`: the week's usage up to `now` for `team` (None: the whole fleet) as Slack
 mrkdwn listing up to `top_jobs` idle jobs; None when that team recorded nothing; LookupError when nothing
 was recorded at all. The visibility code builds it from the rollups store; actions never import it."""
+
+
+def slack_client(config: Config, token: str | None, *, sdk_retries: bool = False) -> AsyncWebClient:
+    """The Slack Web API client every Slack caller uses: `actions.slack.base_url` (tests, proxies) or Slack's,
+    the actions' timeout; slack-sdk's own retries off unless asked for (the runner retries actions itself)."""
+    from slack_sdk.web.async_client import AsyncWebClient
+
+    base = config.actions.slack.base_url or AsyncWebClient.BASE_URL
+    extra: dict[str, Any] = {} if sdk_retries else {"retry_handlers": []}
+    return AsyncWebClient(token=token, base_url=base if base.endswith("/") else base + "/",
+                          timeout=int(config.actions.timeout), **extra)
 
 
 class Services:

@@ -21,6 +21,7 @@ from slack_sdk.socket_mode.request import SocketModeRequest
 from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
+from actions.services import slack_client
 from actions.slack_clicks import ClickHandler
 from actions.store import KeyValue
 from gpuevents.aio import guarded_task
@@ -34,10 +35,7 @@ INTERACTIVITY_PATH = "/slack/interactivity"
 
 
 def _web_client(config: Config) -> AsyncWebClient:
-    cfg = config.actions.slack
-    base = cfg.base_url or AsyncWebClient.BASE_URL
-    return AsyncWebClient(token=cfg.token(), base_url=base if base.endswith("/") else base + "/",
-                          timeout=int(config.actions.timeout))
+    return slack_client(config, config.actions.slack.token(), sdk_retries=True)
 
 
 def click_handler(config: Config, bus: Bus, kv: KeyValue, clock: Clock, client: AsyncWebClient) -> ClickHandler:

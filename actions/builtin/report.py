@@ -13,13 +13,12 @@ import sys
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
-from slack_sdk.web.async_client import AsyncWebClient
 
 from actions import slack_format as fmt
 from actions.builtin.slack import SlackAction
 from actions.protocol import ALL_KINDS, ActionContext, ActionParams, ActionResult, ActionUnit, PermanentError
 from actions.registry import register
-from actions.services import services_of
+from actions.services import services_of, slack_client
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +69,7 @@ class ReportAction:
                 sys.stdout.write(f"[slack → {to}] {text}\n")
             sys.stdout.flush()
             return ActionResult(detail=f"{len(messages)} summaries printed (no SLACK_BOT_TOKEN)")
-        base = ctx.config.actions.slack.base_url or AsyncWebClient.BASE_URL
-        client = AsyncWebClient(token=token, base_url=base if base.endswith("/") else base + "/",
-                                timeout=int(ctx.config.actions.timeout), retry_handlers=[])
+        client = slack_client(ctx.config, token)
         slack = svc.cache.setdefault("report.slack", SlackAction())
         sent: list[dict[str, Any]] = []
         for to, text in messages:

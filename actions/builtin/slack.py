@@ -29,7 +29,7 @@ from actions.protocol import (
     TransientError,
 )
 from actions.registry import register
-from actions.services import services_of
+from actions.services import services_of, slack_client
 from actions.slack_clicks import SentMessage, remember
 from actions.store import kv_key
 from gpuevents.bus import KvExists, KvWrongRevision
@@ -209,8 +209,7 @@ class SlackAction:
             item = item.model_copy(update={"request": req.model_dump(mode="json"), "buttons": list(p.buttons.keep)})
         if token is None:
             return _print_instead(p.to, item, buttons)
-        client = AsyncWebClient(token=token, base_url=_base_url(cfg.base_url), timeout=int(
-            ctx.config.actions.timeout), retry_handlers=[])
+        client = slack_client(ctx.config, token)
         svc = services_of(ctx)
         now = svc.clock.monotonic()
         if not p.digest:
@@ -239,12 +238,6 @@ class SlackAction:
                         ts=str(result.data["ts"]), recipient=result.data.get("recipient"), blocks=blocks,
                         text=i.text))
         return result.model_copy(update={"detail": f"digest of {len(items)} sent to {p.to}"})
-
-
-def _base_url(url: str | None) -> str:
-    if not url:
-        return AsyncWebClient.BASE_URL
-    return url if url.endswith("/") else url + "/"
 
 
 def _read_template(path: str | None) -> str:

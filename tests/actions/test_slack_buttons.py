@@ -80,18 +80,23 @@ def idle_node(pid: int, created: datetime) -> Any:
 
 
 @contextlib.asynccontextmanager
-async def conversation(config: Config, bus: Bus) -> AsyncIterator[Engine]:
-    """The engine, one action runner and the Socket Mode client, as `gpuevents up` runs them."""
+async def runner_and_socket(config: Config, bus: Bus) -> AsyncIterator[None]:
     stop = asyncio.Event()
     kv = await bus.kv()
     tasks = [asyncio.create_task(ActionRunner(bus, config).run(stop)),
              asyncio.create_task(slack_transport.run_socket_mode(config, bus, kv, SystemClock(), stop))]
     try:
-        async with running(Engine(config, bus, clock=SystemClock())) as engine:
-            yield engine
+        yield
     finally:
         stop.set()
         await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 20)
+
+
+@contextlib.asynccontextmanager
+async def conversation(config: Config, bus: Bus) -> AsyncIterator[Engine]:
+    """The engine, one action runner and the Socket Mode client, as `gpuevents up` runs them."""
+    async with runner_and_socket(config, bus), running(Engine(config, bus, clock=SystemClock())) as engine:
+        yield engine
 
 
 def click(action_id: str, sent: SentMessage, user: str, slack: FakeSlack, ts: str = "1.1") -> dict[str, Any]:
@@ -188,19 +193,6 @@ async def test_the_http_endpoint_checks_slacks_signature(config: Config, bus: Bu
         assert len(seen) == 1
     finally:
         await server.close()
-
-
-@contextlib.asynccontextmanager
-async def runner_and_socket(config: Config, bus: Bus) -> AsyncIterator[None]:
-    stop = asyncio.Event()
-    kv = await bus.kv()
-    tasks = [asyncio.create_task(ActionRunner(bus, config).run(stop)),
-             asyncio.create_task(slack_transport.run_socket_mode(config, bus, kv, SystemClock(), stop))]
-    try:
-        yield
-    finally:
-        stop.set()
-        await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 20)
 
 
 def approval_request(key: str, marker: Path, within: float = 600) -> Any:
