@@ -27,7 +27,6 @@ from agent.dcgm import (
     pod_labels,
     xid_value,
 )
-from agent.hpcjobs import JobMapping
 
 __all__ = ["DCGM_LABELS", "MAX_PROCESS_SERIES", "AgentCollector", "AgentCounters", "Family", "MetricsServer",
            "render"]
@@ -91,11 +90,10 @@ class AgentCollector:
     """Builds every series from the agents' latest state when scraped: nothing is paid per sample."""
 
     def __init__(self, cores: Callable[[], Iterable[NodeCore]], counters: AgentCounters,
-                 max_process_series: int = MAX_PROCESS_SERIES, job_mapping: JobMapping | None = None) -> None:
+                 max_process_series: int = MAX_PROCESS_SERIES) -> None:
         self.cores = cores
         self.counters = counters
         self.max_process_series = max_process_series
-        self.job_mapping = job_mapping
 
     def collect(self) -> Iterator[Family]:
         dcgm = [Family(f.name, f.type, f.help) for f in DCGM_FIELDS]
@@ -107,9 +105,9 @@ class AgentCollector:
         nproc = Family("gpuevents_gpu_processes", "gauge", "Processes holding the GPU.")
         pmem = Family("gpuevents_process_gpu_memory_mib", "gauge", "GPU memory held by a process (in MiB).")
         putil = Family("gpuevents_process_sm_util_pct", "gauge", "SM utilization of a process (in %).")
-        job_map = self.job_mapping.jobs() if self.job_mapping is not None else {}
         for core in self.cores():
-            self._node(core, job_map, dcgm, xid, [limit, idle, idle_s, lost, nproc], pmem, putil)
+            # the HPC job mapping as the sampling loop last read it (NodeCore.job_gpus): read once, in one place
+            self._node(core, core.job_gpus or {}, dcgm, xid, [limit, idle, idle_s, lost, nproc], pmem, putil)
         yield from (*dcgm, xid, limit, idle, idle_s, lost, nproc, pmem, putil)
         samples = Family("gpuevents_agent_samples_total", "counter", "Samples taken.")
         samples.add({}, self.counters.samples)

@@ -214,9 +214,7 @@ async def run_nodes(agents: list[NodeAgent], bus: EventBus, *, config: Config, c
     interval = config.agent.sample_interval
     metrics: MetricsServer | None = None
     if config.agent.metrics_port is not None:
-        job_dir = config.agent.hpc_job_mapping_dir
-        collector = AgentCollector(lambda: [a.core for a in agents], counters,
-                                   job_mapping=JobMapping(job_dir) if job_dir is not None else None)
+        collector = AgentCollector(lambda: [a.core for a in agents], counters)
         metrics = MetricsServer(collector, config.agent.metrics_port).start()
     helpers = [supervise("kill service", lambda: _serve_kills(bus, agents, config.cluster, stop), stop, counters)]
     if pods is not None:

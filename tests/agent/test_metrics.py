@@ -203,12 +203,14 @@ def test_the_hpc_job_mapping_directory_labels_gpus_and_mig_instances(tmp_path: P
     cfg = Config()
     agents = simulated_agents(cfg, nodes=1, gpus_per_node=8, scenario="steady", start=T0)
     agents[0].tick(T0)
-    series, _, _ = parse(served(agents, job_mapping=JobMapping(tmp_path)))
+    agents[0].core.job_gpus = JobMapping(tmp_path).jobs()  # as the sampling loop reads it
+    series, _, _ = parse(served(agents))
     jobs = sorted((lb["gpu"], lb["hpc_job"]) for lb, _ in series["DCGM_FI_DEV_GPU_TEMP"] if "hpc_job" in lb)
     assert jobs == [("3", "4242"), ("3", "4243")]  # steady has no MIG: `6.2` names no device here
     (mig,) = ticked("hopper-mig")
     mig.core.held = {}  # no processes: only the mapping names jobs
-    series, _, _ = parse(served([mig], job_mapping=JobMapping(tmp_path)))
+    mig.core.job_gpus = JobMapping(tmp_path).jobs()
+    series, _, _ = parse(served([mig]))
     jobs = sorted((lb["gpu"], lb.get("GPU_I_ID", ""), lb["hpc_job"])
                   for lb, _ in series["DCGM_FI_DEV_FB_USED"] if "hpc_job" in lb)
     assert jobs == [("3", "", "4242"), ("3", "", "4243"), ("6", "2", "777")]
