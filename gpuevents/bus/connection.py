@@ -49,7 +49,8 @@ def _tls_context(cfg: NatsConfig) -> ssl.SSLContext | None:
 class Bus:
     """A connection to NATS and JetStream for one gpuevents process."""
 
-    def __init__(self, config: NatsConfig, *, name: str = "gpuevents") -> None:
+    def __init__(self, config: NatsConfig, *, name: str = "gpuevents", role: str = "admin",
+                 node: str | None = None) -> None:
         if not config.servers:
             raise BusError(
                 "nats.url is not set: `gpuevents up` starts an embedded server; other commands "
@@ -57,6 +58,8 @@ class Bus:
             )
         self.config = config
         self.name = name
+        # DESIGN §7.1: every process's replies come back on its role's inbox (a node's own, for an agent)
+        self.inbox_prefix = config.inbox_prefix or S.inbox_prefix(role, node)
         self.stats = BusStats()
         self._nc: Client | None = None
         self._js: JetStreamContext | None = None
@@ -112,9 +115,8 @@ class Bus:
             "disconnected_cb": self._on_disconnected,
             "reconnected_cb": self._on_reconnected,
             "tls": _tls_context(cfg),
+            "inbox_prefix": self.inbox_prefix,
         }
-        if cfg.inbox_prefix:
-            opts["inbox_prefix"] = cfg.inbox_prefix
         if cfg.creds_file is not None:
             opts["user_credentials"] = str(cfg.creds_file)
         if os.environ.get("NATS_USER"):

@@ -85,7 +85,7 @@ def register(app: typer.Typer) -> None:
 async def show_status(config: Config, as_json: bool) -> None:
     from rules.engine.status import ask_status
 
-    async with Bus(config.nats, name="gpuevents-status") as bus:
+    async with Bus(config.nats, name="gpuevents-status", role="operator") as bus:
         st = await ask_status(bus)  # every partition's acting engine, merged
     if st is None:
         typer.echo("no engine answers on the bus: start `gpuevents engine` or `gpuevents up`", err=True)
@@ -135,7 +135,7 @@ async def do_snooze(config: Config, rule: str, entity: str, seconds: float, reas
     now = SystemClock().now()
     s = Snooze(rule=rule, entity_id=entity, until=now + timedelta(seconds=seconds),
                by=getpass.getuser(), reason=reason, bounded=bounded)
-    async with Bus(config.nats, name="gpuevents-snooze") as bus:
+    async with Bus(config.nats, name="gpuevents-snooze", role="operator") as bus:
         await bus.ensure_streams()
         try:
             reply = orjson.loads(await bus.request(S.ENGINE_SNOOZE, s.model_dump_json().encode(), timeout=5))
@@ -158,7 +158,7 @@ async def show_audit(config: Config, rule: str | None, entity: str | None, secon
     since = SystemClock().now() - timedelta(seconds=seconds)
     subject = S.audit_subject(rule) if rule else S.AUDIT_ALL
     records: list[AuditRecord] = []
-    async with Bus(config.nats, name="gpuevents-audit") as bus:
+    async with Bus(config.nats, name="gpuevents-audit", role="operator") as bus:
         async for m in bus.replay(S.STREAM_AUDIT, subject, since=since):
             records += [r for r in decode_audit(m.data) if not entity or r.entity_id == entity]
     records = unique_records(records)  # a transition sent again after a crash is one transition

@@ -76,7 +76,7 @@ async def ask_free(config: Config, query: FreeQuery) -> FreeAnswer | None:
         parts = [orjson.loads(r) for r in replies]
         return bool(parts) and len({p.get("partition") for p in parts}) >= int(parts[0].get("partitions") or 1)
 
-    async with Bus(config.nats, name="gpuevents-free") as bus:
+    async with Bus(config.nats, name="gpuevents-free", role="operator") as bus:
         replies = await bus.request_many(S.ENGINE_FREE, query.model_dump_json().encode(), 5.0, enough=complete)
     seen: dict[Any, FreeAnswer] = {}
     for raw in replies:

@@ -159,11 +159,11 @@ async def _dashboard(engines: list[Any], config: Config, stop: asyncio.Event) ->
 
 
 async def run_connected(config: Config, name: str, parts: Callable[[Bus], dict[str, Part]],
-                        event_partitions: int | None = None) -> None:
+                        event_partitions: int | None = None, role: str = "admin") -> None:
     """Connect, make sure the streams exist (partitioned for the engines), run the parts until Ctrl-C or SIGTERM,
     close."""
     async with stop_on_signals() as stop:
-        bus = Bus(config.nats, name=name)
+        bus = Bus(config.nats, name=name, role=role)
         await bus.connect()
         try:
             await bus.ensure_streams(event_partitions)

@@ -69,12 +69,13 @@ def register(app: typer.Typer) -> None:
 async def run_engine(config: Config, clock: Clock | None = None) -> None:
     clock = clock or SystemClock()
     await run_connected(config, f"engine-{config.cluster}", lambda bus: engine_parts(config, bus, clock),
-                        event_partitions=config.engine.partitions)
+                        event_partitions=config.engine.partitions, role="engine")
 
 
 async def run_runners(config: Config, count: int, clock: Clock | None = None) -> None:
     clock = clock or SystemClock()
-    await run_connected(config, f"runner-{config.cluster}", lambda bus: runner_parts(config, bus, clock, count))
+    await run_connected(config, f"runner-{config.cluster}", lambda bus: runner_parts(config, bus, clock, count),
+                        role="runner")
 
 
 def demo_config(config: Config) -> Config:
