@@ -1,4 +1,4 @@
-"""Generate NATS users for gpuevents, one per role (DESIGN §7.1): engine, runner, operator, admin, and one agent per node.
+"""Generate NATS users for gpuevents: one per role (DESIGN §7.1), and one agent user per node.
 
 Run it wherever gpuevents is installed (it uses `gpuevents.subjects` so that node names are
 escaped exactly as agents escape them):
@@ -299,8 +299,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--engine-without-runners", action="store_true",
                         help="the engine may not command agents (run it with engine.runners: 0 and "
                         "`gpuevents runner` apart, as the runner user)")
-    parser.add_argument("--js-max-file", default=JS_MAX_FILE, help=f"the account's JetStream disk (default {JS_MAX_FILE})")
-    parser.add_argument("--js-max-mem", default=JS_MAX_MEM, help=f"the account's JetStream memory (default {JS_MAX_MEM})")
+    parser.add_argument("--js-max-file", default=JS_MAX_FILE,
+                        help=f"the account's JetStream disk (default {JS_MAX_FILE})")
+    parser.add_argument("--js-max-mem", default=JS_MAX_MEM,
+                        help=f"the account's JetStream memory (default {JS_MAX_MEM})")
     args = parser.parse_args(argv)
     try:
         result = generate(args.cluster, _read_nodes(args), args.out,
