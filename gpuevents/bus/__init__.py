@@ -3,7 +3,7 @@ users handle (deliveries, KV entries, publish items) and the errors it raises.""
 
 from gpuevents.bus.connection import Bus
 from gpuevents.bus.consumer import Consumer, Delivery
-from gpuevents.bus.errors import BusError, BusNoResponders, BusTimeout, KvExists, KvWrongRevision
+from gpuevents.bus.errors import BusError, BusNoResponders, BusTimeout, BusUnreachable, KvExists, KvWrongRevision
 from gpuevents.bus.kv import Kv, KvEntry
 from gpuevents.bus.publishing import BusStats, PublishItem
 from gpuevents.bus.replay import StoredMsg
@@ -14,6 +14,7 @@ __all__ = [
     "BusNoResponders",
     "BusStats",
     "BusTimeout",
+    "BusUnreachable",
     "Consumer",
     "Delivery",
     "Kv",

@@ -22,6 +22,10 @@ class BusNoResponders(BusError):
     pass
 
 
+class BusUnreachable(BusError):
+    """No NATS server answered within the time a command gives it (the message names the address)."""
+
+
 class KvExists(BusError):
     """`create` of a key that is already there."""
 

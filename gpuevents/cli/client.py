@@ -12,13 +12,14 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuevents import subjects as S
-from gpuevents.bus import Bus, BusNoResponders, BusTimeout
+from gpuevents.bus import BusNoResponders, BusTimeout
 from gpuevents.cli.common import (
     ConfigOption,
     cells,
     client_config,
     duration_option,
     load_config_or_exit,
+    operator_bus,
     run_async,
 )
 from gpuevents.clock import SystemClock
@@ -85,7 +86,7 @@ def register(app: typer.Typer) -> None:
 async def show_status(config: Config, as_json: bool) -> None:
     from rules.engine.status import ask_status
 
-    async with Bus(config.nats, name="gpuevents-status", role="operator") as bus:
+    async with operator_bus(config, "gpuevents-status") as bus:
         st = await ask_status(bus)  # every partition's acting engine, merged
     if st is None:
         typer.echo("no engine answers on the bus: start `gpuevents engine` or `gpuevents up`", err=True)
@@ -135,11 +136,11 @@ async def do_snooze(config: Config, rule: str, entity: str, seconds: float, reas
     now = SystemClock().now()
     s = Snooze(rule=rule, entity_id=entity, until=now + timedelta(seconds=seconds),
                by=getpass.getuser(), reason=reason, bounded=bounded)
-    async with Bus(config.nats, name="gpuevents-snooze", role="operator") as bus:
-        await bus.ensure_streams()
+    async with operator_bus(config, "gpuevents-snooze") as bus:
         try:
             reply = orjson.loads(await bus.request(S.ENGINE_SNOOZE, s.model_dump_json().encode(), timeout=5))
         except (BusNoResponders, BusTimeout):
+            await bus.ensure_streams()  # no engine: the snooze waits in KV for the next one (not an operator's)
             store = ModelStore(await bus.kv(), "snooze.", Snooze)
             await store.save(snooze_key(rule, entity), s)
             record = AuditRecord(time=now, kind="snooze", rule=rule, entity_id=entity,
@@ -158,7 +159,7 @@ async def show_audit(config: Config, rule: str | None, entity: str | None, secon
     since = SystemClock().now() - timedelta(seconds=seconds)
     subject = S.audit_subject(rule) if rule else S.AUDIT_ALL
     records: list[AuditRecord] = []
-    async with Bus(config.nats, name="gpuevents-audit", role="operator") as bus:
+    async with operator_bus(config, "gpuevents-audit") as bus:
         async for m in bus.replay(S.STREAM_AUDIT, subject, since=since):
             records += [r for r in decode_audit(m.data) if not entity or r.entity_id == entity]
     records = unique_records(records)  # a transition sent again after a crash is one transition

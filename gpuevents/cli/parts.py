@@ -164,9 +164,28 @@ async def run_connected(config: Config, name: str, parts: Callable[[Bus], dict[s
     close."""
     async with stop_on_signals() as stop:
         bus = Bus(config.nats, name=name, role=role)
-        await bus.connect()
         try:
+            if not await connect_or_stop(bus, stop):
+                return
             await bus.ensure_streams(event_partitions)
             await run_parts(parts(bus), stop)
         finally:
             await bus.close()
+
+
+async def connect_or_stop(bus: Bus, stop: asyncio.Event) -> bool:
+    """Connect, unless `stop` comes first (Ctrl-C or SIGTERM while NATS is out of reach): True when connected."""
+    connecting = asyncio.ensure_future(bus.connect())
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait([connecting, stopping], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if connecting.done():
+        connecting.result()  # what connecting raised, if it did
+        return True
+    connecting.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await connecting
+    log.info("stopped before NATS answered")
+    return False

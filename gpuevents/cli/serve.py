@@ -17,7 +17,14 @@ from gpuevents.cli.common import (
     run_async,
     setup_logging,
 )
-from gpuevents.cli.parts import engine_parts, run_connected, run_parts, runner_parts, stop_on_signals
+from gpuevents.cli.parts import (
+    connect_or_stop,
+    engine_parts,
+    run_connected,
+    run_parts,
+    runner_parts,
+    stop_on_signals,
+)
 from gpuevents.clock import Clock, SystemClock
 from gpuevents.config import Config
 from gpuevents.server import EmbeddedServer, ServerError
@@ -43,7 +50,7 @@ def up(
 def engine(config: ConfigOption = None, verbose: VerboseOption = False) -> None:
     """The rules engine and its action runners (engine.runners of them)."""
     setup_logging(verbose)
-    cfg = client_config(load_config_or_exit(config))
+    cfg = _with_nats_url(load_config_or_exit(config))
     if not cfg.engine.rules:
         typer.echo("error: engine.rules is empty: list rule files or directories in the config", err=True)
         raise typer.Exit(1)
@@ -57,7 +64,16 @@ def runner(
 ) -> None:
     """Action runners apart from the engine: they share GPUEVENTS_ACT as a queue."""
     setup_logging(verbose)
-    run_async(run_runners(client_config(load_config_or_exit(config)), count))
+    run_async(run_runners(_with_nats_url(load_config_or_exit(config)), count))
+
+
+def _with_nats_url(cfg: Config) -> Config:
+    """The config with nats.url; without one, the embedded server's address, and a line saying so."""
+    if not cfg.nats.servers:
+        cfg = client_config(cfg)
+        typer.secho(f"nats.url is not set: trying {cfg.nats.url}, where `gpuevents up` runs its embedded NATS. "
+                    "Set nats.url (or GPUEVENTS_NATS__URL) to your NATS servers.", fg="yellow", err=True)
+    return cfg
 
 
 def register(app: typer.Typer) -> None:
@@ -139,8 +155,9 @@ async def run_up(config: Config, *, demo: bool = False, echo: Callable[[str], No
                 echo(line)
         async with stop_on_signals() as stop:
             bus = Bus(config.nats, name="gpuevents-up")
-            await bus.connect()
             try:
+                if not await connect_or_stop(bus, stop):
+                    return
                 await bus.ensure_streams(config.engine.partitions)
                 parts = engine_parts(config, bus, clock)
                 parts["agent"] = lambda s: run_agent(config, bus, clock, sampler=sampler, stop_event=s)

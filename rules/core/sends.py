@@ -135,20 +135,13 @@ def _gpu_facts(g: GpuView) -> dict[str, Any]:
     return facts
 
 
-def facts_of(ent: Entity, incident: Incident, cost: CostView | None, now: datetime,
-             nxt: NextStage | None = None) -> dict[str, Any]:
-    """What messages and safety checks read from a request (see actions/slack_format, gpuevents/commands)."""
+def entity_facts(ent: Entity) -> dict[str, Any]:
+    """What safety checks and messages read about an entity: its node, GPUs, processes, job."""
     ctx = ent.ctx
     node: NodeView | None = ctx.get("node")
     out: dict[str, Any] = {
         "node": _jsonable({"name": node.name, "cluster": node.cluster, "labels": node.labels, "online": node.online})
         if node is not None else {"name": ctx["entity"].node, "cluster": ctx["entity"].cluster},
-        "incident": {
-            "id": incident.id, "started_at": incident.active_at.isoformat(),
-            "firing_since": incident.fired_at.isoformat() if incident.fired_at else None,
-            "firing_for": incident.firing_for(now), "active_for": incident.active_for(now), "count": incident.sends,
-            "next": nxt.as_dict() if nxt is not None else None,
-        },
     }
     v = ent.view
     if isinstance(v, GpuView):
@@ -171,6 +164,19 @@ def facts_of(ent: Entity, incident: Incident, cost: CostView | None, now: dateti
         procs = {p.id: p for g in gpus for p in g.processes}
         out["processes"] = [_proc_facts(p) for p in procs.values()]
         out["owners"] = sorted({p.owner for p in procs.values() if p.owner})
+    return out
+
+
+def facts_of(ent: Entity, incident: Incident, cost: CostView | None, now: datetime,
+             nxt: NextStage | None = None) -> dict[str, Any]:
+    """What messages and safety checks read from a request (see actions/slack_format, gpuevents/commands)."""
+    out = entity_facts(ent)
+    out["incident"] = {
+        "id": incident.id, "started_at": incident.active_at.isoformat(),
+        "firing_since": incident.fired_at.isoformat() if incident.fired_at else None,
+        "firing_for": incident.firing_for(now), "active_for": incident.active_for(now), "count": incident.sends,
+        "next": nxt.as_dict() if nxt is not None else None,
+    }
     if cost is not None:
         out["cost"] = {"amount": round(cost.so_far, 2), "currency": cost.currency, "text": cost.text,
                        "per_hour": round(cost.per_hour, 4)}

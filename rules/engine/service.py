@@ -18,12 +18,14 @@ from gpuevents.bus import Bus, BusError, Consumer, Delivery
 from gpuevents.clock import Clock, SystemClock
 from gpuevents.config import Config
 from gpuevents.events import SnapshotEvent
-from gpuevents.records import AuditRecord
+from gpuevents.manual import OperatorAction, OperatorActionReply
+from gpuevents.records import AuditRecord, new_id
 from gpuevents.yamlpos import LocatedError
+from rules.core import manual
 from rules.core.core import Core, Snooze, StepResult, Sweep, Tick
 from rules.core.incidents import Incident
 from rules.core.limits import LimitWindows
-from rules.engine.audit import AuditTail, reload_record, snooze_record
+from rules.engine.audit import AuditTail, reload_record, request_record, snooze_record
 from rules.engine.commit import Committer
 from rules.engine.deadletter import DeadLetters
 from rules.engine.gcpolicy import GcPolicy
@@ -411,4 +413,20 @@ class Engine:
             self.planner.replan()  # its end, or the evaluation it asks for, may come before the planned tick
         await self.committer.audit([snooze_record(self.clock.now(), s)])
         return {"ok": True, "until": s.until.isoformat()}
+
+    async def operator_action(self, req: OperatorAction) -> OperatorActionReply | None:
+        """A person's kill or cancel, decided like a rule's action (rules.core.manual), sent to the runners and
+        audited; None when the target is not in this engine's part of the fleet."""
+        async with self._lock:
+            await self._settle()
+            assert self.core is not None
+            ent = manual.find_target(self.core.state, req)
+            if ent is None:
+                return None if self.partition is not None else manual.unknown_target(req)
+            now = self.clock.now()
+            request = manual.decide(req, ent, self.config, self.core.limiter, now, new_id())
+            limits = self.core.limiter.windows(now.timestamp()) if self.core.limiter.dirty else None
+            await self.committer.commit(StepResult(actions=[request], limits=limits), "commit a person's action")
+        await self.committer.audit([request_record(now, req.by, request)])
+        return manual.reply_for(request)
 
