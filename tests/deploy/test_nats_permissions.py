@@ -41,14 +41,14 @@ class Conn:
 
 
 @asynccontextmanager
-async def connect(server: AuthServer, user: str, password: str) -> AsyncIterator[Conn]:
+async def connect(server: AuthServer, user: str, password: str, inbox_prefix: str = "_INBOX") -> AsyncIterator[Conn]:
     conn = Conn()
 
     async def on_error(e: Exception) -> None:
         conn.errors.append(str(e))
 
     conn.nc = await nats.connect(server.url, user=user, password=password, error_cb=on_error,
-                                 allow_reconnect=False, connect_timeout=2)
+                                 allow_reconnect=False, connect_timeout=2, inbox_prefix=inbox_prefix)
     try:
         yield conn
     finally:
