@@ -11,8 +11,8 @@ from gpuevents import subjects as S
 from gpuevents.bus import Bus
 from gpuevents.manual import OperatorAction, OperatorActionReply
 from rules.core.core import Snooze
+from rules.dashboard.free import FreeQuery, free_gpus
 from rules.engine.status import StatusResponse
-from rules.visibility.free import FreeQuery, free_gpus
 
 
 class Answers(Protocol):
