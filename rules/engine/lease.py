@@ -12,6 +12,7 @@ from pydantic import BaseModel
 
 from gpuevents.bus import Kv, KvExists, KvWrongRevision
 from gpuevents.clock import Clock
+from gpuevents.kvstate import parse_or_none
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +75,8 @@ class Lease:
                 if current is None:
                     self._revision = await self.kv.create(self.key, self._dump(record))
                 else:
-                    other = LeaseRecord.model_validate_json(current.value)
-                    if other.holder != self.holder and other.expires_at > now:
+                    other = parse_or_none(LeaseRecord, current, "taking the lease over it")
+                    if other is not None and other.holder != self.holder and other.expires_at > now:
                         self._lose()
                         return False
                     self._revision = await self.kv.update(self.key, self._dump(record),

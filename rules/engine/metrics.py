@@ -4,10 +4,27 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from collections.abc import Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
+
+from gpuevents.kvstate import KINDS, UNREADABLE
 
 if TYPE_CHECKING:
     from rules.core.core import Core
+
+
+class _KvUnreadable(Collector):
+    """gpuevents_kv_unreadable_total: values in KV read as absent and repaired (gpuevents.kvstate), by kind."""
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily("gpuevents_kv_unreadable", "Unreadable KV values read as absent and repaired, "
+                                     "by kind of key", labels=["kind"])
+        for kind in KINDS:
+            family.add_metric([kind], UNREADABLE.counts.get(kind, 0))
+        yield family
 
 
 class EngineMetrics:
@@ -50,6 +67,7 @@ class EngineMetrics:
                                   registry=r)
         self.nodes_online = Gauge("gpuevents_nodes_online", "Nodes with a recent snapshot",
                                   registry=r)
+        r.register(_KvUnreadable())
 
     def observe_fleet(self, core: Core) -> None:
         """Set the gauges that count the fleet and its incidents (on every tick)."""

@@ -29,7 +29,8 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
 def _config(tmp_path: Path, url: str | None) -> Path:
     rules = tmp_path / "rules"
     rules.mkdir(exist_ok=True)
-    (rules / "r.yaml").write_text("rules:\n  - name: r\n    entity: gpu\n    when: gpu.idle\n    actions: [{type: log}]\n")
+    (rules / "r.yaml").write_text(
+        "rules:\n  - name: r\n    entity: gpu\n    when: gpu.idle\n    actions: [{type: log}]\n")
     nats = f"nats: {{url: '{url}', connect_timeout: 2s, reconnect_wait: 0.5s}}\n" if url else ""
     path = tmp_path / "config.yaml"
     path.write_text(nats + f"engine: {{rules: ['{rules}'], usage_db: '{tmp_path / 'usage.sqlite'}', "
