@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ByteSize, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpuevents.durations import Duration
 from gpuevents.idleness import IdleRule, IdleSignal, model_matches
@@ -38,10 +38,20 @@ class EmbeddedServerConfig(_Section):
 
 
 class StreamsConfig(_Section):
+    """How long and how much each stream keeps (DESIGN §7.1: bounded): past a bound the oldest messages go."""
+
     events_max_age: Duration = 7 * 86400
     audit_max_age: Duration = 90 * 86400
     dlq_max_age: Duration = 7 * 86400
     replicas: int = Field(1, ge=1, le=5)
+    events_max_bytes: ByteSize = Field(2 << 30, ge=1 << 20, description="GPUEVENTS on disk at most")
+    events_max_msgs_per_subject: int = Field(
+        50_000, ge=1, description="per node and event type: a node that floods its subjects replaces only its "
+        "own oldest events")
+    audit_max_bytes: ByteSize = Field(512 << 20, ge=1 << 20)
+    dlq_max_bytes: ByteSize = Field(128 << 20, ge=1 << 20)
+    dlq_max_msgs_per_subject: int = Field(1_000, ge=1, description="malformed messages kept per source subject")
+    actions_max_bytes: ByteSize = Field(256 << 20, ge=1 << 20)
 
 
 class NatsConfig(_Section):

@@ -3,7 +3,15 @@ users handle (deliveries, KV entries, publish items) and the errors it raises.""
 
 from gpuevents.bus.connection import Bus
 from gpuevents.bus.consumer import Consumer, Delivery
-from gpuevents.bus.errors import BusError, BusNoResponders, BusTimeout, BusUnreachable, KvExists, KvWrongRevision
+from gpuevents.bus.errors import (
+    BusError,
+    BusNoResponders,
+    BusStoreFull,
+    BusTimeout,
+    BusUnreachable,
+    KvExists,
+    KvWrongRevision,
+)
 from gpuevents.bus.kv import Kv, KvEntry
 from gpuevents.bus.publishing import BusStats, PublishItem
 from gpuevents.bus.replay import StoredMsg
@@ -13,6 +21,7 @@ __all__ = [
     "BusError",
     "BusNoResponders",
     "BusStats",
+    "BusStoreFull",
     "BusTimeout",
     "BusUnreachable",
     "Consumer",

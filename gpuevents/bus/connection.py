@@ -23,7 +23,7 @@ from nats.js import JetStreamContext, api
 from gpuevents import subjects as S
 from gpuevents.aio import Backoff, guarded_task, sleep_or_stop, stop_tasks
 from gpuevents.bus.consumer import Consumer, open_consumer
-from gpuevents.bus.errors import BusError, BusNoResponders, BusTimeout, BusUnreachable, bus_errors
+from gpuevents.bus.errors import BusError, BusNoResponders, BusStoreFull, BusTimeout, BusUnreachable, bus_errors
 from gpuevents.bus.kv import Kv, open_bucket
 from gpuevents.bus.publishing import AckPipe, BusStats, EventBuffer, PublishItem, js_publish, js_publish_many
 from gpuevents.bus.replay import StoredMsg, replay
@@ -210,18 +210,22 @@ class Bus:
         (1: as published); None keeps what the stream has, so an agent never undoes the engines' choice."""
         st = self.config.streams
 
-        def stream(name: str, subject: str, description: str, max_age: float | None = None,
-                   retention: api.RetentionPolicy | None = None) -> api.StreamConfig:
+        def stream(name: str, subject: str, description: str, max_bytes: int, max_age: float | None = None,
+                   retention: api.RetentionPolicy | None = None, per_subject: int | None = None) -> api.StreamConfig:
+            # bounded (DESIGN §7.1): past max_bytes, or per_subject messages on one subject, the oldest go
             return api.StreamConfig(name=name, subjects=[subject], description=description, max_age=max_age,
-                                    retention=retention, storage=api.StorageType.FILE,
+                                    retention=retention, storage=api.StorageType.FILE, max_bytes=max_bytes,
+                                    max_msgs_per_subject=per_subject or -1, discard=api.DiscardPolicy.OLD,
                                     num_replicas=st.replicas, duplicate_window=DUPLICATE_WINDOW_S)
 
         wanted = [
-            stream(S.STREAM_EVENTS, S.EVENTS_ALL, "gpuevents: events from node agents", st.events_max_age),
-            stream(S.STREAM_ACTIONS, S.ACTIONS_ALL, "gpuevents: action requests (work queue)",
+            stream(S.STREAM_EVENTS, S.EVENTS_ALL, "gpuevents: events from node agents", st.events_max_bytes,
+                   st.events_max_age, per_subject=st.events_max_msgs_per_subject),
+            stream(S.STREAM_ACTIONS, S.ACTIONS_ALL, "gpuevents: action requests (work queue)", st.actions_max_bytes,
                    retention=api.RetentionPolicy.WORK_QUEUE),
-            stream(S.STREAM_AUDIT, S.AUDIT_ALL, "gpuevents: audit records", st.audit_max_age),
-            stream(S.STREAM_DLQ, S.DLQ_ALL, "gpuevents: malformed messages", st.dlq_max_age),
+            stream(S.STREAM_AUDIT, S.AUDIT_ALL, "gpuevents: audit records", st.audit_max_bytes, st.audit_max_age),
+            stream(S.STREAM_DLQ, S.DLQ_ALL, "gpuevents: malformed messages", st.dlq_max_bytes, st.dlq_max_age,
+                   per_subject=st.dlq_max_msgs_per_subject),
         ]
         if event_partitions is not None and event_partitions > 1:
             src, dest = S.partition_transform(event_partitions)
@@ -237,7 +241,11 @@ class Bus:
                     continue
                 if cfg.name == S.STREAM_EVENTS and event_partitions is None:
                     cfg.subject_transform = info.config.subject_transform
-                await jsm.update_stream(cfg)
+            try:
+                with bus_errors(f"updating the stream {cfg.name}"):
+                    await jsm.update_stream(cfg)
+            except BusStoreFull as e:  # it runs as it was: not a reason to stay down
+                log.warning("%s keeps its settings for now: %s", cfg.name, e)
         await self.kv()
 
     async def event_partitions(self) -> int:

@@ -94,6 +94,8 @@ async def show_status(config: Config, as_json: bool) -> None:
     if as_json:
         typer.echo(st.model_dump_json())
         return
+    if st.degraded:
+        out.print(Text(f"DEGRADED: {st.degraded}", style="bold red"))
     f = st.fleet
     out.print(f"[bold]{len(f.nodes)} nodes, {f.gpu_count} GPUs[/]: {f.busy} busy, {f.idle} idle, "
               f"[yellow]{f.held_idle} held idle[/] ({f.held_idle_cost_per_hour_text or '-'}/h)")

@@ -66,6 +66,10 @@ class EngineMetrics:
                                   registry=r)
         self.nodes_online = Gauge("gpuevents_nodes_online", "Nodes with a recent snapshot",
                                   registry=r)
+        self.degraded = Gauge("gpuevents_engine_degraded",
+                              "1 while JetStream refuses the engine's writes for lack of room", registry=r)
+        self.store_full = Counter("gpuevents_store_full_total",
+                                  "Engine writes JetStream refused for lack of room (retried)", registry=r)
         r.register(_KvUnreadable())
 
     def observe_fleet(self, core: Core) -> None:

@@ -391,11 +391,14 @@ class Engine:
         return self._audit_tail.records()
 
     async def status(self) -> StatusResponse:
-        """The fleet and open incidents, as `gpuevents status` shows them, once the batch in flight is committed."""
-        async with self._lock:
-            await self._settle()
-            assert self.core is not None
-            status = fleet_status(self.core, self.clock.now())
+        """The fleet and open incidents, as `gpuevents status` shows them, once the batch in flight is committed
+        (while degraded, at once: a commit may wait for room for long)."""
+        if self.committer.degraded is None:
+            async with self._lock:
+                await self._settle()
+        assert self.core is not None
+        status = fleet_status(self.core, self.clock.now())
+        status.degraded = self.committer.degraded
         if self.partition is None:
             return status
         return status.model_copy(update={"partition": self.partition, "partitions": self.config.engine.partitions})

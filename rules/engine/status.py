@@ -24,6 +24,8 @@ class StatusResponse(BaseModel):
     incidents: list[FleetIncident]
     partition: int | None = None
     partitions: int = 1
+    degraded: str | None = None  # why, while JetStream has no room for the engine's writes
+
 
 
 def merge_status(replies: list[StatusResponse]) -> StatusResponse:
@@ -42,7 +44,9 @@ def merge_status(replies: list[StatusResponse]) -> StatusResponse:
         "held_idle_cost_per_hour_text": CostModel(CostsConfig(currency=first.fleet.currency)).format(held),
     })
     incidents = sorted((i for r in parts for i in r.incidents), key=lambda i: i.firing_since or i.started_at)
-    return StatusResponse(fleet=fleet, incidents=incidents, partition=None, partitions=first.partitions)
+    degraded = "; ".join(f"partition {r.partition}: {r.degraded}" for r in parts if r.degraded) or None
+    return StatusResponse(fleet=fleet, incidents=incidents, partition=None, partitions=first.partitions,
+                          degraded=degraded)
 
 
 async def ask_status(bus: Bus, timeout: float = 5.0) -> StatusResponse | None:
