@@ -4,6 +4,7 @@ engine whose writes are refused for lack of room stays up, says it is degraded, 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import subprocess
 import time
@@ -89,7 +90,8 @@ async def raw(small_server: str) -> AsyncIterator[Client]:
         await nc.close()
 
 
-async def _engine(config: Config) -> AsyncIterator[tuple[Engine, Bus, asyncio.Task[None]]]:
+@contextlib.asynccontextmanager
+async def running_engine(config: Config) -> AsyncIterator[tuple[Engine, Bus, asyncio.Task[None]]]:
     bus = Bus(config.nats, name="engine", role="engine")
     await bus.connect()
     await bus.ensure_streams()
@@ -117,7 +119,7 @@ async def test_a_node_flooding_its_own_subject_does_not_stop_the_engine(
 ) -> None:
     """Before: streams had max_age only; the flood filled the store and the engine exited."""
     config = small_config(small_server, tmp_path)
-    async for engine, bus, task in _engine(config):
+    async with running_engine(config) as (_, bus, task):
         flood = S.event_subject("c1", "n1", "node.snapshot")
         junk = b"x" * 8192
         for _ in range(4000):  # 32 MiB on one node's subject: more than the whole store
@@ -136,7 +138,7 @@ async def test_an_engine_whose_writes_find_no_room_is_degraded_and_recovers(
 ) -> None:
     config = small_config(small_server, tmp_path)
     js = raw.jetstream()
-    async for engine, bus, task in _engine(config):
+    async with running_engine(config) as (engine, bus, task):
         # held-now fires at once; held-soon's firing, 2 s later, is a write that will find no room
         bus.publish_event(snapshot("n3", datetime.now(UTC), pid=9))
         assert await bus.flush(10)
