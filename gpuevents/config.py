@@ -61,7 +61,7 @@ class NatsConfig(_Section):
     embedded: EmbeddedServerConfig = EmbeddedServerConfig()
     streams: StreamsConfig = StreamsConfig()
     kv_bucket: str = "gpuevents-state"
-    inbox_prefix: str | None = Field(None, description="reply subjects prefix, to fence a client's inbox")
+    inbox_prefix: str | None = Field(None, description="reply subjects prefix; default: the role's (_INBOX.<role>)")
     connect_timeout: Duration = 5
     reconnect_wait: Duration = 2
     publish_buffer: int = Field(10_000, ge=0, description="events kept while NATS is unreachable")
