@@ -192,6 +192,8 @@ class EngineConfig(_Section):
     offline_grace: Duration = 600
     request_ttl: Duration = 300
     max_clock_skew: Duration = 60
+    max_clock_offset: Duration = Field(30, description="an engine whose clock is further than this from the NATS "
+                                       "server's refuses to lead (DESIGN §7.1)")
     limits: dict[str, LimitConfig] = Field(default_factory=dict, description="per action type")
     lease_ttl: Duration = 10
     partitions: int = Field(1, ge=1, le=256, description="the fleet split by node among engine replicas")

@@ -17,6 +17,8 @@ from gpuevents.kvstate import parse_or_none
 log = logging.getLogger(__name__)
 
 LEASE_KEY = "lease.engine"
+CLOCK_KEY = "lease.clock"  # written every tick: when the server stored it tells this clock's offset
+OFFSET_LOG_S = 60.0  # while refusing to lead for a wrong clock, one error line this often
 
 
 def lease_key(partition: int | None) -> str:
@@ -40,27 +42,54 @@ class Lease:
     Two replicas never both hold it: every write is a compare-and-set on the key's revision, and a
     holder that cannot renew before `expires_at` stops acting (`held` turns false) before anyone
     else may take over, because takeover waits for the same expiry.
+
+    With `max_offset` (a wall clock; not a test's or a backtest's virtual one), times are the NATS server's:
+    each tick measures this clock's offset from it (when the server stored a write), records and judges
+    expiry in server time, and refuses to lead while the offset is beyond `max_offset` (DESIGN §7.1), so
+    a standby with a wrong clock never takes over a healthy leader nor acts early.
     """
 
     def __init__(self, kv: Kv, clock: Clock, ttl: float, holder: str | None = None,
-                 key: str = LEASE_KEY) -> None:
+                 key: str = LEASE_KEY, max_offset: float | None = None) -> None:
         self.kv = kv
         self.clock = clock
         self.ttl = ttl
         self.holder = holder or default_holder()
         self.key = key
+        self.max_offset = max_offset
+        self.offset = 0.0  # this clock minus the server's, in seconds (0 until measured)
+        self.refusing = False  # the offset is beyond max_offset: this replica does not lead
+        self._offset_logged = float("-inf")
         self._revision: int | None = None
         self._expires_at: datetime | None = None
         self._acquired_at: datetime | None = None
 
+    def _now(self) -> datetime:
+        """The server's time, as far as this clock and its measured offset tell."""
+        return self.clock.now() - timedelta(seconds=self.offset)
+
     @property
     def held(self) -> bool:
-        return self._expires_at is not None and self.clock.now() < self._expires_at
+        return self._expires_at is not None and not self.refusing and self._now() < self._expires_at
+
+    async def _measure(self) -> None:
+        """This clock's offset from the server's: a write's local midpoint against when the server stored it."""
+        before = self.clock.now()
+        revision = await self.kv.put(CLOCK_KEY, self.holder.encode())
+        after = self.clock.now()
+        stored = await self.kv.stored_at(revision)
+        if stored is not None:  # None: another replica wrote over it meanwhile; measured next tick
+            self.offset = ((before + (after - before) / 2) - stored).total_seconds()
 
     async def tick(self, may_acquire: bool = True) -> bool:
         """Renew or acquire; True when we hold the lease afterwards. With `may_acquire` false, a lease we do not
         hold is left to others even when it has lapsed (a replica already holding its fair share)."""
-        now = self.clock.now()
+        if self.max_offset is not None:
+            await self._measure()
+            if abs(self.offset) > self.max_offset:
+                return await self._refuse()
+            self.refusing = False
+        now = self._now()
         record = LeaseRecord(holder=self.holder, expires_at=now + timedelta(seconds=self.ttl),
                              acquired_at=now)
         try:
@@ -91,11 +120,23 @@ class Lease:
         self._acquired_at = record.acquired_at
         return True
 
+    async def _refuse(self) -> bool:
+        """The clock is too far from the server's to lead: give up what we hold, say so (loudly, repeatedly)."""
+        if self.clock.monotonic() - self._offset_logged >= OFFSET_LOG_S:
+            self._offset_logged = self.clock.monotonic()
+            log.error("this engine's clock is %+.1fs off the NATS server's (engine.max_clock_offset %gs): it does "
+                      "not lead until its clock is right (check NTP/chrony)", self.offset, self.max_offset)
+        if self._revision is not None and self._expires_at is not None:
+            await self.release()
+        self.refusing = True
+        self._lose()
+        return False
+
     async def release(self) -> None:
         """Give the lease up at shutdown so a standby takes over at once."""
-        if self._revision is not None and self.held:
+        if self._revision is not None and self._expires_at is not None and self._now() < self._expires_at:
             try:
-                past = self.clock.now() - timedelta(seconds=1)
+                past = self._now() - timedelta(seconds=1)
                 rec = LeaseRecord(holder=self.holder, expires_at=past, acquired_at=past)
                 await self.kv.update(self.key, self._dump(rec), last=self._revision)
             except KvWrongRevision:

@@ -66,6 +66,9 @@ class EngineMetrics:
                                   registry=r)
         self.nodes_online = Gauge("gpuevents_nodes_online", "Nodes with a recent snapshot",
                                   registry=r)
+        self.clock_offset = Gauge("gpuevents_engine_clock_offset_seconds",
+                                  "This engine's clock minus the NATS server's (beyond engine.max_clock_offset it "
+                                  "does not lead)", registry=r)
         self.degraded = Gauge("gpuevents_engine_degraded",
                               "1 while JetStream refuses the engine's writes for lack of room", registry=r)
         self.store_full = Counter("gpuevents_store_full_total",

@@ -15,7 +15,7 @@ from typing import Any
 from gpuevents import subjects as S
 from gpuevents.aio import guarded_task, sleep_or_stop, stop_tasks, until_stop_or_end, wait_any
 from gpuevents.bus import Bus, BusError, Consumer, Delivery
-from gpuevents.clock import Clock, SystemClock
+from gpuevents.clock import Clock, ManualClock, SystemClock
 from gpuevents.config import Config
 from gpuevents.events import SnapshotEvent
 from gpuevents.manual import OperatorAction, OperatorActionReply
@@ -134,8 +134,11 @@ class Engine:
         self.committer.snoozes = PipelinedStore(kv, "snooze.", Snooze)
         self.committer.limits = PipelinedStore(kv, "limits.", LimitWindows)
         self.committer.stopping = False
+        # a wall clock is checked against the server's (DESIGN §7.1); a virtual one (tests, backtests) is its own time
+        wall = not isinstance(self.clock, ManualClock)
         lease = self._lease = Lease(kv, self.clock, self.config.engine.lease_ttl, holder=self.holder,
-                                    key=lease_key(self.partition))
+                                    key=lease_key(self.partition),
+                                    max_offset=self.config.engine.max_clock_offset if wall else None)
         loop = asyncio.get_running_loop()
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(signal.SIGHUP, self._reload.set)
@@ -194,6 +197,7 @@ class Engine:
                             "and keeps trying to take it back")
                 await self._step_down()
             self.metrics.leader.set(1 if self.leader.is_set() else 0)
+            self.metrics.clock_offset.set(lease.offset)
             await sleep_or_stop(stop, period)
 
     async def _take_over(self) -> None:
