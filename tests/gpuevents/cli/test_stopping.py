@@ -1,5 +1,5 @@
 """Real `gpuevents` processes where NATS is out of reach: the long-running ones stop on SIGTERM and SIGINT within
-10 s and say what is wrong; every client command says so, with the address, within 5 s and exits 2."""
+10 s and say what is wrong; every client command says so, with the address, after 4 s (CLIENT_CONNECT_S) and exits 2."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from gpuevents.cli.common import CLIENT_CONNECT_S
 from gpuevents.server import free_port
 
 REPO = Path(__file__).resolve().parents[3]
 GPUEVENTS = [sys.executable, "-m", "gpuevents.cli"]
 STOP_WITHIN_S = 10.0
-CLIENT_WITHIN_S = 5.0
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -115,7 +115,8 @@ def test_a_client_command_that_cannot_reach_nats_says_so_with_the_address_and_ex
                           cwd=tmp_path, capture_output=True, text=True, timeout=60)
     took = time.monotonic() - start
     assert done.returncode == 2, done.stdout + done.stderr
-    assert f"cannot reach NATS at {url}" in done.stderr
+    # the command gives NATS CLIENT_CONNECT_S (4 s) and says so; before, `status` sat silent for 90 s
+    assert f"cannot reach NATS at {url} within {CLIENT_CONNECT_S:g}s" in done.stderr
     assert "Traceback" not in done.stderr
-    # the interpreter's own start is not the command's doing: it is a second or two on a loaded machine
-    assert took < CLIENT_WITHIN_S + 3, f"took {took:.1f}s"
+    # the whole process, interpreter start included (seconds on a loaded machine): far from a hang
+    assert took < 30, f"took {took:.1f}s"
