@@ -4,6 +4,7 @@ and a person's kill going through the engine, dry run and audit included, from t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -11,8 +12,10 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+import nats.errors
 import pytest
 import yaml
+from nats.aio.msg import Msg
 
 from actions.runner import ActionRunner
 from gpuevents import subjects as S
@@ -51,8 +54,15 @@ async def test_a_node_cannot_read_other_inboxes_other_snapshots_nor_action_reque
 
         await n2.nc.subscribe(S.node_commands_filter("c1", "n2"), cb=answer)
         await n2.nc.flush()
-        reply = await runner.nc.request(S.command_subject("c1", "n2", "kill"), b"{}", timeout=5)
-        assert reply.data == b"done by n2" and reply.subject.startswith("_INBOX.")
+        replies: list[Msg] = []
+
+        async def answered() -> bool:  # until the server routes to n2's new subscription
+            with contextlib.suppress(nats.errors.NoRespondersError):
+                replies.append(await runner.nc.request(S.command_subject("c1", "n2", "kill"), b"{}", timeout=5))
+            return bool(replies)
+
+        await wait_for(answered, 10, what="n2's answer to the runner")
+        assert replies[0].data == b"done by n2" and replies[0].subject.startswith("_INBOX.runner.")
     assert {s: len(m) for s, m in got.items()} == dict.fromkeys(wanted, 0)
 
 
