@@ -32,8 +32,8 @@ another's replies:
   with the JetStream API, the KV bucket and the audit stream it records in.
 - engine (`gpuevents engine`): actions, audit, dead letters, the JetStream API and the KV bucket, and it
   answers `gpuevents.engine.>`. Its action runners run in its process (config engine.runners), so by
-  default it may command agents too; `--engine-without-runners` (with engine.runners: 0 and runners
-  apart) takes that away.
+  default it may command agents too, and run `gpuevents runner` (as deploy/ runs them); with
+  `--engine-without-runners` (engine.runners: 0, runners apart as the runner user) it may not.
 - operator (the command line: status, audit, snooze, keep, free, kill, cancel): asks the engine on
   `gpuevents.engine.>` and reads the audit stream; it can never reach `gpuevents.cmd.>`, the KV bucket
   nor the events. A person's kill or cancel is a request to the engine, decided like a rule's action.
@@ -113,9 +113,11 @@ def role_permissions(role: str, engine_runs_actions: bool = True, bucket: str = 
     if role == "runner":
         return Permissions(publish=(*command, *records, *jetstream), subscribe=(f"{inbox_prefix('runner')}.>",))
     if role == "engine":
+        # with the runners' rights, `gpuevents runner` may log in as the engine too (on the runners' inbox)
+        runner_inbox = (f"{inbox_prefix('runner')}.>",) if engine_runs_actions else ()
         return Permissions(
             publish=(*(command if engine_runs_actions else ()), *records, *jetstream),
-            subscribe=(f"{inbox_prefix('engine')}.>", f"{PREFIX}.engine.>", f"{PREFIX}.audit.>"),
+            subscribe=(f"{inbox_prefix('engine')}.>", *runner_inbox, f"{PREFIX}.engine.>", f"{PREFIX}.audit.>"),
             responses=True,
         )
     if role == "operator":

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from types import ModuleType
 
 import nats.errors
 import pytest
@@ -161,3 +162,27 @@ async def test_a_kill_from_the_command_line_is_decided_by_the_engine_dry_run_and
     assert request.entity_id.endswith("4242") and "asked by" in (request.detail or "")
     assert shown.returncode == 0, shown.stderr
     assert {json.loads(line)["kind"] for line in shown.stdout.splitlines()} >= {"request", "action"}
+
+
+async def test_runners_apart_may_log_in_as_the_engine_as_deploy_runs_them(
+    nats_auth_server: AuthServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """deploy/kubernetes/optional/runners.yaml and gpuevents-runner@.service run `gpuevents runner` with the
+    engine's login: its replies come back on the runners' inbox, which that login may read."""
+    server = nats_auth_server
+
+    async def answer(payload: bytes, subject: str) -> bytes:
+        return b"done"
+
+    async with bus_as(server, *server.agent("n1"), monkeypatch, "agent", "n1") as agent:
+        await agent.serve(S.node_commands_filter("c1", "n1"), answer)
+        async with bus_as(server, *server.role("engine"), monkeypatch, "runner") as runner:
+            assert await runner.request(S.command_subject("c1", "n1", "kill"), b"{}", timeout=5) == b"done"
+
+
+def test_an_engine_generated_without_runners_may_not_command_agents(nats_auth: ModuleType) -> None:
+    with_runners = nats_auth.role_permissions("engine")
+    without = nats_auth.role_permissions("engine", engine_runs_actions=False)
+    assert "gpuevents.cmd.>" in with_runners.publish and "_INBOX.runner.>" in with_runners.subscribe
+    assert not any(p.startswith(("gpuevents.cmd", "gpuevents.fn")) for p in without.publish)
+    assert "_INBOX.runner.>" not in without.subscribe
