@@ -193,7 +193,8 @@ class Bus:
             with contextlib.suppress(TimeoutError, nats.errors.Error):
                 if self._nc.is_connected:
                     await self._nc.flush(timeout=max(1, int(flush_timeout)))
-            await self._nc.close()
+            with contextlib.suppress(OSError):  # the connection already lost: nothing left to send
+                await self._nc.close()
         if len(self._buffer):
             log.warning("closing with %d events not delivered", len(self._buffer))
 

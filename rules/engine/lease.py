@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 import orjson
 from pydantic import BaseModel
 
-from gpuevents.bus import Kv, KvExists, KvWrongRevision
+from gpuevents.bus import BusError, Kv, KvExists, KvWrongRevision
 from gpuevents.clock import Clock
 from gpuevents.kvstate import parse_or_none
 
@@ -141,6 +141,8 @@ class Lease:
                 await self.kv.update(self.key, self._dump(rec), last=self._revision)
             except KvWrongRevision:
                 pass
+            except BusError as e:  # NATS away: the lease lapses by itself, a standby then takes over
+                log.warning("could not release the engine lease (%s); it lapses within %gs", e, self.ttl)
         self._lose()
 
     def _lose(self) -> None:

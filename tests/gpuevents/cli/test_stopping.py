@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from gpuevents.cli.common import CLIENT_CONNECT_S
-from gpuevents.server import free_port
+from gpuevents.config import EmbeddedServerConfig
+from gpuevents.server import EmbeddedServer, free_port
 
 REPO = Path(__file__).resolve().parents[3]
 GPUEVENTS = [sys.executable, "-m", "gpuevents.cli"]
@@ -30,7 +31,7 @@ def _config(tmp_path: Path, url: str | None) -> Path:
     rules = tmp_path / "rules"
     rules.mkdir(exist_ok=True)
     (rules / "r.yaml").write_text(
-        "rules:\n  - name: r\n    entity: gpu\n    when: gpu.idle\n    actions: [{type: log}]\n")
+        "rules:\n  - name: r\n    entity: gpu\n    when: gpu.idle\n    actions: [{type: log, message: idle}]\n")
     nats = f"nats: {{url: '{url}', connect_timeout: 2s, reconnect_wait: 0.5s}}\n" if url else ""
     path = tmp_path / "config.yaml"
     path.write_text(nats + f"engine: {{rules: ['{rules}'], usage_db: '{tmp_path / 'usage.sqlite'}', "
@@ -120,3 +121,19 @@ def test_a_client_command_that_cannot_reach_nats_says_so_with_the_address_and_ex
     assert "Traceback" not in done.stderr
     # the whole process, interpreter start included (seconds on a loaded machine): far from a hang
     assert took < 30, f"took {took:.1f}s"
+
+
+def test_an_acting_engine_whose_nats_went_away_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    """Before: releasing the lease timed out, the engine 'stopped unexpectedly' (exit 1) with two tracebacks."""
+    server = EmbeddedServer(EmbeddedServerConfig(host="127.0.0.1", port=0, data_dir=tmp_path / "nats"),
+                            log_file=tmp_path / "nats.log")
+    server.start()
+    try:
+        proc = Proc([*GPUEVENTS, "engine", "-c", str(_config(tmp_path, server.url))], _env(tmp_path), tmp_path)
+        proc.wait_output("this engine is acting", 60)
+    finally:
+        server.stop()
+    proc.wait_output("disconnected from NATS", 30)
+    assert proc.stop(signal.SIGTERM) < STOP_WITHIN_S
+    assert proc.p.returncode == 0, proc.out.decode()[-3000:]
+    assert "Traceback" not in proc.out.decode()
