@@ -16,6 +16,8 @@ from typing import Literal
 
 from gpuevents.costs import CostModel
 from gpuevents.mig import MigProfile, profiles_of
+from rules.usage.fits import FitAmounts, FitKey, percentile
+from rules.usage.weekly import RightsizeLine
 
 HOURS_PER_WEEK = 168.0
 HEADROOM = 0.2  # 20 % over the measured peak memory and p95 compute
@@ -144,7 +146,7 @@ def advise(use: WorkloadUse, fleet_models: Iterable[tuple[str, float]], costs: C
         return min(candidates, key=lambda f: (f.share, f.kind != "mig"))
     mem_total = use.mem_total_mib
     if mem_total and compute_need <= 0.5:
-        ways = min(int(1.0 / compute_need) if compute_need > 0 else 8, int(mem_total / max(mem_need, 1.0)), 8)
+        ways = int(min(8.0, 1.0 / max(compute_need, 1e-9), mem_total / max(mem_need, 1.0)))
         if ways >= 2:
             candidates.append(fit("share", f"1/{ways} of a GPU (time-sliced)", 1.0 / ways,
                                   f"p95 compute {busiest} and peak {peak} "
@@ -158,3 +160,45 @@ def rank(fits: Iterable[Fit]) -> list[Fit]:
     """Advice first, biggest saving first; then the rest by key."""
     items = list(fits)
     return sorted(items, key=lambda f: (not f.advised, -f.saving_per_week, f.key))
+
+
+def uses_from_fits(items: Iterable[tuple[FitKey, FitAmounts]], team: str | None = None) -> list[WorkloadUse]:
+    """Each workload's use over the window the hourly fit rows cover (p95 from the summed histograms)."""
+    merged: dict[str, FitAmounts] = {}
+    for key, amounts in items:
+        if team is not None and amounts.team != team:
+            continue
+        mine = merged.get(key.workload)
+        if mine is None:
+            merged[key.workload] = FitAmounts(**{f: getattr(amounts, f) for f in FitAmounts.__slots__})
+        else:
+            mine.merge(amounts)
+    return [
+        WorkloadUse(key=workload, owner=a.owner or None, team=a.team or None, model=a.model or None, gpus=a.gpus,
+                    held_hours=a.held_s / 3600.0, peak_mem_mib=a.peak_mem_mib if a.mem_total_mib or a.peak_mem_mib
+                    else None, p95_util_pct=percentile(a.util_hist, 0.95), sm_active_pct=percentile(a.sm_hist, 0.95),
+                    mem_total_mib=a.mem_total_mib or None)
+        for workload, a in merged.items()
+    ]
+
+
+def rightsize_lines(items: Iterable[tuple[FitKey, FitAmounts]], costs: CostModel, window_hours: float,
+                    team: str | None = None, limit: int = 10) -> list[RightsizeLine]:
+    """The report's section: the workloads that would fit smaller over the window, biggest saving first."""
+    rows = list(items)
+    models = {(a.model, a.mem_total_mib) for _k, a in rows if a.model and a.mem_total_mib}
+    uses = {u.key: u for u in uses_from_fits(rows, team)}
+    window_hours = observed_hours(rows, window_hours)
+    fits = rank(advise(u, models, costs, window_hours) for u in uses.values())
+    return [RightsizeLine(workload=f.key, owner=f.owner, team=f.team, gpus=uses[f.key].gpus, model=uses[f.key].model,
+                          fits=f.target, saving_per_week=f.saving_per_week, reason=f.reason)
+            for f in fits if f.advised][:limit]
+
+
+def observed_hours(items: Iterable[tuple[FitKey, FitAmounts]], window_hours: float) -> float:
+    """The hours of the window that usage was recorded in (a store younger than the window asked for must not
+    spread its savings over time it never saw)."""
+    hours = [k.hour for k, _a in items]
+    if not hours:
+        return window_hours
+    return max(1.0, min(window_hours, (max(hours) - min(hours)) / 3600 + 1))
