@@ -5,7 +5,7 @@ hourly (the baseline, measured in the same run).
 
 Writes, for `--nodes` × `--gpus` GPUs each shared by `--owners` owners, 400 days of usage rows and one fit row
 per GPU-hour (one workload a GPU), as the engine would: rows older than `engine.usage_hourly_for` (8 days) fold
-into days, fit rows after 2 days, and fit rows go after 92 days. The same year kept hourly is estimated from the
+into days, and fit rows go after 92 days. The same year kept hourly is estimated from the
 measured bytes per row, not written. With `--days` shorter than 400, the daily part is measured over the days
 written and scaled to 400; the hourly part is the steady state whatever `--days`.
 """
@@ -30,7 +30,7 @@ from rules.usage.store import UsageStore  # noqa: E402
 
 DAY = 86400
 HOURLY_DAYS = 8
-FITS_HOURLY_DAYS = 2
+FITS_HOURLY_DAYS = 8
 YEAR_DAYS = 400
 FITS_DAYS = 92
 

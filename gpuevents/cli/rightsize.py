@@ -18,6 +18,7 @@ from gpuevents.costs import CostModel
 from gpuevents.durations import parse_duration
 from gpuevents.yamlpos import LocatedError
 from rules.usage.rightsize import Fit, WorkloadUse, advise, observed_hours, rank, uses_from_fits
+from rules.usage.schedules import Proposal, propose
 from rules.usage.store import UsageStore
 
 out = Console()
@@ -41,8 +42,43 @@ def rightsize(cfg: Config, since_s: float, team: str | None) -> tuple[list[tuple
     return [(f, fits[f.key][1]) for f in ordered], simulated
 
 
+def schedules(cfg: Config, since_s: float) -> tuple[list[Proposal], bool]:
+    path = cfg.engine.usage_db
+    if not path.exists():
+        raise LookupError(f"{path}: no usage recorded yet; the engine records it there (config engine.usage_db)")
+    now = SystemClock().now().timestamp()
+    with UsageStore(path) as store:
+        usage = store.usage(now - since_s, now + 1)
+        fits = store.fits(now - since_s, now + 1)
+        simulated = store.simulated()
+    return propose(usage, fits, CostModel(cfg.costs), cfg.engine.timezone), simulated
+
+
+def _print_schedules(proposals: list[Proposal], simulated: bool, costs: CostModel, as_json: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps({"simulated": simulated, "proposals": [
+            {"key": p.key, "idle_window": p.window, "hours": p.idle.hours, "weekends": p.idle.weekends,
+             "regularity": round(p.idle.regularity, 3), "days_observed": p.idle.days, "gpus": p.gpus,
+             "saving_per_week": round(p.saving_per_week, 2),
+             "rule": p.rule_yaml} for p in proposals]}, indent=2))
+        return
+    if not proposals:
+        typer.echo("no node or Kubernetes service was idle in the same hours every day "
+                   "(it takes 5 whole days of hourly usage; engine.usage_hourly_for keeps them)")
+        return
+    if simulated:
+        out.print(Text("Includes simulated usage (gpuevents simulate --history).", style="bold red"))
+    for p in proposals:
+        out.print(Text(f"{p.key}: idle {p.window} ({p.idle.regularity:.0%} of {p.idle.days} days), {p.gpus} GPU(s); "
+                       f"scaling it down then saves about {costs.format(p.saving_per_week)} a week. Proposed rule "
+                       "(check with `gpuevents rules check`, replay with `gpuevents rules backtest`):", style="bold"))
+        typer.echo(p.rule_yaml)  # plain, so it can be copied into a rule file as it is
+
+
 def rightsize_command(
     since: Annotated[str, typer.Option("--since", help="how far back to look, e.g. 7d")] = "7d",
+    with_schedules: Annotated[bool, typer.Option(
+        "--schedules", help="instead: nodes and services idle in the same hours each day, and a rule for it")] = False,
     team: Annotated[str | None, typer.Option("--team", help="one team only")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
     config: Annotated[Path | None, typer.Option("-c", "--config", help="config YAML")] = None,
@@ -58,12 +94,16 @@ def rightsize_command(
     except ValueError as e:
         typer.echo(f"--since: {e}", err=True)
         raise typer.Exit(2) from None
+    costs = CostModel(cfg.costs)
     try:
+        if with_schedules:
+            proposals, simulated = schedules(cfg, window)
+            _print_schedules(proposals, simulated, costs, as_json)
+            return
         advice, simulated = rightsize(cfg, window, team)
     except LookupError as e:
         typer.echo(str(e), err=True)
         raise typer.Exit(1) from None
-    costs = CostModel(cfg.costs)
     if as_json:
         typer.echo(json.dumps({"since_s": window, "simulated": simulated, "currency": costs.currency, "fits": [
             {"workload": f.key, "owner": f.owner, "team": f.team, "model": u.model, "gpus": u.gpus,

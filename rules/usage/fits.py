@@ -29,6 +29,7 @@ class FitAmounts:
     owner: str = ""
     team: str = ""
     model: str = ""
+    node: str = ""  # a node it ran on (the first seen)
     gpus: int = 0  # most GPUs held at once
     held_s: float = 0.0  # GPU-seconds held
     peak_mem_mib: float = 0.0
@@ -40,6 +41,7 @@ class FitAmounts:
         self.owner = self.owner or other.owner
         self.team = self.team or other.team
         self.model = self.model or other.model
+        self.node = self.node or other.node
         self.gpus = max(self.gpus, other.gpus)
         self.held_s += other.held_s
         self.peak_mem_mib = max(self.peak_mem_mib, other.peak_mem_mib)
@@ -141,7 +143,7 @@ class FitAggregator:
             a = self._fits.get(key)
             if a is None:
                 team = self.teams.team_of(owner, holders[0] if holders else None, snap.node.labels)
-                a = self._fits[key] = FitAmounts(owner=owner, team=team, model=gpu.model or "")
+                a = self._fits[key] = FitAmounts(owner=owner, team=team, model=gpu.model or "", node=snap.node.name)
             per_workload[workload] = per_workload.get(workload, 0) + 1
             a.held_s += seconds
             a.peak_mem_mib = max(a.peak_mem_mib, gpu.mem_used_mib or 0.0)

@@ -18,8 +18,7 @@ from rules.usage.store import UsageStore
 log = logging.getLogger(__name__)
 
 PRUNE_EVERY_S = 3600.0
-FITS_HOURLY_FOR_S = 2 * 86400.0  # right-sizing reads days: what each workload used is folded sooner
-FITS_RETENTION_S = 92 * 86400.0  # and looks back a quarter at most
+FITS_RETENTION_S = 92 * 86400.0  # right-sizing looks back a quarter at most
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +120,7 @@ class UsageRecorder:
             log.info("usage rollups: pruned %d buckets older than the retention", removed)
         if self.hourly_for_s is not None:
             try:
-                folded = await asyncio.to_thread(self.store.compact, t - self.hourly_for_s, t - FITS_HOURLY_FOR_S)
+                folded = await asyncio.to_thread(self.store.compact, t - self.hourly_for_s)
             except Exception:
                 log.exception("usage rollups: folding old hours into days failed")
                 return

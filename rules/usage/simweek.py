@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
-from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot, ProcessInfo, SnapshotEvent, make_event
+from gpuevents.events import GpuInfo, JobInfo, NodeInfo, NodeSnapshot, ProcessInfo, SnapshotEvent, make_event
 from rules.usage.fits import FitAggregator
 from rules.usage.rollup import HOUR, UsageAggregator, UsageBatch
 
@@ -143,8 +143,30 @@ def _process(node: str, index: int, seg: Segment) -> ProcessInfo:
                        gpu_mem_mib=round(seg.mem_mib), labels={"team": seg.team}, job=seg.job)
 
 
+SERVICE = JobInfo(id="chat/Deployment/chat-api", scheduler="kubernetes", user="carol", namespace="chat",
+                  controller="Deployment/chat-api")
+
+
+def _service(node: str, index: int, t: float, tz: ZoneInfo, rng: random.Random) -> tuple[GpuInfo, ProcessInfo]:
+    """A chat service on Kubernetes that is busy in office hours on weekdays and idle the rest of the time, its pod
+    holding the GPU all along (right-sizing proposes scaling it down on a schedule)."""
+    local = datetime.fromtimestamp(t, tz)
+    busy = local.weekday() < 5 and 8 <= local.hour < 20
+    util = round(rng.uniform(35, 70), 1) if busy else 0.0
+    gpu = GpuInfo(node=node, index=index, uuid=f"GPU-sim-{node}-{index}", model=MODEL, util_pct=util,
+                  mem_used_mib=30_000.0, mem_total_mib=MEM_TOTAL_MIB, power_w=120 + 5.2 * util if busy else 80.0,
+                  idle=not busy, pids=[4242], allocated=True, job=SERVICE.id)
+    proc = ProcessInfo(node=node, pid=4242, name="python", cmdline="python serve.py", user="carol",
+                       create_time=datetime.fromtimestamp(t - 86400, UTC), gpus=[index], gpu_mem_mib=30_000.0,
+                       labels={"team": "speech"}, pod="chat/chat-api-7d9f8-x2x1", job=SERVICE.id)
+    return gpu, proc
+
+
 def history_events(plan: HistoryPlan) -> Iterator[SnapshotEvent]:
-    """Every node's snapshot at every step of the plan, in time order."""
+    """Every node's snapshot at every step of the plan, in time order. With two GPUs or more, the first node's last
+    GPU runs an office-hours service (see `_service`) instead of jobs."""
+    tz = ZoneInfo(plan.timezone)
+    service = (plan.nodes[0], plan.gpus_per_node - 1) if plan.gpus_per_node >= 2 else None
     timelines = {(n, g): gpu_timeline(plan, n, g) for n in plan.nodes for g in range(plan.gpus_per_node)}
     cursor = dict.fromkeys(timelines, 0)
     noise = random.Random(plan.seed)
@@ -152,8 +174,14 @@ def history_events(plan: HistoryPlan) -> Iterator[SnapshotEvent]:
     while t < end:
         at = datetime.fromtimestamp(t, UTC)
         for node in plan.nodes:
-            gpus, procs = [], []
+            gpus, procs, jobs = [], [], []
             for g in range(plan.gpus_per_node):
+                if (node, g) == service:
+                    gpu, proc = _service(node, g, t, tz, noise)
+                    gpus.append(gpu)
+                    procs.append(proc)
+                    jobs.append(SERVICE.model_copy(update={"gpus": [g], "pids": [proc.pid]}))
+                    continue
                 segs = timelines[(node, g)]
                 i = cursor[(node, g)]
                 while i < len(segs) and segs[i].end <= t:
@@ -164,7 +192,8 @@ def history_events(plan: HistoryPlan) -> Iterator[SnapshotEvent]:
                 if seg is not None and seg.kind != "allocated":
                     procs.append(_process(node, g, seg))
             snap = NodeSnapshot(node=NodeInfo(name=node, cluster=plan.cluster, gpu_count=plan.gpus_per_node,
-                                              labels={"pool": "simulated"}), gpus=gpus, processes=procs)
+                                              labels={"pool": "simulated"}), gpus=gpus, processes=procs,
+                                jobs=jobs)
             yield make_event("node.snapshot", node, snap, cluster=plan.cluster, time=at)  # type: ignore[misc]
         t += plan.step_s
 

@@ -36,7 +36,7 @@ _FITS_SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS fits (
     hour INTEGER NOT NULL, cluster TEXT NOT NULL, workload TEXT NOT NULL,
     owner TEXT NOT NULL DEFAULT '', team TEXT NOT NULL DEFAULT '', model TEXT NOT NULL DEFAULT '',
-    gpus INTEGER NOT NULL DEFAULT 0, held_s REAL NOT NULL DEFAULT 0,
+    node TEXT NOT NULL DEFAULT '', gpus INTEGER NOT NULL DEFAULT 0, held_s REAL NOT NULL DEFAULT 0,
     peak_mem_mib REAL NOT NULL DEFAULT 0, mem_total_mib REAL NOT NULL DEFAULT 0,
     {", ".join(f"{c} REAL NOT NULL DEFAULT 0" for c in _HIST_COLUMNS)},
     PRIMARY KEY (hour, cluster, workload)
@@ -44,14 +44,15 @@ CREATE TABLE IF NOT EXISTS fits (
 CREATE INDEX IF NOT EXISTS fits_hour ON fits (hour);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 """
-_FIT_COLUMNS = ("hour", "cluster", "workload", "owner", "team", "model", "gpus", "held_s", "peak_mem_mib",
-                "mem_total_mib", *_HIST_COLUMNS)
+_FIT_COLUMNS = ("hour", "cluster", "workload", "owner", "team", "model", "node", "gpus", "held_s",
+                "peak_mem_mib", "mem_total_mib", *_HIST_COLUMNS)
 _ADD_FIT = f"""
 INSERT INTO fits ({", ".join(_FIT_COLUMNS)}) VALUES ({", ".join("?" for _ in _FIT_COLUMNS)})
 ON CONFLICT (hour, cluster, workload) DO UPDATE SET
     owner = CASE WHEN fits.owner != '' THEN fits.owner ELSE excluded.owner END,
     team = CASE WHEN fits.team != '' THEN fits.team ELSE excluded.team END,
     model = CASE WHEN fits.model != '' THEN fits.model ELSE excluded.model END,
+    node = CASE WHEN fits.node != '' THEN fits.node ELSE excluded.node END,
     gpus = MAX(fits.gpus, excluded.gpus), held_s = fits.held_s + excluded.held_s,
     peak_mem_mib = MAX(fits.peak_mem_mib, excluded.peak_mem_mib),
     mem_total_mib = MAX(fits.mem_total_mib, excluded.mem_total_mib),
@@ -160,7 +161,7 @@ class UsageStore:
     def add_fits(self, items: list[tuple[FitKey, FitAmounts]]) -> None:
         with self._db:
             self._db.executemany(_ADD_FIT, [
-                (k.hour, k.cluster, k.workload, a.owner, a.team, a.model, a.gpus, a.held_s, a.peak_mem_mib,
+                (k.hour, k.cluster, k.workload, a.owner, a.team, a.model, a.node, a.gpus, a.held_s, a.peak_mem_mib,
                  a.mem_total_mib, *map(round, a.util_hist), *map(round, a.sm_hist))  # whole seconds: small ints
                 for k, a in items
             ])
@@ -171,10 +172,10 @@ class UsageStore:
         out = []
         with closing(self._db.execute(sql, (since, until))) as cur:
             for r in cur:
-                hist = [float(x) for x in r[10:]]
+                hist = [float(x) for x in r[11:]]
                 out.append((FitKey(int(r[0]), r[1], r[2]),
-                            FitAmounts(owner=r[3], team=r[4], model=r[5], gpus=int(r[6]), held_s=float(r[7]),
-                                       peak_mem_mib=float(r[8]), mem_total_mib=float(r[9]),
+                            FitAmounts(owner=r[3], team=r[4], model=r[5], node=r[6], gpus=int(r[7]),
+                                       held_s=float(r[8]), peak_mem_mib=float(r[9]), mem_total_mib=float(r[10]),
                                        util_hist=hist[:BINS], sm_hist=hist[BINS:])))
         return out
 
@@ -229,8 +230,8 @@ class UsageStore:
             self._db.execute("DELETE FROM idle_jobs WHERE hour < ? AND gpu >= 0", (before,))
             hist = ", ".join(f"SUM({c})" for c in _HIST_COLUMNS)
             rows = self._db.execute(
-                f"""SELECT {day}, cluster, workload, MAX(owner), MAX(team), MAX(model), MAX(gpus), SUM(held_s),
-                           MAX(peak_mem_mib), MAX(mem_total_mib), {hist}
+                f"""SELECT {day}, cluster, workload, MAX(owner), MAX(team), MAX(model), MAX(node), MAX(gpus),
+                           SUM(held_s), MAX(peak_mem_mib), MAX(mem_total_mib), {hist}
                     FROM fits WHERE hour < ? AND hour % 86400 != 0 GROUP BY {day}, cluster, workload""",
                 (fits_before,)).fetchall()
             self._db.execute("DELETE FROM fits WHERE hour < ? AND hour % 86400 != 0", (fits_before,))
