@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuevents import subjects as S
-from gpuevents.bus import BusNoResponders, BusTimeout
+from gpuevents.bus import BusError, BusNoResponders, BusTimeout
 from gpuevents.cli.common import (
     ConfigOption,
     cells,
@@ -142,12 +142,16 @@ async def do_snooze(config: Config, rule: str, entity: str, seconds: float, reas
         try:
             reply = orjson.loads(await bus.request(S.ENGINE_SNOOZE, s.model_dump_json().encode(), timeout=5))
         except (BusNoResponders, BusTimeout):
-            await bus.ensure_streams()  # no engine: the snooze waits in KV for the next one (not an operator's)
-            store = ModelStore(await bus.kv(), "snooze.", Snooze)
-            await store.save(snooze_key(rule, entity), s)
-            record = AuditRecord(time=now, kind="snooze", rule=rule, entity_id=entity,
-                                 detail=f"until {s.until.isoformat()} by {s.by} (no engine running)")
-            await bus.js_publish(S.audit_subject(rule), record.model_dump_json().encode(), msg_id=record.id)
+            try:  # no engine: the snooze waits in KV for the next one (a login that may write there)
+                await bus.ensure_streams()
+                store = ModelStore(await bus.kv(), "snooze.", Snooze)
+                await store.save(snooze_key(rule, entity), s)
+                record = AuditRecord(time=now, kind="snooze", rule=rule, entity_id=entity,
+                                     detail=f"until {s.until.isoformat()} by {s.by} (no engine running)")
+                await bus.js_publish(S.audit_subject(rule), record.model_dump_json().encode(), msg_id=record.id)
+            except BusError as e:
+                raise BusError(f"no engine answers, and the snooze could not be stored for the next one ({e}); "
+                               "an operator's login asks the engine only: start `gpuevents engine`") from None
             reply = {"ok": True}
     if not reply.get("ok"):
         typer.echo(f"error: {reply.get('error')}", err=True)
