@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from gpuevents.config import Config
+from gpuevents.events import JobInfo
 from gpuevents.manual import OperatorAction
 from rules.core import manual
 from rules.core.core import Core
@@ -81,3 +82,19 @@ def test_dry_run_decides_dry_run_and_counts_nothing(tmp_path: Path) -> None:
 def test_a_request_without_its_target_is_refused_at_the_boundary(fields: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         OperatorAction.model_validate({"cluster": "c1", "by": "ops", **fields})
+
+
+@pytest.mark.parametrize("scheduler", ["slurm", "kubernetes"])
+def test_a_cancel_names_the_job_and_its_scheduler(tmp_path: Path, scheduler: str) -> None:
+    cfg = Config()
+    core = idle_core(tmp_path, cfg=cfg)
+    job = JobInfo(id="ns/train-0" if scheduler == "kubernetes" else "7", scheduler=scheduler, user="erin",
+                  gpus=[0], pids=[4242])
+    snap = snapshot(at(0), gpus=[gpu(0)], processes=[proc(4242, user="erin")])
+    core.step(snap.model_copy(update={"data": snap.data.model_copy(update={"jobs": [job]})}), at(0))
+    req = OperatorAction(type="cancel", cluster="default", job=job.id, by="ops")
+    decided = decide(core, req, cfg)
+    assert (decided.type, decided.entity_kind, decided.decision) == ("cancel", "job", "run")
+    assert decided.params == {"provider": scheduler, "job": job.id}
+    assert decided.facts["job"]["user"] == "erin"
+    assert manual.find_target(core.state, req.model_copy(update={"job": "other"})) is None
