@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
@@ -18,6 +19,7 @@ log = logging.getLogger(__name__)
 
 LEASE_KEY = "lease.engine"
 CLOCK_KEY = "lease.clock"  # written every tick: when the server stored it tells this clock's offset
+RELEASE_WAIT_S = 2.0  # how long a release may take before the lease is left to lapse
 OFFSET_LOG_S = 60.0  # while refusing to lead for a wrong clock, one error line this often
 
 
@@ -138,11 +140,14 @@ class Lease:
             try:
                 past = self._now() - timedelta(seconds=1)
                 rec = LeaseRecord(holder=self.holder, expires_at=past, acquired_at=past)
-                await self.kv.update(self.key, self._dump(rec), last=self._revision)
+                # bounded: a stopping engine must not wait out NATS (the lease lapses by itself anyway)
+                await asyncio.wait_for(self.kv.update(self.key, self._dump(rec), last=self._revision),
+                                       RELEASE_WAIT_S)
             except KvWrongRevision:
                 pass
-            except BusError as e:  # NATS away: the lease lapses by itself, a standby then takes over
-                log.warning("could not release the engine lease (%s); it lapses within %gs", e, self.ttl)
+            except (BusError, TimeoutError) as e:  # NATS away: the lease lapses, a standby then takes over
+                log.warning("could not release the engine lease (%s); it lapses within %gs",
+                            str(e) or f"no answer within {RELEASE_WAIT_S:g}s", self.ttl)
         self._lose()
 
     def _lose(self) -> None:
