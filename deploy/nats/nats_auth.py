@@ -28,8 +28,8 @@ another's replies:
 - agent (one per node): publish only `gpuevents.evt.<cluster>.<node>.>` (its events), subscribe only
   `gpuevents.cmd.<cluster>.<node>.>` (commands to its node), answer the requests it received.
   Other nodes' subjects, actions, the JetStream API and the KV bucket are denied.
-- runner (`gpuevents runner`): the only role that commands agents (`gpuevents.cmd.>`, `gpuevents.fn.>`),
-  with the JetStream API, the KV bucket and the audit stream it records in.
+- runner (`gpuevents runner`): the only role that commands agents (`gpuevents.cmd.>`), calls functions
+  and publishes where rules say (the `publish` action): it may publish anywhere; it reads its inbox.
 - engine (`gpuevents engine`): actions, audit, dead letters, the JetStream API and the KV bucket, and it
   answers `gpuevents.engine.>`. Its action runners run in its process (config engine.runners), so by
   default it may command agents too, and run `gpuevents runner` (as deploy/ runs them); with
@@ -106,18 +106,22 @@ def agent_permissions(cluster: str, node: str) -> Permissions:
 def role_permissions(role: str, engine_runs_actions: bool = True, bucket: str = KV_BUCKET) -> Permissions | None:
     """What a role's user may do (None: everything, the admin)."""
     jetstream = ("$JS.API.>", "$JS.ACK.>", "$JS.FC.>", f"$KV.{bucket}.>")
-    command = (f"{PREFIX}.cmd.>", f"{PREFIX}.fn.>")
     records = (f"{PREFIX}.act.>", f"{PREFIX}.audit.>", f"{PREFIX}.dlq.>")
+    # Action runners command agents (kill), call functions, and publish where rules say (the `publish` action):
+    # any subject. Only runners, and an engine that runs them in its process, have that.
+    actions = (">",)
     if role == "admin":
         return None
     if role == "runner":
-        return Permissions(publish=(*command, *records, *jetstream), subscribe=(f"{inbox_prefix('runner')}.>",))
+        return Permissions(publish=actions, subscribe=(f"{inbox_prefix('runner')}.>",))
     if role == "engine":
-        # with the runners' rights, `gpuevents runner` may log in as the engine too (on the runners' inbox)
+        # With its runners' rights, `gpuevents runner` may log in as the engine too (on the runners' inbox); and
+        # `gpuevents status` where the engine runs (its login) reads what the engine answers it.
         runner_inbox = (f"{inbox_prefix('runner')}.>",) if engine_runs_actions else ()
         return Permissions(
-            publish=(*(command if engine_runs_actions else ()), *records, *jetstream),
-            subscribe=(f"{inbox_prefix('engine')}.>", *runner_inbox, f"{PREFIX}.engine.>", f"{PREFIX}.audit.>"),
+            publish=actions if engine_runs_actions else (*records, *jetstream),
+            subscribe=(f"{inbox_prefix('engine')}.>", *runner_inbox, f"{inbox_prefix('operator')}.>",
+                       f"{PREFIX}.engine.>", f"{PREFIX}.audit.>"),
             responses=True,
         )
     if role == "operator":
@@ -175,7 +179,8 @@ def render_auth_conf(cluster: str, roles: dict[str, str], agents: dict[str, str]
         f"  {ACCOUNT}: {{",
         f"    jetstream: {{max_file: {js_max_file}, max_mem: {js_max_mem}}}",
         "    users: [",
-        "      # One user per role (DESIGN 7.1); each reads only its own replies (_INBOX.<role>).",
+        "      # One user per role (DESIGN 7.1), each reading its own replies only (_INBOX.<role>; the engine's",
+        "      # login also those of the runners it runs and of the status asked where it runs).",
     ]
     for role, user in ROLE_USERS.items():
         lines += _user(user, roles[role], role_permissions(role, engine_runs_actions))

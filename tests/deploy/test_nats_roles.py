@@ -154,6 +154,9 @@ async def test_a_kill_from_the_command_line_is_decided_by_the_engine_dry_run_and
                 records = [r for r in await audit_records(engine_bus) if r.rule == "operator"]
                 status = await asyncio.to_thread(_cli, ["status", "--json", "-c", str(path)], server, "operator",
                                                  tmp_path)
+                # where the engine runs, with its login (docs/deploy.md: kubectl exec ... gpuevents status)
+                status_there = await asyncio.to_thread(_cli, ["status", "--json", "-c", str(path)], server,
+                                                       "engine", tmp_path)
         finally:
             stop.set()
             await asyncio.wait_for(runner, 15)
@@ -164,6 +167,8 @@ async def test_a_kill_from_the_command_line_is_decided_by_the_engine_dry_run_and
     assert request.entity_id.endswith("4242") and "asked by" in (request.detail or "")
     assert status.returncode == 0, status.stderr
     assert [n["name"] for n in json.loads(status.stdout)["fleet"]["nodes"]] == ["n1"]
+    assert status_there.returncode == 0, status_there.stderr
+    assert [n["name"] for n in json.loads(status_there.stdout)["fleet"]["nodes"]] == ["n1"]
     assert shown.returncode == 0, shown.stderr
     assert {json.loads(line)["kind"] for line in shown.stdout.splitlines()} >= {"request", "action"}
 
@@ -187,6 +192,6 @@ async def test_runners_apart_may_log_in_as_the_engine_as_deploy_runs_them(
 def test_an_engine_generated_without_runners_may_not_command_agents(nats_auth: ModuleType) -> None:
     with_runners = nats_auth.role_permissions("engine")
     without = nats_auth.role_permissions("engine", engine_runs_actions=False)
-    assert "gpuevents.cmd.>" in with_runners.publish and "_INBOX.runner.>" in with_runners.subscribe
-    assert not any(p.startswith(("gpuevents.cmd", "gpuevents.fn")) for p in without.publish)
+    assert with_runners.publish == (">",) and "_INBOX.runner.>" in with_runners.subscribe
+    assert not any(p.startswith(("gpuevents.cmd", "gpuevents.fn", ">")) for p in without.publish)
     assert "_INBOX.runner.>" not in without.subscribe
