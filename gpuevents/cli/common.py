@@ -12,7 +12,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.text import Text
 
-from gpuevents.bus import Bus, BusError, BusUnreachable
+from gpuevents.bus import CLIENT_CONNECT_S, Bus, BusError, BusUnreachable
 from gpuevents.cli.parts import PartFailed
 from gpuevents.config import Config, load_config
 from gpuevents.durations import DurationError, parse_duration
@@ -55,9 +55,6 @@ def client_config(config: Config) -> Config:
     e = config.nats.embedded
     url = f"nats://{e.host}:{e.port or 4222}"
     return config.model_copy(update={"nats": config.nats.model_copy(update={"url": url})})
-
-
-CLIENT_CONNECT_S = 4.0  # a command that cannot reach NATS says so within this (and exits 2)
 
 
 def operator_bus(config: Config, name: str) -> Bus:

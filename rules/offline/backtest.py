@@ -11,7 +11,7 @@ from pathlib import Path
 from pydantic import BaseModel, ValidationError
 
 from gpuevents import subjects as S
-from gpuevents.bus import Bus, BusError, StoredMsg
+from gpuevents.bus import CLIENT_CONNECT_S, Bus, BusError, StoredMsg
 from gpuevents.config import Config
 from rules.core.core import Core, StepResult, Tick
 from rules.engine.decoder import RepeatDecoder
@@ -135,7 +135,7 @@ async def run_backtest(config: Config, paths: Sequence[Path], since_s: float, no
     core = Core(rules, config)
     summary = StreamSummary(start)
     started = time.monotonic()
-    async with Bus(config.nats, name="gpuevents-backtest") as bus:
+    async with Bus(config.nats, name="gpuevents-backtest", give_up_after=CLIENT_CONNECT_S) as bus:
         first_seq: list[int] = []
         last_seq = 0
         with contextlib.suppress(BusError):

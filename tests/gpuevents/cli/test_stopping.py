@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuevents.cli.common import CLIENT_CONNECT_S
+from gpuevents.bus import CLIENT_CONNECT_S
 from gpuevents.config import EmbeddedServerConfig
 from gpuevents.server import EmbeddedServer, free_port
 
@@ -102,11 +102,11 @@ def test_every_process_stops_on_sigterm_while_nats_is_out_of_reach(tmp_path: Pat
 
 CLIENT_COMMANDS = [
     ["status"], ["audit"], ["snooze", "r", "n1/gpu0", "--for", "1h"], ["keep", "r", "n1/gpu0", "1h"], ["free"],
-    ["kill", "n1", "4242"], ["cancel", "123"],
+    ["kill", "n1", "4242"], ["cancel", "123"], ["rules", "backtest", "rules", "--since", "1h"],
 ]
 
 
-@pytest.mark.parametrize("command", CLIENT_COMMANDS, ids=lambda c: c[0])
+@pytest.mark.parametrize("command", CLIENT_COMMANDS, ids=lambda c: "-".join(c[:2]))
 def test_a_client_command_that_cannot_reach_nats_says_so_with_the_address_and_exits_2(
     tmp_path: Path, command: list[str]
 ) -> None:
