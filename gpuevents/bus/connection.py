@@ -35,7 +35,7 @@ log = logging.getLogger("gpuevents.bus")
 DUPLICATE_WINDOW_S = 120.0
 CONNECT_BACKOFF_S = 0.2
 UNREACHABLE_LOG_S = 10.0  # while the first connect fails, one warning this often
-CLIENT_CONNECT_S = 4.0  # a command a person runs gives NATS this long, then says so (BusUnreachable)
+CLIENT_CONNECT_S = 3.0  # a command a person runs gives NATS this long, then says so (BusUnreachable)
 
 
 def _tls_context(cfg: NatsConfig) -> ssl.SSLContext | None:

@@ -1,5 +1,5 @@
 """Real `gpuevents` processes where NATS is out of reach: the long-running ones stop on SIGTERM and SIGINT within
-10 s and say what is wrong; every client command says so, with the address, after 4 s (CLIENT_CONNECT_S) and exits 2."""
+10 s and say what is wrong; every client command says so, with the address, after 3 s (CLIENT_CONNECT_S) and exits 2."""
 
 from __future__ import annotations
 
@@ -116,7 +116,7 @@ def test_a_client_command_that_cannot_reach_nats_says_so_with_the_address_and_ex
                           cwd=tmp_path, capture_output=True, text=True, timeout=60)
     took = time.monotonic() - start
     assert done.returncode == 2, done.stdout + done.stderr
-    # the command gives NATS CLIENT_CONNECT_S (4 s) and says so; before, `status` sat silent for 90 s
+    # the command gives NATS CLIENT_CONNECT_S (3 s) and says so; before, `status` sat silent for 90 s
     assert f"cannot reach NATS at {url} within {CLIENT_CONNECT_S:g}s" in done.stderr
     assert "Traceback" not in done.stderr
     # the whole process, interpreter start included (seconds on a loaded machine): far from a hang
