@@ -23,6 +23,7 @@ from rules.usage.weekly import NO_TEAM_LABEL, WeeklyReport, build_report, week_b
 class ReportFormat(StrEnum):
     html = "html"
     md = "md"
+    markdown = "markdown"  # the same as md: the README calls it Markdown
     json = "json"
 
 
@@ -68,7 +69,7 @@ def report_command(
     week: Annotated[bool, typer.Option("--week", help="the seven days up to now (the default)")] = True,
     team: Annotated[str | None, typer.Option("--team", help=f"one team only; {NO_TEAM_LABEL!r} for none")] = None,
     fmt: Annotated[ReportFormat,
-                   typer.Option("--format", help="html (one self-contained file), md or json")] = ReportFormat.html,
+                   typer.Option("--format", help="html (one self-contained file), md (or markdown) or json")] = ReportFormat.html,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="write here instead of stdout")] = None,
     config: Annotated[Path | None, typer.Option("-c", "--config", help="config YAML")] = None,
 ) -> None:
@@ -86,7 +87,7 @@ def report_command(
     except NoUsageError as e:
         typer.echo(str(e), err=True)
         raise typer.Exit(1) from None
-    text = render(report, costs, fmt.value)
+    text = render(report, costs, "md" if fmt is ReportFormat.markdown else fmt.value)
     if output is None:
         sys.stdout.write(text)
         return

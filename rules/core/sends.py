@@ -12,6 +12,7 @@ from actions.protection import protection_reason
 from gpuevents.config import Config
 from gpuevents.costs import CostModel
 from gpuevents.durations import format_duration
+from gpuevents.nextstep import next_step_words
 from gpuevents.records import ActionRequest, Phase
 from rules.core.incidents import Incident
 from rules.core.limits import Limiter
@@ -58,6 +59,8 @@ class NextStage:
     type: str
     at: datetime
     in_: str
+    says: str = ""
+    """In words: "in 1 minute this will be logged, unless you keep it"."""
 
     def __getattr__(self, name: str) -> Any:  # `incident.next.in` in a template (`in` is a Python keyword)
         if name == "in":
@@ -65,7 +68,7 @@ class NextStage:
         raise AttributeError(name)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"type": self.type, "at": self.at.isoformat(), "in": self.in_}
+        return {"type": self.type, "at": self.at.isoformat(), "in": self.in_, "says": self.says}
 
 
 def next_stage(rule: Rule, incident: Incident, now: datetime) -> NextStage | None:
@@ -75,8 +78,9 @@ def next_stage(rule: Rule, incident: Incident, now: datetime) -> NextStage | Non
         return None
     at = fired + timedelta(seconds=rule.stages[incident.staged])
     actions = rule.stage_actions(incident.staged)
-    return NextStage(type=", ".join(a.type for a in actions), at=at,
-                     in_=format_duration(max(0.0, (at - now).total_seconds())))
+    left = max(0.0, (at - now).total_seconds())
+    types = [a.type for a in actions]
+    return NextStage(type=", ".join(types), at=at, in_=format_duration(left), says=next_step_words(types, left))
 
 
 @dataclass(frozen=True, slots=True)
