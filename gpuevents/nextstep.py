@@ -1,4 +1,4 @@
-"""What an incident's next staged action will do, said in words: "in 1 minute this will be logged, unless you keep it"."""
+"""What an incident's next staged action will do, in words: "in 1 minute this will be logged, unless you keep it"."""
 
 from __future__ import annotations
 

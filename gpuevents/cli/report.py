@@ -69,7 +69,8 @@ def report_command(
     week: Annotated[bool, typer.Option("--week", help="the seven days up to now (the default)")] = True,
     team: Annotated[str | None, typer.Option("--team", help=f"one team only; {NO_TEAM_LABEL!r} for none")] = None,
     fmt: Annotated[ReportFormat,
-                   typer.Option("--format", help="html (one self-contained file), md (or markdown) or json")] = ReportFormat.html,
+                   typer.Option("--format", help="html (one self-contained file), md (or markdown) or json"),
+                   ] = ReportFormat.html,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="write here instead of stdout")] = None,
     config: Annotated[Path | None, typer.Option("-c", "--config", help="config YAML")] = None,
 ) -> None:
