@@ -27,6 +27,7 @@ BUILTIN_MODULES: tuple[str, ...] = (
     "actions.builtin.function",
     "actions.builtin.report",
     "actions.builtin.email",
+    "actions.builtin.notify",
     "actions.builtin.cancel",
 )
 
