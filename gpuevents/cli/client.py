@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 import typer
@@ -150,7 +150,17 @@ async def do_snooze(config: Config, rule: str, entity: str, seconds: float, reas
         typer.echo(f"error: {reply.get('error')}", err=True)
         raise typer.Exit(1)
     until = datetime.fromisoformat(reply["until"]) if isinstance(reply.get("until"), str) else s.until
-    typer.echo(f"{rule} snoozed for {entity} until {until:%Y-%m-%d %H:%M:%S} UTC")
+    verb = "kept" if bounded else "snoozed"
+    typer.echo(f"{rule} {verb} for {entity} until {until:%Y-%m-%d %H:%M:%S} UTC{capped_note(reply, seconds)}")
+
+
+def capped_note(reply: dict[str, Any], seconds: float) -> str:
+    """What the engine's answer to a keep says about the rule's ceiling: "" when nothing was cut."""
+    if not reply.get("capped"):
+        return ""
+    cap = format_duration(float(reply.get("snooze_max_s") or 0))
+    return (f" (capped: you asked for {format_duration(seconds)}, the rule's snooze_max allows {cap}; "
+            "raise snooze_max in the rule to keep longer)")
 
 
 async def show_audit(config: Config, rule: str | None, entity: str | None, seconds: float,

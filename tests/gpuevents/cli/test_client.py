@@ -65,6 +65,9 @@ async def test_status_snooze_audit_and_backtest(engine_config: Config, bus: Bus,
         assert (kept.until - clock.now()).total_seconds() <= 24 * 3600
         assert (kept.until - clock.now()).total_seconds() > 23 * 3600
         assert f"until {kept.until:%Y-%m-%d %H:%M:%S} UTC" in out
+        assert "kept for n1/gpu0" in out and "capped: you asked for 3d, the rule's snooze_max allows 1d" in out
+        code, out = await gpuevents("keep", "idle-gpu-1h", "n1/gpu0", "2h", "-c", str(cfg_file))
+        assert code == 0 and "capped" not in out
 
     code, out = await gpuevents("audit", "--rule", "idle-gpu-1h", "--since", "1h", "--json", "-c", str(cfg_file))
     assert code == 0, out
