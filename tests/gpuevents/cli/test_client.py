@@ -86,6 +86,22 @@ async def test_status_snooze_audit_and_backtest(engine_config: Config, bus: Bus,
     assert abs((datetime.fromisoformat(fired_at) - (start + timedelta(hours=1))).total_seconds()) <= 30
 
 
+async def test_a_backtest_of_a_window_without_events_says_so_instead_of_zeros(
+        engine_config: Config, bus: Bus, tmp_path: Path) -> None:
+    await bus.ensure_streams()
+    rules = tmp_path / "backtest-rules"
+    rules.mkdir()
+    (rules / "idle.yaml").write_text(
+        "rules:\n  - name: idle-gpu-1h\n    entity: gpu\n    when: gpu.idle\n    for: 1h\n"
+        "    actions: [{type: log, message: idle}]\n")
+    code, out = await gpuevents("rules", "backtest", str(rules), "--since", "14d",
+                                "-c", str(write_config(engine_config, tmp_path / "c.yaml")))
+    assert code == 0, out
+    assert "replayed 0 events" in out
+    assert "note: the window holds no events, so no rule could fire" in " ".join(out.split())
+    assert "simulate --history" in out
+
+
 async def test_status_without_an_engine_says_so(engine_config: Config, bus: Bus, tmp_path: Path) -> None:
     code, out = await gpuevents("status", "-c", str(write_config(engine_config, tmp_path / "c.yaml")))
     assert code == 1
