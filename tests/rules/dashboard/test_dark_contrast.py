@@ -21,7 +21,7 @@ RECORDED_HOURS = 6  # of the last 24: the other 18 are empty cells
 
 def _recent_usage(path: Path, fleet: Fleet) -> None:
     """Usage for the last six hours only, as after a short demo: most of the day's cells have no data."""
-    first, end = hour_window(NOW, 24)
+    _, end = hour_window(NOW, 24)
     batch = UsageBatch()
     for name, snap in fleet.snaps.items():
         for g in snap.gpus:
@@ -63,10 +63,10 @@ async def test_the_walls_empty_heatmap_cells_are_dark_not_light_grey(tmp_path: P
         ARTIFACTS.mkdir(exist_ok=True)
         await page.browser.screenshot(ARTIFACTS / "wall-empty-cells.png")
         # the first hour of the first row has no usage: its centre pixel, and a recorded hour's, for comparison
-        pixel = """((x) => { const c = document.querySelector('.timeline-canvas');
-            const r = window.devicePixelRatio || 1, ctx = c.getContext('2d');
-            const p = ctx.getImageData(Math.round(x * r), Math.round((18 + 8) * r), 1, 1).data;
-            return %s(p[0], p[1], p[2]); })""" % LUMINANCE
+        pixel = ("((x) => { const c = document.querySelector('.timeline-canvas');"
+                 " const r = window.devicePixelRatio || 1, ctx = c.getContext('2d');"
+                 " const p = ctx.getImageData(Math.round(x * r), Math.round((18 + 8) * r), 1, 1).data;"
+                 f" return {LUMINANCE}(p[0], p[1], p[2]); }})")
         label_w = 220
         empty = await page.js(f"{pixel}({label_w + 5})")
         background = await page.js(f"(() => {{ const [r, g, b] = getComputedStyle(document.body).backgroundColor"
