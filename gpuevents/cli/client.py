@@ -99,6 +99,8 @@ async def show_status(config: Config, as_json: bool) -> None:
     gpus, inc = status_tables(st)
     out.print(gpus)
     out.print(inc if st.incidents else "no open incidents")
+    for warning in st.warnings:
+        out.print(Text(f"warning: {warning}", style="bold red"))
 
 
 def status_tables(st: StatusResponse) -> tuple[Table, Table]:

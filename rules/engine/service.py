@@ -394,6 +394,9 @@ class Engine:
             await self._settle()
             assert self.core is not None
             status = fleet_status(self.core, self.clock.now())
+            claimed = self.intake.claims.conflicts(self.clock.now())
+            if claimed:
+                status = status.model_copy(update={"warnings": [c.text() for c in claimed]})
         if self.partition is None:
             return status
         return status.model_copy(update={"partition": self.partition, "partitions": self.config.engine.partitions})
