@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, Literal
 
 from actions.slack_format import escape as slack_escape
 
@@ -77,3 +77,14 @@ def finish(text: str, kind: Kind) -> str:
     """At the run: escape each marked value for the service, and drop the markers."""
     escape = ESCAPES[kind]
     return _MARKED.sub(lambda m: escape(m.group(1)), text).replace(OPEN, "").replace(CLOSE, "")
+
+
+def unmark(value: Any) -> Any:
+    """`value` without the marks (strings, and those inside lists and mappings): as people read it."""
+    if isinstance(value, str):
+        return value.replace(OPEN, "").replace(CLOSE, "")
+    if isinstance(value, list):
+        return [unmark(v) for v in value]
+    if isinstance(value, dict):
+        return {k: unmark(v) for k, v in value.items()}
+    return value

@@ -167,6 +167,7 @@ class NotifyAction:
     destructive: ClassVar[bool] = False
     unit: ClassVar[ActionUnit] = "entity"
     escape = staticmethod(nf.mark)
+    readable = staticmethod(nf.unmark)
 
     @staticmethod
     def escape_at(path: tuple[str | int, ...]) -> Callable[[str], str]:

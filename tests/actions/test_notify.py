@@ -106,6 +106,7 @@ async def test_machine_values_cannot_ping_everyone_on_mattermost(plain: WebhookS
     assert "@channel" not in text and "@\u200bchannel" in text
     assert "[x](https://evil.example)" not in text and "\\*\\*bold\\*\\*" in text
     assert "[see](https://ok.example)" in text  # the rule author's own Markdown is left as written
+    assert record.params["text"] == "@channel [x](https://evil.example) **bold** is idle: [see](https://ok.example)"
 
 
 async def test_machine_values_cannot_ping_on_discord(tls: WebhookServices, proxy: ConnectProxy) -> None:

@@ -266,3 +266,8 @@ def test_rule_tests_derive_idle_by_the_gpu_model_s_signal(suite: Path) -> None:
     outcome = run_test_file(suite / "model.test.yaml")
     assert outcome.problems == []
     assert [t.failures for t in outcome.tests] == [[]]
+
+
+def test_a_notify_text_is_compared_as_people_read_it_not_with_its_marks() -> None:
+    result = run_test_file(DATA / "notify.test.yaml")
+    assert result.problems == [] and [t.failures for t in result.tests] == [[]]
