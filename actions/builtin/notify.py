@@ -148,7 +148,11 @@ def post(url: str, body: str, title: str, body_format: str, timeout: float) -> t
     logger = logging.getLogger("apprise")
     logger.addHandler(handler)
     try:
-        plugin.socket_connect_timeout = plugin.socket_read_timeout = timeout
+        query = url.partition("?")[2]
+        if "cto=" not in query:  # the URL's own timeouts win; else the action's time limit
+            plugin.socket_connect_timeout = timeout
+        if "rto=" not in query:
+            plugin.socket_read_timeout = timeout
         ok = bool(plugin.notify(body=body, title=title, body_format=body_format))
     finally:
         logger.removeHandler(handler)
