@@ -56,6 +56,11 @@ class NodeClaims:
             return None  # an agent older than agent ids
         key = (event.cluster, event.node)
         agents = self._nodes.setdefault(key, {})
+        if len(agents) == 1 and isinstance(event, SnapshotEvent):  # the common case: the node's one agent again
+            only = agents.get(agent_id)
+            if only is not None:
+                only.last = at
+                return None
         if isinstance(event, AgentEvent) and event.type == "agent.stopping":
             agents.pop(agent_id, None)
             return None
