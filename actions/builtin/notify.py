@@ -136,7 +136,8 @@ class _ThreadLog(logging.Handler):
             self.lines.append(record.getMessage())
 
 
-def post(url: str, body: str, title: str, body_format: str, timeout: float) -> tuple[bool, list[str]]:
+def post(url: str, body: str, title: str, body_format: str, timeout: float,
+         notify_type: str = "warning") -> tuple[bool, list[str]]:
     """One post through Apprise, in the calling thread: (worked, Apprise's warnings and errors)."""
     import apprise
 
@@ -153,7 +154,7 @@ def post(url: str, body: str, title: str, body_format: str, timeout: float) -> t
             plugin.socket_connect_timeout = timeout
         if "rto=" not in query:
             plugin.socket_read_timeout = timeout
-        ok = bool(plugin.notify(body=body, title=title, body_format=body_format))
+        ok = bool(plugin.notify(body=body, title=title, body_format=body_format, notify_type=notify_type))
     finally:
         logger.removeHandler(handler)
     return ok, handler.lines
@@ -192,9 +193,15 @@ class NotifyAction:
         body = nf.finish(raw, kind)
         title = nf.finish(p.title if p.title is not None else f"{req.rule}: {nf.mark(req.entity_id)}", kind)
         timeout = float(ctx.config.actions.timeout) * 0.9
-        extra = {"+Idempotency-Key": req.key} if url.split("://", 1)[0].lower() in _DATA_SCHEMES else {}
+        scheme = url.split("://", 1)[0].lower()
+        # Where the service de-duplicates: a JSON webhook by the request's key; Opsgenie by alias, the incident's
+        # id, so a repeat is counted on the open alert and the resolution closes it.
+        extra = {"+Idempotency-Key": req.key} if scheme in _DATA_SCHEMES else (
+            {"alias": req.incident_id} if scheme == "opsgenie" else {})
+        # A firing warns, a resolution is good news: colours in chats, a new / closed alert in Opsgenie.
+        notify_type = "success" if req.phase == "resolve" else "warning"
         ok, lines = await asyncio.to_thread(post, _with_params(url, extra), body, title, _body_format(kind),
-                                            timeout)
+                                            timeout, notify_type)
         if not ok:
             why = "; ".join(lines[-3:]) or "Apprise reported a failure"
             if lines and lines[0].startswith("Apprise does not know"):

@@ -1,9 +1,9 @@
-"""Local servers that speak the webhook formats of Mattermost, Discord, Microsoft Teams (Workflows), Google Chat
-and plain JSON, for the `notify` action's tests: Apprise posts to them as it would to the real services.
+"""Local servers that speak the webhook formats of Mattermost, Discord, Microsoft Teams (Workflows), Google Chat,
+Opsgenie and plain JSON, for the `notify` action's tests: Apprise posts to them as it would to the real services.
 
 Mattermost and JSON are reached over plain HTTP on loopback. Apprise sends Discord and Google Chat to their own
 hosts over HTTPS, so those tests set HTTPS_PROXY to `ConnectProxy`, which tunnels every CONNECT to the local TLS
-server (a self-signed certificate made with openssl; the URLs say `verify=no`).
+server (a self-signed certificate made with openssl; the URLs say `verify=no`); so do Opsgenie's.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ class WebhookServices:
         app.router.add_post("/api/webhooks/{id}/{token}", self._discord)
         app.router.add_post("/v1/spaces/{space}/messages", self._gchat)
         app.router.add_post("/workflows/{workflow}/triggers/manual/paths/invoke", self._teams)
+        app.router.add_post("/v2/alerts", self._opsgenie)
         app.router.add_post("/{tail:.*}", self._json)
         self.server = TestServer(app, host="127.0.0.1")
         self.tls = tls
@@ -80,6 +81,10 @@ class WebhookServices:
 
     async def _teams(self, request: web.Request) -> web.Response:
         return await self._record("teams", request) or web.Response(status=202)
+
+    async def _opsgenie(self, request: web.Request) -> web.Response:
+        return await self._record("opsgenie", request) or web.json_response(
+            {"result": "Request will be processed", "took": 0.1, "requestId": f"r{len(self.posts)}"}, status=202)
 
     async def _json(self, request: web.Request) -> web.Response:
         return await self._record("json", request) or web.json_response({"ok": True})

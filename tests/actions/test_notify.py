@@ -241,6 +241,18 @@ async def test_owner_as_address_uses_the_owners_name_as_it_is(smtp: tuple[Inbox,
     assert record.outcome == "ok" and inbox.messages[0][0] == ["carol@hpc.example.org"]
 
 
+async def test_an_owner_is_paged_on_opsgenie_as_a_user(tls: WebhookServices, proxy: ConnectProxy) -> None:
+    owners = {"alice": {"email": "alice@hpc.example.org", "opsgenie": "@alice"}}
+    config = notify_config({"opsgenie": {"direct_url": "opsgenie://apikey123/{to}?verify=no"}}, owners)
+    request = make_request("notify", {"service": "opsgenie", "to": "alice@hpc.example.org", "text": "GPU 0 idle"})
+    record = await ActionRunner(None, config).process(request)
+    assert record.outcome == "ok", record.error
+    [post] = tls.of("opsgenie")
+    assert post["host"] == "api.opsgenie.com" and post["headers"]["Authorization"] == "GenieKey apikey123"
+    assert post["body"]["responders"] == [{"type": "user", "username": "alice"}]
+    assert post["body"]["alias"] == request.incident_id  # Opsgenie de-duplicates an incident's alerts by alias
+
+
 def test_a_recipient_from_the_machine_must_be_one_person() -> None:
     tree, errors = compile_params({"service": "email", "to": "{{ gpu.owner }}", "text": "x"}, "gpu",
                                   escape_for("notify"))
