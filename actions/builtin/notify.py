@@ -200,6 +200,11 @@ class NotifyAction:
             {"alias": req.incident_id} if scheme == "opsgenie" else {})
         # A firing warns, a resolution is good news: colours in chats, a new / closed alert in Opsgenie.
         notify_type = "success" if req.phase == "resolve" else "warning"
+        if scheme == "opsgenie" and req.phase == "resolve":
+            return ActionResult(status="refused", detail=(
+                f"notify {shown}: Apprise closes only Opsgenie alerts it opened in the same process, so it would "
+                f"send nothing; close the alert by its alias {req.incident_id} (a `webhook` to Opsgenie's "
+                "close API does it)"))
         ok, lines = await asyncio.to_thread(post, _with_params(url, extra), body, title, _body_format(kind),
                                             timeout, notify_type)
         if not ok:

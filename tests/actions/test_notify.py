@@ -253,6 +253,15 @@ async def test_an_owner_is_paged_on_opsgenie_as_a_user(tls: WebhookServices, pro
     assert post["body"]["alias"] == request.incident_id  # Opsgenie de-duplicates an incident's alerts by alias
 
 
+async def test_a_resolution_to_opsgenie_is_refused_rather_than_sending_nothing(tls: WebhookServices,
+                                                                               proxy: ConnectProxy) -> None:
+    config = notify_config({"opsgenie": {"url": "opsgenie://apikey123/@ops?verify=no"}})
+    record = await ActionRunner(None, config).process(
+        make_request("notify", {"to": "opsgenie", "text": "GPU 0 busy again"}, phase="resolve"))
+    assert record.outcome == "refused" and "closes only Opsgenie alerts it opened" in (record.detail or "")
+    assert tls.of("opsgenie") == []
+
+
 def test_a_recipient_from_the_machine_must_be_one_person() -> None:
     tree, errors = compile_params({"service": "email", "to": "{{ gpu.owner }}", "text": "x"}, "gpu",
                                   escape_for("notify"))
