@@ -195,10 +195,10 @@ class NotifyAction:
         timeout = float(ctx.config.actions.timeout) * 0.9
         scheme = url.split("://", 1)[0].lower()
         # Where the service de-duplicates: a JSON webhook by the request's key; Opsgenie by alias, the incident's
-        # id, so a repeat is counted on the open alert and the resolution closes it.
+        # id, so a repeat is counted on the alert the firing opened.
         extra = {"+Idempotency-Key": req.key} if scheme in _DATA_SCHEMES else (
             {"alias": req.incident_id} if scheme == "opsgenie" else {})
-        # A firing warns, a resolution is good news: colours in chats, a new / closed alert in Opsgenie.
+        # A firing warns, a resolution is good news (the colour in chats; a new alert in Opsgenie).
         notify_type = "success" if req.phase == "resolve" else "warning"
         if scheme == "opsgenie" and req.phase == "resolve":
             return ActionResult(status="refused", detail=(
