@@ -3,7 +3,7 @@ Opsgenie, email, …) through Apprise, to a channel or to an owner's address on 
 
 Apprise is synchronous (requests): each post runs in a worker thread with the action's time limit. Apprise only
 says whether a post worked, so a failed post is retried (its log lines are the error); a URL Apprise cannot
-read, an unknown service or an owner with no address is refused at once. Secrets stay out of rules and the
+read, an unknown service or an owner with no address fails at once, unretried. Secrets stay out of rules and the
 audit: services are named in config `actions.notify.services`, their URLs read from the environment.
 """
 
