@@ -147,13 +147,15 @@ async def do_snooze(config: Config, rule: str, entity: str, seconds: float, reas
             record = AuditRecord(time=now, kind="snooze", rule=rule, entity_id=entity,
                                  detail=f"until {s.until.isoformat()} by {s.by} (no engine running)")
             await bus.js_publish(S.audit_subject(rule), record.model_dump_json().encode(), msg_id=record.id)
-            reply = {"ok": True}
+            reply = {"ok": True, "stored": True}
     if not reply.get("ok"):
         typer.echo(f"error: {reply.get('error')}", err=True)
         raise typer.Exit(1)
     until = datetime.fromisoformat(reply["until"]) if isinstance(reply.get("until"), str) else s.until
     verb = "kept" if bounded else "snoozed"
-    typer.echo(f"{rule} {verb} for {entity} until {until:%Y-%m-%d %H:%M:%S} UTC{capped_note(reply, seconds)}")
+    later = (" (no engine running: stored for the next one, which cuts it to the rule's snooze_max)"
+             if bounded and reply.get("stored") else "")
+    typer.echo(f"{rule} {verb} for {entity} until {until:%Y-%m-%d %H:%M:%S} UTC{capped_note(reply, seconds)}{later}")
 
 
 def capped_note(reply: dict[str, Any], seconds: float) -> str:

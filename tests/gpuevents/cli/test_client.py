@@ -144,6 +144,16 @@ async def test_a_simulated_agent_does_not_take_a_node_name_an_engine_sees(engine
             await asyncio.to_thread(_simulated_name, taken)
 
 
+async def test_a_keep_without_an_engine_says_the_next_one_applies_snooze_max(
+        engine_config: Config, bus: Bus, tmp_path: Path) -> None:
+    await bus.ensure_streams()
+    code, out = await gpuevents("keep", "idle-gpu-1h", "n1/gpu0", "30d",
+                                "-c", str(write_config(engine_config, tmp_path / "c.yaml")))
+    assert code == 0, out
+    assert "kept for n1/gpu0 until" in out
+    assert "no engine running: stored for the next one, which cuts it to the rule's snooze_max" in " ".join(out.split())
+
+
 async def test_status_without_an_engine_says_so(engine_config: Config, bus: Bus, tmp_path: Path) -> None:
     code, out = await gpuevents("status", "-c", str(write_config(engine_config, tmp_path / "c.yaml")))
     assert code == 1
