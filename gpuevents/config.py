@@ -13,6 +13,7 @@ from pydantic import BaseModel, ByteSize, ConfigDict, Field, ValidationError, fi
 
 from gpuevents.durations import Duration
 from gpuevents.idleness import IdleRule, IdleSignal, model_matches
+from gpuevents.notify_config import NotifyConfig
 from gpuevents.yamlpos import Located, LocatedError, YamlDoc, parse_scalar, parse_yaml
 
 ENV_PREFIX = "GPUEVENTS_"
@@ -38,19 +39,14 @@ class EmbeddedServerConfig(_Section):
 
 
 class StreamsConfig(_Section):
-    """How long and how much each stream keeps (DESIGN §7.1: bounded): past a bound the oldest messages go."""
-
     events_max_age: Duration = 7 * 86400
     audit_max_age: Duration = 90 * 86400
     dlq_max_age: Duration = 7 * 86400
     replicas: int = Field(1, ge=1, le=5)
-    events_max_bytes: ByteSize = Field(2 << 30, ge=1 << 20, description="GPUEVENTS on disk at most")
-    events_max_msgs_per_subject: int = Field(
-        50_000, ge=1, description="per node and event type: a node that floods its subjects replaces only its "
-        "own oldest events")
+    events_max_bytes: ByteSize = Field(2 << 30, ge=1 << 20)  # bounded streams (DESIGN §7.1), oldest out first
+    events_max_msgs_per_subject: int = Field(50_000, ge=1)  # per node and event type
     audit_max_bytes: ByteSize = Field(512 << 20, ge=1 << 20)
     dlq_max_bytes: ByteSize = Field(128 << 20, ge=1 << 20)
-    dlq_max_msgs_per_subject: int = Field(1_000, ge=1, description="malformed messages kept per source subject")
     actions_max_bytes: ByteSize = Field(256 << 20, ge=1 << 20)
 
 
@@ -192,8 +188,7 @@ class EngineConfig(_Section):
     offline_grace: Duration = 600
     request_ttl: Duration = 300
     max_clock_skew: Duration = 60
-    max_clock_offset: Duration = Field(30, description="an engine whose clock is further than this from the NATS "
-                                       "server's refuses to lead (DESIGN §7.1)")
+    max_clock_offset: Duration = 30  # an engine further than this from the NATS server's clock does not lead
     limits: dict[str, LimitConfig] = Field(default_factory=dict, description="per action type")
     lease_ttl: Duration = 10
     partitions: int = Field(1, ge=1, le=256, description="the fleet split by node among engine replicas")
@@ -292,6 +287,7 @@ class ActionsConfig(_Section):
     kubernetes: KubernetesConfig = KubernetesConfig()
     slurm: SlurmConfig = SlurmConfig()
     email: EmailConfig = EmailConfig()
+    notify: NotifyConfig = NotifyConfig()
     retry: RetryConfig = RetryConfig()
     timeout: Duration = 30
     command_output_max: int = Field(4096, ge=0)
@@ -335,10 +331,40 @@ class Config(_Section):
     agent: AgentConfig = Field(default_factory=AgentConfig)
     engine: EngineConfig = EngineConfig()
     actions: ActionsConfig = ActionsConfig()
-    owners: dict[str, str] = Field(default_factory=dict, description="user -> email or chat handle")
+    owners: dict[str, str] = Field(default_factory=dict, description="user -> email or chat handle, or a "
+                                   "mapping of addresses per service: {slack: …, email: …, teams: …}")
+    owner_addresses: dict[str, dict[str, str]] = Field(
+        default_factory=dict, description="filled from the mapping form of `owners`: user -> service -> address")
     protect: ProtectConfig = ProtectConfig()
     costs: CostsConfig = CostsConfig()
     teams: dict[str, TeamConfig] = Field(default_factory=dict, description="per team: KPI target, channel")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _owners_per_service(cls, data: Any) -> Any:
+        """`owners: {alice: {slack: U1, email: a@x, teams: …}}`: the owner is the Slack address, else the email,
+        else the user name (what rules see as `owner`); every address is kept for the `notify` action. The
+        string form (`alice: alice@x`) stays as it was."""
+        if not isinstance(data, dict) or not isinstance(data.get("owners"), dict):
+            return data
+        owners: dict[Any, Any] = {}
+        addresses: dict[Any, Any] = dict(data.get("owner_addresses") or {})
+        for user, value in data["owners"].items():
+            if isinstance(value, Mapping):
+                addresses[user] = dict(value)
+                owners[user] = value.get("slack") or value.get("email") or user
+            else:
+                owners[user] = value
+        return {**data, "owners": owners, "owner_addresses": addresses}
+
+    def owner_address(self, owner: str, service: str) -> str | None:
+        """`owner`'s address for `service`: `owner` is a user of `owners` or any of that user's addresses."""
+        for user, addresses in self.owner_addresses.items():
+            if owner == user or owner == self.owners.get(user) or owner in addresses.values():
+                found = addresses.get(service)
+                if found:
+                    return found
+        return None
 
     @model_validator(mode="after")
     def _cluster_name(self) -> Config:

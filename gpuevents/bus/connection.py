@@ -35,6 +35,7 @@ log = logging.getLogger("gpuevents.bus")
 DUPLICATE_WINDOW_S = 120.0
 CONNECT_BACKOFF_S = 0.2
 UNREACHABLE_LOG_S = 10.0  # while the first connect fails, one warning this often
+DLQ_PER_SUBJECT = 1_000  # malformed messages kept per source subject: one node's flood replaces its own
 CLIENT_CONNECT_S = 3.0  # a command a person runs gives NATS this long, then says so (BusUnreachable)
 
 
@@ -227,7 +228,7 @@ class Bus:
                    retention=api.RetentionPolicy.WORK_QUEUE),
             stream(S.STREAM_AUDIT, S.AUDIT_ALL, "gpuevents: audit records", st.audit_max_bytes, st.audit_max_age),
             stream(S.STREAM_DLQ, S.DLQ_ALL, "gpuevents: malformed messages", st.dlq_max_bytes, st.dlq_max_age,
-                   per_subject=st.dlq_max_msgs_per_subject),
+                   per_subject=DLQ_PER_SUBJECT),
         ]
         if event_partitions is not None and event_partitions > 1:
             src, dest = S.partition_transform(event_partitions)

@@ -25,7 +25,8 @@ class StatusResponse(BaseModel):
     partition: int | None = None
     partitions: int = 1
     degraded: str | None = None  # why, while JetStream has no room for the engine's writes
-
+    warnings: list[str] = []
+    """What the engine cannot set right itself: a node two agents claim."""
 
 
 def merge_status(replies: list[StatusResponse]) -> StatusResponse:
@@ -46,7 +47,7 @@ def merge_status(replies: list[StatusResponse]) -> StatusResponse:
     incidents = sorted((i for r in parts for i in r.incidents), key=lambda i: i.firing_since or i.started_at)
     degraded = "; ".join(f"partition {r.partition}: {r.degraded}" for r in parts if r.degraded) or None
     return StatusResponse(fleet=fleet, incidents=incidents, partition=None, partitions=first.partitions,
-                          degraded=degraded)
+                          warnings=[w for r in parts for w in r.warnings], degraded=degraded)
 
 
 async def ask_status(bus: Bus, timeout: float = 5.0) -> StatusResponse | None:
