@@ -176,7 +176,7 @@ async def test_a_kill_from_the_command_line_is_decided_by_the_engine_dry_run_and
 async def test_runners_apart_may_log_in_as_the_engine_as_deploy_runs_them(
     nats_auth_server: AuthServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """deploy/kubernetes/optional/runners.yaml and gpuevents-runner@.service run `gpuevents runner` with the
+    """deploy/kubernetes/runner.yaml and gpuevents-runner@.service run `gpuevents runner` with the
     engine's login: its replies come back on the runners' inbox, which that login may read."""
     server = nats_auth_server
 
