@@ -137,6 +137,15 @@ class AgentKillConfig(_Section):
     max_per_minute: int = Field(10, ge=0)
 
 
+class AgentSlurmConfig(_Section):
+    """How the agent learns a Slurm job's details: the prolog's `.jobs/<id>` file, then squeue once per job."""
+
+    details: bool = Field(True, description="ask squeue once per new job for what the prolog's file lacks "
+                          "(QOS, time limit, name); false: the prolog's file only")
+    squeue: Path = Field(Path("squeue"), description="the squeue binary (a Slurm client configured for the cluster)")
+    timeout: Duration = Field(5.0, description="how long one squeue may take (a slow slurmctld)")
+
+
 class AgentConfig(_Section):
     node_name: str = Field(default_factory=socket.gethostname)
 
@@ -154,6 +163,7 @@ class AgentConfig(_Section):
     metrics_port: int | None = Field(None, ge=0, le=65535, description="dcgm-compatible /metrics")
     hpc_job_mapping_dir: Path | None = Field(None, description="dcgm-exporter's HPC job mapping: a file per GPU "
                                              "(`0`, `1`, MIG `2.3`) listing the jobs on it, one per line")
+    slurm: AgentSlurmConfig = AgentSlurmConfig()
     simulation: SimulationConfig = SimulationConfig()
     kubernetes_node: bool | None = Field(None, description="read this node's labels and cordon from the "
                                          "Kubernetes API (connection: actions.kubernetes); unset: in a pod")
