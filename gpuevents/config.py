@@ -321,6 +321,37 @@ class CostsConfig(_Section):
 
 
 # ---------------------------------------------------------------- all
+class _DemandReaderConfig(_Section):
+    enabled: bool = False
+    interval: Duration = Field(30.0, description="how often the scheduler is asked (at least 5s)")
+
+    @field_validator("interval")
+    @classmethod
+    def _bounded(cls, v: float) -> float:
+        if v < 5:
+            raise ValueError("must be at least 5s: every read is a query to the scheduler")
+        return v
+
+
+class DemandSlurmConfig(_DemandReaderConfig):
+    """Slurm's pending jobs, read with squeue by the engine holding the lease (never by every agent)."""
+
+    squeue: Path = Path("squeue")
+    timeout: Duration = Field(10.0, description="how long one squeue may take")
+
+
+class DemandKubernetesConfig(_DemandReaderConfig):
+    """Pending pods asking for nvidia.com/gpu or a MIG slice, listed through the API (actions.kubernetes's
+    connection; RBAC: list pods in all namespaces)."""
+
+
+class DemandConfig(_Section):
+    """GPUs waiting to be allocated, for `demand` in conditions; each reader is off unless configured."""
+
+    slurm: DemandSlurmConfig = DemandSlurmConfig()
+    kubernetes: DemandKubernetesConfig = DemandKubernetesConfig()
+
+
 class Config(_Section):
     cluster: str = "default"
     nats: NatsConfig = NatsConfig()
@@ -330,6 +361,7 @@ class Config(_Section):
     owners: dict[str, str] = Field(default_factory=dict, description="user -> email or chat handle")
     protect: ProtectConfig = ProtectConfig()
     costs: CostsConfig = CostsConfig()
+    demand: DemandConfig = DemandConfig()
 
     @model_validator(mode="after")
     def _cluster_name(self) -> Config:

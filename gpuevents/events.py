@@ -25,6 +25,7 @@ EventType = Literal[
     "process.ended",
     "agent.started",
     "agent.stopping",
+    "scheduler.demand",
 ]
 EVENT_TYPES: tuple[str, ...] = EventType.__args__  # type: ignore[attr-defined]
 
@@ -174,6 +175,27 @@ class AgentInfo(_Model):
     snapshot_interval_s: float | None = None
 
 
+class DemandEntry(_Model):
+    """GPUs waiting to be allocated in one partition (Slurm), node pool (Kubernetes) or GPU model."""
+
+    partition: str | None = None
+    pool: str | None = None
+    model: str | None = None
+    pending_gpus: int = Field(ge=0)
+    waiting_since: datetime | None = None
+    """When the oldest of them started waiting (its submission); `demand.waiting_for_s` counts from it."""
+
+
+class DemandReport(_Model):
+    """What one scheduler of a cluster has waiting now; it replaces that scheduler's previous report whole."""
+
+    scheduler: Literal["slurm", "kubernetes"]
+    entries: list[DemandEntry] = Field(default_factory=list, max_length=10_000)
+    valid_for_s: float | None = Field(None, gt=0, le=MAX_AGE_S)
+    """How long the report holds without a newer one (a reader sets a few of its intervals, so that a reader
+    that stopped stops counting); None: until the next report."""
+
+
 class _Envelope(_Model):
     specversion: Literal["1.0"] = "1.0"
     id: str = Field(default_factory=new_id)
@@ -212,8 +234,20 @@ class AgentEvent(_Envelope):
     data: AgentInfo
 
 
+class DemandEvent(_Envelope):
+    """A scheduler's waiting GPUs, published by the one demand reader under the reserved node token
+    `DEMAND_SOURCE` (no agent can publish there: its NATS user is fenced to its own node's subjects)."""
+
+    type: Literal["scheduler.demand"] = "scheduler.demand"
+    data: DemandReport
+
+
+DEMAND_SOURCE = "@scheduler"
+"""The node name demand events carry (`node/@scheduler`): not a host name, so no agent is called so."""
+
+
 Event = Annotated[
-    SnapshotEvent | GpuEvent | GpuXidEvent | ProcessEvent | AgentEvent,
+    SnapshotEvent | GpuEvent | GpuXidEvent | ProcessEvent | AgentEvent | DemandEvent,
     Field(discriminator="type"),
 ]
 _EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)

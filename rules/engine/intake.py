@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from gpuevents import subjects as S
 from gpuevents.bus import Delivery
-from gpuevents.events import Event
+from gpuevents.events import DEMAND_SOURCE, DemandEvent, Event
 from rules.engine.deadletter import SubjectMismatch
 from rules.engine.decoder import RepeatDecoder
 from rules.engine.metrics import EngineMetrics
@@ -41,6 +41,11 @@ class Intake:
             await self._dead_letter(d, SubjectMismatch(
                 f"the envelope says {event.type} from {event.source} in cluster {event.cluster}; the subject "
                 f"{d.subject} says otherwise"))
+            return None
+        if isinstance(event, DemandEvent) and event.node != DEMAND_SOURCE:
+            # demand steers reclaiming: only the demand reader's subject (no agent may publish there) says it
+            await self._dead_letter(d, SubjectMismatch(
+                f"{event.type} from {event.source}: demand is believed only from node/{DEMAND_SOURCE}"))
             return None
         checked = self.skew.check(event, d.time)
         if checked is not event:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
+
+from gpuevents.demand import POOL_LABELS
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -253,6 +256,66 @@ class JobView:
 _JOB_PUBLIC = tuple(k for k in JobView.__slots__ if not k.startswith("_"))
 
 
+DemandLookup = Callable[[str, str | None, str | None, str | None], tuple[int, float | None, int]]
+"""(cluster, partition, pool, model) -> (GPUs waiting there, since when (a timestamp), GPUs waiting in the
+cluster): the engine's book of the schedulers' latest demand reports."""
+
+
+class DemandView:
+    """`demand`: GPUs waiting to be allocated where this entity's GPUs could serve them: its partition (a job's
+    own; a node's label `partition`), else its node pool (a node label such as `pool`), else its GPU model.
+    `waiting_for_s` is how long the oldest of them has waited, at evaluation time (0 when none waits)."""
+
+    __slots__ = ("_clock", "_ctx", "_lookup", "cluster")
+
+    def __init__(self, clock: EvalClock, lookup: DemandLookup, cluster: str, ctx: dict[str, Any]) -> None:
+        self._clock = clock
+        self._lookup = lookup
+        self._ctx = ctx
+        self.cluster = cluster
+
+    def _where(self) -> tuple[str | None, str | None, str | None]:
+        ctx = self._ctx
+        job, gpu, node = ctx.get("job"), ctx.get("gpu"), ctx.get("node")
+        gpus = ctx.get("gpus") or (job.gpus if job is not None else [])
+        labels: dict[str, str] = node.labels if node is not None else {}
+        partition = job.partition if job is not None else labels.get("partition")
+        pool = next((labels[k] for k in POOL_LABELS if labels.get(k)), None)
+        model = gpu.model if gpu is not None else next((g.model for g in gpus if g.model), None)
+        return partition, pool, model
+
+    def _read(self) -> tuple[int, float | None, int]:
+        return self._lookup(self.cluster, *self._where())
+
+    @property
+    def pending_gpus(self) -> int:
+        return self._read()[0]
+
+    @property
+    def waiting_for_s(self) -> float:
+        since = self._read()[1]
+        return 0.0 if since is None else max(0.0, self._clock.ts - since)
+
+    @property
+    def cluster_pending_gpus(self) -> int:
+        return self._read()[2]
+
+    @property
+    def partition(self) -> str | None:
+        return self._where()[0]
+
+    @property
+    def pool(self) -> str | None:
+        return self._where()[1]
+
+    @property
+    def model(self) -> str | None:
+        return self._where()[2]
+
+    def __repr__(self) -> str:
+        return f"<demand {self.pending_gpus} GPU(s) waiting>"
+
+
 def _public(cls: type, extra: tuple[str, ...] = ()) -> frozenset[str]:
     return frozenset(k for k in cls.__slots__ if not k.startswith("_")) | frozenset(extra)  # type: ignore[attr-defined]
 
@@ -262,12 +325,16 @@ GPU_FIELDS = _public(GpuView, ("idle_for_s",))
 PROCESS_FIELDS = _public(ProcessView, ("age_s",))
 ENTITY_FIELDS = _public(EntityView)
 JOB_FIELDS = _public(JobView, ("idle_for_s", "age_s"))
+DEMAND_FIELDS = frozenset({"pending_gpus", "waiting_for_s", "cluster_pending_gpus", "partition", "pool", "model",
+                           "cluster"})
 FIELDS_OF: dict[str, frozenset[str]] = {
     "node": NODE_FIELDS,
     "gpu": GPU_FIELDS,
     "process": PROCESS_FIELDS,
     "job": JOB_FIELDS,
     "entity": ENTITY_FIELDS,
+    "demand": DEMAND_FIELDS,
 }
-TIME_FIELDS = frozenset({"idle_for_s", "age_s"})
-"""Fields whose value moves with the clock: a condition reading one is re-evaluated on every tick."""
+TIME_FIELDS = frozenset({"idle_for_s", "age_s", "pending_gpus", "cluster_pending_gpus"})
+"""Fields whose value moves with the clock (or, for demand, with reports that are no entity's event): a
+condition reading one is re-evaluated on every tick."""

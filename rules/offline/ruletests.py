@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuevents.durations import format_duration
-from gpuevents.events import SnapshotEvent
+from gpuevents.events import DemandEvent, SnapshotEvent
 from gpuevents.records import ActionRequest, Phase
 from gpuevents.yamlpos import Located, LocatedError
 from rules.core.core import Core, CoreInput, ForgetNode
@@ -67,14 +67,14 @@ def run_with_restarts(rules: RuleSet, tf: TestFile, inputs: list[tuple[datetime,
     core = Core(rules, config, offline_detection=False)
     rec = Recording(start=start)
     todo = sorted(inputs, key=lambda x: x[0])
-    current: dict[str, SnapshotEvent] = {}  # node -> its latest snapshot delivered so far
+    current: dict[str, SnapshotEvent | DemandEvent] = {}  # node -> its latest snapshot (or demand) so far
     t0 = start
     for at in sorted(r for r in restarts if start <= r < end):
         before = [x for x in todo if x[0] < at]
         todo = [x for x in todo if x[0] >= at]
         replay(core, before, start=t0, end=at - timedelta(microseconds=1), recording=rec)
         for _, item in before:
-            if isinstance(item, SnapshotEvent):
+            if isinstance(item, SnapshotEvent | DemandEvent):  # the demand reader reports again, too
                 current[item.node] = item
             elif isinstance(item, ForgetNode):
                 current.pop(item.node, None)

@@ -14,6 +14,8 @@ from gpuevents import subjects as S
 from gpuevents.events import (
     EVENT_TYPES,
     AgentInfo,
+    DemandEntry,
+    DemandReport,
     GpuInfo,
     GpuXid,
     NodeInfo,
@@ -74,6 +76,7 @@ def test_every_event_type_decodes() -> None:
         "process.ended": ProcessInfo(node="n", pid=1, create_time=now),
         "agent.started": AgentInfo(node="n"),
         "agent.stopping": AgentInfo(node="n"),
+        "scheduler.demand": DemandReport(scheduler="slurm", entries=[DemandEntry(partition="gpu", pending_gpus=4)]),
     }
     for t in EVENT_TYPES:
         e = make_event(t, "n", payloads.get(t, gpu), time=now)

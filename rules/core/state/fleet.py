@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 
 from gpuevents.events import (
     AgentEvent,
+    DemandEvent,
     Event,
     GpuEvent,
     GpuInfo,
@@ -18,10 +19,11 @@ from gpuevents.events import (
     ProcessInfo,
     SnapshotEvent,
 )
+from rules.core.state.demand import DemandBook
 from rules.core.state.jobs import Jobs
 from rules.core.state.node import Change, Entity, NodeState
 from rules.core.state.rebuild import rebuild, snapshot_sig
-from rules.lang.views import EvalClock
+from rules.lang.views import DemandView, EvalClock
 
 CREATE_TIME_TOLERANCE_S = 1.0
 """psutil's create times wobble between reads; within this, the same pid is the same process."""
@@ -37,6 +39,7 @@ class FleetState:
         self.nodes: dict[str, NodeState] = {}
         self.by_kind: dict[str, dict[str, Entity]] = {"node": {}, "gpu": {}, "process": {}, "job": {}}
         self.jobs = Jobs(clock, self.owners)
+        self.demand = DemandBook(clock)
         self.node_jobs: dict[str, list[JobInfo]] = {}  # node key -> the jobs its last snapshot listed
         self._announced: dict[str, float] = {}  # snapshot intervals agents announced before their first snapshot
 
@@ -47,6 +50,9 @@ class FleetState:
         """Update the state from one event received at `now`; None when it carries no entity state.
 
         `last_seen` is the arrival time, not the event's: an agent with a slow clock must not look offline."""
+        if isinstance(event, DemandEvent):
+            self.demand.apply(event)  # no entity changes: conditions reading `demand` go with the tick
+            return None
         key = self.node_key(event.cluster, event.node)
         ns = self.nodes.get(key)
         if isinstance(event, SnapshotEvent):
@@ -122,10 +128,13 @@ class FleetState:
     def _with_jobs(self, ns: NodeState, change: Change) -> Change:
         """The node's change, with the jobs it holds (or held) rebuilt: their GPUs are the node's."""
         jobs = self.node_jobs.get(ns.key, [])
-        if not jobs and ns.key not in self.jobs.of_node:
-            return change
-        changed, gone = self.jobs.update_node(ns, jobs, self.nodes, self.by_kind)
-        return Change(change.node_key, [*change.changed, *changed], [*change.gone, *gone], change.deltas)
+        if jobs or ns.key in self.jobs.of_node:
+            changed, gone = self.jobs.update_node(ns, jobs, self.nodes, self.by_kind)
+            change = Change(change.node_key, [*change.changed, *changed], [*change.gone, *gone], change.deltas)
+        for e in change.changed:
+            if "demand" not in e.ctx:
+                e.ctx["demand"] = DemandView(self.clock, self.demand.lookup, ns.cluster, e.ctx)
+        return change
 
     @staticmethod
     def _keep_xids(ns: NodeState, t: datetime) -> None:
