@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from gpuevents.cli import agent, client, configcheck, free, rules, serve
+from gpuevents.cli.jobs import job_command, jobs_command
 from gpuevents.cli.report import report_command
 
 app = typer.Typer(
@@ -21,6 +22,8 @@ free.register(app)  # free
 app.add_typer(rules.app, name="rules")  # rules check | test | backtest
 app.add_typer(configcheck.app, name="config")  # config check
 app.command("report")(report_command)  # report
+app.command("job")(job_command)  # job ID
+app.command("jobs")(jobs_command)  # jobs [--user U] [--since 7d]
 
 
 def main() -> None:

@@ -11,6 +11,8 @@ from datetime import datetime
 from gpuevents.config import Config
 from gpuevents.costs import CostModel
 from gpuevents.events import SnapshotEvent
+from rules.usage.jobledger import JobLedger
+from rules.usage.jobstore import JobStore
 from rules.usage.rollup import TeamResolver, UsageAggregator, UsageBatch
 from rules.usage.store import UsageStore
 
@@ -47,11 +49,17 @@ class UsageRecorder:
     """
 
     def __init__(
-        self, aggregator: UsageAggregator, store: UsageStore, retention_s: float, costs: CostModel
+        self, aggregator: UsageAggregator, store: UsageStore, retention_s: float, costs: CostModel,
+        jobs: JobStore | None = None, job_gap_s: float = 600.0,
     ) -> None:
         self.aggregator = aggregator
         self.costs = costs
         self.store = store
+        self.jobs = jobs
+        """Job summaries (rules/usage/jobstore.py); a job silent for `job_gap_s` has ended."""
+        self.ledger = JobLedger(job_gap_s)
+        if jobs is not None:
+            self.ledger.resume(jobs.running())
         self.retention_s = retention_s
         self._lock = asyncio.Lock()
         self._pruned_at: float | None = None
@@ -66,10 +74,13 @@ class UsageRecorder:
             teams=resolver,
             rated_power_w=lambda model: costs.gpu_cost(model).rated_power_w,
         )
-        return cls(aggregator, UsageStore(config.engine.usage_db), config.engine.usage_retention, costs)
+        return cls(aggregator, UsageStore(config.engine.usage_db), config.engine.usage_retention, costs,
+                   jobs=JobStore(config.engine.usage_db),
+                   job_gap_s=max(float(config.engine.offline_grace), 3 * float(config.agent.snapshot_interval)))
 
     def observe(self, event: SnapshotEvent, now: datetime) -> None:
         self.aggregator.observe(event, now)
+        self.ledger.observe(event)
 
     async def flush(self, now: datetime) -> WasteDelta:
         """Count up to `now`, write what was counted, prune past the retention once an hour.
@@ -86,14 +97,30 @@ class UsageRecorder:
                 except Exception:  # not on cancellation: the thread may still write it
                     self.aggregator.restore(batch)
                     raise
+            await self._write_jobs(now)
             await self._prune(now.timestamp())
             return waste_of(batch, self.costs)
+
+    async def _write_jobs(self, now: datetime) -> None:
+        """The jobs' tallies changed since the last flush; kept for the next one if the write fails."""
+        tallies = self.ledger.drain(now)
+        if self.jobs is None or not tallies:
+            return
+        try:
+            await asyncio.to_thread(self.jobs.put, tallies, self.costs)
+        except Exception:
+            for t in tallies:  # written whole or not at all: write them again next time
+                self.ledger.jobs.setdefault(t.key, t)
+                self.ledger.dirty.add(t.key)
+            raise
 
     async def _prune(self, t: float) -> None:
         if self._pruned_at is not None and t - self._pruned_at < PRUNE_EVERY_S:
             return
         try:
             removed = await asyncio.to_thread(self.store.prune, t - self.retention_s)
+            if self.jobs is not None:
+                removed += await asyncio.to_thread(self.jobs.prune, t - self.retention_s)
         except Exception:  # the batch is written; pruning is retried on the next flush
             log.exception("usage rollups: pruning buckets older than the retention failed")
             return
@@ -103,3 +130,5 @@ class UsageRecorder:
 
     def close(self) -> None:
         self.store.close()
+        if self.jobs is not None:
+            self.jobs.close()
