@@ -26,6 +26,7 @@ EventType = Literal[
     "agent.started",
     "agent.stopping",
     "scheduler.demand",
+    "job.ended",
 ]
 EVENT_TYPES: tuple[str, ...] = EventType.__args__  # type: ignore[attr-defined]
 
@@ -234,20 +235,55 @@ class AgentEvent(_Envelope):
     data: AgentInfo
 
 
+class JobEnded(_Model):
+    """A job that has ended, with its summary (as the usage store keeps it): the occasion for `job.ended_at`."""
+
+    id: str
+    scheduler: Literal["slurm", "kubernetes"] = "slurm"
+    user: str | None = None
+    name: str | None = None
+    account: str | None = None
+    partition: str | None = None
+    qos: str | None = None
+    namespace: str | None = None
+    nodes: list[str] = Field(default_factory=list)
+    model: str | None = None
+    gpu_count: int = 0
+    started_at: datetime | None = None
+    ended_at: datetime
+    hours: float = 0.0
+    gpu_hours: float = 0.0
+    mean_util_pct: float | None = None
+    peak_util_pct: float | None = None
+    mean_sm_active_pct: float | None = None
+    peak_mem_mib: float | None = None
+    idle_share_pct: float | None = None
+    cost: float = 0.0
+    cost_text: str = ""
+    """`cost` in the configured currency (`$41.00`)."""
+    smaller_fit: str | None = None
+
+
+class JobEndedEvent(_Envelope):
+    type: Literal["job.ended"] = "job.ended"
+    data: JobEnded
+
+
 class DemandEvent(_Envelope):
     """A scheduler's waiting GPUs, published by the one demand reader under the reserved node token
-    `DEMAND_SOURCE` (no agent can publish there: its NATS user is fenced to its own node's subjects)."""
+    `SCHEDULER_SOURCE` (no agent can publish there: its NATS user is fenced to its own node's subjects)."""
 
     type: Literal["scheduler.demand"] = "scheduler.demand"
     data: DemandReport
 
 
-DEMAND_SOURCE = "@scheduler"
-"""The node name demand events carry (`node/@scheduler`): not a host name, so no agent is called so."""
+SCHEDULER_SOURCE = "@scheduler"
+"""The node name that the engine's scheduler-side events carry (`scheduler.demand`, `job.ended`:
+`node/@scheduler`): not a host name, so no agent is called so, and the engine believes them from nowhere else."""
 
 
 Event = Annotated[
-    SnapshotEvent | GpuEvent | GpuXidEvent | ProcessEvent | AgentEvent | DemandEvent,
+    SnapshotEvent | GpuEvent | GpuXidEvent | ProcessEvent | AgentEvent | DemandEvent | JobEndedEvent,
     Field(discriminator="type"),
 ]
 _EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)

@@ -12,7 +12,7 @@ from gpuevents.aio import sleep_or_stop
 from gpuevents.clock import Clock
 from gpuevents.config import Config, DemandKubernetesConfig, DemandSlurmConfig
 from gpuevents.demand import SQUEUE_PENDING_ARGS, kubernetes_pending, slurm_pending
-from gpuevents.events import DEMAND_SOURCE, DemandReport, Event, make_event
+from gpuevents.events import SCHEDULER_SOURCE, DemandReport, Event, make_event
 
 log = logging.getLogger(__name__)
 
@@ -148,5 +148,5 @@ async def run_reader(reader: DemandReader, publish: Callable[[Event], None], clu
             continue
         report = await reader.read()
         if report is not None:
-            publish(make_event("scheduler.demand", DEMAND_SOURCE, report, cluster=cluster, time=clock.now()))
+            publish(make_event("scheduler.demand", SCHEDULER_SOURCE, report, cluster=cluster, time=clock.now()))
         await sleep_or_stop(stop, reader.interval_s)

@@ -37,6 +37,7 @@ from rules.engine.servers import serve_requests
 from rules.engine.sharing import exchange
 from rules.engine.status import StatusResponse, fleet_status
 from rules.engine.store import PipelinedStore, limits_key
+from rules.usage.jobstore import ended_event
 from rules.usage.recorder import UsageRecorder
 
 log = logging.getLogger(__name__)
@@ -369,6 +370,10 @@ class Engine:
         except Exception:
             log.exception("usage rollups could not be written; they are kept for the next tick")
             return
+        ended, self.usage.ended = self.usage.ended, []
+        if self.leader.is_set():  # each ended job's one occasion for its rules (`job.ended_at`)
+            for summary in ended:
+                self.bus.publish_event(ended_event(summary, self.usage.costs))
         self.metrics.waste.labels(kind="held_idle").inc(delta.held_idle)
         self.metrics.waste.labels(kind="unallocated").inc(delta.unallocated)
 

@@ -208,12 +208,14 @@ class JobView:
     `idle`: every one of its GPUs is idle; `idle_since`: since when all of them are (the latest GPU's)."""
 
     __slots__ = (
-        "_clock", "_idle_since_ts", "_started_ts", "account", "controller", "gpu_count", "gpus", "id", "idle",
-        "idle_since", "labels", "name", "namespace", "nodes", "owner", "partition", "qos", "scheduler",
-        "started_at", "time_limit_s", "user", "util_pct",
+        "_clock", "_idle_since_ts", "_started_ts", "account", "controller", "ended_at", "gpu_count", "gpus", "id",
+        "idle", "idle_since", "labels", "name", "namespace", "nodes", "owner", "partition", "qos", "scheduler",
+        "started_at", "summary", "time_limit_s", "user", "util_pct",
     )
     account: str | None
     controller: str | None
+    ended_at: datetime | None
+    """Set once, on the `job.ended` event that closes the job (with `summary`); None while it runs."""
     gpu_count: int
     gpus: list[GpuView]
     id: str
@@ -228,6 +230,9 @@ class JobView:
     qos: str | None
     scheduler: str
     started_at: datetime | None
+    summary: dict[str, Any] | None
+    """An ended job's summary (`gpu_hours`, `hours`, `mean_util_pct`, `peak_util_pct`, `mean_sm_active_pct`,
+    `peak_mem_mib`, `idle_share_pct`, `cost`, `smaller_fit`); None while it runs."""
     time_limit_s: float | None
     user: str | None
     util_pct: float | None

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from gpuevents.costs import CostModel
 from gpuevents.durations import format_duration
 from gpuevents.events import DemandEvent, SnapshotEvent
 from gpuevents.records import ActionRequest, Phase
@@ -26,12 +27,15 @@ from rules.offline.testfile import (
     ExpectedAction,
     RuleTest,
     TestFile,
+    job_end_inputs,
     load_test_file,
     snapshot_inputs,
     start_of,
 )
 
 HEARTBEAT_AFTER_RESTART_S = 15.0
+JOB_GAP_S = 365 * 86400.0
+"""A test's snapshot holds until the node's next one, however far: its jobs' use is counted all that time."""
 
 
 @dataclass
@@ -96,6 +100,7 @@ def run_test(tf: TestFile, test: RuleTest, rule_paths: list[Path]) -> TestOutcom
     start = start_of(tf, test)
     th = config.agent.thresholds
     inputs = snapshot_inputs(test, start, tf.owners, th.idle_util_pct, thresholds=th)
+    inputs += job_end_inputs(inputs, CostModel(config.costs), JOB_GAP_S)
     expected = [x for e in test.expect for x in (e.fires_at, e.resolves_at) if x is not None]
     expected += [s.at for e in test.expect for s in e.staged or ()]
     last = max([s.at for s in test.snapshots] + expected + list(test.restarts) + [0.0])

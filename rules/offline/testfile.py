@@ -10,9 +10,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gpuevents.clock import utc
 from gpuevents.config import Config, ThresholdsConfig
+from gpuevents.costs import CostModel
 from gpuevents.durations import Duration
 from gpuevents.events import (
-    DEMAND_SOURCE,
+    SCHEDULER_SOURCE,
     DemandEntry,
     DemandEvent,
     DemandReport,
@@ -26,6 +27,8 @@ from gpuevents.events import (
 from gpuevents.yamlpos import Located, LocatedError, parse_yaml
 from rules.core.core import CoreInput, ForgetNode
 from rules.lang import calendars
+from rules.usage.jobledger import JobLedger
+from rules.usage.jobstore import ended_event, summary_of
 
 DEFAULT_START = "2026-01-05T00:00:00"
 DEFAULT_MEM_TOTAL_MIB = 81559.0
@@ -294,6 +297,19 @@ def snapshot_inputs(test: RuleTest, start: datetime, owners: dict[str, str],
     return out + demand_inputs(test, start)
 
 
+def job_end_inputs(inputs: list[tuple[datetime, CoreInput]], costs: CostModel,
+                   max_gap_s: float) -> list[tuple[datetime, CoreInput]]:
+    """The `job.ended` events the engine would publish for these snapshots: a job ends at the first snapshot of
+    its last node that no longer lists it (its summary counted as the usage store counts it)."""
+    ledger = JobLedger(max_gap_s)
+    out: list[tuple[datetime, CoreInput]] = []
+    for at, item in sorted(inputs, key=lambda x: x[0]):
+        if isinstance(item, SnapshotEvent):
+            ledger.observe(item)
+            out += [(at, ended_event(summary_of(t, costs), costs)) for t in ledger.drain(at) if t.ended_at is not None]
+    return out
+
+
 def demand_inputs(test: RuleTest, start: datetime) -> list[tuple[datetime, CoreInput]]:
     """The test's `demand:` as the reports a demand reader would publish: at each entry's `at`, every entry
     known by then for its cluster, the latest per partition / pool / model."""
@@ -306,5 +322,5 @@ def demand_inputs(test: RuleTest, start: datetime) -> list[tuple[datetime, CoreI
             partition=d.partition, pool=d.pool, model=d.model, pending_gpus=d.pending_gpus,
             waiting_since=at - timedelta(seconds=d.waiting_for) if d.pending_gpus else None)
         report = DemandReport(scheduler="slurm", entries=list(book.values()))
-        out.append((at, DemandEvent(source=f"node/{DEMAND_SOURCE}", cluster=d.cluster, time=at, data=report)))
+        out.append((at, DemandEvent(source=f"node/{SCHEDULER_SOURCE}", cluster=d.cluster, time=at, data=report)))
     return out

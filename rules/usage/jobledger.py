@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from gpuevents.events import JobInfo, SnapshotEvent
+from gpuevents.events import GpuInfo, JobInfo, SnapshotEvent
 
 JobKey = tuple[str, str, str]
 """(cluster, scheduler, job id)"""
@@ -42,6 +42,7 @@ class JobTally:
     idle_gpu_s: float = 0.0
     kwh: float = 0.0
     gpus_on: dict[str, int] = field(default_factory=dict)  # node -> how many of its GPUs the job holds
+    samples: dict[str, list[GpuInfo]] = field(default_factory=dict)  # node -> its job's GPUs, last sampled
     on_nodes: dict[str, datetime] = field(default_factory=dict)
     """Node -> its latest snapshot that listed this job (the job is on no node once it has ended)."""
 
@@ -91,30 +92,19 @@ class JobLedger:
             if tally is None:
                 tally = self.jobs[key] = JobTally(cluster, j.scheduler, j.id, first_seen=t, last_seen=t)
             tally.describe(j)
-            prev = tally.on_nodes.get(node)
-            dt = 0.0 if prev is None else max(0.0, min((t - prev).total_seconds(), self.max_gap.total_seconds()))
+            self._credit(tally, node, t)
+            held = [gpus[i] for i in j.gpus if i in gpus]
             tally.on_nodes[node] = t
+            tally.samples[node] = held
             tally.last_seen = max(tally.last_seen, t)
             if node not in tally.nodes:
                 tally.nodes.append(node)
-            held = [gpus[i] for i in j.gpus if i in gpus]
             tally.gpus_on[node] = len(held)
             tally.gpu_count = max(tally.gpu_count, sum(tally.gpus_on.values()))
             for g in held:
                 tally.model = tally.model or g.model
-                tally.gpu_s += dt
-                if g.util_pct is not None:
-                    tally.util_s += g.util_pct * dt
-                    tally.util_known_s += dt
-                    tally.util_peak = _peak(tally.util_peak, g.util_pct)
-                if g.sm_active_pct is not None:
-                    tally.sm_s += g.sm_active_pct * dt
-                    tally.sm_known_s += dt
+                tally.util_peak = _peak(tally.util_peak, g.util_pct)
                 tally.mem_peak_mib = _peak(tally.mem_peak_mib, g.mem_used_mib)
-                if g.idle:
-                    tally.idle_gpu_s += dt
-                if g.power_w is not None:
-                    tally.kwh += g.power_w * dt / 3.6e6
             self.dirty.add(key)
         before = self.of_node.get((cluster, node), set())
         for key in before - now_here:
@@ -124,11 +114,33 @@ class JobLedger:
         else:
             self.of_node.pop((cluster, node), None)
 
+    def _credit(self, tally: JobTally, node: str, t: datetime) -> None:
+        """The node's last sample of the job holds from its time until `t` (a snapshot is the node's state until
+        the next one), at most `max_gap`: a silence is not counted as use."""
+        prev = tally.on_nodes.get(node)
+        if prev is None:
+            return
+        dt = max(0.0, min((t - prev).total_seconds(), self.max_gap.total_seconds()))
+        for g in tally.samples.get(node, []):
+            tally.gpu_s += dt
+            if g.util_pct is not None:
+                tally.util_s += g.util_pct * dt
+                tally.util_known_s += dt
+            if g.sm_active_pct is not None:
+                tally.sm_s += g.sm_active_pct * dt
+                tally.sm_known_s += dt
+            if g.idle:
+                tally.idle_gpu_s += dt
+            if g.power_w is not None:
+                tally.kwh += g.power_w * dt / 3.6e6
+
     def _leave(self, key: JobKey, node: str, t: datetime) -> None:
         tally = self.jobs.get(key)
         if tally is None:
             return
+        self._credit(tally, node, t)
         tally.on_nodes.pop(node, None)
+        tally.samples.pop(node, None)
         tally.gpus_on.pop(node, None)
         if not tally.on_nodes:
             tally.ended_at = t
@@ -140,6 +152,7 @@ class JobLedger:
             if tally.ended_at is None and now - tally.last_seen > self.max_gap:
                 tally.ended_at = tally.last_seen
                 tally.on_nodes.clear()
+                tally.samples.clear()
                 self.dirty.add(key)
         out = [self.jobs[k] for k in sorted(self.dirty) if k in self.jobs]
         self.dirty.clear()

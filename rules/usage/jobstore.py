@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from gpuevents.costs import CostModel
+from gpuevents.events import SCHEDULER_SOURCE, JobEnded, JobEndedEvent, make_event
 from rules.usage.jobledger import JobTally
 
 _SCHEMA = """
@@ -97,6 +98,28 @@ def cost_of(t: JobTally, costs: CostModel) -> float:
     return costs.capital_daily(t.model) / 86400 * t.gpu_s + costs.energy_cost(t.kwh)
 
 
+def summary_of(t: JobTally, costs: CostModel) -> JobSummary:
+    """A tally as the summary a user reads."""
+    return JobStore._summary(_row(t, costs))
+
+
+def ended_event(s: JobSummary, costs: CostModel) -> JobEndedEvent:
+    """The `job.ended` event that closes an ended job's entity, for its rules (published by the engine)."""
+    assert s.ended_at is not None
+    data = JobEnded.model_validate({**s.model_dump(exclude={"cluster", "running", "last_seen"}),
+                                    "cost_text": costs.format(s.cost)})
+    event = make_event("job.ended", SCHEDULER_SOURCE, data, cluster=s.cluster, time=s.ended_at)
+    assert isinstance(event, JobEndedEvent)
+    return event
+
+
+def _row(t: JobTally, costs: CostModel) -> dict[str, Any]:
+    row: dict[str, Any] = {c: getattr(t, c, None) for c in _COLUMNS}
+    row.update({c: _ts(getattr(t, c)) for c in _TIMES}, nodes=json.dumps(t.nodes), cost=cost_of(t, costs),
+               smaller_fit=None)
+    return row
+
+
 class JobStore:
     """The job_summaries table of the usage store's SQLite file; one writer (the engine), readers (the CLI)."""
 
@@ -118,12 +141,7 @@ class JobStore:
 
     def put(self, tallies: list[JobTally], costs: CostModel) -> None:
         """Write each tally's totals (running jobs again and again, ended ones a last time), one transaction."""
-        rows = []
-        for t in tallies:
-            row: dict[str, Any] = {c: getattr(t, c, None) for c in _COLUMNS}
-            row.update({c: _ts(getattr(t, c)) for c in _TIMES}, nodes=json.dumps(t.nodes), cost=cost_of(t, costs),
-                       smaller_fit=None)
-            rows.append(tuple(row[c] for c in _COLUMNS))
+        rows = [tuple(row[c] for c in _COLUMNS) for row in (_row(t, costs) for t in tallies)]
         with self._db:
             self._db.executemany(_UPSERT, rows)
 

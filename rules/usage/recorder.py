@@ -12,7 +12,7 @@ from gpuevents.config import Config
 from gpuevents.costs import CostModel
 from gpuevents.events import SnapshotEvent
 from rules.usage.jobledger import JobLedger
-from rules.usage.jobstore import JobStore
+from rules.usage.jobstore import JobStore, JobSummary, summary_of
 from rules.usage.rollup import TeamResolver, UsageAggregator, UsageBatch
 from rules.usage.store import UsageStore
 
@@ -58,6 +58,8 @@ class UsageRecorder:
         self.jobs = jobs
         """Job summaries (rules/usage/jobstore.py); a job silent for `job_gap_s` has ended."""
         self.ledger = JobLedger(job_gap_s)
+        self.ended: list[JobSummary] = []
+        """Summaries of the jobs that ended, for the engine to announce (`job.ended`); it empties the list."""
         if jobs is not None:
             self.ledger.resume(jobs.running())
         self.retention_s = retention_s
@@ -104,6 +106,7 @@ class UsageRecorder:
     async def _write_jobs(self, now: datetime) -> None:
         """The jobs' tallies changed since the last flush; kept for the next one if the write fails."""
         tallies = self.ledger.drain(now)
+        self.ended += [summary_of(t, self.costs) for t in tallies if t.ended_at is not None]
         if self.jobs is None or not tallies:
             return
         try:

@@ -23,6 +23,7 @@ from gpuevents.events import NodeSnapshot
 from gpuevents.records import AuditRecord, decode_audit
 from gpuevents.server import free_port
 from rules.engine.service import Engine
+from rules.usage.jobstore import JobStore, JobSummary
 from tests.actions.test_email import Inbox
 from tests.agent.fake_pynvml import FakeDevice, FakeNvml
 from tests.slurm_cluster import SlurmCluster
@@ -61,6 +62,7 @@ async def test_an_idle_slurm_job_is_mailed_to_its_user_then_cancelled(
     rules = tmp_path / "rules"
     rules.mkdir()
     (rules / "jobs.yaml").write_text(short_library_rules())
+    (rules / "job-summary.yaml").write_text((LIBRARY.parent / "job-summary.yaml").read_text())
     config = Config.model_validate({
         "cluster": "c1",
         "nats": nats_config.model_dump(),
@@ -119,8 +121,21 @@ async def test_an_idle_slurm_job_is_mailed_to_its_user_then_cancelled(
         record = await wait_for(cancelled, timeout=30, what="the cancel's audit record")
         assert record.outcome == "ok", record.error
         assert record.detail == f"job {job} of root (debug) cancelled"
-        # the epilog cleared the mapping: the job leaves the agent's snapshots
+        # the epilog cleared the mapping: the job leaves the agent's snapshots, and its summary is kept
         await wait_for(lambda: not (slurm.job_map_dir / ".jobs" / job).exists(), timeout=30, what="the epilog")
+
+        def summary() -> JobSummary | None:
+            with JobStore(tmp_path / "usage.sqlite") as store:
+                found = [s for s in store.find(job) if not s.running]
+            return found[0] if found else None
+
+        ended = await wait_for(summary, timeout=30, what="the job's summary in the usage store")
+        assert (ended.user, ended.partition, ended.name, ended.gpu_count) == ("root", "debug", "never-uses-it", 1)
+        assert ended.mean_util_pct == 0 and ended.idle_share_pct == 100 and ended.gpu_hours > 0
+        # and the job.ended occasion mails its user the summary (the optional library rule)
+        await wait_for(lambda: len(inbox.messages) >= 3, timeout=30, what="the summary mail")
+        subjects = [m["Subject"] for _, m in inbox.messages]
+        assert f"Job {job} ended: 0 % of 1 GPU(s)" in subjects
     finally:
         stop.set()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -18,6 +18,7 @@ from gpuevents.events import (
     DemandReport,
     GpuInfo,
     GpuXid,
+    JobEnded,
     NodeInfo,
     NodeSnapshot,
     ProcessInfo,
@@ -77,6 +78,7 @@ def test_every_event_type_decodes() -> None:
         "agent.started": AgentInfo(node="n"),
         "agent.stopping": AgentInfo(node="n"),
         "scheduler.demand": DemandReport(scheduler="slurm", entries=[DemandEntry(partition="gpu", pending_gpus=4)]),
+        "job.ended": JobEnded(id="42", ended_at=now, gpu_count=4, mean_util_pct=12, cost=41),
     }
     for t in EVENT_TYPES:
         e = make_event(t, "n", payloads.get(t, gpu), time=now)

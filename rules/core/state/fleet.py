@@ -12,6 +12,7 @@ from gpuevents.events import (
     GpuEvent,
     GpuInfo,
     GpuXidEvent,
+    JobEndedEvent,
     JobInfo,
     NodeInfo,
     NodeSnapshot,
@@ -20,7 +21,7 @@ from gpuevents.events import (
     SnapshotEvent,
 )
 from rules.core.state.demand import DemandBook
-from rules.core.state.jobs import Jobs
+from rules.core.state.jobs import Jobs, ended_entity
 from rules.core.state.node import Change, Entity, NodeState
 from rules.core.state.rebuild import rebuild, snapshot_sig
 from rules.lang.views import DemandView, EvalClock
@@ -124,6 +125,14 @@ class FleetState:
             return None
         self._seen(ns, now)
         return self._with_jobs(ns, self.rebuild(ns))
+
+    def ended_job(self, event: JobEndedEvent) -> Entity:
+        """The entity a `job.ended` event closes (see `jobs.ended_entity`), with `demand` like every other."""
+        d = event.data
+        node = d.nodes[0] if d.nodes else event.node
+        ent = ended_entity(d, self.node_key(event.cluster, node), node, event.cluster, self.clock, self.owners)
+        ent.ctx["demand"] = DemandView(self.clock, self.demand.lookup, event.cluster, ent.ctx)
+        return ent
 
     def _with_jobs(self, ns: NodeState, change: Change) -> Change:
         """The node's change, with the jobs it holds (or held) rebuilt: their GPUs are the node's."""

@@ -13,7 +13,7 @@ from gpuevents import subjects as S
 from gpuevents.bus import Bus
 from gpuevents.clock import SystemClock
 from gpuevents.config import Config, DemandConfig, DemandKubernetesConfig, DemandSlurmConfig
-from gpuevents.events import DEMAND_SOURCE, DemandEntry, DemandReport, encode_event, make_event
+from gpuevents.events import SCHEDULER_SOURCE, DemandEntry, DemandReport, encode_event, make_event
 from rules.engine.demand import KubernetesDemandReader, SlurmDemandReader
 from rules.engine.service import Engine
 from tests.rules.engine.helpers import running
@@ -88,7 +88,7 @@ async def test_the_engine_keeps_demand_from_the_reader_and_dead_letters_it_from_
                            cluster="c1", time=now)
         await bus.js_publish(S.event_subject("c1", "node-a", "scheduler.demand"), encode_event(spoof),
                              msg_id=spoof.id)
-        real = make_event("scheduler.demand", DEMAND_SOURCE,
+        real = make_event("scheduler.demand", SCHEDULER_SOURCE,
                           DemandReport(scheduler="slurm", entries=[DemandEntry(partition="gpu", pending_gpus=3,
                                                                                waiting_since=now)]),
                           cluster="c1", time=now)

@@ -31,11 +31,12 @@ def test_a_job_tallies_its_gpus_use_and_ends_when_its_node_stops_listing_it() ->
     ledger.observe(snap("n1", T0 + timedelta(minutes=4), [0, 0], []))  # the epilog removed the mapping
     [t] = ledger.drain(T0 + timedelta(minutes=4))
     assert t.ended_at == T0 + timedelta(minutes=4)
-    assert t.gpu_count == 2 and t.gpu_s == 2 * 180
-    assert t.util_s / t.util_known_s == (60 * 0 + 120 * 80) / 180  # each interval at the sample ending it
+    # a snapshot holds until the next: each minute counts at the sample that began it
+    assert t.gpu_count == 2 and t.gpu_s == 2 * 240
+    assert t.util_s / t.util_known_s == 40
     assert t.util_peak == 80 and t.sm_s / t.sm_known_s == 40
-    assert t.idle_gpu_s == 2 * 60
-    assert round(t.kwh, 4) == round(2 * 300 * 180 / 3.6e6, 4)
+    assert t.idle_gpu_s == 2 * 120
+    assert round(t.kwh, 6) == round(2 * 300 * 240 / 3.6e6, 6)
     assert ledger.jobs == {}  # an ended job is let go once drained
 
 
