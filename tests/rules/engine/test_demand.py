@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from gpuevents import subjects as S
@@ -16,6 +17,8 @@ from gpuevents.config import Config, DemandConfig, DemandKubernetesConfig, Deman
 from gpuevents.events import SCHEDULER_SOURCE, DemandEntry, DemandReport, encode_event, make_event
 from rules.engine.demand import KubernetesDemandReader, SlurmDemandReader
 from rules.engine.service import Engine
+from rules.engine.status import EngineDashboardSource
+from tests.gpuevents.cli.test_client import gpuevents, write_config
 from tests.rules.engine.helpers import running
 from tests.slurm_cluster import SlurmCluster
 from tests.waiting import wait_for
@@ -80,7 +83,7 @@ async def test_the_kubernetes_reader_reports_pending_gpu_pods_and_survives_an_ap
 
 
 async def test_the_engine_keeps_demand_from_the_reader_and_dead_letters_it_from_an_agent(
-        engine_config: Config, bus: Bus) -> None:
+        engine_config: Config, bus: Bus, tmp_path: Path) -> None:
     async with running(Engine(engine_config, bus, clock=SystemClock())) as engine:
         now = SystemClock().now()
         spoof = make_event("scheduler.demand", "node-a",
@@ -99,3 +102,12 @@ async def test_the_engine_keeps_demand_from_the_reader_and_dead_letters_it_from_
         await wait_for(lambda: book.reports, what="the reader's report in the engine")
         assert book.lookup("c1", "gpu", None, None)[0] == 3
         assert engine.metrics.malformed.labels(kind="SubjectMismatch")._value.get() == 1
+
+        # `gpuevents status` and the dashboard's /api/fleet show it
+        code, out = await gpuevents("status", "--json", "-c", str(write_config(engine_config, tmp_path / "c.yaml")))
+        assert code == 0, out
+        [line] = orjson.loads(out)["fleet"]["demand"]
+        assert (line["partition"], line["pending_gpus"], line["scheduler"]) == ("gpu", 3, "slurm")
+        assert line["waiting_for_s"] >= 0
+        fleet = EngineDashboardSource(engine).fleet()
+        assert [(d.partition, d.pending_gpus) for d in fleet.demand] == [("gpu", 3)]
