@@ -271,19 +271,21 @@ class DemandView:
     own; a node's label `partition`), else its node pool (a node label such as `pool`), else its GPU model.
     `waiting_for_s` is how long the oldest of them has waited, at evaluation time (0 when none waits)."""
 
-    __slots__ = ("_clock", "_ctx", "_lookup", "cluster")
+    __slots__ = ("_clock", "_ctx", "_labels", "_lookup", "cluster")
 
-    def __init__(self, clock: EvalClock, lookup: DemandLookup, cluster: str, ctx: dict[str, Any]) -> None:
+    def __init__(self, clock: EvalClock, lookup: DemandLookup, cluster: str, ctx: dict[str, Any],
+                 labels: dict[str, str] | None = None) -> None:
         self._clock = clock
         self._lookup = lookup
         self._ctx = ctx
+        self._labels = labels  # a job's: its first node's labels (a job's scope has no `node`)
         self.cluster = cluster
 
     def _where(self) -> tuple[str | None, str | None, str | None]:
         ctx = self._ctx
         job, gpu, node = ctx.get("job"), ctx.get("gpu"), ctx.get("node")
         gpus = ctx.get("gpus") or (job.gpus if job is not None else [])
-        labels: dict[str, str] = node.labels if node is not None else {}
+        labels: dict[str, str] = node.labels if node is not None else (self._labels or {})
         partition = job.partition if job is not None else labels.get("partition")
         pool = next((labels[k] for k in POOL_LABELS if labels.get(k)), None)
         model = gpu.model if gpu is not None else next((g.model for g in gpus if g.model), None)

@@ -142,7 +142,9 @@ class FleetState:
             change = Change(change.node_key, [*change.changed, *changed], [*change.gone, *gone], change.deltas)
         for e in change.changed:
             if "demand" not in e.ctx:
-                e.ctx["demand"] = DemandView(self.clock, self.demand.lookup, ns.cluster, e.ctx)
+                head = self.nodes.get(e.node_key) if e.kind == "job" else None
+                e.ctx["demand"] = DemandView(self.clock, self.demand.lookup, ns.cluster, e.ctx,
+                                             dict(head.info.labels) if head is not None else None)
         return change
 
     @staticmethod
