@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, tzinfo
-from typing import Any
+from typing import Any, Protocol
 
 from gpuevents.demand import POOL_LABELS
 
@@ -261,9 +260,16 @@ class JobView:
 _JOB_PUBLIC = tuple(k for k in JobView.__slots__ if not k.startswith("_"))
 
 
-DemandLookup = Callable[[str, str | None, str | None, str | None], tuple[int, float | None, int]]
-"""(cluster, partition, pool, model) -> (GPUs waiting there, since when (a timestamp), GPUs waiting in the
-cluster): the engine's book of the schedulers' latest demand reports."""
+class DemandSource(Protocol):
+    """The engine's book of the schedulers' latest demand reports (rules/core/state/demand.py)."""
+
+    version: int
+    """Changes with every report taken in."""
+
+    def lookup(self, cluster: str, partition: str | None, pool: str | None,
+               model: str | None) -> tuple[int, float | None, int]:
+        """(GPUs waiting there, since when (a timestamp), GPUs waiting in the whole cluster)."""
+        ...
 
 
 class DemandView:
@@ -271,15 +277,17 @@ class DemandView:
     own; a node's label `partition`), else its node pool (a node label such as `pool`), else its GPU model.
     `waiting_for_s` is how long the oldest of them has waited, at evaluation time (0 when none waits)."""
 
-    __slots__ = ("_clock", "_ctx", "_labels", "_lookup", "cluster")
+    __slots__ = ("_at", "_book", "_clock", "_ctx", "_labels", "_read_at", "cluster")
 
-    def __init__(self, clock: EvalClock, lookup: DemandLookup, cluster: str, ctx: dict[str, Any],
+    def __init__(self, clock: EvalClock, book: DemandSource, cluster: str, ctx: dict[str, Any],
                  labels: dict[str, str] | None = None) -> None:
         self._clock = clock
-        self._lookup = lookup
+        self._book = book
         self._ctx = ctx
         self._labels = labels  # a job's: its first node's labels (a job's scope has no `node`)
         self.cluster = cluster
+        self._at: tuple[float, int] = (-1.0, -1)  # (instant, book version) `_read_at` was read at
+        self._read_at: tuple[int, float | None, int] = (0, None, 0)
 
     def _where(self) -> tuple[str | None, str | None, str | None]:
         ctx = self._ctx
@@ -292,7 +300,11 @@ class DemandView:
         return partition, pool, model
 
     def _read(self) -> tuple[int, float | None, int]:
-        return self._lookup(self.cluster, *self._where())
+        at = (self._clock.ts, self._book.version)
+        if self._at != at:  # a condition reads `demand` once per instant and report
+            self._read_at = self._book.lookup(self.cluster, *self._where())
+            self._at = at
+        return self._read_at
 
     @property
     def pending_gpus(self) -> int:

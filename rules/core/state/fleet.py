@@ -131,7 +131,7 @@ class FleetState:
         d = event.data
         node = d.nodes[0] if d.nodes else event.node
         ent = ended_entity(d, self.node_key(event.cluster, node), node, event.cluster, self.clock, self.owners)
-        ent.ctx["demand"] = DemandView(self.clock, self.demand.lookup, event.cluster, ent.ctx)
+        ent.ctx["demand"] = DemandView(self.clock, self.demand, event.cluster, ent.ctx)
         return ent
 
     def _with_jobs(self, ns: NodeState, change: Change) -> Change:
@@ -143,7 +143,7 @@ class FleetState:
         for e in change.changed:
             if "demand" not in e.ctx:
                 head = self.nodes.get(e.node_key) if e.kind == "job" else None
-                e.ctx["demand"] = DemandView(self.clock, self.demand.lookup, ns.cluster, e.ctx,
+                e.ctx["demand"] = DemandView(self.clock, self.demand, ns.cluster, e.ctx,
                                              dict(head.info.labels) if head is not None else None)
         return change
 
