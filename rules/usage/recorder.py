@@ -11,6 +11,7 @@ from datetime import datetime
 from gpuevents.config import Config
 from gpuevents.costs import CostModel
 from gpuevents.events import SnapshotEvent
+from rules.usage.fits import FitAggregator, FitAmounts, FitKey
 from rules.usage.jobledger import JobLedger
 from rules.usage.jobstore import JobStore, JobSummary, summary_of
 from rules.usage.rollup import TeamResolver, UsageAggregator, UsageBatch
@@ -19,6 +20,7 @@ from rules.usage.store import UsageStore
 log = logging.getLogger(__name__)
 
 PRUNE_EVERY_S = 3600.0
+FITS_RETENTION_S = 92 * 86400.0  # right-sizing looks back a quarter at most
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,9 +52,12 @@ class UsageRecorder:
 
     def __init__(
         self, aggregator: UsageAggregator, store: UsageStore, retention_s: float, costs: CostModel,
+        fits: FitAggregator | None = None, hourly_for_s: float | None = None,
         jobs: JobStore | None = None, job_gap_s: float = 600.0,
     ) -> None:
         self.aggregator = aggregator
+        self.fits = fits
+        self.hourly_for_s = hourly_for_s  # hourly buckets older than this are folded into days
         self.costs = costs
         self.store = store
         self.jobs = jobs
@@ -76,12 +81,15 @@ class UsageRecorder:
             teams=resolver,
             rated_power_w=lambda model: costs.gpu_cost(model).rated_power_w,
         )
-        return cls(aggregator, UsageStore(config.engine.usage_db), config.engine.usage_retention, costs,
-                   jobs=JobStore(config.engine.usage_db),
+        fits = FitAggregator(snapshot_interval=config.agent.snapshot_interval, teams=resolver)
+        return cls(aggregator, UsageStore(config.engine.usage_db), config.engine.usage_retention, costs, fits,
+                   config.engine.usage_hourly_for, jobs=JobStore(config.engine.usage_db),
                    job_gap_s=max(float(config.engine.offline_grace), 3 * float(config.agent.snapshot_interval)))
 
     def observe(self, event: SnapshotEvent, now: datetime) -> None:
         self.aggregator.observe(event, now)
+        if self.fits is not None:
+            self.fits.observe(event, now)
         self.ledger.observe(event)
 
     async def flush(self, now: datetime) -> WasteDelta:
@@ -93,15 +101,24 @@ class UsageRecorder:
         async with self._lock:
             self.aggregator.settle(now)  # on the loop, like observe(): never both at once
             batch = self.aggregator.drain()
-            if batch:
+            fits = self.fits.drain() if self.fits is not None else []
+            if batch or fits:
                 try:
-                    await asyncio.to_thread(self.store.add, batch)
+                    await asyncio.to_thread(self._write, batch, fits)
                 except Exception:  # not on cancellation: the thread may still write it
                     self.aggregator.restore(batch)
+                    if self.fits is not None:
+                        self.fits.restore(fits)
                     raise
             await self._write_jobs(now)
             await self._prune(now.timestamp())
             return waste_of(batch, self.costs)
+
+    def _write(self, batch: UsageBatch, fits: list[tuple[FitKey, FitAmounts]]) -> None:
+        if batch:
+            self.store.add(batch)
+        if fits:
+            self.store.add_fits(fits)
 
     async def _write_jobs(self, now: datetime) -> None:
         """The jobs' tallies changed since the last flush; kept for the next one if the write fails."""
@@ -121,7 +138,7 @@ class UsageRecorder:
         if self._pruned_at is not None and t - self._pruned_at < PRUNE_EVERY_S:
             return
         try:
-            removed = await asyncio.to_thread(self.store.prune, t - self.retention_s)
+            removed = await asyncio.to_thread(self.store.prune, t - self.retention_s, t - FITS_RETENTION_S)
             if self.jobs is not None:
                 removed += await asyncio.to_thread(self.jobs.prune, t - self.retention_s)
         except Exception:  # the batch is written; pruning is retried on the next flush
@@ -130,6 +147,14 @@ class UsageRecorder:
         self._pruned_at = t
         if removed:
             log.info("usage rollups: pruned %d buckets older than the retention", removed)
+        if self.hourly_for_s is not None:
+            try:
+                folded = await asyncio.to_thread(self.store.compact, t - self.hourly_for_s)
+            except Exception:
+                log.exception("usage rollups: folding old hours into days failed")
+                return
+            if folded:
+                log.info("usage rollups: folded %d hourly buckets into days", folded)
 
     def close(self) -> None:
         self.store.close()
