@@ -13,11 +13,13 @@ import pytest
 from gpuevents import subjects as S
 from gpuevents.bus import Bus
 from gpuevents.clock import SystemClock
-from gpuevents.config import Config, DemandConfig, DemandKubernetesConfig, DemandSlurmConfig
+from gpuevents.config import Config, DemandConfig, DemandKubernetesConfig, DemandSlurmConfig, KubernetesConfig
 from gpuevents.events import SCHEDULER_SOURCE, DemandEntry, DemandReport, encode_event, make_event
-from rules.engine.demand import KubernetesDemandReader, SlurmDemandReader
+from gpuevents.kube import make_client
+from rules.engine.demand import KubernetesDemandReader, LightkubePods, SlurmDemandReader
 from rules.engine.service import Engine
 from rules.engine.status import EngineDashboardSource
+from tests.actions.fakes import FakeKubernetes
 from tests.gpuevents.cli.test_client import gpuevents, write_config
 from tests.rules.engine.helpers import running
 from tests.slurm_cluster import SlurmCluster
@@ -111,3 +113,25 @@ async def test_the_engine_keeps_demand_from_the_reader_and_dead_letters_it_from_
         assert line["waiting_for_s"] >= 0
         fleet = EngineDashboardSource(engine).fleet()
         assert [(d.partition, d.pending_gpus) for d in fleet.demand] == [("gpu", 3)]
+
+
+async def test_pending_pods_are_listed_through_lightkube_with_a_phase_selector(tmp_path: Path) -> None:
+    kube = FakeKubernetes()
+    await kube.start()
+    try:
+        def pod(name: str, phase: str, gpus: str) -> dict[str, Any]:
+            return {"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": name, "namespace": "team-a", "creationTimestamp": "2026-12-03T10:00:00Z"},
+                    "spec": {"containers": [{"name": "c", "image": "x",
+                                             "resources": {"limits": {"nvidia.com/gpu": gpus}}}],
+                             "nodeSelector": {"pool": "h100"}},
+                    "status": {"phase": phase}}
+
+        kube.pods = [pod("waits", "Pending", "2"), pod("runs", "Running", "8")]
+        client = make_client(KubernetesConfig(kubeconfig=kube.kubeconfig(tmp_path / "kubeconfig")))
+        report = await KubernetesDemandReader(DemandKubernetesConfig(enabled=True), LightkubePods(client)).read()
+        assert report is not None
+        assert {(e.pool, e.pending_gpus) for e in report.entries} == {("h100", 2), (None, 2)}
+        assert kube.pod_queries[-1]["fieldSelector"] == "status.phase=Pending"
+    finally:
+        await kube.close()
