@@ -277,7 +277,7 @@ class DemandView:
     own; a node's label `partition`), else its node pool (a node label such as `pool`), else its GPU model.
     `waiting_for_s` is how long the oldest of them has waited, at evaluation time (0 when none waits)."""
 
-    __slots__ = ("_at", "_book", "_clock", "_ctx", "_labels", "_read_at", "cluster")
+    __slots__ = ("_at", "_book", "_clock", "_ctx", "_job_where", "_labels", "_read_at", "cluster")
 
     def __init__(self, clock: EvalClock, book: DemandSource, cluster: str, ctx: dict[str, Any],
                  labels: dict[str, str] | None = None) -> None:
@@ -288,15 +288,21 @@ class DemandView:
         self.cluster = cluster
         self._at: tuple[float, int] = (-1.0, -1)  # (instant, book version) `_read_at` was read at
         self._read_at: tuple[int, float | None, int] = (0, None, 0)
+        self._job_where: tuple[str | None, str | None, str | None] | None = None
+        """A job's keys, found once: its view is built anew (with a new `demand`) whenever it changes."""
 
     def _where(self) -> tuple[str | None, str | None, str | None]:
+        if self._job_where is not None:
+            return self._job_where
         ctx = self._ctx
         job, gpu, node = ctx.get("job"), ctx.get("gpu"), ctx.get("node")
         gpus = ctx.get("gpus") or (job.gpus if job is not None else [])
         labels: dict[str, str] = node.labels if node is not None else (self._labels or {})
         partition = job.partition if job is not None else labels.get("partition")
-        pool = next((labels[k] for k in POOL_LABELS if labels.get(k)), None)
+        pool = next((labels[k] for k in POOL_LABELS if labels.get(k)), None) if labels else None
         model = gpu.model if gpu is not None else next((g.model for g in gpus if g.model), None)
+        if job is not None:
+            self._job_where = (partition, pool, model)
         return partition, pool, model
 
     def _read(self) -> tuple[int, float | None, int]:

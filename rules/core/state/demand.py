@@ -62,6 +62,15 @@ class DemandBook:
         if not reports:
             return 0, None, 0
         now = self.clock.ts
+        if len(reports) == 1:  # the usual case: one scheduler per cluster
+            (r,) = reports.values()
+            if now > r.until:
+                return 0, None, 0
+            index = r.index
+            for key in (("partition", partition), ("pool", pool), ("model", model)):
+                if key[1] is not None and (x := index.get(key)) is not None:  # type: ignore[arg-type]
+                    return x[0], x[1], r.whole
+            return 0, None, r.whole
         live = [r for r in reports.values() if now <= r.until]
         whole = sum(r.whole for r in live)
         for kind, value in (("partition", partition), ("pool", pool), ("model", model)):
