@@ -13,6 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gpuevents.durations import Duration
 from gpuevents.idleness import IdleRule, IdleSignal, model_matches
+from gpuevents.notify_config import NotifyConfig
+from gpuevents.schedconfig import AgentSlurmConfig, DemandConfig
 from gpuevents.yamlpos import Located, LocatedError, YamlDoc, parse_scalar, parse_yaml
 
 ENV_PREFIX = "GPUEVENTS_"
@@ -135,15 +137,6 @@ class SimulationConfig(_Section):
 
 class AgentKillConfig(_Section):
     max_per_minute: int = Field(10, ge=0)
-
-
-class AgentSlurmConfig(_Section):
-    """How the agent learns a Slurm job's details: the prolog's `.jobs/<id>` file, then squeue once per job."""
-
-    details: bool = Field(True, description="ask squeue once per new job for what the prolog's file lacks "
-                          "(QOS, time limit, name); false: the prolog's file only")
-    squeue: Path = Field(Path("squeue"), description="the squeue binary (a Slurm client configured for the cluster)")
-    timeout: Duration = Field(5.0, description="how long one squeue may take (a slow slurmctld)")
 
 
 class AgentConfig(_Section):
@@ -290,6 +283,7 @@ class ActionsConfig(_Section):
     kubernetes: KubernetesConfig = KubernetesConfig()
     slurm: SlurmConfig = SlurmConfig()
     email: EmailConfig = EmailConfig()
+    notify: NotifyConfig = NotifyConfig()
     retry: RetryConfig = RetryConfig()
     timeout: Duration = 30
     command_output_max: int = Field(4096, ge=0)
@@ -327,42 +321,47 @@ class TeamConfig(_Section):
 
 
 # ---------------------------------------------------------------- all
-class _DemandReaderConfig(_Section):
-    enabled: bool = False
-    interval: Duration = Field(30.0, ge=5, description="how often the scheduler is asked: at least 5s, every read "
-                               "is a query to it")
-
-
-class DemandSlurmConfig(_DemandReaderConfig):
-    """Slurm's pending jobs, read with squeue by the engine holding the lease (never by every agent)."""
-
-    squeue: Path = Path("squeue")
-    timeout: Duration = Field(10.0, description="how long one squeue may take")
-
-
-class DemandKubernetesConfig(_DemandReaderConfig):
-    """Pending pods asking for nvidia.com/gpu or a MIG slice, listed through the API (actions.kubernetes's
-    connection; RBAC: list pods in all namespaces)."""
-
-
-class DemandConfig(_Section):
-    """GPUs waiting to be allocated, for `demand` in conditions; each reader is off unless configured."""
-
-    slurm: DemandSlurmConfig = DemandSlurmConfig()
-    kubernetes: DemandKubernetesConfig = DemandKubernetesConfig()
-
-
 class Config(_Section):
     cluster: str = "default"
     nats: NatsConfig = NatsConfig()
     agent: AgentConfig = Field(default_factory=AgentConfig)
     engine: EngineConfig = EngineConfig()
     actions: ActionsConfig = ActionsConfig()
-    owners: dict[str, str] = Field(default_factory=dict, description="user -> email or chat handle")
+    owners: dict[str, str] = Field(default_factory=dict, description="user -> email or chat handle, or a "
+                                   "mapping of addresses per service: {slack: …, email: …, teams: …}")
+    owner_addresses: dict[str, dict[str, str]] = Field(
+        default_factory=dict, description="filled from the mapping form of `owners`: user -> service -> address")
     protect: ProtectConfig = ProtectConfig()
     costs: CostsConfig = CostsConfig()
     teams: dict[str, TeamConfig] = Field(default_factory=dict, description="per team: KPI target, channel")
     demand: DemandConfig = DemandConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _owners_per_service(cls, data: Any) -> Any:
+        """`owners: {alice: {slack: U1, email: a@x, teams: …}}`: the owner is the Slack address, else the email,
+        else the user name (what rules see as `owner`); every address is kept for the `notify` action. The
+        string form (`alice: alice@x`) stays as it was."""
+        if not isinstance(data, dict) or not isinstance(data.get("owners"), dict):
+            return data
+        owners: dict[Any, Any] = {}
+        addresses: dict[Any, Any] = dict(data.get("owner_addresses") or {})
+        for user, value in data["owners"].items():
+            if isinstance(value, Mapping):
+                addresses[user] = dict(value)
+                owners[user] = value.get("slack") or value.get("email") or user
+            else:
+                owners[user] = value
+        return {**data, "owners": owners, "owner_addresses": addresses}
+
+    def owner_address(self, owner: str, service: str) -> str | None:
+        """`owner`'s address for `service`: `owner` is a user of `owners` or any of that user's addresses."""
+        for user, addresses in self.owner_addresses.items():
+            if owner == user or owner == self.owners.get(user) or owner in addresses.values():
+                found = addresses.get(service)
+                if found:
+                    return found
+        return None
 
     @model_validator(mode="after")
     def _cluster_name(self) -> Config:

@@ -175,25 +175,23 @@ def kube_json(body: Any, status: int = 200) -> web.Response:
                         headers={"Content-Type": "application/json"})
 
 
-def _field(obj: dict[str, Any], path: str) -> Any:
-    for part in path.split("."):
-        obj = obj.get(part) if isinstance(obj, dict) else None  # type: ignore[assignment]
-    return obj
+# metav1.StatusReason for the codes the API server answers with (k8s.io/apimachinery/pkg/api/errors)
+STATUS_REASONS = {403: "Forbidden", 404: "NotFound", 409: "Conflict", 422: "Invalid", 429: "TooManyRequests",
+                  500: "InternalError", 503: "ServiceUnavailable", 504: "Timeout"}
 
 
 class FakeKubernetes:
-    """GET/PATCH /api/v1/nodes/{name}; GET/PATCH apps/v1 deployments|statefulsets/{name}/scale; GET /api/v1/pods
-    (every namespace, with a fieldSelector)."""
+    """GET/PATCH /api/v1/nodes/{name}; GET/PATCH apps/v1 deployments|statefulsets/{name}/scale.
+
+    Only for what a real API server (tests/kube_cluster.py) does not answer on demand: injected 5xx, 429.
+    Errors are Status objects as the server writes them (`application/json`, metav1 reasons)."""
 
     def __init__(self) -> None:
         self.nodes: dict[str, dict[str, Any]] = {}
         self.replicas: dict[tuple[str, str, str], int] = {}  # (kind plural, namespace, name)
         self.patches: list[tuple[str, str, Any]] = []  # (path, content type, body)
         self.inject: list[Injected] = []
-        self.pods: list[dict[str, Any]] = []
-        self.pod_queries: list[dict[str, str]] = []  # the query of each GET /api/v1/pods
         app = web.Application()
-        app.router.add_route("GET", "/api/v1/pods", self._list_pods)
         app.router.add_route("GET", "/api/v1/nodes/{name}", self._get_node)
         app.router.add_route("PATCH", "/api/v1/nodes/{name}", self._patch_node)
         scale = "/apis/apps/v1/namespaces/{ns}/{plural}/{name}/scale"
@@ -224,24 +222,16 @@ class FakeKubernetes:
     def _injected(self) -> web.Response | None:
         if self.inject:
             inj = self.inject.pop(0)
-            return kube_json(inj.body or {"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                                                  "message": "injected", "code": inj.status},
-                                     status=inj.status)
+            reason = STATUS_REASONS.get(inj.status, "Unknown")
+            return kube_json(inj.body or {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                                          "message": f"injected {reason}", "reason": reason, "code": inj.status},
+                             status=inj.status)
         return None
 
     @staticmethod
     def _not_found(what: str) -> web.Response:
-        return kube_json({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                                  "message": f"{what} not found", "reason": "NotFound", "code": 404}, status=404)
-
-    async def _list_pods(self, request: web.Request) -> web.Response:
-        """Pods of every namespace, filtered by `fieldSelector=status.phase=X` as the API server filters."""
-        query = dict(request.query)
-        self.pod_queries.append(query)
-        wanted = dict(p.split("=", 1) for p in query.get("fieldSelector", "").split(",") if "=" in p)
-        items = [p for p in self.pods if all(_field(p, k) == v for k, v in wanted.items())]
-        return self._injected() or kube_json({"apiVersion": "v1", "kind": "PodList", "metadata": {},
-                                              "items": items})
+        return kube_json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                          "message": f"{what} not found", "reason": "NotFound", "code": 404}, status=404)
 
     async def _get_node(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]

@@ -9,18 +9,21 @@ from typing import Any
 
 import orjson
 import pytest
+from lightkube.models.core_v1 import Container, PodSpec, ResourceRequirements
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Pod
 
 from gpuevents import subjects as S
 from gpuevents.bus import Bus
 from gpuevents.clock import SystemClock
-from gpuevents.config import Config, DemandConfig, DemandKubernetesConfig, DemandSlurmConfig, KubernetesConfig
+from gpuevents.config import Config
 from gpuevents.events import SCHEDULER_SOURCE, DemandEntry, DemandReport, encode_event, make_event
-from gpuevents.kube import make_client
+from gpuevents.schedconfig import DemandConfig, DemandKubernetesConfig, DemandSlurmConfig
 from rules.engine.demand import KubernetesDemandReader, LightkubePods, SlurmDemandReader
 from rules.engine.service import Engine
 from rules.engine.status import EngineDashboardSource
-from tests.actions.fakes import FakeKubernetes
 from tests.gpuevents.cli.test_client import gpuevents, write_config
+from tests.kube_cluster import KubeCluster
 from tests.rules.engine.helpers import running
 from tests.slurm_cluster import SlurmCluster
 from tests.waiting import wait_for
@@ -115,23 +118,36 @@ async def test_the_engine_keeps_demand_from_the_reader_and_dead_letters_it_from_
         assert [(d.partition, d.pending_gpus) for d in fleet.demand] == [("gpu", 3)]
 
 
-async def test_pending_pods_are_listed_through_lightkube_with_a_phase_selector(tmp_path: Path) -> None:
-    kube = FakeKubernetes()
-    await kube.start()
-    try:
-        def pod(name: str, phase: str, gpus: str) -> dict[str, Any]:
-            return {"apiVersion": "v1", "kind": "Pod",
-                    "metadata": {"name": name, "namespace": "team-a", "creationTimestamp": "2026-12-03T10:00:00Z"},
-                    "spec": {"containers": [{"name": "c", "image": "x",
-                                             "resources": {"limits": {"nvidia.com/gpu": gpus}}}],
-                             "nodeSelector": {"pool": "h100"}},
-                    "status": {"phase": phase}}
+async def test_pending_gpu_pods_of_a_real_control_plane_are_demand_per_pool(kube_cluster: KubeCluster) -> None:
+    ns = kube_cluster.namespace("demand")
+    pool = kube_cluster.unique("pool")
+    kube_cluster.add_gpu_node(kube_cluster.unique("gpu-node"), gpus=2, labels={"pool": pool})
 
-        kube.pods = [pod("waits", "Pending", "2"), pod("runs", "Running", "8")]
-        client = make_client(KubernetesConfig(kubeconfig=kube.kubeconfig(tmp_path / "kubeconfig")))
-        report = await KubernetesDemandReader(DemandKubernetesConfig(enabled=True), LightkubePods(client)).read()
-        assert report is not None
-        assert {(e.pool, e.pending_gpus) for e in report.entries} == {("h100", 2), (None, 2)}
-        assert kube.pod_queries[-1]["fieldSelector"] == "status.phase=Pending"
+    def pod(name: str, resources: dict[str, str]) -> Pod:
+        return Pod(metadata=ObjectMeta(name=name, namespace=ns),
+                   spec=PodSpec(nodeSelector={"pool": pool}, containers=[
+                       Container(name="c", image="train", resources=ResourceRequirements(limits=resources))]))
+
+    client = kube_cluster.client()
+    try:
+        await client.create(pod("runs", {"nvidia.com/gpu": "1"}))  # fits: scheduled, Running (kwok)
+        await client.create(pod("waits", {"nvidia.com/gpu": "4"}))  # more than the node has: Pending
+        await client.create(pod("slice", {"nvidia.com/mig-1g.10gb": "1"}))  # no node offers it: Pending
+
+        async def phase(name: str) -> str | None:
+            got = await client.get(Pod, name, namespace=ns)
+            return got.status.phase if got.status else None
+
+        await wait_for(lambda: _is(phase("runs"), "Running"), timeout=60, what="the fitting pod running")
+        reader = KubernetesDemandReader(DemandKubernetesConfig(enabled=True), LightkubePods(client))
+        report = await reader.read()
+        assert report is not None and reader.failures.count == 0
+        mine = {(e.pool, e.model): e.pending_gpus for e in report.entries if e.pool == pool}
+        assert mine == {(pool, None): 5}  # the 4-GPU pod and the MIG slice; the running pod is not demand
+        assert any(e.model == "mig-1g.10gb" and e.pending_gpus >= 1 for e in report.entries)
     finally:
-        await kube.close()
+        await client.close()
+
+
+async def _is(value: object, expected: str) -> bool:
+    return await value == expected  # type: ignore[misc]
