@@ -14,6 +14,7 @@ from pydantic import BaseModel, ByteSize, ConfigDict, Field, ValidationError, fi
 from gpuevents.durations import Duration
 from gpuevents.idleness import IdleRule, IdleSignal, model_matches
 from gpuevents.notify_config import NotifyConfig
+from gpuevents.schedconfig import AgentSlurmConfig, DemandConfig
 from gpuevents.yamlpos import Located, LocatedError, YamlDoc, parse_scalar, parse_yaml
 
 ENV_PREFIX = "GPUEVENTS_"
@@ -43,11 +44,8 @@ class StreamsConfig(_Section):
     audit_max_age: Duration = 90 * 86400
     dlq_max_age: Duration = 7 * 86400
     replicas: int = Field(1, ge=1, le=5)
-    events_max_bytes: ByteSize = Field(2 << 30, ge=1 << 20)  # bounded streams (DESIGN §7.1), oldest out first
+    max_bytes: ByteSize = Field(3 << 30, ge=4 << 20)  # all streams together (DESIGN §7.1), split in gpuevents.bus
     events_max_msgs_per_subject: int = Field(50_000, ge=1)  # per node and event type
-    audit_max_bytes: ByteSize = Field(512 << 20, ge=1 << 20)
-    dlq_max_bytes: ByteSize = Field(128 << 20, ge=1 << 20)
-    actions_max_bytes: ByteSize = Field(256 << 20, ge=1 << 20)
 
 
 class NatsConfig(_Section):
@@ -160,6 +158,7 @@ class AgentConfig(_Section):
     metrics_port: int | None = Field(None, ge=0, le=65535, description="dcgm-compatible /metrics")
     hpc_job_mapping_dir: Path | None = Field(None, description="dcgm-exporter's HPC job mapping: a file per GPU "
                                              "(`0`, `1`, MIG `2.3`) listing the jobs on it, one per line")
+    slurm: AgentSlurmConfig = AgentSlurmConfig()
     simulation: SimulationConfig = SimulationConfig()
     kubernetes_node: bool | None = Field(None, description="read this node's labels and cordon from the "
                                          "Kubernetes API (connection: actions.kubernetes); unset: in a pod")
@@ -338,6 +337,7 @@ class Config(_Section):
     protect: ProtectConfig = ProtectConfig()
     costs: CostsConfig = CostsConfig()
     teams: dict[str, TeamConfig] = Field(default_factory=dict, description="per team: KPI target, channel")
+    demand: DemandConfig = DemandConfig()
 
     @model_validator(mode="before")
     @classmethod

@@ -36,6 +36,8 @@ DUPLICATE_WINDOW_S = 120.0
 CONNECT_BACKOFF_S = 0.2
 UNREACHABLE_LOG_S = 10.0  # while the first connect fails, one warning this often
 DLQ_PER_SUBJECT = 1_000  # malformed messages kept per source subject: one node's flood replaces its own
+# Each stream's share of nats.streams.max_bytes (DESIGN §7.1: bounded): past it, its oldest messages go
+STREAM_SHARES = {S.STREAM_EVENTS: 2 / 3, S.STREAM_AUDIT: 1 / 6, S.STREAM_ACTIONS: 1 / 12, S.STREAM_DLQ: 1 / 12}
 CLIENT_CONNECT_S = 3.0  # a command a person runs gives NATS this long, then says so (BusUnreachable)
 
 
@@ -213,21 +215,22 @@ class Bus:
         (1: as published); None keeps what the stream has, so an agent never undoes the engines' choice."""
         st = self.config.streams
 
-        def stream(name: str, subject: str, description: str, max_bytes: int, max_age: float | None = None,
+        def stream(name: str, subject: str, description: str, max_age: float | None = None,
                    retention: api.RetentionPolicy | None = None, per_subject: int | None = None) -> api.StreamConfig:
-            # bounded (DESIGN §7.1): past max_bytes, or per_subject messages on one subject, the oldest go
+            # bounded (DESIGN §7.1): past its share of max_bytes, or per_subject messages on a subject, the oldest go
+            max_bytes = int(st.max_bytes * STREAM_SHARES[name])
             return api.StreamConfig(name=name, subjects=[subject], description=description, max_age=max_age,
                                     retention=retention, storage=api.StorageType.FILE, max_bytes=max_bytes,
                                     max_msgs_per_subject=per_subject or -1, discard=api.DiscardPolicy.OLD,
                                     num_replicas=st.replicas, duplicate_window=DUPLICATE_WINDOW_S)
 
         wanted = [
-            stream(S.STREAM_EVENTS, S.EVENTS_ALL, "gpuevents: events from node agents", st.events_max_bytes,
-                   st.events_max_age, per_subject=st.events_max_msgs_per_subject),
-            stream(S.STREAM_ACTIONS, S.ACTIONS_ALL, "gpuevents: action requests (work queue)", st.actions_max_bytes,
+            stream(S.STREAM_EVENTS, S.EVENTS_ALL, "gpuevents: events from node agents", st.events_max_age,
+                   per_subject=st.events_max_msgs_per_subject),
+            stream(S.STREAM_ACTIONS, S.ACTIONS_ALL, "gpuevents: action requests (work queue)",
                    retention=api.RetentionPolicy.WORK_QUEUE),
-            stream(S.STREAM_AUDIT, S.AUDIT_ALL, "gpuevents: audit records", st.audit_max_bytes, st.audit_max_age),
-            stream(S.STREAM_DLQ, S.DLQ_ALL, "gpuevents: malformed messages", st.dlq_max_bytes, st.dlq_max_age,
+            stream(S.STREAM_AUDIT, S.AUDIT_ALL, "gpuevents: audit records", st.audit_max_age),
+            stream(S.STREAM_DLQ, S.DLQ_ALL, "gpuevents: malformed messages", st.dlq_max_age,
                    per_subject=DLQ_PER_SUBJECT),
         ]
         if event_partitions is not None and event_partitions > 1:

@@ -19,25 +19,27 @@ from gpuevents.clock import Clock, ManualClock, SystemClock
 from gpuevents.config import Config
 from gpuevents.events import SnapshotEvent
 from gpuevents.manual import OperatorAction, OperatorActionReply
-from gpuevents.records import AuditRecord, new_id
+from gpuevents.records import AuditRecord
 from gpuevents.yamlpos import LocatedError
-from rules.core import manual
 from rules.core.core import Core, Snooze, StepResult, Sweep, Tick
 from rules.core.incidents import Incident
 from rules.core.limits import LimitWindows
-from rules.engine.audit import AuditTail, reload_record, request_record, snooze_record
+from rules.engine.audit import AuditTail, reload_record, snooze_record
 from rules.engine.commit import Committer
 from rules.engine.deadletter import DeadLetters
+from rules.engine.demand import readers_from_config, run_reader
 from rules.engine.gcpolicy import GcPolicy
 from rules.engine.intake import Intake
 from rules.engine.lease import Lease, lease_key
 from rules.engine.metrics import EngineMetrics
+from rules.engine.operator import act_for
 from rules.engine.planner import TickPlanner
 from rules.engine.rulefiles import RuleFiles
 from rules.engine.servers import serve_requests
 from rules.engine.sharing import exchange
 from rules.engine.status import StatusResponse, fleet_status
 from rules.engine.store import PipelinedStore, limits_key
+from rules.usage.jobstore import ended_event
 from rules.usage.recorder import UsageRecorder
 
 log = logging.getLogger(__name__)
@@ -85,6 +87,10 @@ class Engine:
         self._own_gc = gc is None  # a replica's engines share one policy, which the replica starts and stops
         self.usage: UsageRecorder | None = usage
         self._own_usage = usage is None
+
+    def _reads_demand(self) -> bool:
+        """One engine reads the schedulers' demand: the leader of the whole fleet, or of partition 0."""
+        return self.leader.is_set() and self.partition in (None, 0)
 
     # ------------------------------------------------------------ rules
     def _owns(self, cluster: str, node: str) -> bool:
@@ -134,8 +140,7 @@ class Engine:
         self.committer.snoozes = PipelinedStore(kv, "snooze.", Snooze)
         self.committer.limits = PipelinedStore(kv, "limits.", LimitWindows)
         self.committer.stopping = False
-        # a wall clock is checked against the server's (DESIGN §7.1); a virtual one (tests, backtests) is its own time
-        wall = not isinstance(self.clock, ManualClock)
+        wall = not isinstance(self.clock, ManualClock)  # checked against the server's; a virtual clock is not
         lease = self._lease = Lease(kv, self.clock, self.config.engine.lease_ttl, holder=self.holder,
                                     key=lease_key(self.partition),
                                     max_offset=self.config.engine.max_clock_offset if wall else None)
@@ -151,6 +156,9 @@ class Engine:
             guarded_task(self._tick_loop(stop), "engine tick loop"),
             guarded_task(self._reload_loop(stop), "engine reload loop"),
         ]
+        for reader in readers_from_config(self.config):
+            loops.append(guarded_task(run_reader(reader, self.bus.publish_event, self.config.cluster, self.clock,
+                                                 stop, self._reads_demand), f"{reader.scheduler} demand reader"))
         try:
             await until_stop_or_end(loops, stop, "the engine")
         finally:
@@ -367,6 +375,10 @@ class Engine:
         except Exception:
             log.exception("usage rollups could not be written; they are kept for the next tick")
             return
+        ended, self.usage.ended = self.usage.ended, []
+        if self.leader.is_set():  # each ended job's one occasion for its rules (`job.ended_at`)
+            for summary in ended:
+                self.bus.publish_event(ended_event(summary, self.usage.costs))
         self.metrics.waste.labels(kind="held_idle").inc(delta.held_idle)
         self.metrics.waste.labels(kind="unallocated").inc(delta.unallocated)
 
@@ -429,18 +441,9 @@ class Engine:
                 "capped": s.until < asked, "snooze_max_s": cap}
 
     async def operator_action(self, req: OperatorAction) -> OperatorActionReply | None:
-        """A person's kill or cancel, decided like a rule's action (rules.core.manual), sent to the runners and
-        audited; None when the target is not in this engine's part of the fleet."""
+        """A person's kill or cancel, decided like a rule's action (rules.engine.operator)."""
         async with self._lock:
             await self._settle()
             assert self.core is not None
-            ent = manual.find_target(self.core.state, req)
-            if ent is None:
-                return None if self.partition is not None else manual.unknown_target(req)
-            now = self.clock.now()
-            request = manual.decide(req, ent, self.config, self.core.limiter, now, new_id())
-            limits = self.core.limiter.windows(now.timestamp()) if self.core.limiter.dirty else None
-            await self.committer.commit(StepResult(actions=[request], limits=limits), "commit a person's action")
-        await self.committer.audit([request_record(now, req.by, request)])
-        return manual.reply_for(request)
+            return await act_for(req, self.core, self.config, self.committer, self.clock.now(), self.partition)
 

@@ -73,8 +73,7 @@ def small_config(url: str, tmp_path: Path) -> Config:
     return Config.model_validate({
         "cluster": "c1",
         "nats": {"url": url, "reconnect_wait": 0.2, "connect_timeout": 2, "publish_timeout": 2,
-                 "streams": {"events_max_bytes": "4MiB", "events_max_msgs_per_subject": 200,
-                             "audit_max_bytes": "1MiB", "dlq_max_bytes": "1MiB", "actions_max_bytes": "1MiB"}},
+                 "streams": {"max_bytes": "6MiB", "events_max_msgs_per_subject": 200}},  # events: 4 MiB
         "engine": {"rules": [str(rules)], "tick": "30s", "lease_ttl": "10s",
                    "usage_db": str(tmp_path / "usage.sqlite")},
         "agent": {"snapshot_interval": "1h"},
