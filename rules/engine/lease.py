@@ -18,7 +18,8 @@ from gpuevents.kvstate import parse_or_none
 log = logging.getLogger(__name__)
 
 LEASE_KEY = "lease.engine"
-CLOCK_KEY = "lease.clock"  # written every tick: when the server stored it tells this clock's offset
+CLOCK_KEY = "lease.clock"  # a standby's probe: when the server stored it tells this clock's offset
+MEASURE_EVERY_S = 10.0  # how often the offset is measured again (a holder measures on its own renewal)
 RELEASE_WAIT_S = 2.0  # how long a release may take before the lease is left to lapse
 OFFSET_LOG_S = 60.0  # while refusing to lead for a wrong clock, one error line this often
 
@@ -61,7 +62,9 @@ class Lease:
         self.max_offset = max_offset
         self.offset = 0.0  # this clock minus the server's, in seconds (0 until measured)
         self.refusing = False  # the offset is beyond max_offset: this replica does not lead
+        self.ticks = 0
         self._offset_logged = float("-inf")
+        self._next_measure = float("-inf")
         self._revision: int | None = None
         self._expires_at: datetime | None = None
         self._acquired_at: datetime | None = None
@@ -74,23 +77,33 @@ class Lease:
     def held(self) -> bool:
         return self._expires_at is not None and not self.refusing and self._now() < self._expires_at
 
-    async def _measure(self) -> None:
+    def _due(self) -> bool:
+        return self.max_offset is not None and self.clock.monotonic() >= self._next_measure
+
+    async def _offset_of(self, before: datetime, revision: int) -> None:
         """This clock's offset from the server's: a write's local midpoint against when the server stored it."""
-        before = self.clock.now()
-        revision = await self.kv.put(CLOCK_KEY, self.holder.encode())
         after = self.clock.now()
-        stored = await self.kv.stored_at(revision)
-        if stored is not None:  # None: another replica wrote over it meanwhile; measured next tick
+        try:
+            stored = await self.kv.stored_at(revision)
+        except BusError as e:  # measured again at the next tick; the write itself went through
+            log.debug("could not read when the server stored a lease write: %s", e)
+            return
+        if stored is not None:  # None: written over meanwhile (another replica's probe); measured next time
             self.offset = ((before + (after - before) / 2) - stored).total_seconds()
+            self._next_measure = self.clock.monotonic() + MEASURE_EVERY_S
 
     async def tick(self, may_acquire: bool = True) -> bool:
         """Renew or acquire; True when we hold the lease afterwards. With `may_acquire` false, a lease we do not
         hold is left to others even when it has lapsed (a replica already holding its fair share)."""
+        self.ticks += 1
         if self.max_offset is not None:
-            await self._measure()
+            if self._due() and not self.held:  # a holder measures on its renewal (below)
+                before = self.clock.now()
+                await self._offset_of(before, await self.kv.put(CLOCK_KEY, self.holder.encode()))
             if abs(self.offset) > self.max_offset:
                 return await self._refuse()
             self.refusing = False
+        measure, before = self._due(), self.clock.now()
         now = self._now()
         record = LeaseRecord(holder=self.holder, expires_at=now + timedelta(seconds=self.ttl),
                              acquired_at=now)
@@ -120,6 +133,8 @@ class Lease:
             return False
         self._expires_at = record.expires_at
         self._acquired_at = record.acquired_at
+        if measure and self._revision is not None:
+            await self._offset_of(before, self._revision)
         return True
 
     async def _refuse(self) -> bool:

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from gpuevents.bus import Bus
 from gpuevents.clock import SystemClock
 from gpuevents.config import Config
-from rules.engine.lease import CLOCK_KEY, LEASE_KEY, LeaseRecord
+from rules.engine.lease import LEASE_KEY, LeaseRecord
 from rules.engine.service import Engine
 from tests.waiting import wait_for
 
@@ -45,18 +45,10 @@ async def started(engine: Engine) -> AsyncIterator[asyncio.Task[None]]:
         await asyncio.wait_for(task, 15)
 
 
-async def ticks_of(bus: Bus, holder: str, n: int) -> None:
-    """Wait until `holder`'s lease has ticked `n` more times (each tick writes the clock probe)."""
-    kv = await bus.kv()
-    seen: list[int] = []
-
-    async def ticked() -> bool:
-        e = await kv.get(CLOCK_KEY)
-        if e is not None and e.value == holder.encode() and (not seen or e.revision != seen[-1]):
-            seen.append(e.revision)
-        return len(seen) > n
-
-    await wait_for(ticked, 20, interval=0.05, what=f"{n} lease ticks of {holder}")
+async def ticks_of(engine: Engine, n: int) -> None:
+    """Wait until `engine`'s lease has ticked `n` times (each tick judges the lease, and refuses when off)."""
+    await wait_for(lambda: engine._lease is not None and engine._lease.ticks >= n, 20, interval=0.05,
+                   what=f"{n} lease ticks of {engine.holder}")
 
 
 async def lease_holder(bus: Bus) -> str:
@@ -73,7 +65,7 @@ async def test_a_standby_an_hour_ahead_neither_takes_the_lease_nor_leads_alone(e
     async with started(a) as ta:
         await wait_for(lambda: a.leader.is_set() or ta.done(), what="a to lead")
         async with started(b) as tb:
-            await ticks_of(bus, "b", 4)
+            await ticks_of(b, 4)
             assert a.leader.is_set() and not b.ready.is_set() and not tb.done()
             assert await lease_holder(bus) == "a"
             offset = b.metrics.registry.get_sample_value("gpuevents_engine_clock_offset_seconds")
@@ -81,7 +73,7 @@ async def test_a_standby_an_hour_ahead_neither_takes_the_lease_nor_leads_alone(e
         b2 = Engine(config, bus, holder="b2", clock=ShiftedClock(3600))
     # the healthy leader has gone and released its lease: the skewed engine still does not lead
     async with started(b2):
-        await ticks_of(bus, "b2", 4)
+        await ticks_of(b2, 4)
         assert not b2.ready.is_set()
         assert b2.core is not None and not b2.core.open_incidents()
 
@@ -94,7 +86,7 @@ async def test_a_standby_20s_ahead_judges_the_lease_on_server_time(engine_config
     async with started(a) as ta:
         await wait_for(lambda: a.leader.is_set() or ta.done(), what="a to lead")
         async with started(b):
-            await ticks_of(bus, "b", 3)
+            await ticks_of(b, 3)
             assert a.leader.is_set() and not b.leader.is_set()
             assert await lease_holder(bus) == "a"
             assert b._lease is not None and 15 < b._lease.offset < 25 and not b._lease.refusing
