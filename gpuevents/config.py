@@ -114,6 +114,29 @@ class KubeletConfig(_Section):
     refresh: Duration = 30
 
 
+class PodResourcesConfig(_Section):
+    """The kubelet's PodResources API: which pod each GPU is allocated to."""
+
+    enabled: bool | None = Field(None, description="unset: when the agent runs in a Kubernetes pod")
+    socket: Path = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+    resources: list[str] = Field(default_factory=lambda: ["nvidia.com/gpu", "nvidia.com/mig-"],
+                                 description="the extended resources that are GPUs; an entry ending in - or / "
+                                 "is a prefix")
+    refresh: Duration = Field(10, description="how often List is asked (the kubelet allows 100 calls/s)")
+    timeout: Duration = 5
+
+
+class KubernetesJobsConfig(_Section):
+    """Kubernetes jobs: each pod holding GPUs resolved to its top owner through the API (read-only)."""
+
+    owners: bool | None = Field(None, description="walk ownerReferences through the API; unset: when PodResources "
+                                "is on. Off: a pod is its own job")
+    user_annotation: str | None = Field(None, description="the annotation naming a workload's user (pod, then "
+                                        "its top owner, then its namespace)")
+    user_label: str | None = Field(None, description="the label naming it, when the annotation does not")
+    owner_cache: Duration = Field(300, description="how long an owner chain is trusted before it is read again")
+
+
 class AttributionConfig(_Section):
     default_domain: str | None = Field(None, description="owner = <user>@<domain> when nothing else says")
     owner_pod_label: str | None = None
@@ -155,6 +178,8 @@ class AgentConfig(_Section):
     hpc_job_mapping_dir: Path | None = Field(None, description="dcgm-exporter's HPC job mapping: a file per GPU "
                                              "(`0`, `1`, MIG `2.3`) listing the jobs on it, one per line")
     simulation: SimulationConfig = SimulationConfig()
+    pod_resources: PodResourcesConfig = PodResourcesConfig()
+    kubernetes_jobs: KubernetesJobsConfig = KubernetesJobsConfig()
     kubernetes_node: bool | None = Field(None, description="read this node's labels and cordon from the "
                                          "Kubernetes API (connection: actions.kubernetes); unset: in a pod")
     state_dir: Path | None = Field(None, description="where the agent keeps its GPUs' idle clocks across "
