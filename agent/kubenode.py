@@ -25,6 +25,10 @@ REFRESH_S = 60.0
 TIMEOUT_S = 10.0
 
 
+def in_pod() -> bool:
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+
+
 def wanted(config: Config) -> bool:
     """`agent.kubernetes_node`, unset meaning: when the agent runs in a Kubernetes pod."""
     on = config.agent.kubernetes_node

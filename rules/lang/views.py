@@ -205,12 +205,15 @@ class JobView:
     `idle`: every one of its GPUs is idle; `idle_since`: since when all of them are (the latest GPU's)."""
 
     __slots__ = (
-        "_clock", "_idle_since_ts", "_started_ts", "account", "controller", "gpu_count", "gpus", "id", "idle",
-        "idle_since", "labels", "name", "namespace", "nodes", "owner", "partition", "qos", "scheduler",
-        "started_at", "time_limit_s", "user", "util_pct",
+        "_clock", "_idle_since_ts", "_started_ts", "account", "annotations", "controller", "controller_generation",
+        "controller_uid", "gpu_count", "gpus", "id", "idle", "idle_since", "labels", "name", "namespace", "nodes",
+        "owner", "partition", "pods", "qos", "scheduler", "started_at", "time_limit_s", "user", "util_pct",
     )
     account: str | None
+    annotations: dict[str, str]
     controller: str | None
+    controller_generation: int | None
+    controller_uid: str | None
     gpu_count: int
     gpus: list[GpuView]
     id: str
@@ -222,6 +225,7 @@ class JobView:
     nodes: list[str]
     owner: str | None
     partition: str | None
+    pods: list[str]
     qos: str | None
     scheduler: str
     started_at: datetime | None

@@ -95,7 +95,9 @@ class Jobs:
             util_pct=round(sum(utils) / len(utils), 2) if utils else None, idle=idle,
             idle_since=max(since) if idle and len(since) == len(gpus) else None,
             started_at=min((p.started_at for p in parts.values() if p.started_at), default=None),
-            time_limit_s=first.time_limit_s, labels=dict(first.labels),
+            time_limit_s=first.time_limit_s, labels=dict(first.labels), annotations=dict(first.annotations),
+            pods=sorted({pod for p in parts.values() for pod in p.pods}), controller_uid=first.controller_uid,
+            controller_generation=first.controller_generation,
         )
         head = nodes[order[0]]
         return Entity(key, key, "job", head.key, view, {
