@@ -28,6 +28,7 @@ BUILTIN_MODULES: tuple[str, ...] = (
     "actions.builtin.report",
     "actions.builtin.email",
     "actions.builtin.cancel",
+    "actions.builtin.pause",
 )
 
 _registry: dict[str, type[Any]] = {}

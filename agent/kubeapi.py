@@ -7,7 +7,6 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from agent.kubeowners import Fetch, Meta, Unreadable, meta_of
-from gpuevents.kubekinds import kind_of
 
 if TYPE_CHECKING:
     from lightkube import AsyncClient
@@ -16,30 +15,19 @@ if TYPE_CHECKING:
 TIMEOUT_S = 10.0
 
 
-def _resource(api_version: str, kind: str) -> Any:
-    from lightkube.generic_resource import create_global_resource, create_namespaced_resource
-    from lightkube.resources.core_v1 import Namespace, Pod
-
-    if kind == "Pod" and api_version == "v1":
-        return Pod
-    if kind == "Namespace" and api_version == "v1":
-        return Namespace
-    k = kind_of(api_version, kind)
-    make = create_global_resource if kind == "Namespace" else create_namespaced_resource
-    return make(k.group, k.version, k.kind, k.plural)
-
-
 def lightkube_fetch(client: AsyncClient) -> Fetch:
     """A Fetch reading through `client` (read-only: get, nothing else)."""
     import httpx2
     from lightkube import ApiError
+
+    from gpuevents.kube import resource_for
 
     resources: dict[tuple[str, str], Any] = {}
 
     async def fetch(api_version: str, kind: str, namespace: str, name: str) -> Meta | None:
         res = resources.get((api_version, kind))
         if res is None:
-            res = resources[(api_version, kind)] = _resource(api_version, kind)
+            res = resources[(api_version, kind)] = resource_for(api_version, kind)
         try:
             kw = {"namespace": namespace} if namespace else {}
             obj = await asyncio.wait_for(client.get(res, name, **kw), TIMEOUT_S)

@@ -315,6 +315,8 @@ class ProtectConfig(_Section):
     node_labels: dict[str, str] = Field(default_factory=dict)
     process_patterns: list[str] = Field(default_factory=list, description="fnmatch on the name")
     namespaces: list[str] = Field(default_factory=lambda: ["kube-system"])
+    workload_labels: dict[str, str] = Field(default_factory=dict, description="Kubernetes workloads carrying "
+                                            "one of these labels are never paused, drained or cancelled")
     partitions: list[str] = Field(default_factory=list, description="Slurm partitions never cancelled in")
     accounts: list[str] = Field(default_factory=list, description="Slurm accounts whose jobs are never cancelled")
     qos: list[str] = Field(default_factory=list, description="Slurm QOS whose jobs are never cancelled")
