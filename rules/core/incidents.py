@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict
 from gpuevents.durations import format_duration
 from gpuevents.records import EntityKind, IncidentStatus, Phase
 
-ResolveReason = Literal["condition", "gone", "snoozed", "rule_changed", "rule_removed"]
+ResolveReason = Literal["condition", "gone", "snoozed", "exempt", "rule_changed", "rule_removed"]
 """Why an incident closed; `rule_changed` / `rule_removed`: a reload (or a restart) changed or removed its rule."""
 
 

@@ -206,14 +206,19 @@ class JobView:
 
     __slots__ = (
         "_clock", "_idle_since_ts", "_started_ts", "account", "annotations", "controller", "controller_generation",
-        "controller_uid", "gpu_count", "gpus", "id", "idle", "idle_since", "labels", "name", "namespace", "nodes",
-        "owner", "partition", "pods", "qos", "scheduler", "started_at", "time_limit_s", "user", "util_pct",
+        "controller_uid", "exempt_until", "exemption", "exemptions_malformed", "gpu_count", "gpus", "id", "idle",
+        "idle_since", "labels", "name", "namespace", "nodes", "owner", "partition", "pods", "qos", "scheduler",
+        "started_at", "time_limit_s", "user", "util_pct",
     )
     account: str | None
     annotations: dict[str, str]
     controller: str | None
     controller_generation: int | None
     controller_uid: str | None
+    exempt_until: datetime | None
+    """The end of its exemption from every rule (gpuevents.io/keep-until or exclude annotations), or None."""
+    exemption: str | None
+    exemptions_malformed: list[str]
     gpu_count: int
     gpus: list[GpuView]
     id: str
