@@ -212,6 +212,7 @@ async def _watch_allocations(pr: PodResources, walker: OwnerWalker | None, agent
             agent.core.kube_pods = pods
             await sleep_or_stop(stop, delay)
     finally:
+        agent.core.kube_pods = None  # not asked any more (stopping, or restarted after a failure): unknown
         pr.close()
 
 

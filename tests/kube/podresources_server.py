@@ -94,3 +94,23 @@ async def serve(kubelet: FakeKubelet, socket: Path) -> Server:
     server = Server([kubelet])
     await server.start(path=str(socket))
     return server
+
+
+def main() -> None:
+    """`python -m tests.kube.podresources_server SOCKET '[["ns", "pod", "device-id", ...], ...]'`: a kubelet in
+    its own process (a test kills it to take the kubelet away, connections and all); prints `ready`."""
+    import asyncio
+    import json
+    import sys
+
+    async def run() -> None:
+        pods = [gpu_pod(ns, name, *devices) for ns, name, *devices in json.loads(sys.argv[2])]
+        await serve(FakeKubelet(pods), Path(sys.argv[1]))
+        print("ready", flush=True)
+        await asyncio.Event().wait()
+
+    asyncio.run(run())
+
+
+if __name__ == "__main__":
+    main()
