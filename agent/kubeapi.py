@@ -1,12 +1,17 @@
-"""The owner walk's reads through lightkube: any kind by its ownerReference (generic resources for CRDs), a 404
-as "does not exist", everything else the API refuses as Unreadable (the walk stops there)."""
+"""The owner walk's reads: any kind by its ownerReference (CRDs too, by the kind table's plural), through the
+agent's aiohttp reader or lightkube; a 404 is "does not exist", anything else the API refuses Unreadable (the walk
+stops there)."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from agent.kubeget import KubeReader, KubeReadError, Unsupported, object_path
 from agent.kubeowners import Fetch, Meta, Unreadable, meta_of
+from gpuevents.config import KubernetesConfig
+from gpuevents.kubekinds import kind_of
 
 if TYPE_CHECKING:
     from lightkube import AsyncClient
@@ -42,3 +47,34 @@ def lightkube_fetch(client: AsyncClient) -> Fetch:
         return meta_of(obj.to_dict(), api_version, kind)
 
     return fetch
+
+
+def reader_fetch(reader: KubeReader) -> Fetch:
+    """A Fetch reading through the agent's aiohttp reader (agent/kubeget.py)."""
+
+    async def fetch(api_version: str, kind: str, namespace: str, name: str) -> Meta | None:
+        k = kind_of(api_version, kind)
+        plural = "namespaces" if (kind, api_version) == ("Namespace", "v1") else k.plural
+        try:
+            obj = await reader.get(object_path(k.group, k.version, plural, namespace, name))
+        except KubeReadError as e:
+            if e.code is None:
+                raise Unreadable(str(e)) from None
+            hint = "; the agent's ClusterRole needs `get` on it (docs/kubernetes.md)" if e.code == 403 else ""
+            raise Unreadable(f"HTTP {e.code} {e.reason}: {e}{hint}") from None
+        return None if obj is None else meta_of(obj, api_version, kind)
+
+    return fetch
+
+
+def open_fetch(cfg: KubernetesConfig) -> tuple[Fetch, Callable[[], Awaitable[None]]]:
+    """The owner walk's reads and how to close them: the aiohttp reader, else (a kubeconfig with credential
+    plugins) lightkube. KubeConfigError when no configuration can be read."""
+    try:
+        reader = KubeReader.from_config(cfg)
+    except Unsupported:
+        from gpuevents.kube import make_client
+
+        client = make_client(cfg)
+        return lightkube_fetch(client), client.close
+    return reader_fetch(reader), reader.close

@@ -131,9 +131,11 @@ class OwnerWalker:
     """Resolves pods to their jobs; owners cached by uid, pods by namespace/name and uid, for `owner_cache`."""
 
     def __init__(self, fetch: Fetch | None, cfg: KubernetesJobsConfig, *,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
-        """`fetch` None: no API to ask (the walk is off): every pod is its own job."""
+                 monotonic: Callable[[], float] = time.monotonic,
+                 close: Callable[[], Awaitable[None]] | None = None) -> None:
+        """`fetch` None: no API to ask (the walk is off): every pod is its own job. `close` ends its client."""
         self.fetch = fetch
+        self._close = close
         self.cfg = cfg
         self._now = monotonic
         self._owners: dict[str, tuple[float, Meta]] = {}
@@ -222,6 +224,10 @@ class OwnerWalker:
             if job is not None:
                 out[k] = job
         return out
+
+    async def close(self) -> None:
+        if self._close is not None:
+            await self._close()
 
     def _say(self, key: str, message: str) -> None:
         if key not in self._said:

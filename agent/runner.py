@@ -214,6 +214,8 @@ async def _watch_allocations(pr: PodResources, walker: OwnerWalker | None, agent
     finally:
         agent.core.kube_pods = None  # not asked any more (stopping, or restarted after a failure): unknown
         pr.close()
+        if walker is not None and stop.is_set():
+            await walker.close()
 
 
 async def _refresh_pods(pods: PodDirectory, stop: asyncio.Event) -> None:
@@ -326,15 +328,15 @@ def open_allocations(config: Config) -> tuple[PodResources, OwnerWalker | None] 
     jc = config.agent.kubernetes_jobs
     if not (jc.owners if jc.owners is not None else True):
         return pr, OwnerWalker(None, jc)
-    from agent.kubeapi import lightkube_fetch
-    from gpuevents.kube import KubeConfigError, make_client
+    from agent.kubeapi import open_fetch
+    from gpuevents.kube import KubeConfigError
 
     try:
-        client = make_client(config.actions.kubernetes)
+        fetch, close = open_fetch(config.actions.kubernetes)
     except KubeConfigError as e:
         log.warning("%s: pods are reported as their own jobs (no owner walk)", e)
         return pr, OwnerWalker(None, jc)
-    return pr, OwnerWalker(lightkube_fetch(client), jc)
+    return pr, OwnerWalker(fetch, jc, close=close)
 
 
 def simulated_agents(config: Config, *, nodes: int, gpus_per_node: int,

@@ -11,7 +11,7 @@ separate process (not measured) GETs /metrics every S seconds, so the agent's co
 series is in the figure. With `--kubelet`, a test kubelet (a separate process speaking the kubelet's
 PodResources proto on a unix socket, not measured) allocates every GPU to a pod, and the agent asks it every
 `--kubelet-refresh` seconds through grpclib and resolves the pods to their Deployment (an owner walk answered
-in process: lightkube is imported as in a cluster, no API server is asked).
+in process: the agent's API reader is imported as in a cluster, no API server is asked).
 """
 
 from __future__ import annotations
@@ -86,9 +86,7 @@ def start_kubelet(socket_path: Path, uuids: list[str]) -> subprocess.Popen[bytes
 
 def in_process_owners() -> Any:
     """An owner walk whose reads are answered here: every pod a Deployment's, through its ReplicaSet."""
-    import lightkube  # imported as in a cluster: its memory counts
-    import lightkube.generic_resource  # noqa: F401
-
+    import agent.kubeapi  # noqa: F401  (the agent's API reader, imported as in a cluster: its memory counts)
     from agent.kubeowners import Meta, OwnerRef, OwnerWalker
     from gpuevents.config import KubernetesJobsConfig
 

@@ -7,12 +7,13 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+import pytest
 from lightkube import codecs
 from lightkube.resources.core_v1 import Namespace, Pod
 
-from agent.kubeapi import lightkube_fetch
-from agent.kubeowners import OwnerWalker
-from gpuevents.config import KubernetesJobsConfig
+from agent.kubeapi import lightkube_fetch, open_fetch
+from agent.kubeowners import Fetch, OwnerWalker
+from gpuevents.config import KubernetesConfig, KubernetesJobsConfig
 from tests.kube_cluster import KubeCluster
 
 POD_SPEC: dict[str, Any] = {"containers": [{"name": "main", "image": "trainer:1", "resources": {
@@ -44,16 +45,22 @@ def _setup(cluster: KubeCluster) -> tuple[str, list[str], list[str]]:
     return ns, dep, job
 
 
-async def test_pods_resolve_to_their_top_owner_through_the_api(kube_cluster: KubeCluster) -> None:
+@pytest.mark.parametrize("reader", ["aiohttp", "lightkube"])
+async def test_pods_resolve_to_their_top_owner_through_the_api(kube_cluster: KubeCluster, reader: str) -> None:
     ns, dep, job = _setup(kube_cluster)
-    client = kube_cluster.client()
+    fetch: Fetch
+    if reader == "aiohttp":  # the agent's own reader (a client certificate in this kubeconfig)
+        fetch, close = open_fetch(KubernetesConfig(kubeconfig=kube_cluster.kubeconfig))
+    else:
+        client = kube_cluster.client()
+        fetch, close = lightkube_fetch(client), client.close
     try:
-        walker = OwnerWalker(lightkube_fetch(client), KubernetesJobsConfig(user_annotation="example.com/owner"))
+        walker = OwnerWalker(fetch, KubernetesJobsConfig(user_annotation="example.com/owner"))
         jobs = await walker.resolve_all([f"{ns}/{p}" for p in [*dep, *job]])
         reads = walker.reads
         await walker.resolve_all([f"{ns}/{p}" for p in [*dep, *job]])
     finally:
-        await client.close()
+        await close()
     ids = {j.id for j in jobs.values()}
     assert ids == {f"{ns}/Deployment/llm", f"{ns}/Job/train"}
     d = jobs[f"{ns}/{dep[0]}"]
@@ -78,10 +85,10 @@ async def test_a_service_account_without_rights_on_deployments_stops_the_walk_at
             "metadata": {"name": "agent", "namespace": ns},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pods-and-rs"},
             "subjects": [{"kind": "ServiceAccount", "name": "agent", "namespace": ns}]}))
-    client = kube_cluster.service_account_client(ns, "agent")
-    try:
-        job = await OwnerWalker(lightkube_fetch(client), KubernetesJobsConfig()).resolve(ns, dep[0])
+    fetch, close = open_fetch(KubernetesConfig(kubeconfig=kube_cluster.service_account_kubeconfig(ns, "agent")))
+    try:  # the agent's reader with a ServiceAccount token
+        job = await OwnerWalker(fetch, KubernetesJobsConfig()).resolve(ns, dep[0])
     finally:
-        await client.close()
+        await close()
     assert job is not None and job.id.startswith(f"{ns}/ReplicaSet/llm-")
     assert job.stopped_short is not None and "403" in job.stopped_short
