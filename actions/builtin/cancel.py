@@ -25,6 +25,7 @@ from actions.registry import register
 from actions.services import services_of
 from gpuevents.config import ProtectConfig
 from gpuevents.durations import Duration
+from gpuevents.kubekinds import split_job_id
 
 _SLURM_JOB = re.compile(r"^\d+(_\d+)?$")
 _ENDED = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE",
@@ -135,6 +136,13 @@ async def _slurm(ctx: ActionContext, p: CancelParams, job_id: str, expected_user
 
 
 async def _kubernetes(ctx: ActionContext, job: str) -> ActionResult:
+    parts = split_job_id(job)
+    if parts is not None:  # a Kubernetes job id, <namespace>/<Kind>/<name>: its pods' top owner
+        namespace, kind, top = parts
+        if kind != "Pod":
+            return ActionResult(status="refused", detail=f"{job} is a {kind}: a deleted pod of it would be "
+                                "started again; `pause` stops it (or give `job: <namespace>/<pod>`)")
+        job = f"{namespace}/{top}"
     namespace, _, name = job.partition("/")
     if not namespace or not name:
         return ActionResult(status="refused", detail=f"{job!r} is not namespace/pod")

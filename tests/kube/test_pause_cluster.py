@@ -212,3 +212,23 @@ async def test_a_kind_pause_does_not_know_is_paused_by_the_nearest_owner_below_i
     assert api.get(Deployment, "t1-workers", namespace=ns).spec.replicas == 0
     no_pods = await run(kube_cluster, "pause", f"{ns}/Trainer/t1")
     assert no_pods.outcome == "refused" and "names no pod" in (no_pods.detail or "")
+
+
+async def test_cancel_deletes_a_bare_pod_and_refuses_a_controllers_job(kube_cluster: KubeCluster,
+                                                                       api: Client) -> None:
+    ns = kube_cluster.namespace("cancel")
+    api.create(codecs.from_dict({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "scratch", "namespace": ns},
+                                 "spec": POD_SPEC}))
+    api.create(codecs.from_dict(deployment(ns, "d", 1)))
+    runner = ActionRunner(None, make_config(actions={"kubernetes": {"kubeconfig": str(kube_cluster.kubeconfig)}}))
+    try:
+        bare = await runner.process(make_request("cancel", {"provider": "kubernetes"}, entity_kind="job",
+                                                 facts={"job": {"id": f"{ns}/Pod/scratch"}}))
+        owned = await runner.process(make_request("cancel", {"provider": "kubernetes"}, entity_kind="job",
+                                                  facts={"job": {"id": f"{ns}/Deployment/d"}}))
+    finally:
+        await runner.close()
+    assert bare.outcome == "ok" and bare.detail == f"pod {ns}/scratch deleted"
+    assert owned.outcome == "refused" and "`pause` stops it" in (owned.detail or "")
+    kube_cluster.wait(lambda: not [p for p in api.list(Pod, namespace=ns) if p.metadata.name == "scratch"], 30,
+                      "the bare pod gone")
