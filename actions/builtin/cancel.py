@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from actions.builtin.command import run_command
 from actions.escaping import UnsafeValue, argv_element, no_escape
-from actions.kube import kube_errors
+from actions.kube import kube_errors, post_event
 from actions.procrun import run_argv
 from actions.protocol import ActionContext, ActionParams, ActionResult, ActionUnit
 from actions.registry import register
@@ -151,7 +151,10 @@ async def _kubernetes(ctx: ActionContext, job: str) -> ActionResult:
     client = services_of(ctx).kube()
     with kube_errors(f"delete pod {job}"):
         await client.delete(Pod, name, namespace=namespace)
-    return ActionResult(detail=f"pod {job} deleted")
+    problem = await post_event(client, {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": name, "namespace": namespace}}, "GpueventsCancelled", f"deleted by gpuevents rule {ctx.request.rule}",
+        warning=True, now=services_of(ctx).clock.now())
+    return ActionResult(detail=f"pod {job} deleted" + (f"; {problem}" if problem else ""))
 
 
 @register

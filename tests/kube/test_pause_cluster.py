@@ -232,3 +232,4 @@ async def test_cancel_deletes_a_bare_pod_and_refuses_a_controllers_job(kube_clus
     assert owned.outcome == "refused" and "`pause` stops it" in (owned.detail or "")
     kube_cluster.wait(lambda: not [p for p in api.list(Pod, namespace=ns) if p.metadata.name == "scratch"], 30,
                       "the bare pod gone")
+    assert "GpueventsCancelled" in events(api, ns, "scratch")
