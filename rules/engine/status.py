@@ -16,6 +16,16 @@ from rules.core.core import Core
 from rules.dashboard.fleet_view import FleetIncident, FleetView, fleet_view
 
 
+class ExemptionView(BaseModel):
+    """A job's exemption from its annotations (gpuevents.io/keep-until, exclude), or one that is malformed."""
+
+    job: str
+    until: datetime | None = None
+    rules: list[str] | None = None  # None: every rule
+    source: str
+    malformed: str | None = None  # why it is not applied
+
+
 class StatusResponse(BaseModel):
     """What an acting engine answers on `gpuevents.engine.status`: its partition of the fleet (all of it when
     the fleet is not partitioned)."""
@@ -24,6 +34,7 @@ class StatusResponse(BaseModel):
     incidents: list[FleetIncident]
     partition: int | None = None
     partitions: int = 1
+    exemptions: list[ExemptionView] = []
 
 
 def merge_status(replies: list[StatusResponse]) -> StatusResponse:
@@ -42,7 +53,8 @@ def merge_status(replies: list[StatusResponse]) -> StatusResponse:
         "held_idle_cost_per_hour_text": CostModel(CostsConfig(currency=first.fleet.currency)).format(held),
     })
     incidents = sorted((i for r in parts for i in r.incidents), key=lambda i: i.firing_since or i.started_at)
-    return StatusResponse(fleet=fleet, incidents=incidents, partition=None, partitions=first.partitions)
+    return StatusResponse(fleet=fleet, incidents=incidents, partition=None, partitions=first.partitions,
+                          exemptions=[e for r in parts for e in r.exemptions])
 
 
 async def ask_status(bus: Bus, timeout: float = 5.0) -> StatusResponse | None:
@@ -100,7 +112,18 @@ def fleet_status(core: Core, now: datetime) -> StatusResponse:
     return StatusResponse(
         fleet=fleet_view(node_snapshots(core, now), now, costs),
         incidents=incident_views(core, now, costs, statuses=("pending", "firing")),
+        exemptions=exemption_views(core, now),
     )
+
+
+def exemption_views(core: Core, now: datetime) -> list[ExemptionView]:
+    """The jobs' exemptions in force and the malformed ones, by job."""
+    ex = core.state.jobs.exemptions
+    out = [ExemptionView(job=job, until=e.until, rules=sorted(e.rules) if e.rules else None, source=e.source)
+           for job, found in ex.active.items() for e in found if e.until > now]
+    out += [ExemptionView(job=job, source=f"{m.annotation}: {m.value}", malformed=m.why)
+            for job, bad in ex.malformed.items() for m in bad]
+    return sorted(out, key=lambda v: (v.job, v.source))
 
 
 class EngineDashboardSource:

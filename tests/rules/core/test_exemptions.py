@@ -55,3 +55,33 @@ def test_exemptions_cover_the_job_and_its_gpus_are_reported_once_and_expire() ->
     assert ex.expired(NOW + timedelta(hours=1)) == []
     assert ex.expired(NOW + timedelta(hours=2)) == ["team-a/Deployment/llm"]
     assert ex.for_view(job, "any-rule", NOW + timedelta(hours=2)) is None
+
+
+def test_status_shows_the_exemptions_and_the_malformed_ones() -> None:
+    from io import StringIO
+
+    from rich.console import Console
+
+    from gpuevents.cli.client import exemptions_table
+    from gpuevents.events import GpuInfo, JobInfo, NodeInfo, NodeSnapshot, SnapshotEvent
+    from rules.core.core import Core
+    from rules.engine.status import fleet_status
+    from rules.lang.model import RuleSet
+
+    core = Core(RuleSet())
+    snap = NodeSnapshot(node=NodeInfo(name="n1", gpu_count=2), gpus=[GpuInfo(node="n1", index=0),
+                                                                       GpuInfo(node="n1", index=1)], jobs=[
+        JobInfo(id="a/Notebook/nb", scheduler="kubernetes", namespace="a", gpus=[0],
+                annotations={KEEP_UNTIL: "2026-12-03T18:00:00Z"}),
+        JobInfo(id="b/Deployment/d", scheduler="kubernetes", namespace="b", gpus=[1],
+                annotations={EXCLUDE: "forever"})])
+    core.step(SnapshotEvent(source="node/n1", time=NOW, data=snap), NOW)
+    st = fleet_status(core, NOW)
+    assert [(e.job, e.until, e.malformed is not None) for e in st.exemptions] == [
+        ("a/Notebook/nb", datetime(2026, 12, 3, 18, tzinfo=UTC), False), ("b/Deployment/d", None, True)]
+    job = core.state.by_kind["job"]["job/kubernetes/a/Notebook/nb"].view
+    assert job.exempt_until == datetime(2026, 12, 3, 18, tzinfo=UTC) and job.exemption.startswith(KEEP_UNTIL)
+    buf = StringIO()
+    Console(file=buf, width=200, color_system=None).print(exemptions_table(st))
+    text = buf.getvalue()
+    assert "2026-12-03 18:00:00" in text and "every rule" in text and "not applied: not an RFC 3339 time" in text
