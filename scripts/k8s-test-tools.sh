@@ -77,8 +77,17 @@ if [ "$need_k8s" -eq 1 ]; then
 fi
 build etcd "$ETCD_VERSION" "go.etcd.io/etcd/server/v3@$ETCD_VERSION" go.etcd.io/etcd/server/v3 </dev/null
 build kwok "$KWOK_VERSION" "sigs.k8s.io/kwok@$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok </dev/null
-build helm "$HELM_VERSION" "helm.sh/helm/v3@$HELM_VERSION" helm.sh/helm/v3/cmd/helm \
-  "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" </dev/null
+# helm's default Kubernetes version (for kubeVersion checks in `helm template` and `helm lint`) is set at link
+# time from the client-go it uses, as its Makefile does; unset, it is 1.20.
+helm_gomod="$(go mod download -json "helm.sh/helm/v3@$HELM_VERSION" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')"
+[ -n "$helm_gomod" ] || fail "cannot download helm.sh/helm/v3@$HELM_VERSION from the Go module proxy"
+helm_kube_minor="$(sed -n 's#^[[:space:]]*k8s\.io/client-go v0\.\([0-9]*\)\..*#\1#p' "$helm_gomod" | head -1)"
+hflags="-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+for pkg in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+  hflags="$hflags -X $pkg.k8sVersionMajor=1 -X $pkg.k8sVersionMinor=$helm_kube_minor"
+done
+build helm "$HELM_VERSION (kubernetes 1.$helm_kube_minor)" "helm.sh/helm/v3@$HELM_VERSION" helm.sh/helm/v3/cmd/helm \
+  "$hflags" </dev/null
 
 for name in kube-apiserver kube-controller-manager kube-scheduler etcd kwok helm; do
   fresh "$name" "$(cat "$BIN/$name.version" 2>/dev/null || echo none)" || fail "$BIN/$name is missing after the build"
