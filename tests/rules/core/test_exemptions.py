@@ -81,6 +81,12 @@ def test_status_shows_the_exemptions_and_the_malformed_ones() -> None:
         ("a/Notebook/nb", datetime(2026, 12, 3, 18, tzinfo=UTC), False), ("b/Deployment/d", None, True)]
     job = core.state.by_kind["job"]["job/kubernetes/a/Notebook/nb"].view
     assert job.exempt_until == datetime(2026, 12, 3, 18, tzinfo=UTC) and job.exemption.startswith(KEEP_UNTIL)
+    from rules.engine.metrics import EngineMetrics
+
+    metrics = EngineMetrics()
+    metrics.observe_fleet(core)
+    assert metrics.registry.get_sample_value("gpuevents_job_exemptions", {"state": "active"}) == 1
+    assert metrics.registry.get_sample_value("gpuevents_job_exemptions", {"state": "malformed"}) == 1
     buf = StringIO()
     Console(file=buf, width=200, color_system=None).print(exemptions_table(st))
     text = buf.getvalue()
