@@ -75,3 +75,15 @@ def test_job_ids() -> None:
     assert split_job_id("team-a/Deployment/llm") == ("team-a", "Deployment", "llm")
     assert split_job_id("team-a/llm-0") is None and split_job_id("12345") is None
     assert describe([Change(path=["spec", "replicas"], before=3, after=0)]) == "spec.replicas 3 -> 0"
+
+
+def test_the_job_to_pause_comes_from_the_job_or_the_gpus_or_processes_job() -> None:
+    from actions.builtin.pause import job_of
+
+    job, facts = job_of(None, {"job": {"id": "a/Deployment/d", "scheduler": "kubernetes", "controller_uid": "u1",
+                                       "pods": ["d-1"]}})
+    assert job == "a/Deployment/d" and facts.controller_uid == "u1" and facts.pods == ["d-1"]
+    assert job_of(None, {"gpu": {"job": "a/Notebook/nb"}})[0] == "a/Notebook/nb"
+    assert job_of(None, {"process": {"job": "a/Job/train"}})[0] == "a/Job/train"
+    assert job_of(None, {"gpu": {"job": "12345"}})[0] is None  # a Slurm job: nothing to pause
+    assert job_of("b/StatefulSet/s", {"gpu": {"job": "a/Job/train"}})[0] == "b/StatefulSet/s"
