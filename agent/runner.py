@@ -205,6 +205,7 @@ async def _watch_allocations(pr: PodResources, walker: OwnerWalker | None, agent
     """Ask the kubelet which pods hold which GPUs, resolve the new ones to their jobs, hand both to the core."""
     try:
         while not stop.is_set():
+            pr.wanted = {h.ident.pod for h in agent.core.held.values() if h.ident.pod}
             delay = await pr.refresh()
             pods = pr.pods
             if pods is not None and walker is not None:

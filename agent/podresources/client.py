@@ -39,6 +39,9 @@ class PodResources:
         self.pods: dict[str, PodAllocation] | None = None
         self.allocatable: tuple[str, ...] | None = None
         self.get_served: bool | None = None  # None until Get was tried; False on UNIMPLEMENTED (older kubelets)
+        self.wanted: set[str] = set()
+        """Pods (`namespace/name`) the agent saw holding a GPU: one the last List missed (started since) is
+        asked for with Get, where the kubelet serves it, rather than waiting for the next List."""
         self.errors = 0
         self.rate_limited = 0
         self._ok_at: float | None = None
@@ -92,6 +95,11 @@ class PodResources:
             pods = await self.list()
             if self.allocatable is None:
                 self.allocatable = await self.list_allocatable()
+            for key in sorted(self.wanted - set(pods)):
+                namespace, _, name = key.partition("/")
+                got = await self.get(namespace, name)
+                if got is not None:
+                    pods[key] = got
         except GRPCError as e:
             self.errors += 1
             if e.status == Status.RESOURCE_EXHAUSTED:

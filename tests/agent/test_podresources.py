@@ -82,6 +82,10 @@ async def test_get_is_used_where_served_and_unimplemented_is_remembered(
         assert got == PodAllocation("team-a", "train-0", (U0,))
         assert await pr.get("team-a", "nope") is None
         assert pr.get_served is True
+        k.unlisted.add("team-a/train-0")  # admitted after List: a process on its GPU is seen, Get finds it
+        pr.wanted = {"team-a/train-0"}
+        await pr.refresh()
+        assert pr.pods is not None and pr.pods["team-a/train-0"].devices == (U0,)
         k.get_served = False  # an older kubelet
         caplog.set_level(logging.INFO)
         assert await pr.get("team-a", "train-0") is None

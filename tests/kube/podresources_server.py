@@ -54,6 +54,7 @@ class FakeKubelet(PodResourcesListerBase):
         self._at = time.monotonic()
         self.calls: list[str] = []
         self.refused = 0
+        self.unlisted: set[str] = set()  # pods List leaves out (admitted after it) but Get finds
 
     def _admit(self, method: str) -> None:
         now = time.monotonic()
@@ -68,7 +69,8 @@ class FakeKubelet(PodResourcesListerBase):
     async def List(self, stream: Stream[pb.ListPodResourcesRequest, pb.ListPodResourcesResponse]) -> None:
         await stream.recv_message()
         self._admit("List")
-        await stream.send_message(pb.ListPodResourcesResponse(pod_resources=[p.message() for p in self.pods]))
+        await stream.send_message(pb.ListPodResourcesResponse(pod_resources=[
+            p.message() for p in self.pods if f"{p.namespace}/{p.name}" not in self.unlisted]))
 
     async def GetAllocatableResources(
             self, stream: Stream[pb.AllocatableResourcesRequest, pb.AllocatableResourcesResponse]) -> None:
