@@ -14,7 +14,7 @@ The fixture `kube_cluster` (session-scoped: every test uses names or a namespace
 
 Binaries come from `scripts/k8s-test-tools.sh` (its cache, or `$GPUEVENTS_K8S_BIN`); without them the fixture
 fails saying how to build them: tests of the control plane never skip. The API server runs RBAC and Node
-authorization; the ServiceAccount admission plugin is off (nothing here mounts tokens into fake pods).
+authorization; the ServiceAccount and TaintNodesByCondition admission plugins are off (ADMISSION_OFF says why).
 """
 
 from __future__ import annotations
@@ -52,6 +52,9 @@ CONTROLLERS = ("replicaset-controller", "deployment-controller", "statefulset-co
                "daemonset-controller", "job-controller", "cronjob-controller", "garbage-collector-controller",
                "namespace-controller", "serviceaccount-controller", "disruption-controller",
                "clusterrole-aggregation-controller", "pod-garbage-collector-controller")
+# ServiceAccount: nothing here mounts a token into a fake pod; TaintNodesByCondition: it taints every new node
+# not-ready until the node-lifecycle controller, which kwok's fake heartbeats would not satisfy, lifts it.
+ADMISSION_OFF = ("ServiceAccount", "TaintNodesByCondition")
 START_TIMEOUT_S = 90.0
 
 
@@ -142,7 +145,8 @@ class KubeCluster:
         with contextlib.closing(self.sync_client()) as c:
             with contextlib.suppress(Exception):  # already there: fine; any other failure shows below
                 c.create(ServiceAccount(metadata=ObjectMeta(name=name, namespace=namespace)))
-            token = c.create(ServiceAccountToken(spec=TokenRequestSpec(audiences=[], expirationSeconds=3600)),
+            token = c.create(ServiceAccountToken(metadata=ObjectMeta(name=name, namespace=namespace),
+                                                 spec=TokenRequestSpec(audiences=[], expirationSeconds=3600)),
                              name, namespace=namespace)
         assert token.status is not None
         return write_kubeconfig(self.root / f"sa-{namespace}-{name}.kubeconfig", self.server,
@@ -213,7 +217,8 @@ class KubeCluster:
             "--service-account-key-file", str(c / "sa.pub"),
             "--service-account-signing-key-file", str(c / "sa.key"),
             "--service-cluster-ip-range", "10.96.0.0/16", "--authorization-mode", "Node,RBAC",
-            "--disable-admission-plugins", "ServiceAccount", "--profiling=false", "--v=0"])
+            "--disable-admission-plugins", ",".join(ADMISSION_OFF), "--endpoint-reconciler-type", "none",
+            "--profiling=false", "--v=0"])
         write_kubeconfig(self.kubeconfig, self.server, c / "ca.crt",
                          {"client-certificate": str(c / "admin.crt"), "client-key": str(c / "admin.key")})
         tls = ssl.create_default_context(cafile=str(c / "ca.crt"))
