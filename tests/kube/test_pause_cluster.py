@@ -17,11 +17,13 @@ from lightkube.resources.core_v1 import Event, Pod
 
 from actions.builtin.pause import PAUSED_BY
 from actions.runner import ActionRunner
+from actions.store import MemoryKv
 from gpuevents.kubekinds import KINDS
 from gpuevents.records import AuditRecord
 from tests.actions.conftest import make_config, make_request
 from tests.kube_cluster import KubeCluster
 
+KV = MemoryKv()  # what pause remembers outlives each runner, as the engine's KV bucket does
 POD_SPEC: dict[str, Any] = {"containers": [{"name": "main", "image": "trainer:1", "resources": {
     "limits": {"nvidia.com/gpu": "1"}}}], "tolerations": [{"operator": "Exists"}]}
 
@@ -68,7 +70,7 @@ def get(api: Client, kind: str, ns: str, name: str) -> dict[str, Any]:
 async def run(cluster: KubeCluster, type_: str, job: str, facts: dict[str, Any] | None = None,
               **config: Any) -> AuditRecord:
     runner = ActionRunner(None, make_config(actions={"kubernetes": {"kubeconfig": str(cluster.kubeconfig)}},
-                                            **config))
+                                            **config), kv=KV)
     try:
         return await runner.process(make_request(type_, {}, entity_kind="job", entity_id=f"job/kubernetes/{job}",
                                                  node=None, facts={"job": {"id": job, "scheduler": "kubernetes",
@@ -97,7 +99,8 @@ CASES: list[tuple[str, list[str], Any, Any, dict[str, Any]]] = [
                                                  "template": {"metadata": {"labels": {"app": "x"}}, "spec": POD_SPEC}}),
     ("Job", ["spec", "suspend"], False, True, {"suspend": False, "template": {"spec": {**POD_SPEC,
                                                                                       "restartPolicy": "Never"}}}),
-    ("CronJob", ["spec", "suspend"], None, True, {"schedule": "0 3 * * *", "jobTemplate": {"spec": {"template": {
+    # CronJob: the API server defaults spec.suspend to false, and that is what resume sets back
+    ("CronJob", ["spec", "suspend"], False, True, {"schedule": "0 3 * * *", "jobTemplate": {"spec": {"template": {
         "spec": {**POD_SPEC, "restartPolicy": "Never"}}}}}),
     ("JobSet", ["spec", "suspend"], None, True, {"replicatedJobs": []}),
     ("RayCluster", ["spec", "suspend"], False, True, {"suspend": False, "headGroupSpec": {}}),
