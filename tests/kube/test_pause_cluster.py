@@ -236,3 +236,19 @@ async def test_cancel_deletes_a_bare_pod_and_refuses_a_controllers_job(kube_clus
     kube_cluster.wait(lambda: not [p for p in api.list(Pod, namespace=ns) if p.metadata.name == "scratch"], 30,
                       "the bare pod gone")
     assert "GpueventsCancelled" in events(api, ns, "scratch")
+
+
+async def test_an_api_server_that_forbids_it_fails_the_pause_with_the_reason(kube_cluster: KubeCluster,
+                                                                            api: Client) -> None:
+    ns = kube_cluster.namespace("pause")
+    api.create(codecs.from_dict(deployment(ns, "d", 2)))
+    kubeconfig = kube_cluster.service_account_kubeconfig(ns, "nobody")  # a ServiceAccount with no rights
+    runner = ActionRunner(None, make_config(actions={"kubernetes": {"kubeconfig": str(kubeconfig)}}), kv=KV)
+    try:
+        record = await runner.process(make_request("pause", {}, entity_kind="job",
+                                                   facts={"job": {"id": f"{ns}/Deployment/d"}}))
+    finally:
+        await runner.close()
+    assert record.outcome == "failed" and record.attempt == 1  # a 403 is not retried
+    assert record.error is not None and "HTTP 403" in record.error and "deployments" in record.error
+    assert api.get(Deployment, "d", namespace=ns).spec.replicas == 2
