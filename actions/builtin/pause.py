@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from actions.escaping import no_escape
 from actions.kube import kube_errors, post_event
 from actions.pauseplan import Change, describe, merge_patch, pause_changes, resume_changes
-from actions.protocol import ActionContext, ActionParams, ActionResult, ActionUnit
+from actions.protocol import ALL_KINDS, ActionContext, ActionParams, ActionResult, ActionUnit
 from actions.registry import register
 from actions.services import services_of
 from actions.store import kv_key
@@ -287,7 +287,7 @@ async def _resume(ctx: ActionContext, p: ResumeParams) -> ActionResult:
 class PauseAction:
     type: ClassVar[str] = "pause"
     params = PauseParams
-    entity_kinds = frozenset({"job", "gpu", "process"})
+    entity_kinds = ALL_KINDS  # a job, a gpu's or process's job, or any entity with `job:` (a scheduled rule)
     destructive: ClassVar[bool] = True
     unit: ClassVar[ActionUnit] = "entity"
     escape = staticmethod(no_escape)
@@ -302,7 +302,7 @@ class PauseAction:
 class ResumeAction:
     type: ClassVar[str] = "resume"
     params = ResumeParams
-    entity_kinds = frozenset({"job", "gpu", "process"})
+    entity_kinds = ALL_KINDS  # a job, a gpu's or process's job, or any entity with `job:` (a scheduled rule)
     destructive: ClassVar[bool] = False
     unit: ClassVar[ActionUnit] = "entity"
     escape = staticmethod(no_escape)
