@@ -24,6 +24,10 @@ RATE_LIMIT_BACKOFF_S = 1.0
 RATE_LIMIT_BACKOFF_MAX_S = 60.0
 #: the allocations are kept this many refresh intervals after the kubelet stopped answering, then unknown
 STALE_AFTER_REFRESHES = 3
+#: at most this many pods are asked for with Get per refresh (the kubelet's burst is 10 calls)
+MAX_GETS_PER_REFRESH = 3
+#: a pod Get did not find is not asked for again for this long (a process whose pod the kubelet does not know)
+ABSENT_FOR_S = 300.0
 
 
 class PodResources:
@@ -42,6 +46,7 @@ class PodResources:
         self.wanted: set[str] = set()
         """Pods (`namespace/name`) the agent saw holding a GPU: one the last List missed (started since) is
         asked for with Get, where the kubelet serves it, rather than waiting for the next List."""
+        self._absent: dict[str, float] = {}  # pod -> when Get did not find it
         self.errors = 0
         self.rate_limited = 0
         self._ok_at: float | None = None
@@ -95,11 +100,7 @@ class PodResources:
             pods = await self.list()
             if self.allocatable is None:
                 self.allocatable = await self.list_allocatable()
-            for key in sorted(self.wanted - set(pods)):
-                namespace, _, name = key.partition("/")
-                got = await self.get(namespace, name)
-                if got is not None:
-                    pods[key] = got
+            await self._get_missing(pods, now)
         except GRPCError as e:
             self.errors += 1
             if e.status == Status.RESOURCE_EXHAUSTED:
@@ -129,6 +130,23 @@ class PodResources:
         self._backoff.reset()
         self._delay = self.refresh_s
         return self._delay
+
+    async def _get_missing(self, pods: dict[str, PodAllocation], now: float) -> None:
+        """Get the wanted pods List missed (a few per refresh; not again soon for one the kubelet does not know);
+        a failing Get leaves List's answer as it is."""
+        self._absent = {k: t for k, t in self._absent.items() if now - t < ABSENT_FOR_S}
+        missing = sorted(k for k in self.wanted - set(pods) if k not in self._absent)
+        for key in missing[:MAX_GETS_PER_REFRESH]:
+            namespace, _, name = key.partition("/")
+            try:
+                got = await self.get(namespace, name)
+            except (GRPCError, OSError, StreamTerminatedError, TimeoutError) as e:
+                log.debug("PodResources Get %s: %s", key, e)
+                return
+            if got is None:
+                self._absent[key] = now
+            else:
+                pods[key] = got
 
     def _failed(self, now: float, why: str, *, stale: bool = True) -> None:
         """Keep the last answer for a few intervals (a blip), then say the allocations are unknown."""

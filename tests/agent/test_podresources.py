@@ -86,6 +86,15 @@ async def test_get_is_used_where_served_and_unimplemented_is_remembered(
         pr.wanted = {"team-a/train-0"}
         await pr.refresh()
         assert pr.pods is not None and pr.pods["team-a/train-0"].devices == (U0,)
+        # processes in pods the kubelet does not know: a few Gets per refresh, each such pod asked once
+        pr.wanted = {f"x/ghost-{i}" for i in range(8)}
+        k.qps, k.burst, k._tokens = 1e6, 1000, 1000.0  # this part is about Get, not the rate limit
+        before = k.calls.count("Get")
+        await pr.refresh()
+        await pr.refresh()
+        await pr.refresh()
+        assert k.calls.count("Get") - before == 8 and k.refused == 0
+        assert pr.pods is not None and "kube-system/coredns" in pr.pods and "x/ghost-0" not in pr.pods
         k.get_served = False  # an older kubelet
         caplog.set_level(logging.INFO)
         assert await pr.get("team-a", "train-0") is None
