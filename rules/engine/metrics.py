@@ -70,6 +70,9 @@ class EngineMetrics:
             ["node"], registry=r)
         self.nodes_online = Gauge("gpuevents_nodes_online", "Nodes with a recent snapshot",
                                   registry=r)
+        self.exemptions = Gauge("gpuevents_job_exemptions",
+                                "Jobs' gpuevents.io/keep-until and exclude annotations: in force, or malformed "
+                                "(not applied)", ["state"], registry=r)
         self.clock_offset = Gauge("gpuevents_engine_clock_offset_seconds",
                                   "This engine's clock minus the NATS server's (beyond engine.max_clock_offset it "
                                   "does not lead)", registry=r)
@@ -90,3 +93,6 @@ class EngineMetrics:
         self.gpus.set(len(gpus))
         self.held_idle.set(sum(1 for g in gpus if g.idle and g.processes))
         self.nodes_online.set(sum(1 for n in core.nodes() if n.online))
+        ex = core.state.jobs.exemptions
+        self.exemptions.labels(state="active").set(sum(len(v) for v in ex.active.values()))
+        self.exemptions.labels(state="malformed").set(sum(len(v) for v in ex.malformed.values()))
