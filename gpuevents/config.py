@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gpuevents.durations import Duration
 from gpuevents.idleness import IdleRule, IdleSignal, model_matches
-from gpuevents.yamlpos import Located, LocatedError, YamlDoc, parse_scalar, parse_yaml
+from gpuevents.yamlpos import Located, LocatedError, YamlDoc, parse_scalar, parse_yaml, read_yaml_text
 
 ENV_PREFIX = "GPUEVENTS_"
 SECRET_KEYS = frozenset({"token", "password", "secret", "bot_token", "nkey_seed", "jwt"})
@@ -371,11 +371,7 @@ def load_config(
         doc = YamlDoc(file="<defaults>", data={})
     else:
         p = Path(path)
-        try:
-            text = p.read_text()
-        except OSError as e:
-            raise LocatedError([Located(str(p), 1, f"cannot read config: {e.strerror}")]) from None
-        doc = parse_yaml(text, str(p))
+        doc = parse_yaml(read_yaml_text(p, "config"), str(p))
     data = doc.data if doc.data is not None else {}
     if not isinstance(data, dict):
         raise LocatedError([doc.locate((), "a config file is a mapping of sections (cluster, nats, agent, ...)")])

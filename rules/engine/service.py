@@ -98,7 +98,7 @@ class Engine:
     async def reload(self) -> bool:
         """Load the rules again; on error keep the running set and log every `file:line`."""
         try:
-            rules = self.rule_files.load()
+            rules = await self.rule_files.reload()  # a child process first: a hostile file costs the child
         except LocatedError as e:
             self.metrics.reloads.labels(result="failed").inc()
             log.error("rule reload failed; the previous %d rules keep running:\n%s",

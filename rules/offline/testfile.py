@@ -12,7 +12,7 @@ from gpuevents.clock import utc
 from gpuevents.config import Config, ThresholdsConfig
 from gpuevents.durations import Duration
 from gpuevents.events import GpuInfo, JobInfo, NodeInfo, NodeSnapshot, ProcessInfo, SnapshotEvent
-from gpuevents.yamlpos import Located, LocatedError, parse_yaml
+from gpuevents.yamlpos import LocatedError, parse_yaml, read_yaml_text
 from rules.core.core import CoreInput, ForgetNode
 from rules.lang import calendars
 
@@ -178,11 +178,7 @@ class TestFile(_Strict):
 
 def load_test_file(path: Path) -> TestFile:
     """Parse and validate a test file; LocatedError on any problem."""
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise LocatedError([Located(str(path), 0, f"cannot read: {e.strerror}")]) from None
-    doc = parse_yaml(text, str(path))
+    doc = parse_yaml(read_yaml_text(path, "rule test file"), str(path))
     if not isinstance(doc.data, dict):
         raise LocatedError([doc.locate((), "a rule test file is a mapping with rule_files and tests")])
     try:
