@@ -120,7 +120,8 @@ def _jsonable(value: Any) -> Any:
 
 def _proc_facts(p: ProcessView) -> dict[str, Any]:
     return {
-        "pid": p.pid, "create_time": p.create_time.isoformat(), "name": p.name, "user": p.user, "owner": p.owner,
+        "pid": p.pid, "create_time": p.create_time.isoformat(), "name": p.name, "exe": p.exe, "user": p.user,
+        "owner": p.owner,
         "cmdline": p.cmdline, "pod": p.pod, "gpus": list(p.gpus), "age_s": round(p.age_s, 1), "node": p.node,
     }
 

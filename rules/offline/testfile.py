@@ -55,6 +55,7 @@ class TestProcess(_Strict):
     age: Duration | None = None
     create_time: datetime | None = None
     name: str = ""
+    exe: str = ""
     cmdline: str = ""
     uid: int | None = None
     owner: str | None = None
