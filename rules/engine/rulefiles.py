@@ -13,9 +13,9 @@ from pathlib import Path
 
 from gpuevents.config import Config
 from gpuevents.yamlpos import Located, LocatedError
+from rules.intake.check import load_checked
 from rules.lang.loader import rule_files
 from rules.lang.model import RuleSet
-from rules.offline.check import load_checked
 
 RELOAD_TIMEOUT_S = 20.0
 """A reload whose rule files take longer than this to load and check (in the child) is refused."""
