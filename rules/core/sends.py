@@ -16,6 +16,7 @@ from gpuevents.records import ActionRequest, Phase
 from rules.core.incidents import Incident
 from rules.core.limits import Limiter
 from rules.core.state import Entity
+from rules.core.warnings import undelivered
 from rules.lang.expr import jinja_names
 from rules.lang.model import CompiledAction, Rule
 from rules.lang.templates import render_params
@@ -247,6 +248,8 @@ class Sender:
             why = protection_reason(req, self.config.protect)
             if why is not None:
                 return req.model_copy(update={"decision": "refused", "reason": f"protected: {why}"})
+            if phase == "stage" and a.require_warning and (unwarned := undelivered(incident)) is not None:
+                return req.model_copy(update={"decision": "refused", "reason": unwarned})
         if phase == "resolve" and (not a.destructive or registry.restores(a.type, params)):
             # A restore (uncordon, scale back) is never rate-limited, held or counted: a suppressed one is not
             # retried and would leave the change in place. Other destructive on_resolve actions are limited.

@@ -191,6 +191,8 @@ def _hash_body(spec: RuleSpec, tz_name: str) -> dict[str, Any]:
             if action.get("approve") is None:
                 action.pop("approve", None)
                 action.pop("approve_within", None)
+            if action.get("require_warning") is True:
+                action.pop("require_warning", None)
     return body
 
 
@@ -253,7 +255,8 @@ def _compile_actions(
         out.append(CompiledAction(type=spec.type, index=idx, params=tree,
                                   destructive=bool(getattr(cls, "destructive", False)),
                                   unit=getattr(cls, "unit", "entity"), line=doc.line_of(path),
-                                  after_s=spec.after, approve=spec.approve, approve_within_s=spec.approve_within))
+                                  after_s=spec.after, approve=spec.approve, approve_within_s=spec.approve_within,
+                                  require_warning=spec.require_warning))
     return out
 
 

@@ -15,6 +15,7 @@ from gpuevents.durations import format_duration
 from gpuevents.records import ActionRequest
 from rules.core.core import Core, CoreInput, EvalProblem, Tick
 from rules.core.incidents import Transition
+from rules.core.warnings import WARNING_TYPES, ActionOutcome
 
 RAN = ("run", "dry_run")
 
@@ -76,12 +77,22 @@ def replay(
         if t > end:
             break
         while nxt is not None and utc(nxt[0]) <= t:
-            _record(rec, core.step(nxt[1], t))
+            _step(core, rec, nxt[1], t)
             nxt = next(pending, None)
-        _record(rec, core.step(Tick(), t))
+        _step(core, rec, Tick(), t)
         now = t
         first = False
     return rec
+
+
+def _step(core: Core, rec: Recording, item: CoreInput, t: datetime) -> None:
+    """One step, recorded; a warning decided `run` is then delivered, as a runner would report it (a rule test
+    sees an undelivered warning where the engine decides one: rendered `to` empty, refused, suppressed)."""
+    result = core.step(item, t)
+    _record(rec, result)
+    for a in result.actions:
+        if a.decision == "run" and a.type in WARNING_TYPES and not a.destructive and a.phase != "resolve":
+            core.step(ActionOutcome(rule=a.rule, incident_id=a.incident_id, key=a.key, outcome="ok"), t)
 
 
 def _record(rec: Recording, result: object) -> None:
