@@ -20,7 +20,7 @@ from gpuevents.config import Config
 from gpuevents.events import SnapshotEvent
 from gpuevents.records import AuditRecord
 from gpuevents.yamlpos import LocatedError
-from rules.core.core import Core, Snooze, StepResult, Sweep, Tick
+from rules.core.core import ActionOutcome, Core, Snooze, StepResult, Sweep, Tick
 from rules.core.incidents import Incident
 from rules.core.limits import LimitWindows
 from rules.engine.audit import AuditTail, reload_record, snooze_record
@@ -30,6 +30,7 @@ from rules.engine.gcpolicy import GcPolicy
 from rules.engine.intake import Intake
 from rules.engine.lease import Lease, lease_key
 from rules.engine.metrics import EngineMetrics
+from rules.engine.outcomes import awaiting_since, replayed_outcomes, warning_outcomes
 from rules.engine.planner import TickPlanner
 from rules.engine.rulefiles import RuleFiles
 from rules.engine.servers import serve_requests
@@ -204,6 +205,7 @@ class Engine:
             limits = (await c.limits.load()).get(limits_key(self.partition))
             self.core = Core(self.core.rules, self.config)
             self.core.restore(incidents, snoozes, now=self.clock.now(), limits=limits)
+            await self._outcomes_since(awaiting_since(incidents, self.clock.now()))
             durable, subjects = self.config.engine.consumer, S.EVENTS_ALL
             if self.partition is not None:
                 durable, subjects = f"{durable}-p{self.partition}", S.partition_filter(self.partition)
@@ -382,6 +384,27 @@ class Engine:
     # ------------------------------------------------------------ audit tail, status and snooze (servers.py)
     async def _on_audit(self, msg: Any) -> None:
         self._audit_tail.add(msg.data)
+        outcomes = warning_outcomes(msg.data)
+        if outcomes:
+            async with self._lock:
+                if self.core is None or not self.leader.is_set():
+                    return
+                await self._settle()
+                await self._learn(outcomes)
+
+    async def _outcomes_since(self, since: datetime | None) -> None:
+        """Learn the warning outcomes reported while this engine was not acting (the lock is held)."""
+        if since is not None:
+            await self._learn(await replayed_outcomes(self.bus, since))
+
+    async def _learn(self, outcomes: list[ActionOutcome]) -> None:
+        """Feed warning outcomes to the core and persist the incidents they changed (the lock is held)."""
+        assert self.core is not None
+        result = StepResult()
+        for o in outcomes:
+            result.extend(self.core.step(o, self.clock.now()))
+        if result.incidents:
+            await self.committer.commit(result, "commit the outcome of a warning")
 
     @property
     def audit_tail(self) -> list[AuditRecord]:
