@@ -153,6 +153,10 @@ class AgentConfig(_Section):
     attribution: AttributionConfig = AttributionConfig()
     kill: AgentKillConfig = AgentKillConfig()
     metrics_port: int | None = Field(None, ge=0, le=65535, description="dcgm-compatible /metrics")
+    metrics_address: str = Field("0.0.0.0", min_length=1, description="where /metrics listens: every address, so "
+                                 "Prometheus can scrape it; 127.0.0.1 keeps it on the node")
+    metrics_process_labels: bool = Field(True, description="false: the per-process series carry no pid, user or "
+                                         "process name (summed per GPU and pod or job)")
     hpc_job_mapping_dir: Path | None = Field(None, description="dcgm-exporter's HPC job mapping: a file per GPU "
                                              "(`0`, `1`, MIG `2.3`) listing the jobs on it, one per line")
     simulation: SimulationConfig = SimulationConfig()
@@ -188,6 +192,8 @@ class EngineConfig(_Section):
     partitions: int = Field(1, ge=1, le=256, description="the fleet split by node among engine replicas")
     consumer: str = "gpuevents-engine"
     metrics_port: int | None = Field(None, ge=0, le=65535)
+    metrics_address: str = Field("0.0.0.0", min_length=1, description="where /metrics listens (every address, "
+                                 "so Prometheus can scrape it)")
     dashboard_port: int | None = Field(None, ge=0, le=65535)
     usage_db: Path = Path(".gpuevents/usage.sqlite")
     usage_retention: Duration = 90 * 86400

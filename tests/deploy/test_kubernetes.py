@@ -307,6 +307,23 @@ def test_services_select_their_pods() -> None:
         assert workload["spec"]["selector"]["matchLabels"].items() <= labels.items()
 
 
+def test_only_prometheus_may_reach_the_metrics_ports() -> None:
+    policies = [d for d in all_docs() if d["kind"] == "NetworkPolicy"]
+    for name in ("gpuevents-agent", "gpuevents-engine"):
+        workload = next(d for d in all_docs() if d["kind"] in ("DaemonSet", "Deployment")
+                        and d["metadata"]["name"] == name)
+        labels = workload["spec"]["template"]["metadata"]["labels"]
+        (policy,) = [p for p in policies if p["spec"]["podSelector"]["matchLabels"].items() <= labels.items()]
+        assert policy["spec"]["policyTypes"] == ["Ingress"]  # every other connection in is refused
+        (rule,) = policy["spec"]["ingress"]
+        assert rule["ports"] == [{"port": "metrics", "protocol": "TCP"}]
+        (source,) = rule["from"]
+        assert source["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "prometheus"}
+        assert source["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "monitoring"}
+        ports = {p["name"] for c in workload["spec"]["template"]["spec"]["containers"] for p in c.get("ports", [])}
+        assert "metrics" in ports
+
+
 def test_example_rules_load(tmp_path: Path) -> None:
     from rules.lang.loader import load_rule_set
 
