@@ -97,3 +97,17 @@ def test_a_file_over_the_size_limit_is_refused_before_it_is_parsed(tmp_path: Pat
     big.write_text("rules: []\n" + "#" * MAX_YAML_BYTES + "\n")
     result = gpuevents("rules", "check", str(big), cwd=tmp_path)
     assert result.returncode == 1 and f"{big}: larger than 2 MiB" in result.stdout + result.stderr
+
+
+def test_the_engine_refuses_an_alias_bomb_in_its_rules_before_it_connects(tmp_path: Path) -> None:
+    from gpuevents.server import free_port
+
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "bomb.yaml").write_text(alias_bomb())
+    config = tmp_path / "config.yaml"
+    config.write_text(f'nats: {{url: "nats://127.0.0.1:{free_port()}"}}\n'  # nothing listens there
+                      f"engine: {{rules: [{rules}], usage_db: {tmp_path / 'u.sqlite'}}}\n")
+    result = gpuevents("engine", "-c", str(config), cwd=tmp_path)
+    out = result.stdout + result.stderr
+    assert result.returncode == 1 and f"{rules / 'bomb.yaml'}:" in out and "aliases expand" in out, out
