@@ -28,6 +28,7 @@ BUILTIN_MODULES: tuple[str, ...] = (
     "actions.builtin.function",
     "actions.builtin.report",
     "actions.builtin.email",
+    "actions.builtin.notify",
     "actions.builtin.cancel",
 )
 
@@ -113,6 +114,14 @@ def escape_for(type_: str) -> EscapeAt:
     at = getattr(cls, "escape_at", None)
     own: EscapeAt = at if callable(at) else (lambda _path, escape=cls.escape: escape)
     return lambda path: argv_element if path and path[0] == "argv" else own(path)
+
+
+def readable(type_: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """Parameters as people read them (rule tests, replays, the audit): the action's own `readable(params)` where
+    it keeps more than it shows (notify's marks around values from the machine), else as they are."""
+    load()
+    show = getattr(_registry.get(type_), "readable", None)
+    return dict(show(params)) if callable(show) else dict(params)
 
 
 class ParamsError(ValueError):
