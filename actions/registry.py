@@ -112,8 +112,14 @@ def escape_for(type_: str) -> EscapeAt:
     command`, a plugin's): a value from the machine there is checked here, once, by `argv_element`."""
     cls = get(type_)
     at = getattr(cls, "escape_at", None)
-    own: EscapeAt = at if callable(at) else (lambda _path, escape=cls.escape: escape)
-    return lambda path: argv_element if path and path[0] == "argv" else own(path)
+    escape: Callable[[str], str] = cls.escape
+
+    def escape_at(path: tuple[str | int, ...]) -> Callable[[str], str]:
+        if path and path[0] == "argv":
+            return argv_element
+        return at(path) if callable(at) else escape
+
+    return escape_at
 
 
 def readable(type_: str, params: Mapping[str, Any]) -> dict[str, Any]:
