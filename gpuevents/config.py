@@ -16,6 +16,7 @@ from gpuevents.idleness import IdleRule, IdleSignal, model_matches
 from gpuevents.notify_config import NotifyConfig
 from gpuevents.protect_config import ProtectConfig as ProtectConfig
 from gpuevents.protect_config import ProtectedProgram as ProtectedProgram
+from gpuevents.schedconfig import AgentSlurmConfig, DemandConfig
 from gpuevents.yamlpos import Located, LocatedError, YamlDoc, parse_scalar, parse_yaml, read_yaml_text
 
 ENV_PREFIX = "GPUEVENTS_"
@@ -161,6 +162,7 @@ class AgentConfig(_Section):
                                          "process name (summed per GPU and pod or job)")
     hpc_job_mapping_dir: Path | None = Field(None, description="dcgm-exporter's HPC job mapping: a file per GPU "
                                              "(`0`, `1`, MIG `2.3`) listing the jobs on it, one per line")
+    slurm: AgentSlurmConfig = AgentSlurmConfig()
     simulation: SimulationConfig = SimulationConfig()
     kubernetes_node: bool | None = Field(None, description="read this node's labels and cordon from the "
                                          "Kubernetes API (connection: actions.kubernetes); unset: in a pod")
@@ -330,6 +332,7 @@ class Config(_Section):
     protect: ProtectConfig = ProtectConfig()
     costs: CostsConfig = CostsConfig()
     teams: dict[str, TeamConfig] = Field(default_factory=dict, description="per team: KPI target, channel")
+    demand: DemandConfig = DemandConfig()
 
     @model_validator(mode="before")
     @classmethod

@@ -141,12 +141,23 @@ async def names_in_use(cfg: Config) -> set[str]:
     return set() if st is None else {n.name for n in st.fleet.nodes if n.online and n.cluster == cfg.cluster}
 
 
+def _has_identity(cfg: Config) -> bool:
+    """The agent connects as a user of its own (a credentials file, NATS_USER, or a user in the URL), as in
+    production."""
+    import os
+
+    return (cfg.nats.creds_file is not None or bool(os.environ.get("NATS_USER"))
+            or any("@" in url.partition("://")[2] for url in cfg.nats.servers))
+
+
 def _simulated_name(cfg: Config) -> Config:
     """A simulated agent never takes a name in use: by default `<host>-sim` (the local `up` is `<host>`), or the
     next free `-2`, `-3`; a name given in the config that is in use is refused."""
     import socket
 
     given = cfg.agent.node_name != socket.gethostname()
+    if given and _has_identity(cfg):
+        return cfg  # a node's own NATS identity: the server lets it publish as that node only, and ask nothing
     used = run_async(names_in_use(cfg))
     if given:
         if cfg.agent.node_name in used:

@@ -12,8 +12,10 @@ from datetime import datetime, timedelta
 from gpuevents import subjects as S
 from gpuevents.bus import Bus
 from gpuevents.records import decode_audit
+from rules.core.core import Core, StepResult
 from rules.core.incidents import Incident
 from rules.core.warnings import ActionOutcome
+from rules.engine.commit import Committer
 
 REPLAY_AT_MOST = timedelta(days=2)
 """How far back a new acting engine reads the audit stream for outcomes (stages are hours after firing)."""
@@ -33,6 +35,15 @@ def awaiting_since(incidents: Iterable[Incident], now: datetime) -> datetime | N
     if not starts:
         return None
     return max(min(starts), now - REPLAY_AT_MOST)
+
+
+async def learn(core: Core, committer: Committer, now: datetime, outcomes: list[ActionOutcome]) -> None:
+    """Feed warning outcomes to the core and persist the incidents they changed (the engine's lock is held)."""
+    result = StepResult()
+    for o in outcomes:
+        result.extend(core.step(o, now))
+    if result.incidents:
+        await committer.commit(result, "commit the outcome of a warning")
 
 
 async def replayed_outcomes(bus: Bus, since: datetime) -> list[ActionOutcome]:

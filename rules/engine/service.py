@@ -20,23 +20,25 @@ from gpuevents.config import Config
 from gpuevents.events import SnapshotEvent
 from gpuevents.records import AuditRecord
 from gpuevents.yamlpos import LocatedError
-from rules.core.core import ActionOutcome, Core, Snooze, StepResult, Sweep, Tick
+from rules.core.core import Core, Snooze, StepResult, Sweep, Tick
 from rules.core.incidents import Incident
 from rules.core.limits import LimitWindows
 from rules.engine.audit import AuditTail, reload_record, snooze_record
 from rules.engine.commit import Committer
 from rules.engine.deadletter import DeadLetters
+from rules.engine.demand import readers_from_config, run_reader
 from rules.engine.gcpolicy import GcPolicy
 from rules.engine.intake import Intake
 from rules.engine.lease import Lease, lease_key
 from rules.engine.metrics import EngineMetrics
-from rules.engine.outcomes import awaiting_since, replayed_outcomes, warning_outcomes
+from rules.engine.outcomes import awaiting_since, learn, replayed_outcomes, warning_outcomes
 from rules.engine.planner import TickPlanner
 from rules.engine.rulefiles import RuleFiles
 from rules.engine.servers import serve_requests
 from rules.engine.sharing import exchange
 from rules.engine.status import StatusResponse, fleet_status
 from rules.engine.store import PipelinedStore, limits_key
+from rules.usage.jobstore import ended_event
 from rules.usage.recorder import UsageRecorder
 
 log = logging.getLogger(__name__)
@@ -84,6 +86,10 @@ class Engine:
         self._own_gc = gc is None  # a replica's engines share one policy, which the replica starts and stops
         self.usage: UsageRecorder | None = usage
         self._own_usage = usage is None
+
+    def _reads_demand(self) -> bool:
+        """One engine reads the schedulers' demand: the leader of the whole fleet, or of partition 0."""
+        return self.leader.is_set() and self.partition in (None, 0)
 
     # ------------------------------------------------------------ rules
     def _owns(self, cluster: str, node: str) -> bool:
@@ -147,6 +153,9 @@ class Engine:
             guarded_task(self._tick_loop(stop), "engine tick loop"),
             guarded_task(self._reload_loop(stop), "engine reload loop"),
         ]
+        for reader in readers_from_config(self.config):
+            loops.append(guarded_task(run_reader(reader, self.bus.publish_event, self.config.cluster, self.clock,
+                                                 stop, self._reads_demand), f"{reader.scheduler} demand reader"))
         try:
             await until_stop_or_end(loops, stop, "the engine")
         finally:
@@ -205,7 +214,8 @@ class Engine:
             limits = (await c.limits.load()).get(limits_key(self.partition))
             self.core = Core(self.core.rules, self.config)
             self.core.restore(incidents, snoozes, now=self.clock.now(), limits=limits)
-            await self._outcomes_since(awaiting_since(incidents, self.clock.now()))
+            if (since := awaiting_since(incidents, self.clock.now())) is not None:  # reported while none acted
+                await learn(self.core, self.committer, self.clock.now(), await replayed_outcomes(self.bus, since))
             durable, subjects = self.config.engine.consumer, S.EVENTS_ALL
             if self.partition is not None:
                 durable, subjects = f"{durable}-p{self.partition}", S.partition_filter(self.partition)
@@ -363,6 +373,10 @@ class Engine:
         except Exception:
             log.exception("usage rollups could not be written; they are kept for the next tick")
             return
+        ended, self.usage.ended = self.usage.ended, []
+        if self.leader.is_set():  # each ended job's one occasion for its rules (`job.ended_at`)
+            for summary in ended:
+                self.bus.publish_event(ended_event(summary, self.usage.costs))
         self.metrics.waste.labels(kind="held_idle").inc(delta.held_idle)
         self.metrics.waste.labels(kind="unallocated").inc(delta.unallocated)
 
@@ -387,24 +401,9 @@ class Engine:
         outcomes = warning_outcomes(msg.data)
         if outcomes:
             async with self._lock:
-                if self.core is None or not self.leader.is_set():
-                    return
-                await self._settle()
-                await self._learn(outcomes)
-
-    async def _outcomes_since(self, since: datetime | None) -> None:
-        """Learn the warning outcomes reported while this engine was not acting (the lock is held)."""
-        if since is not None:
-            await self._learn(await replayed_outcomes(self.bus, since))
-
-    async def _learn(self, outcomes: list[ActionOutcome]) -> None:
-        """Feed warning outcomes to the core and persist the incidents they changed (the lock is held)."""
-        assert self.core is not None
-        result = StepResult()
-        for o in outcomes:
-            result.extend(self.core.step(o, self.clock.now()))
-        if result.incidents:
-            await self.committer.commit(result, "commit the outcome of a warning")
+                if self.core is not None and self.leader.is_set():
+                    await self._settle()
+                    await learn(self.core, self.committer, self.clock.now(), outcomes)
 
     @property
     def audit_tail(self) -> list[AuditRecord]:

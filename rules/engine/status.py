@@ -14,7 +14,7 @@ from gpuevents.records import AuditRecord
 from gpuevents.subjects import ENGINE_STATUS
 from rules.core.core import Core
 from rules.core.warnings import undelivered
-from rules.dashboard.fleet_view import FleetIncident, FleetView, fleet_view
+from rules.dashboard.fleet_view import DemandLine, FleetIncident, FleetView, fleet_view
 
 
 class StatusResponse(BaseModel):
@@ -43,6 +43,7 @@ def merge_status(replies: list[StatusResponse]) -> StatusResponse:
         "nodes": sorted((n for r in parts for n in r.fleet.nodes), key=lambda n: (n.cluster, n.name)),
         "held_idle_cost_per_hour": held,
         "held_idle_cost_per_hour_text": CostModel(CostsConfig(currency=first.fleet.currency)).format(held),
+        "demand": [d for r in parts for d in r.fleet.demand],  # one engine reads it; the others have none
     })
     incidents = sorted((i for r in parts for i in r.incidents), key=lambda i: i.firing_since or i.started_at)
     return StatusResponse(fleet=fleet, incidents=incidents, partition=None, partitions=first.partitions,
@@ -99,10 +100,24 @@ def incident_views(core: Core, now: datetime, costs: CostModel | None = None,
     return out
 
 
+def demand_lines(core: Core, now: datetime) -> list[DemandLine]:
+    """What the schedulers report as waiting, from the reports still valid at `now`."""
+    out = []
+    for (cluster, scheduler), (until, entries) in sorted(core.state.demand.reports.items()):
+        if now.timestamp() > until:
+            continue
+        for e in entries:
+            waited = max(0.0, (now - e.waiting_since).total_seconds()) if e.waiting_since is not None else None
+            out.append(DemandLine(cluster=cluster, scheduler=scheduler, partition=e.partition, pool=e.pool,
+                                  model=e.model, pending_gpus=e.pending_gpus, waiting_for_s=waited))
+    return out
+
+
 def fleet_status(core: Core, now: datetime) -> StatusResponse:
     costs = CostModel(core.config.costs)
+    fleet = fleet_view(node_snapshots(core, now), now, costs)
     return StatusResponse(
-        fleet=fleet_view(node_snapshots(core, now), now, costs),
+        fleet=fleet.model_copy(update={"demand": demand_lines(core, now)}),
         incidents=incident_views(core, now, costs, statuses=("pending", "firing")),
     )
 
@@ -124,7 +139,9 @@ class EngineDashboardSource:
 
     def fleet(self) -> FleetView:
         now = self.engine.clock.now()
-        return fleet_view([s for core in self._cores() for s in node_snapshots(core, now)], now, self.costs)
+        cores = self._cores()
+        view = fleet_view([s for core in cores for s in node_snapshots(core, now)], now, self.costs)
+        return view.model_copy(update={"demand": [d for core in cores for d in demand_lines(core, now)]})
 
     def incidents(self) -> list[FleetIncident]:
         now = self.engine.clock.now()
