@@ -15,6 +15,7 @@ delivered: where the engine cannot tell, it does not act. An incident that sent 
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -105,6 +106,14 @@ def record_sent(core: Core, send: PendingSend, requests: list[ActionRequest], ou
     if current is None or current.id != send.incident.id:
         return  # closed in the same step: nothing will be staged after it
     _replace(core, current.model_copy(update={"warnings": {**current.warnings, **sent}}), out)
+
+
+def assume_delivered(core: Core, result: StepResult, now: datetime) -> None:
+    """Report every warning `result` sent to a runner as delivered: for runs with no runner (rule tests,
+    backtests), where a warning is undelivered only when the engine itself decided so."""
+    for a in result.actions:
+        if a.decision == "run" and a.type in WARNING_TYPES and not a.destructive and a.phase != "resolve":
+            core.step(ActionOutcome(rule=a.rule, incident_id=a.incident_id, key=a.key, outcome="ok"), now)
 
 
 def apply_outcome(core: Core, item: ActionOutcome, out: StepResult) -> None:

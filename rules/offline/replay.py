@@ -16,7 +16,7 @@ from gpuevents.durations import format_duration
 from gpuevents.records import ActionRequest
 from rules.core.core import Core, CoreInput, EvalProblem, Tick
 from rules.core.incidents import Transition
-from rules.core.warnings import WARNING_TYPES, ActionOutcome
+from rules.core.warnings import assume_delivered
 
 RAN = ("run", "dry_run")
 
@@ -91,9 +91,7 @@ def _step(core: Core, rec: Recording, item: CoreInput, t: datetime) -> None:
     sees an undelivered warning where the engine decides one: rendered `to` empty, refused, suppressed)."""
     result = core.step(item, t)
     _record(rec, result)
-    for a in result.actions:
-        if a.decision == "run" and a.type in WARNING_TYPES and not a.destructive and a.phase != "resolve":
-            core.step(ActionOutcome(rule=a.rule, incident_id=a.incident_id, key=a.key, outcome="ok"), t)
+    assume_delivered(core, result, t)
 
 
 def _record(rec: Recording, result: object) -> None:
