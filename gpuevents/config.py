@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gpuevents.durations import Duration
 from gpuevents.idleness import IdleRule, IdleSignal, model_matches
+from gpuevents.kubeconfig import KubeletConfig, KubernetesJobsConfig, PodResourcesConfig
 from gpuevents.notify_config import NotifyConfig
 from gpuevents.protect_config import ProtectConfig as ProtectConfig
 from gpuevents.protect_config import ProtectedProgram as ProtectedProgram
@@ -110,14 +111,6 @@ class ThresholdsConfig(_Section):
         return IdleRule("utilization", self.idle_util_pct)
 
 
-class KubeletConfig(_Section):
-    url: str | None = Field(None, description="e.g. https://127.0.0.1:10250; unset: no pod lookup")
-    token_file: Path | None = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
-    ca_file: Path | None = None
-    insecure_skip_verify: bool = False
-    refresh: Duration = 30
-
-
 class AttributionConfig(_Section):
     default_domain: str | None = Field(None, description="owner = <user>@<domain> when nothing else says")
     owner_pod_label: str | None = None
@@ -164,6 +157,8 @@ class AgentConfig(_Section):
                                              "(`0`, `1`, MIG `2.3`) listing the jobs on it, one per line")
     slurm: AgentSlurmConfig = AgentSlurmConfig()
     simulation: SimulationConfig = SimulationConfig()
+    pod_resources: PodResourcesConfig = PodResourcesConfig()
+    kubernetes_jobs: KubernetesJobsConfig = KubernetesJobsConfig()
     kubernetes_node: bool | None = Field(None, description="read this node's labels and cordon from the "
                                          "Kubernetes API (connection: actions.kubernetes); unset: in a pod")
     state_dir: Path | None = Field(None, description="where the agent keeps its GPUs' idle clocks across "

@@ -32,6 +32,8 @@ class ProtectConfig(_Section):
                                         "(or its path, for a pattern with '/'), never the name a process sets")
     processes: list[ProtectedProgram] = Field(default_factory=list, description="programs by path and user")
     namespaces: list[str] = Field(default_factory=lambda: ["kube-system"])
+    workload_labels: dict[str, str] = Field(default_factory=dict, description="Kubernetes workloads carrying "
+                                            "one of these labels are never paused, drained or cancelled")
     partitions: list[str] = Field(default_factory=list, description="Slurm partitions never cancelled in")
     accounts: list[str] = Field(default_factory=list, description="Slurm accounts whose jobs are never cancelled")
     qos: list[str] = Field(default_factory=list, description="Slurm QOS whose jobs are never cancelled")

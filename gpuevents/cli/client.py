@@ -110,6 +110,21 @@ async def show_status(config: Config, as_json: bool) -> None:
     out.print(inc if st.incidents else "no open incidents")
     for warning in st.warnings:
         out.print(Text(f"warning: {warning}", style="bold red"))
+    if st.exemptions:
+        out.print(exemptions_table(st))
+
+
+def exemptions_table(st: StatusResponse) -> Table:
+    """Jobs exempt by their annotations until a time, and annotations not applied (malformed)."""
+    t = Table("job", "exempt until", "rules", "annotation")
+    for e in st.exemptions:
+        if e.until is not None:
+            until: str | Text = e.until.strftime("%Y-%m-%d %H:%M:%S")
+            rules = ", ".join(e.rules) if e.rules else "every rule"
+        else:
+            until, rules = Text(f"not applied: {e.malformed}", style="red"), ""
+        t.add_row(*cells(e.job, until, rules, e.source))
+    return t
 
 
 def status_tables(st: StatusResponse) -> tuple[Table, Table]:

@@ -17,6 +17,16 @@ from rules.core.warnings import undelivered
 from rules.dashboard.fleet_view import DemandLine, FleetIncident, FleetView, fleet_view
 
 
+class ExemptionView(BaseModel):
+    """A job's exemption from its annotations (gpuevents.io/keep-until, exclude), or one that is malformed."""
+
+    job: str
+    until: datetime | None = None
+    rules: list[str] | None = None  # None: every rule
+    source: str
+    malformed: str | None = None  # why it is not applied
+
+
 class StatusResponse(BaseModel):
     """What an acting engine answers on `gpuevents.engine.status`: its partition of the fleet (all of it when
     the fleet is not partitioned)."""
@@ -27,6 +37,7 @@ class StatusResponse(BaseModel):
     partitions: int = 1
     warnings: list[str] = []
     """What the engine cannot set right itself: a node two agents claim."""
+    exemptions: list[ExemptionView] = []
 
 
 def merge_status(replies: list[StatusResponse]) -> StatusResponse:
@@ -47,6 +58,7 @@ def merge_status(replies: list[StatusResponse]) -> StatusResponse:
     })
     incidents = sorted((i for r in parts for i in r.incidents), key=lambda i: i.firing_since or i.started_at)
     return StatusResponse(fleet=fleet, incidents=incidents, partition=None, partitions=first.partitions,
+                          exemptions=[e for r in parts for e in r.exemptions],
                           warnings=[w for r in parts for w in r.warnings])
 
 
@@ -119,7 +131,18 @@ def fleet_status(core: Core, now: datetime) -> StatusResponse:
     return StatusResponse(
         fleet=fleet.model_copy(update={"demand": demand_lines(core, now)}),
         incidents=incident_views(core, now, costs, statuses=("pending", "firing")),
+        exemptions=exemption_views(core, now),
     )
+
+
+def exemption_views(core: Core, now: datetime) -> list[ExemptionView]:
+    """The jobs' exemptions in force and the malformed ones, by job."""
+    ex = core.state.jobs.exemptions
+    out = [ExemptionView(job=job, until=e.until, rules=sorted(e.rules) if e.rules else None, source=e.source)
+           for job, found in ex.active.items() for e in found if e.until > now]
+    out += [ExemptionView(job=job, source=f"{m.annotation}: {m.value}", malformed=m.why)
+            for job, bad in ex.malformed.items() for m in bad]
+    return sorted(out, key=lambda v: (v.job, v.source))
 
 
 class EngineDashboardSource:
