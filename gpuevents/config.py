@@ -260,6 +260,7 @@ class KubernetesConfig(_Section):
 class SlurmConfig(_Section):
     scontrol: Path = Path("scontrol")
     scancel: Path = Path("scancel")
+    squeue: Path = Path("squeue")
 
 
 class EmailConfig(_Section):
