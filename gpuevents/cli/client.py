@@ -141,11 +141,11 @@ def status_tables(st: StatusResponse) -> tuple[Table, Table]:
                                 f"{_num(g.mem_used_mib)}/{_num(g.mem_total_mib)}",
                                 Text(idle_for, style="yellow") if g.held_idle else idle_for,
                                 g.owner or "", str(g.processes)))
-    inc = Table("rule", "entity", "status", "since", "owner", "cost")
+    inc = Table("rule", "entity", "status", "since", "owner", "cost", "warning")
     for i in st.incidents:
         since = i.firing_since or i.started_at
         inc.add_row(*cells(i.rule, i.entity_id, i.status, since.strftime("%Y-%m-%d %H:%M:%S"),
-                           i.owner or "", i.cost or ""))
+                           i.owner or "", i.cost or "", i.warning or ""))
     return gpus, inc
 
 

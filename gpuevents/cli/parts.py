@@ -72,13 +72,15 @@ async def run_parts(parts: dict[str, Part], stop: asyncio.Event) -> None:
         raise PartFailed(f"{', '.join(failed)} stopped unexpectedly (see the log above)")
 
 
-def start_metrics(port: int | None, registry: Any) -> None:
+def start_metrics(port: int | None, registry: Any, addr: str = "0.0.0.0") -> Any:
+    """/metrics on `addr`:`port` in a thread (config `engine.metrics_address`); the server, or None."""
     if port is None:
-        return
+        return None
     from prometheus_client import start_http_server
 
-    start_http_server(port, registry=registry)
-    log.info("metrics on http://0.0.0.0:%d/metrics", port)
+    server, _ = start_http_server(port, addr=addr, registry=registry)
+    log.info("metrics on http://%s:%d/metrics", addr, port)
+    return server
 
 
 def engine_parts(config: Config, bus: Bus, clock: Clock) -> dict[str, Part]:
@@ -99,7 +101,7 @@ def engine_parts(config: Config, bus: Bus, clock: Clock) -> dict[str, Part]:
     else:
         engine = Engine(config, bus, clock=clock)
         engines, run, metrics = [engine], engine.run, engine.metrics
-    start_metrics(config.engine.metrics_port, metrics.registry)
+    start_metrics(config.engine.metrics_port, metrics.registry, config.engine.metrics_address)
     parts: dict[str, Part] = {"engine": run}
     parts.update(runner_parts(config, bus, clock, config.engine.runners))
     if config.engine.dashboard_port is not None:

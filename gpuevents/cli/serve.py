@@ -55,7 +55,22 @@ def engine(config: ConfigOption = None, verbose: VerboseOption = False) -> None:
     if not cfg.engine.rules:
         typer.echo("error: engine.rules is empty: list rule files or directories in the config", err=True)
         raise typer.Exit(1)
+    rules_or_exit(cfg)
     run_async(run_engine(cfg))
+
+
+def rules_or_exit(config: Config) -> None:
+    """Load and check the rule files before connecting anywhere: problems as `file:line: message`, exit 1."""
+    from gpuevents.yamlpos import LocatedError
+    from rules.intake.check import load_checked
+
+    try:
+        load_checked(config.engine.rules, config.engine.timezone, config)
+    except LocatedError as e:
+        typer.echo("error: the rule files do not load (gpuevents rules check says the same):", err=True)
+        for p in e.problems:
+            typer.echo(str(p), err=True)
+        raise typer.Exit(1) from None
 
 
 def runner(

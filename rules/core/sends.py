@@ -18,6 +18,7 @@ from gpuevents.resolution import resolution_words
 from rules.core.incidents import Incident
 from rules.core.limits import Limiter
 from rules.core.state import Entity
+from rules.core.warnings import undelivered
 from rules.lang.expr import jinja_names
 from rules.lang.model import CompiledAction, Rule
 from rules.lang.templates import render_params
@@ -131,7 +132,8 @@ def _jsonable(value: Any) -> Any:
 
 def _proc_facts(p: ProcessView) -> dict[str, Any]:
     return {
-        "pid": p.pid, "create_time": p.create_time.isoformat(), "name": p.name, "user": p.user, "owner": p.owner,
+        "pid": p.pid, "create_time": p.create_time.isoformat(), "name": p.name, "exe": p.exe, "user": p.user,
+        "owner": p.owner,
         "cmdline": p.cmdline, "pod": p.pod, "gpus": list(p.gpus), "age_s": round(p.age_s, 1), "node": p.node,
         "job": p.job,
     }
@@ -273,6 +275,8 @@ class Sender:
             why = protection_reason(req, self.config.protect)
             if why is not None:
                 return req.model_copy(update={"decision": "refused", "reason": f"protected: {why}"})
+            if phase == "stage" and a.require_warning and (unwarned := undelivered(incident)) is not None:
+                return req.model_copy(update={"decision": "refused", "reason": unwarned})
         if phase == "resolve" and (not a.destructive or registry.restores(a.type, params)):
             # A restore (uncordon, scale back) is never rate-limited, held or counted: a suppressed one is not
             # retried and would leave the change in place. Other destructive on_resolve actions are limited.

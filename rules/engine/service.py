@@ -33,6 +33,7 @@ from rules.engine.intake import Intake
 from rules.engine.lease import Lease, lease_key
 from rules.engine.metrics import EngineMetrics
 from rules.engine.operator import act_for
+from rules.engine.outcomes import awaiting_since, learn, replayed_outcomes, warning_outcomes
 from rules.engine.planner import TickPlanner
 from rules.engine.rulefiles import RuleFiles
 from rules.engine.servers import serve_requests
@@ -106,7 +107,7 @@ class Engine:
     async def reload(self) -> bool:
         """Load the rules again; on error keep the running set and log every `file:line`."""
         try:
-            rules = self.rule_files.load()
+            rules = await self.rule_files.reload()  # a child process first: a hostile file costs the child
         except LocatedError as e:
             self.metrics.reloads.labels(result="failed").inc()
             log.error("rule reload failed; the previous %d rules keep running:\n%s",
@@ -218,6 +219,8 @@ class Engine:
             limits = (await c.limits.load()).get(limits_key(self.partition))
             self.core = Core(self.core.rules, self.config)
             self.core.restore(incidents, snoozes, now=self.clock.now(), limits=limits)
+            if (since := awaiting_since(incidents, self.clock.now())) is not None:  # reported while none acted
+                await learn(self.core, self.committer, self.clock.now(), await replayed_outcomes(self.bus, since))
             durable, subjects = self.config.engine.consumer, S.EVENTS_ALL
             if self.partition is not None:
                 durable, subjects = f"{durable}-p{self.partition}", S.partition_filter(self.partition)
@@ -400,6 +403,12 @@ class Engine:
     # ------------------------------------------------------------ audit tail, status and snooze (servers.py)
     async def _on_audit(self, msg: Any) -> None:
         self._audit_tail.add(msg.data)
+        outcomes = warning_outcomes(msg.data)
+        if outcomes:
+            async with self._lock:
+                if self.core is not None and self.leader.is_set():
+                    await self._settle()
+                    await learn(self.core, self.committer, self.clock.now(), outcomes)
 
     @property
     def audit_tail(self) -> list[AuditRecord]:

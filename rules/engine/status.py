@@ -13,6 +13,7 @@ from gpuevents.events import NodeSnapshot
 from gpuevents.records import AuditRecord
 from gpuevents.subjects import ENGINE_STATUS
 from rules.core.core import Core
+from rules.core.warnings import undelivered
 from rules.dashboard.fleet_view import DemandLine, FleetIncident, FleetView, fleet_view
 
 
@@ -108,7 +109,7 @@ def incident_views(core: Core, now: datetime, costs: CostModel | None = None,
             id=inc.id, rule=inc.rule, entity_id=inc.entity_id, entity_kind=inc.entity_kind,
             status=inc.status, started_at=inc.active_at, firing_since=inc.fired_at,
             severity=(rule.spec.labels.get("severity") if rule is not None else None),
-            owner=owner, cost=cost,
+            owner=owner, cost=cost, warning=undelivered(inc),
         ))
     return out
 
