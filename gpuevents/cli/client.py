@@ -13,7 +13,6 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuevents import subjects as S
-from gpuevents.bus import BusError, BusNoResponders, BusTimeout
 from gpuevents.cli.common import (
     ConfigOption,
     cells,
@@ -24,11 +23,11 @@ from gpuevents.cli.common import (
     run_async,
 )
 from gpuevents.clock import SystemClock
-from gpuevents.config import Config
 from gpuevents.durations import format_duration
 from gpuevents.records import AuditRecord, decode_audit, unique_records
 
 if TYPE_CHECKING:
+    from gpuevents.config import Config
     from rules.engine.status import StatusResponse
 
 out = Console()
@@ -158,6 +157,7 @@ async def do_snooze(config: Config, rule: str, entity: str, seconds: float, reas
     """Ask the acting engine; with none running, store the snooze in KV where the next engine reads it."""
     import getpass
 
+    from gpuevents.bus import BusError, BusNoResponders, BusTimeout
     from rules.core.core import Snooze
     from rules.engine.store import ModelStore, snooze_key
 

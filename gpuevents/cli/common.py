@@ -7,17 +7,16 @@ import logging
 import sys
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.text import Text
 
-from gpuevents.bus import CLIENT_CONNECT_S, Bus, BusError, BusUnreachable
-from gpuevents.cli.parts import PartFailed
-from gpuevents.config import Config, load_config
 from gpuevents.durations import DurationError, parse_duration
-from gpuevents.server import ServerError
-from gpuevents.yamlpos import LocatedError
+
+if TYPE_CHECKING:  # the runtime imports are in the functions, so a verb's --help does not load the bus (item 7)
+    from gpuevents.bus import Bus
+    from gpuevents.config import Config
 
 T = TypeVar("T")
 
@@ -40,6 +39,9 @@ def setup_logging(verbose: bool = False) -> None:
 
 def load_config_or_exit(path: Path | None) -> Config:
     """The config, or the problems as `file:line: key: problem` and exit 1."""
+    from gpuevents.config import load_config
+    from gpuevents.yamlpos import LocatedError
+
     try:
         return load_config(path)
     except LocatedError as e:
@@ -60,6 +62,8 @@ def client_config(config: Config) -> Config:
 def operator_bus(config: Config, name: str) -> Bus:
     """The connection of a command a person runs: the operator's inbox (DESIGN §7.1), and BusUnreachable, with
     the address, when NATS does not answer within CLIENT_CONNECT_S."""
+    from gpuevents.bus import CLIENT_CONNECT_S, Bus
+
     return Bus(config.nats, name=name, role="operator", give_up_after=CLIENT_CONNECT_S)
 
 
@@ -75,6 +79,10 @@ def duration_option(text: str, option: str) -> float:
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
     """Run `coro`; Ctrl-C exits 130, NATS out of reach prints one line and exits 2, another NATS or embedded-server
     failure prints one line and exits 1."""
+    from gpuevents.bus import BusError, BusUnreachable
+    from gpuevents.cli.parts import PartFailed
+    from gpuevents.server import ServerError
+
     try:
         return asyncio.run(coro)
     except KeyboardInterrupt:
