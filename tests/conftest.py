@@ -1,7 +1,9 @@
-"""Shared fixtures: a real nats-server on a free loopback port with a temporary store."""
+"""Shared fixtures: a real nats-server on a free loopback port with a temporary store; the `slow` marking and the
+quick hypothesis profile of `pytest -m "not slow"`."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -9,12 +11,31 @@ from typing import Any
 import nats
 import nats.js.errors
 import pytest
+from hypothesis import settings
 from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 
 from gpuevents.bus import Bus, StoredMsg
 from gpuevents.config import EmbeddedServerConfig, NatsConfig
 from gpuevents.server import EmbeddedServer
+from tests.quick import QUICK_EXAMPLES, set_quick
+
+# Tests that use one of these fixtures start a real cluster (seconds to a minute each): marked `slow`.
+SLOW_FIXTURES = frozenset({"slurm", "nats_cluster", "kube_cluster"})
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """`-m "not slow"` or GPUEVENTS_QUICK=1 is the quick loop: hypothesis runs fewer examples."""
+    if os.environ.get("GPUEVENTS_QUICK") == "1" or "not slow" in (config.option.markexpr or ""):
+        set_quick(True)
+        settings.register_profile("quick", max_examples=QUICK_EXAMPLES)
+        settings.load_profile("quick")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture

@@ -21,6 +21,8 @@ from gpuevents.config import Config
 from tests.agent.test_metrics import NOT_FROM_NVML, default_counters
 from tests.prometheus import PrometheusServer
 
+pytestmark = pytest.mark.slow  # a real Prometheus scrapes simulated agents
+
 BOARD = Path(__file__).with_name("data") / "dcgm-exporter" / "dcgm-exporter-dashboard.json"
 JOB = "dcgm"
 TICK_S = 0.5

@@ -184,6 +184,7 @@ def test_the_build_context_leaves_out_tests_docs_and_local_state() -> None:
     assert not any("__pycache__" in f or f.endswith(".pyc") for f in context)
 
 
+@pytest.mark.slow
 def test_the_build_context_makes_a_package_with_every_module(tmp_path: Path) -> None:
     """What `pip install .` sees in the image: an sdist built from exactly the context's files."""
     ctx = tmp_path / "ctx"

@@ -15,6 +15,10 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # runs `gpuevents up --demo` as a process
+
 PINNED = {0, 1, 2}  # agent/scenarios/demo.yaml: held idle, training, a ghost holding memory
 
 

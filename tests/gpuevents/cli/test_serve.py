@@ -12,6 +12,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # each test runs `gpuevents up` as a process
+
 
 def _port_open(port: int) -> bool:
     with socket.socket() as s:

@@ -8,6 +8,8 @@ import base64
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import pytest
+
 from rules.dashboard.pages import bound_port, serve_dashboard
 from rules.dashboard.timeline import hour_window
 from rules.dashboard.usage_source import UsageSource
@@ -15,6 +17,8 @@ from rules.usage.rollup import HOUR, UsageAmounts, UsageBatch, UsageKey
 from rules.usage.store import UsageStore
 from tests.rules.dashboard.cdp import Chromium
 from tests.rules.dashboard.test_dashboard_pages import ARTIFACTS, COSTS, NOW, Fleet, Page
+
+pytestmark = pytest.mark.slow  # every test drives a real Chromium
 
 RECORDED_HOURS = 6  # of the last 24: the other 18 are empty cells
 

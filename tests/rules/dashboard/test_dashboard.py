@@ -124,6 +124,7 @@ async def test_page_and_its_assets_are_served_with_a_strict_policy(client: tuple
         assert (await c.get(asset)).status == 200
 
 
+@pytest.mark.slow
 async def test_dashboard_in_chromium_shows_the_fleet_and_follows_a_gpu_going_idle(tmp_path: Path) -> None:
     source = FleetSource()
     runner = await serve_dashboard(source, "127.0.0.1", 0)

@@ -25,6 +25,8 @@ from rules.usage.store import UsageStore
 from tests.rules.dashboard.cdp import Chromium
 from tests.waiting import wait_for
 
+pytestmark = pytest.mark.slow  # every test drives a real Chromium
+
 NOW = datetime.now(UTC)
 ARTIFACTS = Path(__file__).resolve().parents[3] / "test-artifacts"
 # an H100 costs 1 an hour; energy is free

@@ -168,6 +168,7 @@ def demo_scraped(tmp_path: Path) -> Iterator[PrometheusServer]:
         log.close()
 
 
+@pytest.mark.slow
 def test_every_panel_returns_series_from_a_real_prometheus(demo_scraped: PrometheusServer) -> None:
     prom = demo_scraped
     # the demo's idle rule fires within a minute; then every engine series has values over two scrapes

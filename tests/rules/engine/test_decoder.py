@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from gpuevents.events import decode_event, encode_event, make_event
 from rules.engine.decoder import RepeatDecoder
+from tests.quick import examples
 from tests.rules.helpers import T0, at, gpu, proc, snapshot
 
 
@@ -63,7 +64,7 @@ ENVELOPE_VALUES = st.one_of(st.none(), st.integers(-2, 2), st.text(max_size=8), 
     ["node/n1", "node/n2", "1.0", "node.snapshot", "gpu.hot", T0.isoformat(), "2026-01-05T00:00:15Z", "default"]))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(changes=st.dictionaries(st.sampled_from(["specversion", "id", "source", "cluster", "time", "type", "extra"]),
                                ENVELOPE_VALUES, max_size=3), same_data=st.booleans())
 def test_any_envelope_decodes_as_decode_event_decodes_it(changes: dict[str, Any], same_data: bool) -> None:

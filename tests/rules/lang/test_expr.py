@@ -13,6 +13,7 @@ from jinja2.exceptions import UndefinedError
 
 from rules.lang.expr import CLOCK_KEY, CONDITION_ENV, ExprError, compile_condition, jinja_names
 from rules.lang.views import EntityView, EvalClock, GpuView, NodeView, ProcessView
+from tests.quick import examples
 
 UTC_TZ = ZoneInfo("UTC")
 NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
@@ -221,7 +222,7 @@ def _outcome(fn: Any) -> tuple[str, Any]:
     return ("value", (truth, repr(value)))
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(source=_expr(), params=CONTEXT_PARAMS)
 def test_compiled_conditions_equal_jinja2_compile_expression(source: str, params: tuple[Any, ...]) -> None:
     ctx = _context(params)

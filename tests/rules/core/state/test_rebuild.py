@@ -14,6 +14,7 @@ from rules.core.core import Core, CoreInput, Tick
 from rules.core.inputs import StepResult
 from rules.core.state import FleetState
 from rules.lang.views import EvalClock
+from tests.quick import examples
 from tests.rules.helpers import T0, at, gpu, proc, rules_from, snapshot
 
 RULES = """\
@@ -169,7 +170,7 @@ def _summary(result: StepResult) -> list[tuple[str, ...]]:
 _RULES_CACHE: dict[str, Any] = {}
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                      HealthCheck.function_scoped_fixture])
 @given(inputs=_inputs())
 def test_evaluating_only_changed_entities_gives_what_rebuilding_everything_gives(

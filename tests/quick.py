@@ -1,0 +1,23 @@
+"""The quick test loop (`pytest -m "not slow"`, or GPUEVENTS_QUICK=1): fewer hypothesis examples per property."""
+
+from __future__ import annotations
+
+import os
+
+QUICK_EXAMPLES = 20  # per property in the quick loop; the full run (.ci/run) keeps each test's own figure
+
+_quick = os.environ.get("GPUEVENTS_QUICK") == "1"
+
+
+def set_quick(on: bool) -> None:
+    global _quick
+    _quick = on
+
+
+def is_quick() -> bool:
+    return _quick
+
+
+def examples(n: int) -> int:
+    """`max_examples` for a property that asks for `n`: `n` in a full run, at most QUICK_EXAMPLES in the quick loop."""
+    return min(n, QUICK_EXAMPLES) if _quick else n
