@@ -89,6 +89,7 @@ class FleetIncident(BaseModel):
     severity: str | None = None
     owner: str | None = None
     cost: str | None = None  # estimated waste so far, already formatted ("$12.40")
+    cost_value: float | None = None  # the same, as a number in the fleet's currency (to sort by)
 
 
 class IncidentsResponse(BaseModel):
@@ -114,6 +115,42 @@ class DashboardSource(Protocol):
         ...
 
 
+def fleet_node(snap: NodeSnapshot, costs: CostModel | None = None, team_label: str = "team",
+               now: datetime | None = None) -> tuple[FleetNode, float]:
+    """One node as the dashboard shows it, and the money its held-idle GPUs cost per hour. With `now`, each idle
+    GPU's `idle_for_s` is counted from its `idle_since` (the engine's view); else it is the snapshot's own."""
+    gpus = []
+    held_cost = 0.0
+    physical = physical_shares(snap.gpus)
+    proc_jobs = {p.pid: p.job for p in snap.processes if p.job}
+    proc_teams = {p.pid: p.labels[team_label] for p in snap.processes if p.labels.get(team_label)}
+    node_team = snap.node.labels.get(team_label) or None
+    for g in sorted(snap.gpus, key=lambda g: g.index):
+        if not physical[g.index]:
+            continue  # a MIG parent: its instances are shown and costed
+        held = g.idle and bool(g.pids or g.owners or g.allocated)
+        hourly = costs.hourly(g.model, g.power_w) * physical[g.index] if costs is not None else None
+        if held and hourly is not None:
+            held_cost += hourly
+        job = g.job or next((proc_jobs[pid] for pid in g.pids if pid in proc_jobs), None)
+        idle_for = g.idle_for_s
+        if now is not None:
+            idle_for = max(0.0, (now - g.idle_since).total_seconds()) if g.idle and g.idle_since else None
+        # the values come from validated readings: construct without validating them again
+        gpus.append(FleetGpu.model_construct(
+            index=g.index, uuid=g.uuid, model=g.model, util_pct=g.util_pct, mem_used_mib=g.mem_used_mib,
+            mem_total_mib=g.mem_total_mib, mem_pct=g.mem_pct, temp_c=g.temp_c, power_w=g.power_w,
+            idle=g.idle, held_idle=held, idle_for_s=idle_for,
+            owner=g.owner or (g.owners[0] if g.owners else None),
+            processes=len(g.pids), cost_per_hour=hourly, allocated=g.allocated, job=job,
+            mig_parent=g.mig_parent, lost=g.lost,
+            team=next((proc_teams[pid] for pid in g.pids if pid in proc_teams), node_team),
+        ))
+    node = FleetNode.model_construct(name=snap.node.name, cluster=snap.node.cluster, online=snap.node.online,
+                                     cordoned=snap.node.cordoned, labels=snap.node.labels, gpus=gpus)
+    return node, held_cost
+
+
 def fleet_view(
     snapshots: Iterable[NodeSnapshot], now: datetime, costs: CostModel | None = None
 ) -> FleetView:
@@ -122,30 +159,9 @@ def fleet_view(
     held_cost = 0.0
     team_label = costs.costs.team_label if costs is not None else "team"
     for snap in sorted(snapshots, key=lambda s: (s.node.cluster, s.node.name)):
-        gpus = []
-        physical = physical_shares(snap.gpus)
-        proc_jobs = {p.pid: p.job for p in snap.processes if p.job}
-        proc_teams = {p.pid: p.labels[team_label] for p in snap.processes if p.labels.get(team_label)}
-        node_team = snap.node.labels.get(team_label) or None
-        for g in sorted(snap.gpus, key=lambda g: g.index):
-            if not physical[g.index]:
-                continue  # a MIG parent: its instances are shown and costed
-            held = g.idle and bool(g.pids or g.owners or g.allocated)
-            hourly = costs.hourly(g.model, g.power_w) * physical[g.index] if costs is not None else None
-            if held and hourly is not None:
-                held_cost += hourly
-            job = g.job or next((proc_jobs[pid] for pid in g.pids if pid in proc_jobs), None)
-            gpus.append(FleetGpu(
-                index=g.index, uuid=g.uuid, model=g.model, util_pct=g.util_pct, mem_used_mib=g.mem_used_mib,
-                mem_total_mib=g.mem_total_mib, mem_pct=g.mem_pct, temp_c=g.temp_c, power_w=g.power_w,
-                idle=g.idle, held_idle=held, idle_for_s=g.idle_for_s,
-                owner=g.owner or (g.owners[0] if g.owners else None),
-                processes=len(g.pids), cost_per_hour=hourly, allocated=g.allocated, job=job,
-                mig_parent=g.mig_parent, lost=g.lost,
-                team=next((proc_teams[pid] for pid in g.pids if pid in proc_teams), node_team),
-            ))
-        nodes.append(FleetNode(name=snap.node.name, cluster=snap.node.cluster, online=snap.node.online,
-                              cordoned=snap.node.cordoned, labels=snap.node.labels, gpus=gpus))
+        node, cost = fleet_node(snap, costs, team_label)
+        nodes.append(node)
+        held_cost += cost
     return FleetView(
         time=now,
         currency=costs.currency if costs is not None else "USD",

@@ -17,6 +17,7 @@ from gpuevents.aio import guarded_task, sleep_or_stop, stop_tasks, until_stop_or
 from gpuevents.bus import Bus, BusError, Consumer, Delivery
 from gpuevents.clock import Clock, SystemClock
 from gpuevents.config import Config
+from gpuevents.costs import CostModel
 from gpuevents.events import SnapshotEvent
 from gpuevents.records import AuditRecord
 from gpuevents.yamlpos import LocatedError
@@ -31,10 +32,10 @@ from rules.engine.intake import Intake
 from rules.engine.lease import Lease, lease_key
 from rules.engine.metrics import EngineMetrics
 from rules.engine.planner import TickPlanner
+from rules.engine.readmodel import ReadModel, ReadSide, build_read_model, empty_model
 from rules.engine.rulefiles import RuleFiles
 from rules.engine.servers import serve_requests
 from rules.engine.sharing import exchange
-from rules.engine.status import StatusResponse, fleet_status
 from rules.engine.store import PipelinedStore, limits_key
 from rules.usage.recorder import UsageRecorder
 
@@ -83,6 +84,8 @@ class Engine:
         self._own_gc = gc is None  # a replica's engines share one policy, which the replica starts and stops
         self.usage: UsageRecorder | None = usage
         self._own_usage = usage is None
+        self._changes = 0  # counts what changed the core: a reader waits for a read model that saw them
+        self.read_side = ReadSide(self._build_read_model, lambda: self._changes)
 
     # ------------------------------------------------------------ rules
     def _owns(self, cluster: str, node: str) -> bool:
@@ -109,6 +112,7 @@ class Engine:
             assert self.core is not None
             # Incidents of changed or removed rules close through the normal path: audited, on_resolve run.
             closed = self.core.replace_rules(rules, self.clock.now())
+            self._changes += 1
             if self.committer.incidents is not None:
                 await self.committer.commit(closed, "commit the incidents a reload closed")
             self.planner.replan()  # new and changed rules are evaluated in full at the next tick: make it now
@@ -204,6 +208,7 @@ class Engine:
             limits = (await c.limits.load()).get(limits_key(self.partition))
             self.core = Core(self.core.rules, self.config)
             self.core.restore(incidents, snoozes, now=self.clock.now(), limits=limits)
+            self._changes += 1
             durable, subjects = self.config.engine.consumer, S.EVENTS_ALL
             if self.partition is not None:
                 durable, subjects = f"{durable}-p{self.partition}", S.partition_filter(self.partition)
@@ -230,6 +235,7 @@ class Engine:
 
     async def _step_down(self) -> None:
         self.leader.clear()
+        await self.read_side.close()
         for sub in self._subs:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
@@ -281,6 +287,7 @@ class Engine:
                     snap = self.core.state.current_snapshot(event)
                     self.usage.observe(event if snap is event.data else event.model_copy(update={"data": snap}),
                                        now)
+            self._changes += 1
             for type_, n in counts.items():
                 self.metrics.events.labels(type=type_).inc(n)
             await self._settle()
@@ -319,6 +326,7 @@ class Engine:
                 await wait_any(stop, self.leader, timeout=1.0)
             elif await self.planner.wait(self.core, stop) and self.leader.is_set():
                 await self.tick()
+                self.read_side.refresh()  # the read model, published per tick (built in slices meanwhile)
 
     async def tick(self, now: datetime | None = None) -> StepResult:
         """Step the core through a tick; the periodic sweep of time-dependent rules runs SWEEP_SLICE entities at
@@ -327,6 +335,7 @@ class Engine:
             await self._settle()
             assert self.core is not None
             result = self.core.step(Tick(sweep=False), now or self.clock.now())
+            self._changes += 1
             await self.committer.commit(result, "commit a tick")
         core = self.core
         for name in result.sweeps:
@@ -342,6 +351,7 @@ class Engine:
                     await self._settle()
                     part = core.step(Sweep(rule=name, rule_hash=rule.hash, keys=tuple(keys[i:i + SWEEP_SLICE])),
                                      now or self.clock.now())
+                    self._changes += 1
                     await self.committer.commit(part, "commit a sweep")
                 result.extend(part)
         if self.core is not None:
@@ -388,15 +398,21 @@ class Engine:
         """The newest audit records (ours and the runners'), oldest first, for the dashboard."""
         return self._audit_tail.records()
 
-    async def status(self) -> StatusResponse:
-        """The fleet and open incidents, as `gpuevents status` shows them, once the batch in flight is committed."""
-        async with self._lock:
-            await self._settle()
-            assert self.core is not None
-            status = fleet_status(self.core, self.clock.now())
-        if self.partition is None:
-            return status
-        return status.model_copy(update={"partition": self.partition, "partitions": self.config.engine.partitions})
+    @property
+    def partitions(self) -> int:
+        return 1 if self.partition is None else self.config.engine.partitions
+
+    async def read_model(self, max_age_s: float = 0.0) -> ReadModel:
+        """The fleet as status, `free` and the dashboard show it: a read model that saw every event consumed before
+        this call (or, with `max_age_s`, the latest if it is that young). It is built a few milliseconds at a time
+        between batches, never under the engine's lock, so reading never stops consuming."""
+        return await self.read_side.get(max_age_s)
+
+    async def _build_read_model(self, version: int) -> ReadModel:
+        costs = CostModel(self.config.costs)
+        if self.core is None:
+            return empty_model(self.clock.now(), costs, version)
+        return await build_read_model(self.core, self.clock.now(), version, costs)
 
     async def snooze(self, s: Snooze) -> dict[str, Any]:
         """Exempt `s.entity_id` from `s.rule` until `s.until` (`gpuevents snooze`); stored and audited."""
@@ -406,6 +422,7 @@ class Engine:
             if s.rule not in self.core.rules.by_name:
                 return {"ok": False, "error": f"no rule named {s.rule!r}"}
             result = self.core.step(s, self.clock.now())
+            self._changes += 1
             s = next((x for x in result.snoozes if x.rule == s.rule and x.entity_id == s.entity_id), s)  # as applied
             await self.committer.commit(result, "commit a snooze")
             self.planner.replan()  # its end, or the evaluation it asks for, may come before the planned tick

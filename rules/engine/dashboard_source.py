@@ -1,0 +1,53 @@
+"""The live dashboard's source over this process's engines: their read models, never the cores themselves."""
+
+from __future__ import annotations
+
+import heapq
+
+from gpuevents.costs import CostModel
+from gpuevents.records import AuditRecord
+from rules.dashboard.fleet_view import FleetIncident, FleetView
+from rules.engine.readmodel import ReadModel
+from rules.engine.service import Engine
+
+MAX_AGE_S = 2.0  # a dashboard polling every second or two shares one read model rather than asking a new one
+
+
+class EngineDashboardSource:
+    """The dashboard's view (rules.dashboard.fleet_view.DashboardSource) of one engine, or of the partitions a
+    replica acts for."""
+
+    def __init__(self, engines: Engine | list[Engine] | tuple[Engine, ...]) -> None:
+        self.engines: list[Engine] = list(engines) if isinstance(engines, list | tuple) else [engines]
+        if not self.engines:
+            raise ValueError("a dashboard needs at least one engine")
+        self.engine = self.engines[0]
+        self.costs = CostModel(self.engine.config.costs)
+
+    def _acting(self) -> list[Engine]:
+        return [e for e in self.engines if e.core is not None and (len(self.engines) == 1 or e.leader.is_set())]
+
+    async def _models(self) -> list[ReadModel]:
+        return [await e.read_model(MAX_AGE_S) for e in self._acting()]
+
+    async def fleet(self) -> FleetView:
+        models = await self._models()
+        if len(models) == 1:
+            return models[0].fleet_view()
+        held = sum(m.summary.held_idle_cost_per_hour for m in models)
+        nodes = list(heapq.merge(*(m.nodes for m in models), key=lambda n: (n.cluster, n.name)))
+        return FleetView.model_construct(time=self.engine.clock.now(), currency=self.costs.currency,
+                                         team_label=self.costs.costs.team_label, nodes=nodes,
+                                         held_idle_cost_per_hour=held,
+                                         held_idle_cost_per_hour_text=self.costs.format(held))
+
+    async def incidents(self) -> list[FleetIncident]:
+        """The firing incidents, most costly first, then the longest firing."""
+        firing = [m.firing for m in await self._models()]
+        if len(firing) == 1:
+            return list(firing[0])
+        return list(heapq.merge(*firing, key=lambda i: (-(i.cost_value or 0.0), i.firing_since or i.started_at)))
+
+    def recent_audit(self, limit: int) -> list[AuditRecord]:
+        tails = [r for e in self.engines if e.leader.is_set() or len(self.engines) == 1 for r in e.audit_tail]
+        return list(reversed(sorted({r.id: r for r in tails}.values(), key=lambda r: r.time)[-limit:]))

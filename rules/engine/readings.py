@@ -1,0 +1,51 @@
+"""The read side's one narrow accessor into the core's state: node keys, a node's readings, the open incidents."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuevents.events import NodeSnapshot
+from rules.core.core import Core
+from rules.core.incidents import Incident
+
+
+@dataclass(frozen=True, slots=True)
+class IncidentContext:
+    """What the read side shows of an incident's entity: its rule's severity, its owner, the GPU's model and
+    power (to cost it)."""
+
+    severity: str | None = None
+    owner: str | None = None
+    model: str | None = None
+    power_w: float | None = None
+
+
+def node_keys(core: Core) -> list[str]:
+    """Every node the core knows, as keys for `node_reading` (a copy: the core may change meanwhile)."""
+    return list(core.state.nodes)
+
+
+def node_reading(core: Core, key: str) -> NodeSnapshot | None:
+    """The latest readings of one node, with `online` and `last_seen` (None: forgotten since the keys were read).
+    Built without validating again (the readings were validated when they came in) and sharing the core's
+    immutable GPU and process readings."""
+    ns = core.state.nodes.get(key)
+    if ns is None:
+        return None
+    info = ns.info.model_copy(update={"online": ns.online, "last_seen": ns.last_seen})
+    return NodeSnapshot.model_construct(node=info, gpus=list(ns.gpu_infos.values()),
+                                        processes=list(ns.proc_infos.values()))
+
+
+def open_incidents(core: Core) -> list[Incident]:
+    """The open (pending and firing) incidents; each is immutable, so it can be read after the core moved on."""
+    return core.open_incidents()
+
+
+def incident_context(core: Core, inc: Incident) -> IncidentContext:
+    rule = core.rules.by_name.get(inc.rule)
+    ent = core.entity(inc.entity_key)
+    view = ent.view if ent is not None else None
+    return IncidentContext(severity=rule.spec.labels.get("severity") if rule is not None else None,
+                           owner=getattr(view, "owner", None), model=getattr(view, "model", None),
+                           power_w=getattr(view, "power_w", None))

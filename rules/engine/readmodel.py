@@ -1,0 +1,262 @@
+"""The read model: an immutable picture of the fleet that status, the dashboard and `free` answer from, built in
+slices of a few milliseconds between the engine's events, so that reading the fleet never stops consuming it."""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from gpuevents.costs import CostModel
+from rules.core.core import Core
+from rules.dashboard.fleet_view import FleetIncident, FleetNode, FleetView, fleet_node
+from rules.engine import readings
+
+SLICE_S = 0.004  # how long one slice of a build may hold the event loop
+SORT_RUN = 2_000  # items sorted at once (a run of the sliced merge sort)
+log = logging.getLogger(__name__)
+TOP = 20  # firing incidents and worst nodes a summary carries
+
+T = TypeVar("T")
+
+
+class Slicer:
+    """Yields the event loop once a slice's time is used up: `if s.due(): await s.pause()` in a loop."""
+
+    def __init__(self, budget_s: float = SLICE_S) -> None:
+        self.budget_s = budget_s
+        self.started = time.perf_counter()
+
+    def due(self) -> bool:
+        return time.perf_counter() - self.started >= self.budget_s
+
+    async def pause(self) -> None:
+        await asyncio.sleep(0)
+        self.started = time.perf_counter()
+
+
+async def sorted_sliced(items: list[T], key: Callable[[T], Any], slicer: Slicer) -> list[T]:
+    """`sorted(items, key=key)` (stable) in slices: runs of SORT_RUN sorted apart, then merged a slice at a time."""
+    runs: list[list[tuple[Any, int, T]]] = []
+    for start in range(0, len(items), SORT_RUN):
+        runs.append(sorted((key(x), start + i, x) for i, x in enumerate(items[start:start + SORT_RUN])))
+        if slicer.due():
+            await slicer.pause()
+    out: list[T] = []
+    for _k, _i, x in heapq.merge(*runs):
+        out.append(x)
+        if len(out) % 256 == 0 and slicer.due():
+            await slicer.pause()
+    return out
+
+
+class WorstNode(BaseModel):
+    """A node with GPUs held idle: the summary lists the nodes with the most."""
+
+    name: str
+    cluster: str = "default"
+    online: bool = True
+    gpus: int = 0
+    idle: int = 0
+    held_idle: int = 0
+    held_idle_cost_per_hour: float = 0.0
+
+
+class FleetSummary(BaseModel):
+    """The fleet in a few numbers: what `gpuevents status` prints first."""
+
+    time: datetime
+    currency: str = "USD"
+    nodes: int = 0
+    nodes_online: int = 0
+    gpus: int = 0
+    busy: int = 0
+    idle: int = 0
+    held_idle: int = 0
+    held_idle_cost_per_hour: float = 0.0
+    held_idle_cost_per_hour_text: str = ""
+    incidents_firing: int = 0
+    incidents_pending: int = 0
+
+
+@dataclass(frozen=True)
+class ReadModel:
+    """The fleet as of `time`, built from the core's state at `version` (the engine's count of changes) or later.
+    Immutable: readers share it, and a new one replaces it whole."""
+
+    version: int
+    time: datetime
+    summary: FleetSummary
+    team_label: str = "team"
+    nodes: tuple[FleetNode, ...] = ()  # by cluster, then name
+    incidents: tuple[FleetIncident, ...] = ()  # open ones: firing first, most costly, then longest open first
+    worst_nodes: tuple[WorstNode, ...] = ()  # most GPUs held idle first (only nodes with some), at most TOP
+    node_index: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # node name -> positions in nodes
+    incident_index: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # node name -> in incidents
+    built_s: float = 0.0  # how long the build took, slices and pauses included
+
+    @property
+    def firing(self) -> tuple[FleetIncident, ...]:
+        return self.incidents[:self.summary.incidents_firing]
+
+    def fleet_view(self, nodes: Iterable[FleetNode] | None = None) -> FleetView:
+        """The dashboard's FleetView of these nodes (all by default), without copying or validating them."""
+        s = self.summary
+        return FleetView.model_construct(time=self.time, currency=s.currency, team_label=self.team_label,
+                                         nodes=list(self.nodes if nodes is None else nodes),
+                                         held_idle_cost_per_hour=s.held_idle_cost_per_hour,
+                                         held_idle_cost_per_hour_text=s.held_idle_cost_per_hour_text)
+
+    def node(self, name: str) -> tuple[list[FleetNode], list[FleetIncident]]:
+        """The node(s) of that name (one per cluster) and their open incidents."""
+        return ([self.nodes[i] for i in self.node_index.get(name, ())],
+                [self.incidents[i] for i in self.incident_index.get(name, ())])
+
+
+def _incident_key(inc: FleetIncident) -> tuple[int, float, datetime]:
+    return (0 if inc.status == "firing" else 1, -(inc.cost_value or 0.0), inc.firing_since or inc.started_at)
+
+
+async def build_read_model(core: Core, now: datetime, version: int, costs: CostModel,
+                           slicer: Slicer | None = None) -> ReadModel:
+    """Read the core a slice at a time (each node and incident whole, between two events) into a ReadModel."""
+    started = time.perf_counter()
+    slicer = slicer or Slicer()
+    team_label = costs.costs.team_label
+    rows: list[FleetNode] = []
+    s = FleetSummary(time=now, currency=costs.currency)
+    worst: list[tuple[int, float, int, int, WorstNode]] = []  # a min-heap of the TOP worst so far
+    for n, key in enumerate(readings.node_keys(core)):
+        if slicer.due():
+            await slicer.pause()
+        snap = readings.node_reading(core, key)
+        if snap is None:
+            continue
+        node, held_cost = fleet_node(snap, costs, team_label, now)
+        rows.append(node)
+        idle = sum(1 for g in node.gpus if g.idle)
+        held = sum(1 for g in node.gpus if g.held_idle)
+        s.nodes += 1
+        s.nodes_online += node.online
+        s.gpus += len(node.gpus)
+        s.idle += idle
+        s.busy += len(node.gpus) - idle
+        s.held_idle += held
+        s.held_idle_cost_per_hour += held_cost
+        if held:
+            w = WorstNode(name=node.name, cluster=node.cluster, online=node.online, gpus=len(node.gpus),
+                          idle=idle, held_idle=held, held_idle_cost_per_hour=held_cost)
+            entry = (held, held_cost, idle, -n, w)
+            if len(worst) < TOP:
+                heapq.heappush(worst, entry)
+            elif entry[:4] > worst[0][:4]:
+                heapq.heapreplace(worst, entry)
+    s.held_idle_cost_per_hour_text = costs.format(s.held_idle_cost_per_hour)
+    nodes = await sorted_sliced(rows, lambda x: (x.cluster, x.name), slicer)
+    found: list[tuple[str, FleetIncident]] = []
+    for inc in readings.open_incidents(core):
+        if slicer.due():
+            await slicer.pause()
+        found.append((inc.node, _incident_view(core, inc, now, costs)))
+    ordered = await sorted_sliced(found, lambda x: _incident_key(x[1]), slicer)
+    s.incidents_firing = sum(1 for _n, i in ordered if i.status == "firing")
+    s.incidents_pending = len(ordered) - s.incidents_firing
+    node_index: dict[str, list[int]] = {}
+    for i, x in enumerate(nodes):
+        node_index.setdefault(x.name, []).append(i)
+    incident_index: dict[str, list[int]] = {}
+    for i, (name, _inc) in enumerate(ordered):
+        incident_index.setdefault(name, []).append(i)
+        if i % 1024 == 0 and slicer.due():
+            await slicer.pause()
+    return ReadModel(
+        version=version, time=now, summary=s, team_label=team_label, nodes=tuple(nodes),
+        incidents=tuple(i for _n, i in ordered),
+        worst_nodes=tuple(w for *_k, w in sorted(worst, key=lambda e: e[:4], reverse=True)),
+        node_index={k: tuple(v) for k, v in node_index.items()},
+        incident_index={k: tuple(v) for k, v in incident_index.items()},
+        built_s=time.perf_counter() - started)
+
+
+def _incident_view(core: Core, inc: Any, now: datetime, costs: CostModel) -> FleetIncident:
+    ctx = readings.incident_context(core, inc)
+    cost = None
+    if inc.entity_kind == "gpu" and inc.fired_at:
+        cost = costs.hourly(ctx.model, ctx.power_w) * (now - inc.active_at).total_seconds() / 3600
+    return FleetIncident.model_construct(
+        id=inc.id, rule=inc.rule, entity_id=inc.entity_id, entity_kind=inc.entity_kind, status=inc.status,
+        started_at=inc.active_at, firing_since=inc.fired_at, severity=ctx.severity, owner=ctx.owner,
+        cost=costs.format(cost) if cost is not None else None, cost_value=cost)
+
+
+def empty_model(now: datetime, costs: CostModel, version: int = -1) -> ReadModel:
+    return ReadModel(version=version, time=now, summary=FleetSummary(time=now, currency=costs.currency),
+                     team_label=costs.costs.team_label)
+
+
+def chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    batch: list[T] = []
+    for x in items:
+        batch.append(x)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+class ReadSide:
+    """Hands readers a read model: the latest, or one built once the changes a reader must see are in. One build
+    runs at a time, shared by every reader waiting for it; a reader that gives up does not stop it."""
+
+    def __init__(self, build: Callable[[int], Any], version: Callable[[], int]) -> None:
+        self._build = build  # version -> awaitable ReadModel
+        self._version = version
+        self.latest: ReadModel | None = None
+        self._latest_at = 0.0
+        self._task: asyncio.Task[ReadModel] | None = None
+
+    async def get(self, max_age_s: float = 0.0) -> ReadModel:
+        """A model with every change counted before this call (or, with `max_age_s`, the latest if it is that
+        young)."""
+        want = self._version()
+        while True:
+            m = self.latest
+            if m is not None and (m.version >= want or time.monotonic() - self._latest_at <= max_age_s):
+                return m
+            task = self._task if self._task is not None and not self._task.done() else self._start()
+            await asyncio.shield(task)
+
+    def refresh(self) -> None:
+        """Start building a new model unless one is being built (the engine calls it after each tick)."""
+        if self._task is None or self._task.done():
+            self._start()
+
+    def _start(self) -> asyncio.Task[ReadModel]:
+        self._task = asyncio.create_task(self._run(self._version()), name="read model")
+        self._task.add_done_callback(_retrieve)
+        return self._task
+
+    async def _run(self, version: int) -> ReadModel:
+        model: ReadModel = await self._build(version)
+        self.latest, self._latest_at = model, time.monotonic()
+        return model
+
+    async def close(self) -> None:
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+
+def _retrieve(task: asyncio.Task[ReadModel]) -> None:
+    """A failed build is raised to the readers that wait for it, and logged (a tick's has no reader)."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("the read model could not be built", exc_info=task.exception())
