@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Iterable, Sequence
 from datetime import datetime
 from typing import Protocol
 
 from pydantic import BaseModel, computed_field
 
 from gpuevents.costs import CostModel, physical_shares
-from gpuevents.events import NodeSnapshot
+from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot, ProcessInfo
 from gpuevents.records import AuditRecord, EntityKind, IncidentStatus
 
 
@@ -115,7 +115,20 @@ class DashboardSource(Protocol):
         ...
 
 
-def fleet_node(snap: NodeSnapshot, costs: CostModel | None = None, team_label: str = "team",
+class NodeReadings(Protocol):
+    """A node's readings as fleet_node reads them: a NodeSnapshot, or the engine's own record of one."""
+
+    @property
+    def node(self) -> NodeInfo: ...
+
+    @property
+    def gpus(self) -> Sequence[GpuInfo]: ...
+
+    @property
+    def processes(self) -> Sequence[ProcessInfo]: ...
+
+
+def fleet_node(snap: NodeReadings, costs: CostModel | None = None, team_label: str = "team",
                now: datetime | None = None) -> tuple[FleetNode, float]:
     """One node as the dashboard shows it, and the money its held-idle GPUs cost per hour. With `now`, each idle
     GPU's `idle_for_s` is counted from its `idle_since` (the engine's view); else it is the snapshot's own."""
@@ -136,8 +149,7 @@ def fleet_node(snap: NodeSnapshot, costs: CostModel | None = None, team_label: s
         idle_for = g.idle_for_s
         if now is not None:
             idle_for = max(0.0, (now - g.idle_since).total_seconds()) if g.idle and g.idle_since else None
-        # the values come from validated readings: construct without validating them again
-        gpus.append(FleetGpu.model_construct(
+        gpus.append(FleetGpu(
             index=g.index, uuid=g.uuid, model=g.model, util_pct=g.util_pct, mem_used_mib=g.mem_used_mib,
             mem_total_mib=g.mem_total_mib, mem_pct=g.mem_pct, temp_c=g.temp_c, power_w=g.power_w,
             idle=g.idle, held_idle=held, idle_for_s=idle_for,
@@ -146,8 +158,8 @@ def fleet_node(snap: NodeSnapshot, costs: CostModel | None = None, team_label: s
             mig_parent=g.mig_parent, lost=g.lost,
             team=next((proc_teams[pid] for pid in g.pids if pid in proc_teams), node_team),
         ))
-    node = FleetNode.model_construct(name=snap.node.name, cluster=snap.node.cluster, online=snap.node.online,
-                                     cordoned=snap.node.cordoned, labels=snap.node.labels, gpus=gpus)
+    node = FleetNode(name=snap.node.name, cluster=snap.node.cluster, online=snap.node.online,
+                     cordoned=snap.node.cordoned, labels=snap.node.labels, gpus=gpus)
     return node, held_cost
 
 

@@ -4,9 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuevents.events import NodeSnapshot
+from gpuevents.events import GpuInfo, NodeInfo, ProcessInfo
 from rules.core.core import Core
 from rules.core.incidents import Incident
+
+
+@dataclass(frozen=True, slots=True)
+class NodeReading:
+    """A node's latest readings: its info (with `online` and `last_seen`), GPUs and processes, each immutable."""
+
+    node: NodeInfo
+    gpus: list[GpuInfo]
+    processes: list[ProcessInfo]
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,16 +34,14 @@ def node_keys(core: Core) -> list[str]:
     return list(core.state.nodes)
 
 
-def node_reading(core: Core, key: str) -> NodeSnapshot | None:
-    """The latest readings of one node, with `online` and `last_seen` (None: forgotten since the keys were read).
-    Built without validating again (the readings were validated when they came in) and sharing the core's
-    immutable GPU and process readings."""
+def node_reading(core: Core, key: str) -> NodeReading | None:
+    """The latest readings of one node, with `online` and `last_seen` (None: forgotten since the keys were read),
+    sharing the core's immutable GPU and process readings."""
     ns = core.state.nodes.get(key)
     if ns is None:
         return None
     info = ns.info.model_copy(update={"online": ns.online, "last_seen": ns.last_seen})
-    return NodeSnapshot.model_construct(node=info, gpus=list(ns.gpu_infos.values()),
-                                        processes=list(ns.proc_infos.values()))
+    return NodeReading(node=info, gpus=list(ns.gpu_infos.values()), processes=list(ns.proc_infos.values()))
 
 
 def open_incidents(core: Core) -> list[Incident]:

@@ -7,7 +7,7 @@ import asyncio
 import heapq
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
@@ -99,7 +99,7 @@ class ReadModel:
     incidents: tuple[FleetIncident, ...] = ()  # open ones: firing first, most costly, then longest open first
     worst_nodes: tuple[WorstNode, ...] = ()  # most GPUs held idle first (only nodes with some), at most TOP
     node_index: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # node name -> positions in nodes
-    incident_index: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # node name -> in incidents
+    incident_index: Mapping[str, Sequence[int]] = field(default_factory=dict)  # node name -> in incidents
     built_s: float = 0.0  # how long the build took, slices and pauses included
 
     @property
@@ -166,22 +166,25 @@ async def build_read_model(core: Core, now: datetime, version: int, costs: CostM
             await slicer.pause()
         found.append((inc.node, _incident_view(core, inc, now, costs)))
     ordered = await sorted_sliced(found, lambda x: _incident_key(x[1]), slicer)
-    s.incidents_firing = sum(1 for _n, i in ordered if i.status == "firing")
-    s.incidents_pending = len(ordered) - s.incidents_firing
-    node_index: dict[str, list[int]] = {}
+    incidents: list[FleetIncident] = []
+    node_index: dict[str, tuple[int, ...]] = {}
     for i, x in enumerate(nodes):
-        node_index.setdefault(x.name, []).append(i)
-    incident_index: dict[str, list[int]] = {}
-    for i, (name, _inc) in enumerate(ordered):
-        incident_index.setdefault(name, []).append(i)
+        node_index[x.name] = (*node_index.get(x.name, ()), i)
         if i % 1024 == 0 and slicer.due():
             await slicer.pause()
+    incident_index: dict[str, list[int]] = {}
+    for i, (name, inc) in enumerate(ordered):
+        incidents.append(inc)
+        incident_index.setdefault(name, []).append(i)
+        s.incidents_firing += inc.status == "firing"
+        if i % 1024 == 0 and slicer.due():
+            await slicer.pause()
+    s.incidents_pending = len(incidents) - s.incidents_firing
     return ReadModel(
         version=version, time=now, summary=s, team_label=team_label, nodes=tuple(nodes),
-        incidents=tuple(i for _n, i in ordered),
+        incidents=tuple(incidents),
         worst_nodes=tuple(w for *_k, w in sorted(worst, key=lambda e: e[:4], reverse=True)),
-        node_index={k: tuple(v) for k, v in node_index.items()},
-        incident_index={k: tuple(v) for k, v in incident_index.items()},
+        node_index=node_index, incident_index=incident_index,
         built_s=time.perf_counter() - started)
 
 
@@ -190,7 +193,7 @@ def _incident_view(core: Core, inc: Any, now: datetime, costs: CostModel) -> Fle
     cost = None
     if inc.entity_kind == "gpu" and inc.fired_at:
         cost = costs.hourly(ctx.model, ctx.power_w) * (now - inc.active_at).total_seconds() / 3600
-    return FleetIncident.model_construct(
+    return FleetIncident(
         id=inc.id, rule=inc.rule, entity_id=inc.entity_id, entity_kind=inc.entity_kind, status=inc.status,
         started_at=inc.active_at, firing_since=inc.fired_at, severity=ctx.severity, owner=ctx.owner,
         cost=costs.format(cost) if cost is not None else None, cost_value=cost)
