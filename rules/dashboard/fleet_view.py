@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Iterable, Sequence
+from collections.abc import Awaitable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
@@ -76,6 +77,36 @@ class FleetView(BaseModel):
         return sum(1 for n in self.nodes for g in n.gpus if g.held_idle)
 
 
+@dataclass(frozen=True)
+class FleetRows:
+    """The fleet as the engine's read model holds it: the counts, and each node's FleetNode as JSON (bytes are
+    no work for the garbage collector, and are served as they are). `GET /api/fleet` gives the same JSON as for
+    a FleetView."""
+
+    time: datetime
+    currency: str = "USD"
+    team_label: str = "team"
+    held_idle_cost_per_hour: float = 0.0
+    held_idle_cost_per_hour_text: str = ""
+    gpu_count: int = 0
+    busy: int = 0
+    idle: int = 0
+    held_idle: int = 0
+    node_json: Sequence[bytes] = ()
+
+    def header(self) -> dict[str, object]:
+        """Every field of a FleetView but `nodes`, as JSON values."""
+        return {"time": self.time.isoformat().replace("+00:00", "Z"), "currency": self.currency,
+                "team_label": self.team_label, "held_idle_cost_per_hour": self.held_idle_cost_per_hour,
+                "held_idle_cost_per_hour_text": self.held_idle_cost_per_hour_text, "gpu_count": self.gpu_count,
+                "busy": self.busy, "idle": self.idle, "held_idle": self.held_idle}
+
+    def nodes(self, start: int = 0, stop: int | None = None) -> Iterator[FleetNode]:
+        """The nodes, parsed one at a time."""
+        for raw in self.node_json[start:stop]:
+            yield FleetNode.model_validate_json(raw)
+
+
 class FleetIncident(BaseModel):
     """One incident, as `GET /api/incidents` lists it (the engine lists the firing ones)."""
 
@@ -106,9 +137,11 @@ class DashboardSource(Protocol):
     Each method may return its value or an awaitable of it.
     """
 
-    def fleet(self) -> FleetView | Awaitable[FleetView]: ...
+    def fleet(self) -> FleetView | FleetRows | Awaitable[FleetView | FleetRows]: ...
 
-    def incidents(self) -> list[FleetIncident] | Awaitable[list[FleetIncident]]: ...
+    def incidents(self) -> Sequence[FleetIncident | bytes] | Awaitable[Sequence[FleetIncident | bytes]]:
+        """The firing incidents, each a FleetIncident or its JSON."""
+        ...
 
     def recent_audit(self, limit: int) -> list[AuditRecord] | Awaitable[list[AuditRecord]]:
         """The newest `limit` audit records, newest first."""

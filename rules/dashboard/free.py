@@ -9,7 +9,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-from rules.dashboard.fleet_view import FleetGpu, FleetNode, FleetView
+from rules.dashboard.fleet_view import FleetGpu, FleetNode, FleetRows, FleetView
 
 MIB_PER = {"": 1.0, "m": 1.0, "mb": 1.0, "mib": 1.0, "g": 1024.0, "gb": 1024.0, "gib": 1024.0,
            "t": 1024.0**2, "tb": 1024.0**2, "tib": 1024.0**2}
@@ -223,17 +223,18 @@ def merge_answers(answers: list[FreeAnswer], query: FreeQuery) -> FreeAnswer:
     return merged
 
 
-async def free_gpus_sliced(fleet: FleetView, query: FreeQuery, chunk: int = 256) -> FreeAnswer:
+async def free_gpus_sliced(fleet: FleetView | FleetRows, query: FreeQuery, chunk: int = 128) -> FreeAnswer:
     """`free_gpus` a chunk of nodes at a time, letting the event loop run in between (a large fleet's answer
     would otherwise hold it for a good part of a second); the same answer."""
-    nodes: Sequence[FleetNode] = fleet.nodes
+    total = len(fleet.nodes) if isinstance(fleet, FleetView) else len(fleet.node_json)
     answers = []
-    for start in range(0, len(nodes), chunk):
-        part = FleetView.model_construct(time=fleet.time, nodes=nodes[start:start + chunk])
-        answers.append(free_gpus(part, query))
+    for start in range(0, total, chunk):
+        nodes: Sequence[FleetNode] = (fleet.nodes[start:start + chunk] if isinstance(fleet, FleetView)
+                                      else list(fleet.nodes(start, start + chunk)))
+        answers.append(free_gpus(FleetView.model_construct(time=fleet.time, nodes=nodes), query))
         await asyncio.sleep(0)
     if not answers:
-        return free_gpus(fleet, query)
+        return free_gpus(FleetView(time=fleet.time), query)
     return merge_answers(answers, query)
 
 

@@ -14,7 +14,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from pydantic import BaseModel
 
-from rules.dashboard.fleet_view import AuditResponse, DashboardSource, FleetView
+from rules.dashboard.fleet_view import AuditResponse, DashboardSource, FleetRows, FleetView
 from rules.dashboard.free import FreeQuery, FreeQueryError, free_gpus_sliced
 from rules.dashboard.timeline import Per
 from rules.dashboard.usage_source import UsageSource
@@ -55,11 +55,11 @@ def _json(model: BaseModel) -> web.Response:
 
 
 async def _sliced_json(head: dict[str, Any], key: str, items: list[Any]) -> web.Response:
-    """`head` with `items` (pydantic models) under `key`, serialised a slice at a time: a large fleet's answer
-    never holds the event loop (and the engine consuming on it) for long."""
+    """`head` with `items` (pydantic models, or their JSON) under `key`, serialised a slice at a time: a large
+    fleet's answer never holds the event loop (and the engine consuming on it) for long."""
     parts = []
     for i, item in enumerate(items):
-        parts.append(item.model_dump_json().encode())
+        parts.append(item if isinstance(item, bytes) else item.model_dump_json().encode())
         if i % SLICE == SLICE - 1:
             await asyncio.sleep(0)
     head[key] = "\0"
@@ -70,9 +70,14 @@ async def _sliced_json(head: dict[str, Any], key: str, items: list[Any]) -> web.
 
 async def _fleet(request: web.Request) -> web.Response:
     """The fleet; `?offset=N&limit=M` for a page of its nodes (the counts are always the whole fleet's)."""
-    view: FleetView = await _resolve(request.app[SOURCE_KEY].fleet())
+    view: FleetView | FleetRows = await _resolve(request.app[SOURCE_KEY].fleet())
     offset = _whole(request, "offset", 0, 0, 10**9)
     limit = _whole(request, "limit", MAX_PAGE, 1, MAX_PAGE) if "limit" in request.query else None
+    end = offset + limit if limit is not None else None
+    if isinstance(view, FleetRows):
+        head = view.header()
+        head.update(total_nodes=len(view.node_json), offset=offset)
+        return await _sliced_json(head, "nodes", list(view.node_json[offset:end]))
     counts = {"gpu_count": 0, "busy": 0, "idle": 0, "held_idle": 0}
     for i, node in enumerate(view.nodes):
         counts["gpu_count"] += len(node.gpus)
@@ -81,7 +86,7 @@ async def _fleet(request: web.Request) -> web.Response:
             counts["held_idle"] += g.held_idle
         if i % (SLICE * 8) == 0:
             await asyncio.sleep(0)
-    nodes = view.nodes[offset:offset + limit if limit is not None else None]
+    nodes = view.nodes[offset:end]
     head = view.model_dump(mode="json", exclude={"nodes", *counts})
     head.update(counts, total_nodes=len(view.nodes), offset=offset)
     return await _sliced_json(head, "nodes", nodes)

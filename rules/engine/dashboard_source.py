@@ -6,7 +6,7 @@ import heapq
 
 from gpuevents.costs import CostModel
 from gpuevents.records import AuditRecord
-from rules.dashboard.fleet_view import FleetIncident, FleetView
+from rules.dashboard.fleet_view import FleetRows
 from rules.engine.readmodel import ReadModel
 from rules.engine.service import Engine
 
@@ -30,23 +30,28 @@ class EngineDashboardSource:
     async def _models(self) -> list[ReadModel]:
         return [await e.read_model(MAX_AGE_S) for e in self._acting()]
 
-    async def fleet(self) -> FleetView:
+    async def fleet(self) -> FleetRows:
         models = await self._models()
         if len(models) == 1:
-            return models[0].fleet_view()
+            return models[0].fleet_rows()
+        now = self.engine.clock.now()
+        if not models:
+            return FleetRows(time=now, currency=self.costs.currency, team_label=self.costs.costs.team_label)
         held = sum(m.summary.held_idle_cost_per_hour for m in models)
-        nodes = list(heapq.merge(*(m.nodes for m in models), key=lambda n: (n.cluster, n.name)))
-        return FleetView.model_construct(time=self.engine.clock.now(), currency=self.costs.currency,
-                                         team_label=self.costs.costs.team_label, nodes=nodes,
-                                         held_idle_cost_per_hour=held,
-                                         held_idle_cost_per_hour_text=self.costs.format(held))
+        rows = heapq.merge(*(m.nodes for m in models), key=lambda r: (r.cluster, r.name))
+        return FleetRows(time=now, currency=self.costs.currency, team_label=self.costs.costs.team_label,
+                         held_idle_cost_per_hour=held, held_idle_cost_per_hour_text=self.costs.format(held),
+                         gpu_count=sum(m.summary.gpus for m in models), busy=sum(m.summary.busy for m in models),
+                         idle=sum(m.summary.idle for m in models),
+                         held_idle=sum(m.summary.held_idle for m in models), node_json=[r.json for r in rows])
 
-    async def incidents(self) -> list[FleetIncident]:
-        """The firing incidents, most costly first, then the longest firing."""
-        firing = [m.firing for m in await self._models()]
-        if len(firing) == 1:
-            return list(firing[0])
-        return list(heapq.merge(*firing, key=lambda i: (-(i.cost_value or 0.0), i.firing_since or i.started_at)))
+    async def incidents(self) -> list[bytes]:
+        """The firing incidents (as JSON), most costly first, then the longest firing."""
+        models = await self._models()
+        if len(models) == 1:
+            return list(models[0].firing)
+        ranked = heapq.merge(*(zip(m.firing_rank, m.firing, strict=True) for m in models), key=lambda x: x[0])
+        return [raw for _inc, raw in ranked]
 
     def recent_audit(self, limit: int) -> list[AuditRecord]:
         tails = [r for e in self.engines if e.leader.is_set() or len(self.engines) == 1 for r in e.audit_tail]

@@ -7,7 +7,7 @@ import asyncio
 import heapq
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from gpuevents.costs import CostModel
 from rules.core.core import Core
-from rules.dashboard.fleet_view import FleetIncident, FleetNode, FleetView, fleet_node
+from rules.dashboard.fleet_view import FleetIncident, FleetNode, FleetRows, fleet_node
 from rules.engine import readings
 
 SLICE_S = 0.004  # how long one slice of a build may hold the event loop
@@ -86,38 +86,53 @@ class FleetSummary(BaseModel):
     incidents_pending: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class NodeRow:
+    """One node in the read model: its FleetNode as JSON, and what to find and sort it by."""
+
+    cluster: str
+    name: str
+    json: bytes
+
+
 @dataclass(frozen=True)
 class ReadModel:
     """The fleet as of `time`, built from the core's state at `version` (the engine's count of changes) or later.
-    Immutable: readers share it, and a new one replaces it whole."""
+    Immutable: readers share it, and a new one replaces it whole. Nodes and incidents are held as JSON: few
+    objects for the garbage collector to walk, and pages are served without serialising anything again."""
 
     version: int
     time: datetime
     summary: FleetSummary
     team_label: str = "team"
-    nodes: tuple[FleetNode, ...] = ()  # by cluster, then name
-    incidents: tuple[FleetIncident, ...] = ()  # open ones: firing first, most costly, then longest open first
+    nodes: tuple[NodeRow, ...] = ()  # by cluster, then name
+    incidents: tuple[bytes, ...] = ()  # open ones (FleetIncident JSON): firing first, most costly, longest open
     worst_nodes: tuple[WorstNode, ...] = ()  # most GPUs held idle first (only nodes with some), at most TOP
     node_index: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # node name -> positions in nodes
     incident_index: Mapping[str, Sequence[int]] = field(default_factory=dict)  # node name -> in incidents
+    firing_rank: Sequence[tuple[float, float]] = ()  # each firing incident's (-cost, firing since): to merge by
     built_s: float = 0.0  # how long the build took, slices and pauses included
 
     @property
-    def firing(self) -> tuple[FleetIncident, ...]:
+    def firing(self) -> tuple[bytes, ...]:
         return self.incidents[:self.summary.incidents_firing]
 
-    def fleet_view(self, nodes: Iterable[FleetNode] | None = None) -> FleetView:
-        """The dashboard's FleetView of these nodes (all by default), without copying or validating them."""
+    def top_firing(self, n: int) -> list[FleetIncident]:
+        """The `n` most costly firing incidents (then the longest firing)."""
+        return [FleetIncident.model_validate_json(raw) for raw in self.firing[:n]]
+
+    def fleet_rows(self) -> FleetRows:
+        """The dashboard's view of the fleet: the counts, and each node's JSON as it is held."""
         s = self.summary
-        return FleetView.model_construct(time=self.time, currency=s.currency, team_label=self.team_label,
-                                         nodes=list(self.nodes if nodes is None else nodes),
-                                         held_idle_cost_per_hour=s.held_idle_cost_per_hour,
-                                         held_idle_cost_per_hour_text=s.held_idle_cost_per_hour_text)
+        return FleetRows(time=self.time, currency=s.currency, team_label=self.team_label,
+                         held_idle_cost_per_hour=s.held_idle_cost_per_hour,
+                         held_idle_cost_per_hour_text=s.held_idle_cost_per_hour_text, gpu_count=s.gpus,
+                         busy=s.busy, idle=s.idle, held_idle=s.held_idle, node_json=[r.json for r in self.nodes])
 
     def node(self, name: str) -> tuple[list[FleetNode], list[FleetIncident]]:
         """The node(s) of that name (one per cluster) and their open incidents."""
-        return ([self.nodes[i] for i in self.node_index.get(name, ())],
-                [self.incidents[i] for i in self.incident_index.get(name, ())])
+        return ([FleetNode.model_validate_json(self.nodes[i].json) for i in self.node_index.get(name, ())],
+                [FleetIncident.model_validate_json(self.incidents[i]) for i in self.incident_index.get(name, ())])
 
 
 def _incident_key(inc: FleetIncident) -> tuple[int, float, datetime]:
@@ -130,7 +145,7 @@ async def build_read_model(core: Core, now: datetime, version: int, costs: CostM
     started = time.perf_counter()
     slicer = slicer or Slicer()
     team_label = costs.costs.team_label
-    rows: list[FleetNode] = []
+    rows: list[NodeRow] = []
     s = FleetSummary(time=now, currency=costs.currency)
     worst: list[tuple[int, float, int, int, WorstNode]] = []  # a min-heap of the TOP worst so far
     for n, key in enumerate(readings.node_keys(core)):
@@ -140,7 +155,7 @@ async def build_read_model(core: Core, now: datetime, version: int, costs: CostM
         if snap is None:
             continue
         node, held_cost = fleet_node(snap, costs, team_label, now)
-        rows.append(node)
+        rows.append(NodeRow(cluster=node.cluster, name=node.name, json=node.model_dump_json().encode()))
         idle = sum(1 for g in node.gpus if g.idle)
         held = sum(1 for g in node.gpus if g.held_idle)
         s.nodes += 1
@@ -159,24 +174,28 @@ async def build_read_model(core: Core, now: datetime, version: int, costs: CostM
             elif entry[:4] > worst[0][:4]:
                 heapq.heapreplace(worst, entry)
     s.held_idle_cost_per_hour_text = costs.format(s.held_idle_cost_per_hour)
-    nodes = await sorted_sliced(rows, lambda x: (x.cluster, x.name), slicer)
-    found: list[tuple[str, FleetIncident]] = []
+    nodes = await sorted_sliced(rows, lambda r: (r.cluster, r.name), slicer)
+    found: list[tuple[tuple[int, float, datetime], str, bytes]] = []
     for inc in readings.open_incidents(core):
         if slicer.due():
             await slicer.pause()
-        found.append((inc.node, _incident_view(core, inc, now, costs)))
-    ordered = await sorted_sliced(found, lambda x: _incident_key(x[1]), slicer)
-    incidents: list[FleetIncident] = []
+        view = _incident_view(core, inc, now, costs)
+        found.append((_incident_key(view), inc.node, view.model_dump_json().encode()))
+    ordered = await sorted_sliced(found, lambda x: x[0], slicer)
+    incidents: list[bytes] = []
+    rank: list[tuple[float, float]] = []
     node_index: dict[str, tuple[int, ...]] = {}
-    for i, x in enumerate(nodes):
-        node_index[x.name] = (*node_index.get(x.name, ()), i)
+    for i, r in enumerate(nodes):
+        node_index[r.name] = (*node_index.get(r.name, ()), i)
         if i % 1024 == 0 and slicer.due():
             await slicer.pause()
     incident_index: dict[str, list[int]] = {}
-    for i, (name, inc) in enumerate(ordered):
-        incidents.append(inc)
+    for i, (k, name, raw) in enumerate(ordered):
+        incidents.append(raw)
         incident_index.setdefault(name, []).append(i)
-        s.incidents_firing += inc.status == "firing"
+        if k[0] == 0:
+            s.incidents_firing += 1
+            rank.append((k[1], k[2].timestamp()))
         if i % 1024 == 0 and slicer.due():
             await slicer.pause()
     s.incidents_pending = len(incidents) - s.incidents_firing
@@ -184,7 +203,7 @@ async def build_read_model(core: Core, now: datetime, version: int, costs: CostM
         version=version, time=now, summary=s, team_label=team_label, nodes=tuple(nodes),
         incidents=tuple(incidents),
         worst_nodes=tuple(w for *_k, w in sorted(worst, key=lambda e: e[:4], reverse=True)),
-        node_index=node_index, incident_index=incident_index,
+        node_index=node_index, incident_index=incident_index, firing_rank=rank,
         built_s=time.perf_counter() - started)
 
 
@@ -202,17 +221,6 @@ def _incident_view(core: Core, inc: Any, now: datetime, costs: CostModel) -> Fle
 def empty_model(now: datetime, costs: CostModel, version: int = -1) -> ReadModel:
     return ReadModel(version=version, time=now, summary=FleetSummary(time=now, currency=costs.currency),
                      team_label=costs.costs.team_label)
-
-
-def chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:
-    batch: list[T] = []
-    for x in items:
-        batch.append(x)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
 
 
 class ReadSide:

@@ -76,7 +76,7 @@ async def serve_requests(bus: Bus, engine: Answers) -> list[Any]:
         except ValidationError as e:
             return orjson.dumps({"ok": False, "error": str(e)})
         model = await engine.read_model()
-        found = await free_gpus_sliced(model.fleet_view(), query)
+        found = await free_gpus_sliced(model.fleet_rows(), query)
         found = bounded(found, bus.max_payload - HEADROOM)
         return orjson.dumps({"ok": True, "partition": engine.partition, "partitions": engine.partitions,
                              "answer": found.model_dump(mode="json")})
