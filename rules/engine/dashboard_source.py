@@ -38,20 +38,21 @@ class EngineDashboardSource:
         if not models:
             return FleetRows(time=now, currency=self.costs.currency, team_label=self.costs.costs.team_label)
         held = sum(m.summary.held_idle_cost_per_hour for m in models)
-        rows = heapq.merge(*(m.nodes for m in models), key=lambda r: (r.cluster, r.name))
+        rows = heapq.merge(*(zip(m.node_keys, m.node_json, strict=True) for m in models), key=lambda r: r[0])
         return FleetRows(time=now, currency=self.costs.currency, team_label=self.costs.costs.team_label,
                          held_idle_cost_per_hour=held, held_idle_cost_per_hour_text=self.costs.format(held),
                          gpu_count=sum(m.summary.gpus for m in models), busy=sum(m.summary.busy for m in models),
                          idle=sum(m.summary.idle for m in models),
-                         held_idle=sum(m.summary.held_idle for m in models), node_json=[r.json for r in rows])
+                         held_idle=sum(m.summary.held_idle for m in models), node_json=[raw for _k, raw in rows])
 
     async def incidents(self) -> list[bytes]:
         """The firing incidents (as JSON), most costly first, then the longest firing."""
         models = await self._models()
         if len(models) == 1:
-            return list(models[0].firing)
-        ranked = heapq.merge(*(zip(m.firing_rank, m.firing, strict=True) for m in models), key=lambda x: x[0])
-        return [raw for _inc, raw in ranked]
+            return models[0].firing()
+        ranked = heapq.merge(*(zip(zip(m.firing_cost, m.firing_since, strict=True), m.firing(), strict=True)
+                               for m in models), key=lambda x: x[0])
+        return [raw for _rank, raw in ranked]
 
     def recent_audit(self, limit: int) -> list[AuditRecord]:
         tails = [r for e in self.engines if e.leader.is_set() or len(self.engines) == 1 for r in e.audit_tail]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from gpuevents.events import GpuInfo, NodeInfo, ProcessInfo
@@ -44,9 +45,12 @@ def node_reading(core: Core, key: str) -> NodeReading | None:
     return NodeReading(node=info, gpus=list(ns.gpu_infos.values()), processes=list(ns.proc_infos.values()))
 
 
-def open_incidents(core: Core) -> list[Incident]:
-    """The open (pending and firing) incidents; each is immutable, so it can be read after the core moved on."""
-    return core.open_incidents()
+def open_incidents(core: Core) -> Iterator[list[Incident]]:
+    """The open (pending and firing) incidents, a rule's at a time: each list is taken whole (a copy of
+    references, no work per incident), so a reader can pause between them while the core moves on. Each
+    incident is immutable."""
+    for incs in list(core.incidents.values()):
+        yield list(incs.values())
 
 
 def incident_context(core: Core, inc: Incident) -> IncidentContext:

@@ -7,10 +7,11 @@ import asyncio
 import heapq
 import logging
 import time
+from array import array
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -18,43 +19,10 @@ from gpuevents.costs import CostModel
 from rules.core.core import Core
 from rules.dashboard.fleet_view import FleetIncident, FleetNode, FleetRows, fleet_node
 from rules.engine import readings
+from rules.engine.slices import Packed, Slicer, release, sorted_sliced
 
-SLICE_S = 0.004  # how long one slice of a build may hold the event loop
-SORT_RUN = 2_000  # items sorted at once (a run of the sliced merge sort)
 log = logging.getLogger(__name__)
 TOP = 20  # firing incidents and worst nodes a summary carries
-
-T = TypeVar("T")
-
-
-class Slicer:
-    """Yields the event loop once a slice's time is used up: `if s.due(): await s.pause()` in a loop."""
-
-    def __init__(self, budget_s: float = SLICE_S) -> None:
-        self.budget_s = budget_s
-        self.started = time.perf_counter()
-
-    def due(self) -> bool:
-        return time.perf_counter() - self.started >= self.budget_s
-
-    async def pause(self) -> None:
-        await asyncio.sleep(0)
-        self.started = time.perf_counter()
-
-
-async def sorted_sliced(items: list[T], key: Callable[[T], Any], slicer: Slicer) -> list[T]:
-    """`sorted(items, key=key)` (stable) in slices: runs of SORT_RUN sorted apart, then merged a slice at a time."""
-    runs: list[list[tuple[Any, int, T]]] = []
-    for start in range(0, len(items), SORT_RUN):
-        runs.append(sorted((key(x), start + i, x) for i, x in enumerate(items[start:start + SORT_RUN])))
-        if slicer.due():
-            await slicer.pause()
-    out: list[T] = []
-    for _k, _i, x in heapq.merge(*runs):
-        out.append(x)
-        if len(out) % 256 == 0 and slicer.due():
-            await slicer.pause()
-    return out
 
 
 class WorstNode(BaseModel):
@@ -86,40 +54,35 @@ class FleetSummary(BaseModel):
     incidents_pending: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class NodeRow:
-    """One node in the read model: its FleetNode as JSON, and what to find and sort it by."""
-
-    cluster: str
-    name: str
-    json: bytes
-
-
 @dataclass(frozen=True)
 class ReadModel:
     """The fleet as of `time`, built from the core's state at `version` (the engine's count of changes) or later.
-    Immutable: readers share it, and a new one replaces it whole. Nodes and incidents are held as JSON: few
-    objects for the garbage collector to walk, and pages are served without serialising anything again."""
+    Immutable: readers share it, and a new one replaces it whole. Nodes and incidents are held as JSON packed
+    into few objects: little for the garbage collector to walk or for freeing an old model to do, and pages
+    are served without serialising anything again."""
 
     version: int
     time: datetime
     summary: FleetSummary
     team_label: str = "team"
-    nodes: tuple[NodeRow, ...] = ()  # by cluster, then name
-    incidents: tuple[bytes, ...] = ()  # open ones (FleetIncident JSON): firing first, most costly, longest open
+    node_keys: tuple[tuple[str, str], ...] = ()  # (cluster, name), in that order
+    node_json: Packed = field(default_factory=Packed)  # each node's FleetNode, in the order of node_keys
+    incidents: Packed = field(default_factory=Packed)  # open ones (FleetIncident): firing first, most costly,
+    # then the longest open
     worst_nodes: tuple[WorstNode, ...] = ()  # most GPUs held idle first (only nodes with some), at most TOP
     node_index: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # node name -> positions in nodes
     incident_index: Mapping[str, Sequence[int]] = field(default_factory=dict)  # node name -> in incidents
-    firing_rank: Sequence[tuple[float, float]] = ()  # each firing incident's (-cost, firing since): to merge by
+    firing_cost: Sequence[float] = ()  # each firing incident's cost so far, to merge several models by
+    firing_since: Sequence[float] = ()  # and when it fired (a timestamp)
     built_s: float = 0.0  # how long the build took, slices and pauses included
 
-    @property
-    def firing(self) -> tuple[bytes, ...]:
-        return self.incidents[:self.summary.incidents_firing]
+    def firing(self) -> list[bytes]:
+        return self.incidents.range(0, self.summary.incidents_firing)
 
     def top_firing(self, n: int) -> list[FleetIncident]:
         """The `n` most costly firing incidents (then the longest firing)."""
-        return [FleetIncident.model_validate_json(raw) for raw in self.firing[:n]]
+        return [FleetIncident.model_validate_json(raw) for raw in self.incidents.range(0, min(
+            n, self.summary.incidents_firing))]
 
     def fleet_rows(self) -> FleetRows:
         """The dashboard's view of the fleet: the counts, and each node's JSON as it is held."""
@@ -127,11 +90,11 @@ class ReadModel:
         return FleetRows(time=self.time, currency=s.currency, team_label=self.team_label,
                          held_idle_cost_per_hour=s.held_idle_cost_per_hour,
                          held_idle_cost_per_hour_text=s.held_idle_cost_per_hour_text, gpu_count=s.gpus,
-                         busy=s.busy, idle=s.idle, held_idle=s.held_idle, node_json=[r.json for r in self.nodes])
+                         busy=s.busy, idle=s.idle, held_idle=s.held_idle, node_json=self.node_json)
 
     def node(self, name: str) -> tuple[list[FleetNode], list[FleetIncident]]:
         """The node(s) of that name (one per cluster) and their open incidents."""
-        return ([FleetNode.model_validate_json(self.nodes[i].json) for i in self.node_index.get(name, ())],
+        return ([FleetNode.model_validate_json(self.node_json[i]) for i in self.node_index.get(name, ())],
                 [FleetIncident.model_validate_json(self.incidents[i]) for i in self.incident_index.get(name, ())])
 
 
@@ -145,7 +108,7 @@ async def build_read_model(core: Core, now: datetime, version: int, costs: CostM
     started = time.perf_counter()
     slicer = slicer or Slicer()
     team_label = costs.costs.team_label
-    rows: list[NodeRow] = []
+    rows: list[tuple[str, str, bytes]] = []
     s = FleetSummary(time=now, currency=costs.currency)
     worst: list[tuple[int, float, int, int, WorstNode]] = []  # a min-heap of the TOP worst so far
     for n, key in enumerate(readings.node_keys(core)):
@@ -155,7 +118,7 @@ async def build_read_model(core: Core, now: datetime, version: int, costs: CostM
         if snap is None:
             continue
         node, held_cost = fleet_node(snap, costs, team_label, now)
-        rows.append(NodeRow(cluster=node.cluster, name=node.name, json=node.model_dump_json().encode()))
+        rows.append((node.cluster, node.name, node.model_dump_json().encode()))
         idle = sum(1 for g in node.gpus if g.idle)
         held = sum(1 for g in node.gpus if g.held_idle)
         s.nodes += 1
@@ -174,36 +137,46 @@ async def build_read_model(core: Core, now: datetime, version: int, costs: CostM
             elif entry[:4] > worst[0][:4]:
                 heapq.heapreplace(worst, entry)
     s.held_idle_cost_per_hour_text = costs.format(s.held_idle_cost_per_hour)
-    nodes = await sorted_sliced(rows, lambda r: (r.cluster, r.name), slicer)
-    found: list[tuple[tuple[int, float, datetime], str, bytes]] = []
-    for inc in readings.open_incidents(core):
-        if slicer.due():
-            await slicer.pause()
-        view = _incident_view(core, inc, now, costs)
-        found.append((_incident_key(view), inc.node, view.model_dump_json().encode()))
-    ordered = await sorted_sliced(found, lambda x: x[0], slicer)
-    incidents: list[bytes] = []
-    rank: list[tuple[float, float]] = []
+    ordered_rows = await sorted_sliced(rows, lambda r: (r[0], r[1]), slicer)
+    await release(rows, slicer)
+    node_keys: list[tuple[str, str]] = []
+    node_json = Packed()
     node_index: dict[str, tuple[int, ...]] = {}
-    for i, r in enumerate(nodes):
-        node_index[r.name] = (*node_index.get(r.name, ()), i)
-        if i % 1024 == 0 and slicer.due():
+    for i, (cluster, name, raw) in enumerate(ordered_rows):
+        node_keys.append((cluster, name))
+        node_json.append(raw)
+        node_index[name] = (*node_index.get(name, ()), i)
+        if i % 256 == 0 and slicer.due():
             await slicer.pause()
-    incident_index: dict[str, list[int]] = {}
+    await release(ordered_rows, slicer)
+    found: list[tuple[tuple[int, float, datetime], str, bytes]] = []
+    for group in readings.open_incidents(core):
+        for inc in group:
+            if slicer.due():
+                await slicer.pause()
+            view = _incident_view(core, inc, now, costs)
+            found.append((_incident_key(view), inc.node, view.model_dump_json().encode()))
+    ordered = await sorted_sliced(found, lambda x: x[0], slicer)
+    await release(found, slicer)
+    incidents = Packed()
+    firing_cost, firing_since = array("d"), array("d")
+    incident_index: dict[str, array[int]] = {}
     for i, (k, name, raw) in enumerate(ordered):
         incidents.append(raw)
-        incident_index.setdefault(name, []).append(i)
+        incident_index.setdefault(name, array("Q")).append(i)
         if k[0] == 0:
             s.incidents_firing += 1
-            rank.append((k[1], k[2].timestamp()))
-        if i % 1024 == 0 and slicer.due():
+            firing_cost.append(k[1])
+            firing_since.append(k[2].timestamp())
+        if i % 256 == 0 and slicer.due():
             await slicer.pause()
+    await release(ordered, slicer)
     s.incidents_pending = len(incidents) - s.incidents_firing
     return ReadModel(
-        version=version, time=now, summary=s, team_label=team_label, nodes=tuple(nodes),
-        incidents=tuple(incidents),
+        version=version, time=now, summary=s, team_label=team_label, node_keys=tuple(node_keys),
+        node_json=node_json.done(), incidents=incidents.done(),
         worst_nodes=tuple(w for *_k, w in sorted(worst, key=lambda e: e[:4], reverse=True)),
-        node_index=node_index, incident_index=incident_index, firing_rank=rank,
+        node_index=node_index, incident_index=incident_index, firing_cost=firing_cost, firing_since=firing_since,
         built_s=time.perf_counter() - started)
 
 

@@ -4,7 +4,7 @@ fleet each under the server's max payload), asked of every acting engine and mer
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from typing import Literal, Protocol
 
 import orjson
@@ -111,7 +111,7 @@ async def answer(models: ModelSource, payload: bytes, partition: int | None, par
 
 async def _page(model: ReadModel, q: StatusQuery, budget: int, partition: int | None, partitions: int) -> bytes:
     """As many items from the offset as fit in `budget` bytes (each held as JSON already)."""
-    items: Sequence[bytes] = [r.json for r in model.nodes] if q.view == "nodes" else model.incidents
+    items = model.node_json if q.view == "nodes" else model.incidents
     start = max(0, q.offsets.get(partition_key(partition), 0))
     head = StatusPage(view=q.view, version=model.version, offset=start, total=len(items), partition=partition,
                       partitions=partitions)

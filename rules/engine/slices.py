@@ -1,0 +1,114 @@
+"""Large work on the event loop a few milliseconds at a time: a slicer, a sliced sort, sliced freeing, and JSON
+documents packed into few objects (so that neither the garbage collector nor freeing them walks many)."""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import time
+from array import array
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar, overload
+
+SLICE_S = 0.004  # how long one slice may hold the event loop
+SORT_RUN = 2_000  # items sorted at once (a run of the sliced merge sort)
+FREE_STEP = 2_048  # items freed at once
+PACK = 1_024  # JSON documents in one blob
+
+T = TypeVar("T")
+
+
+class Slicer:
+    """Yields the event loop once a slice's time is used up: `if s.due(): await s.pause()` in a loop."""
+
+    def __init__(self, budget_s: float = SLICE_S) -> None:
+        self.budget_s = budget_s
+        self.started = time.perf_counter()
+
+    def due(self) -> bool:
+        return time.perf_counter() - self.started >= self.budget_s
+
+    async def pause(self) -> None:
+        await asyncio.sleep(0)
+        self.started = time.perf_counter()
+
+
+async def release(items: list[Any], slicer: Slicer) -> None:
+    """Empty `items` a step at a time: freeing a few hundred thousand objects at once takes tens of ms."""
+    while items:
+        del items[-FREE_STEP:]
+        if slicer.due():
+            await slicer.pause()
+
+
+async def sorted_sliced(items: list[T], key: Callable[[T], Any], slicer: Slicer) -> list[T]:
+    """`sorted(items, key=key)` (stable) in slices: runs of SORT_RUN sorted apart, then merged a slice at a
+    time; what the sort made is freed a slice at a time too."""
+    runs: list[list[tuple[Any, int, T]]] = []
+    for start in range(0, len(items), SORT_RUN):
+        runs.append(sorted((key(x), start + i, x) for i, x in enumerate(items[start:start + SORT_RUN])))
+        if slicer.due():
+            await slicer.pause()
+    out: list[T] = []
+    for _k, _i, x in heapq.merge(*runs):
+        out.append(x)
+        if len(out) % 256 == 0 and slicer.due():
+            await slicer.pause()
+    for run in runs:
+        await release(run, slicer)
+    return out
+
+
+class Packed(Sequence[bytes]):
+    """JSON documents (bytes) packed PACK to a blob with their end offsets: an item is a slice of its blob."""
+
+    def __init__(self) -> None:
+        self._blobs: list[bytes] = []
+        self._ends: list[array[int]] = []
+        self._pending: list[bytes] = []
+        self._len = 0
+
+    def append(self, raw: bytes) -> None:
+        self._pending.append(raw)
+        self._len += 1
+        if len(self._pending) == PACK:
+            self._pack()
+
+    def done(self) -> Packed:
+        if self._pending:
+            self._pack()
+        return self
+
+    def _pack(self) -> None:
+        ends, at = array("Q"), 0
+        for raw in self._pending:
+            at += len(raw)
+            ends.append(at)
+        self._blobs.append(b"".join(self._pending))
+        self._ends.append(ends)
+        self._pending = []
+
+    def __len__(self) -> int:
+        return self._len
+
+    @overload
+    def __getitem__(self, i: int) -> bytes: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[bytes]: ...
+
+    def __getitem__(self, i: int | slice) -> bytes | list[bytes]:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        if not 0 <= i < self._len - len(self._pending):
+            raise IndexError(i)
+        blob, k = divmod(i, PACK)
+        ends = self._ends[blob]
+        return self._blobs[blob][ends[k - 1] if k else 0:ends[k]]
+
+    def __iter__(self) -> Iterator[bytes]:
+        for i in range(self._len - len(self._pending)):
+            yield self[i]
+
+    def range(self, start: int, stop: int | None = None) -> list[bytes]:
+        return self[start:stop]
