@@ -1,0 +1,51 @@
+"""Working a slice at a time: the sliced sort equals sorted(), freeing empties the list, packed JSON gives back
+every document as it went in."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rules.engine import slices
+from rules.engine.slices import Packed, Slicer, release, sorted_sliced
+
+
+class CountingSlicer(Slicer):
+    """A slicer whose every check is due: counts the pauses."""
+
+    def __init__(self) -> None:
+        super().__init__(0.0)
+        self.pauses = 0
+
+    async def pause(self) -> None:
+        self.pauses += 1
+        await super().pause()
+
+
+async def test_the_sliced_sort_is_sorted_and_stable_and_pauses() -> None:
+    rng = random.Random(3)
+    items = [(rng.randrange(50), i) for i in range(5 * slices.SORT_RUN + 17)]
+    slicer = CountingSlicer()
+    got = await sorted_sliced(items, lambda x: x[0], slicer)
+    assert got == sorted(items, key=lambda x: x[0])  # stable: equal keys keep their order
+    assert slicer.pauses > 5
+
+
+async def test_release_empties_the_list_a_step_at_a_time() -> None:
+    items = list(range(3 * slices.FREE_STEP + 1))
+    slicer = CountingSlicer()
+    await release(items, slicer)
+    assert items == [] and slicer.pauses == 4
+
+
+@given(st.lists(st.binary(max_size=40), max_size=3 * slices.PACK + 5))
+def test_packed_json_gives_back_every_document(docs: list[bytes]) -> None:
+    packed = Packed()
+    for d in docs:
+        packed.append(d)
+    packed.done()
+    assert len(packed) == len(docs) and list(packed) == docs
+    assert packed[1:4] == docs[1:4] and packed.range(len(docs) - 2) == docs[-2:]
+    assert packed[len(docs) - 1:len(docs) + 10] == docs[-1:]
