@@ -19,7 +19,7 @@ from gpuevents.costs import CostModel
 from rules.core.core import Core
 from rules.dashboard.fleet_view import FleetIncident, FleetNode, FleetRows, fleet_node
 from rules.engine import readings
-from rules.engine.slices import Packed, Slicer, release, sorted_sliced
+from rules.engine.slices import Packed, Slicer, add, sorted_sliced
 
 log = logging.getLogger(__name__)
 TOP = 20  # firing incidents and worst nodes a summary carries
@@ -108,7 +108,7 @@ async def build_read_model(core: Core, now: datetime, version: int, costs: CostM
     started = time.perf_counter()
     slicer = slicer or Slicer()
     team_label = costs.costs.team_label
-    rows: list[tuple[str, str, bytes]] = []
+    rows: list[list[tuple[str, str, bytes]]] = []
     s = FleetSummary(time=now, currency=costs.currency)
     worst: list[tuple[int, float, int, int, WorstNode]] = []  # a min-heap of the TOP worst so far
     for n, key in enumerate(readings.node_keys(core)):
@@ -118,7 +118,7 @@ async def build_read_model(core: Core, now: datetime, version: int, costs: CostM
         if snap is None:
             continue
         node, held_cost = fleet_node(snap, costs, team_label, now)
-        rows.append((node.cluster, node.name, node.model_dump_json().encode()))
+        add(rows, (node.cluster, node.name, node.model_dump_json().encode()))
         idle = sum(1 for g in node.gpus if g.idle)
         held = sum(1 for g in node.gpus if g.held_idle)
         s.nodes += 1
@@ -137,40 +137,34 @@ async def build_read_model(core: Core, now: datetime, version: int, costs: CostM
             elif entry[:4] > worst[0][:4]:
                 heapq.heapreplace(worst, entry)
     s.held_idle_cost_per_hour_text = costs.format(s.held_idle_cost_per_hour)
-    ordered_rows = await sorted_sliced(rows, lambda r: (r[0], r[1]), slicer)
-    await release(rows, slicer)
     node_keys: list[tuple[str, str]] = []
     node_json = Packed()
     node_index: dict[str, tuple[int, ...]] = {}
-    for i, (cluster, name, raw) in enumerate(ordered_rows):
+    i = 0
+    async for cluster, name, raw in sorted_sliced(rows, lambda r: (r[0], r[1]), slicer):
         node_keys.append((cluster, name))
         node_json.append(raw)
         node_index[name] = (*node_index.get(name, ()), i)
-        if i % 256 == 0 and slicer.due():
-            await slicer.pause()
-    await release(ordered_rows, slicer)
-    found: list[tuple[tuple[int, float, datetime], str, bytes]] = []
+        i += 1
+    found: list[list[tuple[tuple[int, float, datetime], str, bytes]]] = []
     for group in readings.open_incidents(core):
         for inc in group:
             if slicer.due():
                 await slicer.pause()
             view = _incident_view(core, inc, now, costs)
-            found.append((_incident_key(view), inc.node, view.model_dump_json().encode()))
-    ordered = await sorted_sliced(found, lambda x: x[0], slicer)
-    await release(found, slicer)
+            add(found, (_incident_key(view), inc.node, view.model_dump_json().encode()))
     incidents = Packed()
     firing_cost, firing_since = array("d"), array("d")
     incident_index: dict[str, array[int]] = {}
-    for i, (k, name, raw) in enumerate(ordered):
+    i = 0
+    async for k, name, raw in sorted_sliced(found, lambda x: x[0], slicer):
         incidents.append(raw)
         incident_index.setdefault(name, array("Q")).append(i)
+        i += 1
         if k[0] == 0:
             s.incidents_firing += 1
             firing_cost.append(k[1])
             firing_since.append(k[2].timestamp())
-        if i % 256 == 0 and slicer.due():
-            await slicer.pause()
-    await release(ordered, slicer)
     s.incidents_pending = len(incidents) - s.incidents_firing
     return ReadModel(
         version=version, time=now, summary=s, team_label=team_label, node_keys=tuple(node_keys),

@@ -7,7 +7,7 @@ import asyncio
 import heapq
 import time
 from array import array
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, TypeVar, overload
 
 SLICE_S = 0.004  # how long one slice may hold the event loop
@@ -41,22 +41,28 @@ async def release(items: list[Any], slicer: Slicer) -> None:
             await slicer.pause()
 
 
-async def sorted_sliced(items: list[T], key: Callable[[T], Any], slicer: Slicer) -> list[T]:
-    """`sorted(items, key=key)` (stable) in slices: runs of SORT_RUN sorted apart, then merged a slice at a
-    time; what the sort made is freed a slice at a time too."""
-    runs: list[list[tuple[Any, int, T]]] = []
-    for start in range(0, len(items), SORT_RUN):
-        runs.append(sorted((key(x), start + i, x) for i, x in enumerate(items[start:start + SORT_RUN])))
+def add(chunks: list[list[T]], item: T) -> None:
+    """Append `item` to a list kept as chunks of SORT_RUN: the garbage collector's young collections walk the
+    chunk being filled, never one list of a few hundred thousand items."""
+    if not chunks or len(chunks[-1]) >= SORT_RUN:
+        chunks.append([])
+    chunks[-1].append(item)
+
+
+async def sorted_sliced(chunks: list[list[T]], key: Callable[[T], Any], slicer: Slicer) -> AsyncIterator[T]:
+    """The items of `chunks` in the order of `key` (stable), a slice at a time: each chunk sorted apart, then
+    merged as they are read. The chunks are emptied, a slice at a time, once read."""
+    for chunk in chunks:
+        chunk.sort(key=key)
         if slicer.due():
             await slicer.pause()
-    out: list[T] = []
-    for _k, _i, x in heapq.merge(*runs):
-        out.append(x)
-        if len(out) % 256 == 0 and slicer.due():
+    for n, item in enumerate(heapq.merge(*chunks, key=key)):
+        yield item
+        if n % 256 == 0 and slicer.due():
             await slicer.pause()
-    for run in runs:
-        await release(run, slicer)
-    return out
+    for chunk in chunks:
+        await release(chunk, slicer)
+    chunks.clear()
 
 
 class Packed(Sequence[bytes]):

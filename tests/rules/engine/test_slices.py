@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rules.engine import slices
-from rules.engine.slices import Packed, Slicer, release, sorted_sliced
+from rules.engine.slices import Packed, Slicer, add, release, sorted_sliced
 
 
 class CountingSlicer(Slicer):
@@ -27,10 +27,14 @@ class CountingSlicer(Slicer):
 async def test_the_sliced_sort_is_sorted_and_stable_and_pauses() -> None:
     rng = random.Random(3)
     items = [(rng.randrange(50), i) for i in range(5 * slices.SORT_RUN + 17)]
+    chunks: list[list[tuple[int, int]]] = []
+    for x in items:
+        add(chunks, x)
+    assert [len(c) for c in chunks] == [slices.SORT_RUN] * 5 + [17]
     slicer = CountingSlicer()
-    got = await sorted_sliced(items, lambda x: x[0], slicer)
+    got = [x async for x in sorted_sliced(chunks, lambda x: x[0], slicer)]
     assert got == sorted(items, key=lambda x: x[0])  # stable: equal keys keep their order
-    assert slicer.pauses > 5
+    assert slicer.pauses > 5 and chunks == []  # read, and freed
 
 
 async def test_release_empties_the_list_a_step_at_a_time() -> None:
