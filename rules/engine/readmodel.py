@@ -105,8 +105,12 @@ def _incident_key(inc: FleetIncident) -> tuple[int, float, datetime]:
 async def build_read_model(core: Core, now: datetime, version: int, costs: CostModel,
                            slicer: Slicer | None = None) -> ReadModel:
     """Read the core a slice at a time (each node and incident whole, between two events) into a ReadModel."""
+    with slicer or Slicer() as sliced:
+        return await _build(core, now, version, costs, sliced)
+
+
+async def _build(core: Core, now: datetime, version: int, costs: CostModel, slicer: Slicer) -> ReadModel:
     started = time.perf_counter()
-    slicer = slicer or Slicer()
     team_label = costs.costs.team_label
     rows: list[list[tuple[str, str, bytes]]] = []
     s = FleetSummary(time=now, currency=costs.currency)

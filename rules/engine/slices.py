@@ -4,6 +4,7 @@ documents packed into few objects (so that neither the garbage collector nor fre
 from __future__ import annotations
 
 import asyncio
+import gc
 import heapq
 import time
 from array import array
@@ -19,17 +20,48 @@ T = TypeVar("T")
 
 
 class Slicer:
-    """Yields the event loop once a slice's time is used up: `if s.due(): await s.pause()` in a loop."""
+    """Yields the event loop once a slice's time is used up: `if s.due(): await s.pause()` in a loop.
+
+    Used as a context manager (`with Slicer() as s:`), it also keeps the garbage collector's automatic
+    collections out of its slices: the young objects they walk are mostly the consumer's (views of the readings
+    it just took in), so a collection started by a reader's allocations would stall consumption for the
+    consumer's own garbage. The collections run when the consumer allocates again, as they would with nobody
+    reading; what a reader makes is freed by reference counting (it makes no cycles)."""
 
     def __init__(self, budget_s: float = SLICE_S) -> None:
         self.budget_s = budget_s
         self.started = time.perf_counter()
+        self._holds_gc = False
+
+    def __enter__(self) -> Slicer:
+        self._hold()
+        self.started = time.perf_counter()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._let_go()
+
+    def _hold(self) -> None:
+        if gc.isenabled():
+            gc.disable()
+            self._holds_gc = True
+
+    def _let_go(self) -> None:
+        if self._holds_gc:
+            self._holds_gc = False
+            gc.enable()
 
     def due(self) -> bool:
         return time.perf_counter() - self.started >= self.budget_s
 
     async def pause(self) -> None:
-        await asyncio.sleep(0)
+        held = self._holds_gc
+        self._let_go()
+        try:
+            await asyncio.sleep(0)
+        finally:
+            if held:
+                self._hold()
         self.started = time.perf_counter()
 
 

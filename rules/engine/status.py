@@ -30,6 +30,7 @@ class StatusQuery(BaseModel):
     node: str | None = None
     offsets: dict[str, int] = Field(default_factory=dict)  # partition (or "all") -> where its page starts
     versions: dict[str, int] = Field(default_factory=dict)  # partition -> the read model its first page came from
+    done: list[str] = Field(default_factory=list)  # partitions whose pages have all been read: an empty answer
     max_bytes: int | None = Field(None, ge=16 * 1024)  # the asker's max payload; the engine's own bounds it too
     top: int = Field(TOP, ge=1, le=TOP)
 
@@ -88,6 +89,8 @@ async def answer(models: ModelSource, payload: bytes, partition: int | None, par
     except ValidationError as e:
         return orjson.dumps({"ok": False, "error": str(e)})
     where = {"partition": partition, "partitions": partitions}
+    if q.view in ("nodes", "incidents") and partition_key(partition) in q.done:
+        return StatusPage(view=q.view, **where).model_dump_json().encode()  # type: ignore[arg-type]
     model = await models(q.versions.get(partition_key(partition)) if q.view in ("nodes", "incidents") else None)
     if model is None:
         return orjson.dumps({"ok": False, "error": "the fleet moved on since the first page (or another engine "
@@ -208,7 +211,7 @@ async def ask_pages(bus: Bus, view: Literal["nodes", "incidents"] = "nodes",
     versions: dict[str, int] = {}
     done: set[str] = set()
     while True:
-        q = StatusQuery(view=view, offsets=offsets, versions=versions, max_bytes=bus.max_payload)
+        q = StatusQuery(view=view, offsets=offsets, versions=versions, done=sorted(done), max_bytes=bus.max_payload)
         pages: list[StatusPage] = await _ask(bus, q, StatusPage, timeout)  # type: ignore[assignment]
         if not pages:
             raise StatusError("no engine answered a page of the status")

@@ -3,6 +3,8 @@ every document as it went in."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import random
 
 from hypothesis import given
@@ -53,3 +55,26 @@ def test_packed_json_gives_back_every_document(docs: list[bytes]) -> None:
     assert len(packed) == len(docs) and list(packed) == docs
     assert packed[1:4] == docs[1:4] and packed.range(len(docs) - 2) == docs[-2:]
     assert packed[len(docs) - 1:len(docs) + 10] == docs[-1:]
+
+
+async def test_a_slicer_keeps_automatic_collections_out_of_its_slices_only() -> None:
+    seen = []
+
+    async def other() -> None:  # runs while the slicer pauses
+        seen.append(gc.isenabled())
+
+    assert gc.isenabled()
+    with Slicer() as s:
+        assert not gc.isenabled()
+        task = asyncio.create_task(other())
+        await s.pause()
+        await task
+        assert not gc.isenabled()
+    assert gc.isenabled() and seen == [True]
+    gc.disable()
+    try:  # one who turned collections off keeps them off
+        with Slicer() as s:
+            await s.pause()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
