@@ -105,8 +105,7 @@ def _incident_key(inc: FleetIncident) -> tuple[int, float, datetime]:
 async def build_read_model(core: Core, now: datetime, version: int, costs: CostModel,
                            slicer: Slicer | None = None) -> ReadModel:
     """Read the core a slice at a time (each node and incident whole, between two events) into a ReadModel."""
-    with slicer or Slicer() as sliced:
-        return await _build(core, now, version, costs, sliced)
+    return await _build(core, now, version, costs, slicer or Slicer(freeze=True))
 
 
 async def _build(core: Core, now: datetime, version: int, costs: CostModel, slicer: Slicer) -> ReadModel:
