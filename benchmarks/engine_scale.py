@@ -57,7 +57,7 @@ MAX_PAYLOAD = 1024 * 1024  # nats-server's default
 
 
 def rss_mb() -> float:
-    return psutil.Process().memory_info().rss / 2**20
+    return float(psutil.Process().memory_info().rss) / 2**20
 
 
 def event(i: int, r: int, t0: datetime) -> Event:

@@ -10,7 +10,7 @@ from typing import Protocol
 from pydantic import BaseModel, computed_field
 
 from gpuevents.costs import CostModel, physical_shares
-from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot, ProcessInfo
+from gpuevents.events import GpuInfo, NodeInfo, ProcessInfo
 from gpuevents.records import AuditRecord, EntityKind, IncidentStatus
 
 
@@ -197,7 +197,7 @@ def fleet_node(snap: NodeReadings, costs: CostModel | None = None, team_label: s
 
 
 def fleet_view(
-    snapshots: Iterable[NodeSnapshot], now: datetime, costs: CostModel | None = None
+    snapshots: Iterable[NodeReadings], now: datetime, costs: CostModel | None = None
 ) -> FleetView:
     """A FleetView from the latest snapshot of each node (the engine's state), in name order."""
     nodes = []

@@ -231,7 +231,7 @@ async def free_gpus_sliced(fleet: FleetView | FleetRows, query: FreeQuery, chunk
     for start in range(0, total, chunk):
         nodes: Sequence[FleetNode] = (fleet.nodes[start:start + chunk] if isinstance(fleet, FleetView)
                                       else list(fleet.nodes(start, start + chunk)))
-        answers.append(free_gpus(FleetView.model_construct(time=fleet.time, nodes=nodes), query))
+        answers.append(free_gpus(FleetView.model_construct(time=fleet.time, nodes=list(nodes)), query))
         await asyncio.sleep(0)
     if not answers:
         return free_gpus(FleetView(time=fleet.time), query)

@@ -90,7 +90,7 @@ async def answer(models: ModelSource, payload: bytes, partition: int | None, par
         return orjson.dumps({"ok": False, "error": str(e)})
     where = {"partition": partition, "partitions": partitions}
     if q.view in ("nodes", "incidents") and partition_key(partition) in q.done:
-        return StatusPage(view=q.view, **where).model_dump_json().encode()  # type: ignore[arg-type]
+        return StatusPage(view=q.view, **where).model_dump_json().encode()
     model = await models(q.versions.get(partition_key(partition)) if q.view in ("nodes", "incidents") else None)
     if model is None:
         return orjson.dumps({"ok": False, "error": "the fleet moved on since the first page (or another engine "

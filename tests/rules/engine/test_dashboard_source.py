@@ -48,7 +48,8 @@ async def current(base: str) -> dict:  # type: ignore[type-arg]
     async def every_node() -> dict | None:  # type: ignore[type-arg]
         got = await get(f"{base}/api/fleet")
         return got if got["total_nodes"] == len(NODES) else None
-    return await wait_for(every_node, what="the dashboard showing every node")
+    found: dict = await wait_for(every_node, what="the dashboard showing every node")  # type: ignore[type-arg, arg-type]
+    return found
 
 
 async def test_the_fleet_is_the_json_of_a_fleet_view_and_comes_in_pages(dashboard: tuple[Engine, str]) -> None:

@@ -17,7 +17,7 @@ from gpuevents.bus import Bus
 from gpuevents.clock import ManualClock
 from gpuevents.config import Config
 from gpuevents.events import Event, GpuInfo, NodeInfo, NodeSnapshot, ProcessInfo, make_event
-from rules.engine import readmodel
+from rules.engine import readmodel, slices
 from rules.engine.service import Engine
 from rules.engine.status import StatusQuery, StatusSummary, ask_node, ask_pages, ask_summary
 from tests.rules.engine.conftest import T0, snapshot
@@ -97,7 +97,9 @@ async def test_a_large_fleets_summary_is_small_and_ranks_what_costs_most(big_eng
 
 
 async def test_pages_are_under_the_max_payload_and_return_every_node_once(big_engine: Engine, bus: Bus) -> None:
-    sizes, versions, offset = [], set(), 0
+    sizes: list[int] = []
+    versions: set[int] = set()
+    offset: int | None = 0
     while offset is not None:  # as ask_pages asks, keeping the raw replies to weigh them
         q = StatusQuery(view="nodes", offsets={"all": offset}, max_bytes=bus.max_payload,
                         versions={"all": next(iter(versions))} if versions else {})
@@ -132,14 +134,14 @@ async def test_the_engine_consumes_while_a_status_is_being_built(big_engine: Eng
     """A status request's read model is built in slices: between two of them, events are consumed. The build is
     held at its first pause until the events published meanwhile have all been applied to the core."""
     held, release = asyncio.Event(), asyncio.Event()
-    pause = readmodel.Slicer.pause
+    pause = slices.Slicer.pause
 
-    async def gated(self: readmodel.Slicer) -> None:
+    async def gated(self: slices.Slicer) -> None:
         held.set()
         await release.wait()
         await pause(self)
 
-    monkeypatch.setattr(readmodel.Slicer, "pause", gated)
+    monkeypatch.setattr(slices.Slicer, "pause", gated)
     asking = asyncio.create_task(ask_summary(bus, timeout=60))
     await wait_for(held.is_set, what="the read model's build to pause")
     late = [f"late-{i:02d}" for i in range(20)]
@@ -149,7 +151,7 @@ async def test_the_engine_consumes_while_a_status_is_being_built(big_engine: Eng
     release.set()
     answered = await asking
     assert answered is not None and answered.summary.nodes >= FLEET
-    monkeypatch.setattr(readmodel.Slicer, "pause", pause)
+    monkeypatch.setattr(slices.Slicer, "pause", pause)
     after = await ask_summary(bus, timeout=60)  # asked after the late events: it counts them
     assert after is not None and after.summary.nodes == FLEET + len(late)
 
