@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from agent.jobdetails import JobDetails
 from agent.sample import GpuReading, NodeReading, ProcessIdentity
 from gpuevents.config import ThresholdsConfig
 from gpuevents.events import (
@@ -117,8 +118,10 @@ class NodeCore:
         labels: Mapping[str, str] | None = None,
         driver_version: str | None = None,
         hostname: str | None = None,
+        agent_id: str | None = None,
     ) -> None:
         self.node = node
+        self.agent_id = agent_id
         self.cluster = cluster
         self.thresholds = thresholds
         self.snapshot_interval = timedelta(seconds=snapshot_interval_s)
@@ -136,6 +139,8 @@ class NodeCore:
         self.job_gpus: dict[str, list[str]] | None = None
         """The scheduler's allocation, GPU key (`3`) -> its jobs, from the HPC job mapping directory; None without
         one (then `allocated` is unknown)."""
+        self.job_details: Callable[[str], JobDetails | None] | None = None
+        """What the scheduler says of a job (agent/jobdetails.py), or None where unknown."""
         self.carried_idle: dict[str, datetime] = {}
         """Idle clocks from before a restart (GPU uuid → idle_since), taken by a GPU's first sample."""
 
@@ -287,8 +292,12 @@ class NodeCore:
         out = []
         for job, gpus in sorted(gpus_of.items()):
             procs = [h.ident for h in self.held.values() if h.ident.job == job]
-            user = next((i.user for i in procs if i.user), None)
-            out.append(JobInfo(id=job, user=user, gpus=sorted(gpus), pids=sorted(i.pid for i in procs)))
+            d = (self.job_details(job) if self.job_details is not None else None) or JobDetails()
+            # the scheduler's word on the user first; else the user its processes here run as
+            user = d.user or next((i.user for i in procs if i.user), None)
+            out.append(JobInfo(id=job, user=user, gpus=sorted(gpus), pids=sorted(i.pid for i in procs),
+                               name=d.name, account=d.account, partition=d.partition, qos=d.qos,
+                               started_at=d.started_at, time_limit_s=d.time_limit_s))
         return out
 
     def node_info(self) -> NodeInfo:
@@ -300,7 +309,7 @@ class NodeCore:
         return NodeInfo(
             name=self.node, cluster=self.cluster, labels=dict(self.labels),
             gpu_count=len(self.readings), gpus_busy=busy, gpus_idle=idle, cordoned=self.cordoned,
-            driver_version=self.driver_version, hostname=self.hostname,
+            driver_version=self.driver_version, hostname=self.hostname, agent_id=self.agent_id,
         )
 
     def snapshot(self, now: datetime) -> NodeSnapshot:

@@ -18,6 +18,7 @@ from agent.core import NodeCore
 from agent.host import UserDb, in_host_pid_namespace
 from agent.hpcjobs import JobMapping
 from agent.idlestate import IdleStateFile
+from agent.jobdetails import JobDirectory
 from agent.kill import KillHandler, KillPolicy, RateLimit
 from agent.kubelet import PodDirectory
 from agent.kubenode import KubeNodeInfo, NodeLookup
@@ -30,7 +31,7 @@ from gpuevents import __version__
 from gpuevents.aio import Backoff, guarded_task, restarting, sleep_or_stop, stop_tasks
 from gpuevents.clock import Clock, SystemClock
 from gpuevents.config import Config
-from gpuevents.events import AgentInfo, Event, make_event
+from gpuevents.events import AgentInfo, Event, make_event, new_id
 from gpuevents.subjects import command_subject
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ class NodeAgent:
         self.core = NodeCore(
             node=self.node, cluster=config.cluster, thresholds=a.thresholds,
             snapshot_interval_s=a.snapshot_interval, labels=a.labels,
-            driver_version=sampler.driver_version, hostname=self.hostname,
+            driver_version=sampler.driver_version, hostname=self.hostname, agent_id=new_id(),
         )
         self.attributor = Attributor(a.attribution, config.owners, pods.get if pods else None,
                                      team_label=config.costs.team_label)
@@ -107,7 +108,7 @@ class NodeAgent:
     def info(self) -> AgentInfo:
         a = self.config.agent
         return AgentInfo(node=self.node, version=__version__, sampler=self.sampler.kind,
-                         hostname=self.hostname, pid=os.getpid(),
+                         hostname=self.hostname, pid=os.getpid(), agent_id=self.core.agent_id,
                          sample_interval_s=a.sample_interval, snapshot_interval_s=a.snapshot_interval)
 
     def lifecycle_event(self, type_: str, now: datetime) -> Event:
@@ -205,6 +206,22 @@ async def _refresh_pods(pods: PodDirectory, stop: asyncio.Event) -> None:
             await sleep_or_stop(stop, pods.config.refresh)
 
 
+def _job_directory(config: Config) -> JobDirectory | None:
+    d = config.agent.hpc_job_mapping_dir
+    if d is None:
+        return None
+    s = config.agent.slurm
+    return JobDirectory(d, squeue=s.squeue if s.details else None, timeout_s=s.timeout)
+
+
+async def _lookup_details(details: JobDirectory, counters: AgentCounters, stop: asyncio.Event) -> None:
+    """Fill the details of new jobs (one squeue each), a second apart at most: never on the sampling path."""
+    while not stop.is_set():
+        await details.lookup_missing()
+        counters.job_detail_failures = details.failures
+        await sleep_or_stop(stop, 1.0)
+
+
 async def run_nodes(agents: list[NodeAgent], bus: EventBus, *, config: Config, clock: Clock,
                     stop: asyncio.Event, counters: AgentCounters | None = None,
                     pods: PodDirectory | None = None,
@@ -230,6 +247,10 @@ async def run_nodes(agents: list[NodeAgent], bus: EventBus, *, config: Config, c
         counters.count_event(event.type)
 
     mapping = JobMapping(config.agent.hpc_job_mapping_dir) if config.agent.hpc_job_mapping_dir is not None else None
+    details = _job_directory(config) if mapping is not None else None
+    if details is not None:
+        helpers.append(supervise("slurm job details", functools.partial(_lookup_details, details, counters, stop),
+                                 stop, counters))
     state_dir = config.agent.state_dir
     idle_files = {a.node: IdleStateFile(state_dir, a.node) for a in agents} if state_dir is not None else {}
     carry_for = max(timedelta(minutes=5), 3 * timedelta(seconds=config.agent.snapshot_interval))
@@ -242,8 +263,11 @@ async def run_nodes(agents: list[NodeAgent], bus: EventBus, *, config: Config, c
         next_at = clock.monotonic()
         while not stop.is_set():
             job_gpus = mapping.jobs() if mapping is not None else None  # the scheduler's allocation, now
+            if details is not None and job_gpus is not None:
+                details.observe({j for jobs in job_gpus.values() for j in jobs})
             for a in agents:
                 a.core.job_gpus = job_gpus
+                a.core.job_details = details.get if details is not None else None
                 try:
                     events = await a.tick_async(clock.now())
                 except Exception:
@@ -289,12 +313,12 @@ async def run_agent(config: Config, bus: EventBus, clock: Clock | None = None,
 
 def simulated_agents(config: Config, *, nodes: int, gpus_per_node: int,
                      scenario: str | Path | Scenario | None = None, seed: int | None = None,
-                     speedup: float | None = None, start: datetime) -> list[NodeAgent]:
+                     speedup: float | None = None, start: datetime, prefix: str = "sim-") -> list[NodeAgent]:
     sim = config.agent.simulation
     sc = scenario if isinstance(scenario, Scenario) else load_scenario(scenario or sim.scenario)
     samplers = fleet(sc, nodes=nodes, gpus_per_node=gpus_per_node,
                      seed=sim.seed if seed is None else seed, start=start,
-                     speedup=sim.speedup if speedup is None else speedup)
+                     speedup=sim.speedup if speedup is None else speedup, prefix=prefix)
     return [NodeAgent(config, s, node=s.node) for s in samplers]
 
 

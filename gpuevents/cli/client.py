@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -133,6 +134,14 @@ def _show_summary(st: StatusSummary | None, as_json: bool) -> None:
     out.print(f"[bold]{f.nodes} nodes{offline}, {f.gpus} GPUs[/]: {f.busy} busy, {f.idle} idle, "
               f"[yellow]{f.held_idle} held idle[/] ({f.held_idle_cost_per_hour_text or '-'}/h); "
               f"incidents: {f.incidents_firing} firing, {f.incidents_pending} pending", soft_wrap=True)
+    waiting = [d for d in st.demand if d.partition is None and d.pool is None and d.model is None]
+    if st.demand:
+        parts = ", ".join(f"{d.partition or d.pool or d.model}: {d.pending_gpus}" for d in st.demand
+                          if d not in waiting)
+        total = sum(d.pending_gpus for d in waiting)
+        oldest = max((d.waiting_for_s or 0.0 for d in st.demand), default=0.0)
+        out.print(f"[bold]{total} GPUs waiting[/] to be allocated (oldest {format_duration(oldest)})"
+                  + (f": {escape(parts)}" if parts else ""), highlight=False)  # names from the scheduler
     if st.incidents:
         out.print(incident_table(st.incidents, "firing incidents, most costly first"))
         if st.incidents_more:
@@ -147,6 +156,8 @@ def _show_summary(st: StatusSummary | None, as_json: bool) -> None:
                                  str(w.held_idle), f"{w.held_idle_cost_per_hour:,.2f} {f.currency}"))
         out.print(worst)
         out.print("`gpuevents status --node NAME` shows one node in full")
+    for warning in st.warnings:
+        out.print(Text(f"warning: {warning}", style="bold red"))
 
 
 def _show_node(found: object, name: str, as_json: bool) -> None:
@@ -226,12 +237,24 @@ async def do_snooze(config: Config, rule: str, entity: str, seconds: float, reas
             record = AuditRecord(time=now, kind="snooze", rule=rule, entity_id=entity,
                                  detail=f"until {s.until.isoformat()} by {s.by} (no engine running)")
             await bus.js_publish(S.audit_subject(rule), record.model_dump_json().encode(), msg_id=record.id)
-            reply = {"ok": True}
+            reply = {"ok": True, "stored": True}
     if not reply.get("ok"):
         typer.echo(f"error: {reply.get('error')}", err=True)
         raise typer.Exit(1)
     until = datetime.fromisoformat(reply["until"]) if isinstance(reply.get("until"), str) else s.until
-    typer.echo(f"{rule} snoozed for {entity} until {until:%Y-%m-%d %H:%M:%S} UTC")
+    verb = "kept" if bounded else "snoozed"
+    later = (" (no engine running: stored for the next one, which cuts it to the rule's snooze_max)"
+             if bounded and reply.get("stored") else "")
+    typer.echo(f"{rule} {verb} for {entity} until {until:%Y-%m-%d %H:%M:%S} UTC{capped_note(reply, seconds)}{later}")
+
+
+def capped_note(reply: dict[str, Any], seconds: float) -> str:
+    """What the engine's answer to a keep says about the rule's ceiling: "" when nothing was cut."""
+    if not reply.get("capped"):
+        return ""
+    cap = format_duration(float(reply.get("snooze_max_s") or 0))
+    return (f" (capped: you asked for {format_duration(seconds)}, the rule's snooze_max allows {cap}; "
+            "raise snooze_max in the rule to keep longer)")
 
 
 async def show_audit(config: Config, rule: str | None, entity: str | None, seconds: float,

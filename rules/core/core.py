@@ -14,7 +14,7 @@ from datetime import datetime
 
 from gpuevents.clock import utc
 from gpuevents.config import Config
-from gpuevents.events import Event
+from gpuevents.events import Event, JobEndedEvent
 from rules.core import recovery, timers
 from rules.core.evaluation import apply_snooze, close, close_all, evaluate, sweep, unindex
 from rules.core.incidents import Incident, ResolveReason, next_deadline
@@ -162,6 +162,12 @@ class Core:
         elif isinstance(item, ForgetNode):
             for e in self.state.remove_node(self.state.node_key(item.cluster, item.node)):
                 close_all(self, e, now, "gone", out)
+        elif isinstance(item, JobEndedEvent):
+            # the job's one occasion: its rules see `ended_at` and `summary` once, then it is gone
+            ended = self.state.ended_job(item)
+            for rule in self.event_rules["job"]:
+                evaluate(self, rule, [ended], now, out, item.time)
+            close_all(self, ended, now, "gone", out)
         else:
             self._event(item, now, out)
         self.flush_sends(now, out)

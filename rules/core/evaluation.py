@@ -54,7 +54,7 @@ def evaluate(
         if snoozes:
             s = snoozes.get((name, ent.id))
             if s is not None and s.until > now and (not s.entity_key or s.entity_key == key):
-                close(core, rule, key, ent, now, "snoozed", out)
+                close(core, rule, key, ent, now, "kept" if s.bounded else "snoozed", out, s)
                 continue
         try:
             matched = test(ent.ctx)
@@ -156,12 +156,17 @@ def close_all(core: Core, ent: Entity, now: datetime, reason: ResolveReason, out
 
 def close(
     core: Core, rule: Rule, key: str, ent: Entity | None, now: datetime, reason: ResolveReason, out: StepResult,
+    snooze: Snooze | None = None,
 ) -> None:
-    """Close the (rule, key) incident, if open, for `reason`; without `ent` no action runs."""
+    """Close the (rule, key) incident, if open, for `reason` (a snooze or keep: who and until when); without
+    `ent` no action runs."""
     before = core.incidents[rule.name].get(key)
     if before is None:
         return
-    commit(core, rule, ent, before, resolve(before, now, reason), now, out, reason)
+    after = resolve(before, now, reason)
+    if snooze is not None:
+        after = after.model_copy(update={"resolved_by": snooze.by, "kept_until": snooze.until})
+    commit(core, rule, ent, before, after, now, out, reason)
 
 
 def record_error(core: Core, rule: Rule, ent: Entity, e: Exception, out: StepResult) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from gpuevents.clock import utc
@@ -82,6 +82,11 @@ def restore(core: Core, incidents: Iterable[Incident], snoozes: Iterable[Snooze]
         if inc.entity_key not in core.state.by_kind[rule.kind]:
             rec.orphans.add((rule.name, inc.entity_key))
     for s in snoozes:
+        rule = core.rules.by_name.get(s.rule)
+        if s.bounded and rule is not None and now is not None:
+            ceiling = utc(now) + timedelta(seconds=rule.snooze_max_s)
+            if s.until > ceiling:  # a keep stored while no engine ran: the rule's snooze_max, as when applied
+                s = s.model_copy(update={"until": ceiling})
         core.snoozes[(s.rule, s.entity_id)] = s
     rec.restored_at = utc(now) if now is not None else None
     rec.restored = True

@@ -46,6 +46,19 @@ class FleetNode(BaseModel):
     gpus: list[FleetGpu] = []
 
 
+class DemandLine(BaseModel):
+    """GPUs waiting to be allocated, as a scheduler reports them (one partition, pool or model; or, with none
+    of them, the whole cluster)."""
+
+    cluster: str
+    scheduler: str
+    partition: str | None = None
+    pool: str | None = None
+    model: str | None = None
+    pending_gpus: int
+    waiting_for_s: float | None = None
+
+
 class FleetView(BaseModel):
     """`GET /api/fleet`: every node and GPU now, with the counts and the money held idle per hour."""
 
@@ -55,6 +68,7 @@ class FleetView(BaseModel):
     nodes: list[FleetNode] = []
     held_idle_cost_per_hour: float = 0.0
     held_idle_cost_per_hour_text: str = ""
+    demand: list[DemandLine] = []
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -93,13 +107,15 @@ class FleetRows:
     idle: int = 0
     held_idle: int = 0
     node_json: Sequence[bytes] = ()
+    demand: Sequence[DemandLine] = ()
 
     def header(self) -> dict[str, object]:
         """Every field of a FleetView but `nodes`, as JSON values."""
         return {"time": self.time.isoformat().replace("+00:00", "Z"), "currency": self.currency,
                 "team_label": self.team_label, "held_idle_cost_per_hour": self.held_idle_cost_per_hour,
                 "held_idle_cost_per_hour_text": self.held_idle_cost_per_hour_text, "gpu_count": self.gpu_count,
-                "busy": self.busy, "idle": self.idle, "held_idle": self.held_idle}
+                "busy": self.busy, "idle": self.idle, "held_idle": self.held_idle,
+                "demand": [d.model_dump(mode="json") for d in self.demand]}
 
     def nodes(self, start: int = 0, stop: int | None = None) -> Iterator[FleetNode]:
         """The nodes, parsed one at a time."""

@@ -43,7 +43,8 @@ class EngineDashboardSource:
                          held_idle_cost_per_hour=held, held_idle_cost_per_hour_text=self.costs.format(held),
                          gpu_count=sum(m.summary.gpus for m in models), busy=sum(m.summary.busy for m in models),
                          idle=sum(m.summary.idle for m in models),
-                         held_idle=sum(m.summary.held_idle for m in models), node_json=[raw for _k, raw in rows])
+                         held_idle=sum(m.summary.held_idle for m in models), node_json=[raw for _k, raw in rows],
+                         demand=[d for m in models for d in m.demand])  # one engine reads it; the others have none
 
     async def incidents(self) -> list[bytes]:
         """The firing incidents (as JSON), most costly first, then the longest firing."""

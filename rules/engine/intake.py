@@ -4,18 +4,21 @@ clock. Anything it cannot believe goes to the dead-letter queue, counted, and is
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Awaitable, Callable
 
 from pydantic import ValidationError
 
 from gpuevents import subjects as S
 from gpuevents.bus import Delivery
-from gpuevents.events import Event
+from gpuevents.events import SCHEDULER_SOURCE, DemandEvent, Event, JobEndedEvent
+from rules.engine.claims import NodeClaims
 from rules.engine.deadletter import SubjectMismatch
 from rules.engine.decoder import RepeatDecoder
 from rules.engine.metrics import EngineMetrics
 from rules.engine.skew import SkewGuard
 
+log = logging.getLogger(__name__)
 _stored_subject = functools.lru_cache(maxsize=1 << 16)(S.stored_event_subject)
 
 
@@ -29,6 +32,7 @@ class Intake:
         self.metrics = metrics
         self.partition = partition
         self._dead_letter = dead_letter
+        self.claims = NodeClaims()
 
     async def accept(self, d: Delivery) -> Event | None:
         try:
@@ -42,7 +46,17 @@ class Intake:
                 f"the envelope says {event.type} from {event.source} in cluster {event.cluster}; the subject "
                 f"{d.subject} says otherwise"))
             return None
+        if isinstance(event, DemandEvent | JobEndedEvent) and event.node != SCHEDULER_SOURCE:
+            # demand steers reclaiming, a job's end mails its user: only the engine's own subject for them (no
+            # agent may publish there) says so
+            await self._dead_letter(d, SubjectMismatch(
+                f"{event.type} from {event.source}: believed only from node/{SCHEDULER_SOURCE}"))
+            return None
         checked = self.skew.check(event, d.time)
         if checked is not event:
             self.metrics.clock_skew.inc()
+        conflict = self.claims.see(checked, d.time or checked.time)
+        if conflict is not None:
+            log.warning("%s", conflict.text())
+            self.metrics.node_claim_conflicts.labels(node=conflict.node).inc()
         return checked

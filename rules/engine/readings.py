@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 
 from gpuevents.events import GpuInfo, NodeInfo, ProcessInfo
 from rules.core.core import Core
 from rules.core.incidents import Incident
+from rules.dashboard.fleet_view import DemandLine
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +53,19 @@ def open_incidents(core: Core) -> Iterator[list[Incident]]:
     incident is immutable."""
     for incs in list(core.incidents.values()):
         yield list(incs.values())
+
+
+def demand_lines(core: Core, now: datetime) -> list[DemandLine]:
+    """What the schedulers report as waiting, from the reports still valid at `now`."""
+    out = []
+    for (cluster, scheduler), (until, entries) in sorted(core.state.demand.reports.items()):
+        if now.timestamp() > until:
+            continue
+        for e in entries:
+            waited = max(0.0, (now - e.waiting_since).total_seconds()) if e.waiting_since is not None else None
+            out.append(DemandLine(cluster=cluster, scheduler=scheduler, partition=e.partition, pool=e.pool,
+                                  model=e.model, pending_gpus=e.pending_gpus, waiting_for_s=waited))
+    return out
 
 
 def incident_context(core: Core, inc: Incident) -> IncidentContext:

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 from gpuevents.costs import CostModel
 from rules.core.core import Core
-from rules.dashboard.fleet_view import FleetIncident, FleetNode, FleetRows, fleet_node
+from rules.dashboard.fleet_view import DemandLine, FleetIncident, FleetNode, FleetRows, fleet_node
 from rules.engine import readings
 from rules.engine.slices import Packed, Slicer, add, sorted_sliced
 
@@ -74,6 +74,8 @@ class ReadModel:
     incident_index: Mapping[str, Sequence[int]] = field(default_factory=dict)  # node name -> in incidents
     firing_cost: Sequence[float] = ()  # each firing incident's cost so far, to merge several models by
     firing_since: Sequence[float] = ()  # and when it fired (a timestamp)
+    demand: tuple[DemandLine, ...] = ()  # what the schedulers report as waiting, still valid at `time`
+    warnings: tuple[str, ...] = ()  # what the engine cannot set right itself: a node two agents claim
     built_s: float = 0.0  # how long the build took, slices and pauses included
 
     def firing(self) -> list[bytes]:
@@ -90,7 +92,8 @@ class ReadModel:
         return FleetRows(time=self.time, currency=s.currency, team_label=self.team_label,
                          held_idle_cost_per_hour=s.held_idle_cost_per_hour,
                          held_idle_cost_per_hour_text=s.held_idle_cost_per_hour_text, gpu_count=s.gpus,
-                         busy=s.busy, idle=s.idle, held_idle=s.held_idle, node_json=self.node_json)
+                         busy=s.busy, idle=s.idle, held_idle=s.held_idle, node_json=self.node_json,
+                         demand=self.demand)
 
     def node(self, name: str) -> tuple[list[FleetNode], list[FleetIncident]]:
         """The node(s) of that name (one per cluster) and their open incidents."""
@@ -103,12 +106,13 @@ def _incident_key(inc: FleetIncident) -> tuple[int, float, datetime]:
 
 
 async def build_read_model(core: Core, now: datetime, version: int, costs: CostModel,
-                           slicer: Slicer | None = None) -> ReadModel:
+                           slicer: Slicer | None = None, warnings: tuple[str, ...] = ()) -> ReadModel:
     """Read the core a slice at a time (each node and incident whole, between two events) into a ReadModel."""
-    return await _build(core, now, version, costs, slicer or Slicer(freeze=True))
+    return await _build(core, now, version, costs, slicer or Slicer(freeze=True), warnings)
 
 
-async def _build(core: Core, now: datetime, version: int, costs: CostModel, slicer: Slicer) -> ReadModel:
+async def _build(core: Core, now: datetime, version: int, costs: CostModel, slicer: Slicer,
+                 warnings: tuple[str, ...]) -> ReadModel:
     started = time.perf_counter()
     team_label = costs.costs.team_label
     rows: list[list[tuple[str, str, bytes]]] = []
@@ -174,6 +178,7 @@ async def _build(core: Core, now: datetime, version: int, costs: CostModel, slic
         node_json=node_json.done(), incidents=incidents.done(),
         worst_nodes=tuple(w for *_k, w in sorted(worst, key=lambda e: e[:4], reverse=True)),
         node_index=node_index, incident_index=incident_index, firing_cost=firing_cost, firing_since=firing_since,
+        demand=tuple(readings.demand_lines(core, now)), warnings=warnings,
         built_s=time.perf_counter() - started)
 
 

@@ -27,6 +27,7 @@ from rules.core.limits import LimitWindows
 from rules.engine.audit import AuditTail, reload_record, snooze_record
 from rules.engine.commit import Committer
 from rules.engine.deadletter import DeadLetters
+from rules.engine.demand import readers_from_config, run_reader
 from rules.engine.gcpolicy import GcPolicy
 from rules.engine.intake import Intake
 from rules.engine.lease import Lease, lease_key
@@ -37,6 +38,7 @@ from rules.engine.rulefiles import RuleFiles
 from rules.engine.servers import serve_requests
 from rules.engine.sharing import exchange
 from rules.engine.store import PipelinedStore, limits_key
+from rules.usage.jobstore import ended_event
 from rules.usage.recorder import UsageRecorder
 
 log = logging.getLogger(__name__)
@@ -86,6 +88,10 @@ class Engine:
         self._own_usage = usage is None
         self._changes = 0  # counts what changed the core: a reader waits for a read model that saw them
         self.read_side = ReadSide(self._build_read_model, lambda: self._changes)
+
+    def _reads_demand(self) -> bool:
+        """One engine reads the schedulers' demand: the leader of the whole fleet, or of partition 0."""
+        return self.leader.is_set() and self.partition in (None, 0)
 
     # ------------------------------------------------------------ rules
     def _owns(self, cluster: str, node: str) -> bool:
@@ -150,6 +156,9 @@ class Engine:
             guarded_task(self._tick_loop(stop), "engine tick loop"),
             guarded_task(self._reload_loop(stop), "engine reload loop"),
         ]
+        for reader in readers_from_config(self.config):
+            loops.append(guarded_task(run_reader(reader, self.bus.publish_event, self.config.cluster, self.clock,
+                                                 stop, self._reads_demand), f"{reader.scheduler} demand reader"))
         try:
             await until_stop_or_end(loops, stop, "the engine")
         finally:
@@ -371,6 +380,10 @@ class Engine:
         except Exception:
             log.exception("usage rollups could not be written; they are kept for the next tick")
             return
+        ended, self.usage.ended = self.usage.ended, []
+        if self.leader.is_set():  # each ended job's one occasion for its rules (`job.ended_at`)
+            for summary in ended:
+                self.bus.publish_event(ended_event(summary, self.usage.costs))
         self.metrics.waste.labels(kind="held_idle").inc(delta.held_idle)
         self.metrics.waste.labels(kind="unallocated").inc(delta.unallocated)
 
@@ -412,7 +425,9 @@ class Engine:
         costs = CostModel(self.config.costs)
         if self.core is None:
             return empty_model(self.clock.now(), costs, version)
-        return await build_read_model(self.core, self.clock.now(), version, costs)
+        now = self.clock.now()
+        warnings = tuple(c.text() for c in self.intake.claims.conflicts(now))  # a node two agents claim
+        return await build_read_model(self.core, now, version, costs, warnings=warnings)
 
     async def snooze(self, s: Snooze) -> dict[str, Any]:
         """Exempt `s.entity_id` from `s.rule` until `s.until` (`gpuevents snooze`); stored and audited."""
@@ -421,11 +436,15 @@ class Engine:
             assert self.core is not None
             if s.rule not in self.core.rules.by_name:
                 return {"ok": False, "error": f"no rule named {s.rule!r}"}
+            asked = s.until
             result = self.core.step(s, self.clock.now())
             self._changes += 1
             s = next((x for x in result.snoozes if x.rule == s.rule and x.entity_id == s.entity_id), s)  # as applied
+            cap = self.core.rules.by_name[s.rule].snooze_max_s
             await self.committer.commit(result, "commit a snooze")
             self.planner.replan()  # its end, or the evaluation it asks for, may come before the planned tick
         await self.committer.audit([snooze_record(self.clock.now(), s)])
-        return {"ok": True, "until": s.until.isoformat()}
+        # A keep longer than the rule's snooze_max is cut to it: the answer says so (`capped`, the maximum).
+        return {"ok": True, "until": s.until.isoformat(), "asked_until": asked.isoformat(),
+                "capped": s.until < asked, "snooze_max_s": cap}
 

@@ -14,7 +14,7 @@ from gpuevents.bus import Bus
 from gpuevents.config import CostsConfig
 from gpuevents.costs import CostModel
 from gpuevents.subjects import ENGINE_STATUS
-from rules.dashboard.fleet_view import FleetIncident, FleetNode
+from rules.dashboard.fleet_view import DemandLine, FleetIncident, FleetNode
 from rules.engine.readmodel import TOP, FleetSummary, ReadModel, WorstNode
 
 HEADROOM = 8 * 1024  # bytes of a reply's budget kept for its envelope and the message's headers
@@ -42,6 +42,9 @@ class StatusSummary(BaseModel):
     incidents: list[FleetIncident]  # firing, most costly first, then the longest firing
     incidents_more: int = 0  # firing incidents not listed
     worst_nodes: list[WorstNode]  # most GPUs held idle first
+    demand: list[DemandLine] = []  # what the schedulers report as waiting (one engine reads it)
+    warnings: list[str] = []
+    """What the engine cannot set right itself: a node two agents claim."""
     partition: int | None = None
     partitions: int = 1
 
@@ -98,7 +101,8 @@ async def answer(models: ModelSource, payload: bytes, partition: int | None, par
     if q.view == "summary":
         reply: BaseModel = StatusSummary(summary=model.summary, incidents=model.top_firing(q.top),
                                          incidents_more=max(0, model.summary.incidents_firing - q.top),
-                                         worst_nodes=list(model.worst_nodes[:q.top]), **where)
+                                         worst_nodes=list(model.worst_nodes[:q.top]), demand=list(model.demand),
+                                         warnings=list(model.warnings), **where)
     elif q.view == "node":
         nodes, incidents = model.node(q.node or "")
         reply = StatusNode(nodes=nodes, incidents=incidents, **where)
@@ -183,7 +187,9 @@ def merge_summaries(parts: list[StatusSummary], top: int = TOP) -> StatusSummary
                    key=lambda w: (-w.held_idle, -w.held_idle_cost_per_hour, -w.idle, w.cluster, w.name))
     return StatusSummary(summary=s, incidents=incidents[:top],
                          incidents_more=sum(p.incidents_more for p in parts) + max(0, len(incidents) - top),
-                         worst_nodes=worst[:top], partition=None, partitions=parts[0].partitions)
+                         worst_nodes=worst[:top], demand=[d for p in parts for d in p.demand],
+                         warnings=[w for p in parts for w in p.warnings], partition=None,
+                         partitions=parts[0].partitions)
 
 
 async def ask_summary(bus: Bus, top: int = TOP, timeout: float = 5.0) -> StatusSummary | None:

@@ -6,15 +6,29 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpuevents.clock import utc
 from gpuevents.config import Config, ThresholdsConfig
+from gpuevents.costs import CostModel
 from gpuevents.durations import Duration
-from gpuevents.events import GpuInfo, JobInfo, NodeInfo, NodeSnapshot, ProcessInfo, SnapshotEvent
+from gpuevents.events import (
+    SCHEDULER_SOURCE,
+    DemandEntry,
+    DemandEvent,
+    DemandReport,
+    GpuInfo,
+    JobInfo,
+    NodeInfo,
+    NodeSnapshot,
+    ProcessInfo,
+    SnapshotEvent,
+)
 from gpuevents.yamlpos import Located, LocatedError, parse_yaml
 from rules.core.core import CoreInput, ForgetNode
 from rules.lang import calendars
+from rules.usage.jobledger import JobLedger
+from rules.usage.jobstore import ended_event, summary_of
 
 DEFAULT_START = "2026-01-05T00:00:00"
 DEFAULT_MEM_TOTAL_MIB = 81559.0
@@ -102,6 +116,25 @@ class TestSnapshot(_Strict):
     driver_version: str | None = None
 
 
+class TestDemand(_Strict):
+    """What the schedulers report as waiting from `at` on, for one partition, pool or model (DESIGN §4); it
+    replaces the previous entry for the same partition / pool / model."""
+
+    at: Duration
+    cluster: str = "default"
+    partition: str | None = None
+    pool: str | None = None
+    model: str | None = None
+    pending_gpus: int = Field(ge=0)
+    waiting_for: Duration = 0
+
+    @model_validator(mode="after")
+    def _one_key(self) -> TestDemand:
+        if sum(x is not None for x in (self.partition, self.pool, self.model)) != 1:
+            raise ValueError("a demand entry names exactly one of partition, pool or model")
+        return self
+
+
 OUTCOMES = ("run", "suppressed", "held", "refused", "expired")
 
 
@@ -148,6 +181,7 @@ class RuleTest(_Strict):
     snapshots: list[TestSnapshot] = Field(default_factory=list)
     expect: list[Expectation] = Field(default_factory=list)
     restarts: list[Duration] = Field(default_factory=list, description="the engine restarts at these offsets")
+    demand: list[TestDemand] = Field(default_factory=list, description="GPUs waiting, from `at` on")
 
 
 class TestFile(_Strict):
@@ -260,4 +294,33 @@ def snapshot_inputs(test: RuleTest, start: datetime, owners: dict[str, str],
         event = SnapshotEvent(source=f"node/{snap.node}", cluster=snap.cluster, time=at,
                               data=NodeSnapshot(node=node, gpus=gpus, processes=procs, jobs=jobs))
         out.append((at, event))
+    return out + demand_inputs(test, start)
+
+
+def job_end_inputs(inputs: list[tuple[datetime, CoreInput]], costs: CostModel,
+                   max_gap_s: float) -> list[tuple[datetime, CoreInput]]:
+    """The `job.ended` events the engine would publish for these snapshots: a job ends at the first snapshot of
+    its last node that no longer lists it (its summary counted as the usage store counts it)."""
+    ledger = JobLedger(max_gap_s)
+    out: list[tuple[datetime, CoreInput]] = []
+    for at, item in sorted(inputs, key=lambda x: x[0]):
+        if isinstance(item, SnapshotEvent):
+            ledger.observe(item)
+            out += [(at, ended_event(summary_of(t, costs), costs)) for t in ledger.drain(at) if t.ended_at is not None]
+    return out
+
+
+def demand_inputs(test: RuleTest, start: datetime) -> list[tuple[datetime, CoreInput]]:
+    """The test's `demand:` as the reports a demand reader would publish: at each entry's `at`, every entry
+    known by then for its cluster, the latest per partition / pool / model."""
+    out: list[tuple[datetime, CoreInput]] = []
+    current: dict[str, dict[tuple[str | None, str | None, str | None], DemandEntry]] = {}
+    for d in sorted(test.demand, key=lambda d: d.at):
+        at = start + timedelta(seconds=d.at)
+        book = current.setdefault(d.cluster, {})
+        book[(d.partition, d.pool, d.model)] = DemandEntry(
+            partition=d.partition, pool=d.pool, model=d.model, pending_gpus=d.pending_gpus,
+            waiting_since=at - timedelta(seconds=d.waiting_for) if d.pending_gpus else None)
+        report = DemandReport(scheduler="slurm", entries=list(book.values()))
+        out.append((at, DemandEvent(source=f"node/{SCHEDULER_SOURCE}", cluster=d.cluster, time=at, data=report)))
     return out

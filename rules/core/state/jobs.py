@@ -9,10 +9,31 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gpuevents.events import JobInfo
+from gpuevents.events import JobEnded, JobInfo
 from rules.core.state.node import Entity, NodeState
 from rules.lang.expr import CLOCK_KEY
 from rules.lang.views import EntityView, EvalClock, GpuView, JobView
+
+SUMMARY_FIELDS = ("hours", "gpu_hours", "mean_util_pct", "peak_util_pct", "mean_sm_active_pct", "peak_mem_mib",
+                  "idle_share_pct", "cost", "cost_text", "smaller_fit")
+
+
+def ended_entity(ended: JobEnded, node_key: str, node: str, cluster: str, clock: EvalClock,
+                 owners: Mapping[str, str]) -> Entity:
+    """The job as its `job.ended` event closes it: `ended_at` and `summary` set, no GPUs held any more. It is
+    evaluated once and closed; it never joins the fleet's tables."""
+    key = f"job/{ended.scheduler}/{ended.id}"
+    user = ended.user
+    view = JobView(
+        clock, id=ended.id, scheduler=ended.scheduler, name=ended.name, user=user,
+        owner=owners.get(user, user) if user else None, account=ended.account, partition=ended.partition,
+        qos=ended.qos, namespace=ended.namespace, nodes=list(ended.nodes), gpu_count=ended.gpu_count, gpus=[],
+        util_pct=ended.mean_util_pct, idle=False, idle_since=None, started_at=ended.started_at, labels={},
+        ended_at=ended.ended_at, summary={f: getattr(ended, f) for f in SUMMARY_FIELDS},
+    )
+    return Entity(key, key, "job", node_key, view, {
+        "job": view, "gpus": [], "entity": EntityView(key, "job", node, cluster), CLOCK_KEY: clock,
+    })
 
 
 def job_key(info: JobInfo) -> str:
