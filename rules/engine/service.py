@@ -416,9 +416,8 @@ class Engine:
         return 1 if self.partition is None else self.config.engine.partitions
 
     async def read_model(self, max_age_s: float = 0.0) -> ReadModel:
-        """The fleet as status, `free` and the dashboard show it: a read model that saw every event consumed before
-        this call (or, with `max_age_s`, the latest if it is that young). It is built a few milliseconds at a time
-        between batches, never under the engine's lock, so reading never stops consuming."""
+        """The fleet for status, `free` and the dashboard, built in slices off the lock (rules/engine/readmodel.py):
+        one that saw every event consumed before this call, or with `max_age_s` the latest if it is that young."""
         return await self.read_side.get(max_age_s)
 
     async def _build_read_model(self, version: int) -> ReadModel:
