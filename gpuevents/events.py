@@ -157,6 +157,14 @@ class JobInfo(_Model):
     started_at: datetime | None = None
     time_limit_s: float | None = Field(None, ge=0)
     labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    """Kubernetes: the top owner's annotations under its pod's, and its namespace's `gpuevents.io/` ones."""
+    pods: list[str] = Field(default_factory=list)
+    """Kubernetes: the names of its pods on this node."""
+    controller_uid: str | None = None
+    """Kubernetes: the uid of the top owner (`controller`), so an action can tell it is still the same object."""
+    controller_generation: int | None = None
+    """Kubernetes: its metadata.generation when the agent last read it."""
 
 
 class NodeSnapshot(_Model):

@@ -158,6 +158,23 @@ def _show_summary(st: StatusSummary | None, as_json: bool) -> None:
         out.print("`gpuevents status --node NAME` shows one node in full")
     for warning in st.warnings:
         out.print(Text(f"warning: {warning}", style="bold red"))
+    if st.exemptions:
+        out.print(exemptions_table(st))
+        if st.exemptions_more:
+            out.print(f"… and {st.exemptions_more} more exemptions")
+
+
+def exemptions_table(st: StatusSummary) -> Table:
+    """Jobs exempt by their annotations until a time, and annotations not applied (malformed)."""
+    t = Table("job", "exempt until", "rules", "annotation")
+    for e in st.exemptions:
+        if e.until is not None:
+            until: str | Text = e.until.strftime("%Y-%m-%d %H:%M:%S")
+            rules = ", ".join(e.rules) if e.rules else "every rule"
+        else:
+            until, rules = Text(f"not applied: {e.malformed}", style="red"), ""
+        t.add_row(*cells(e.job, until, rules, e.source))
+    return t
 
 
 def _show_node(found: object, name: str, as_json: bool) -> None:

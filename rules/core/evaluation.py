@@ -41,6 +41,7 @@ def evaluate(
     incs = core.incidents[rule.name]
     test = rule.condition.test
     snoozes = core.snoozes
+    exempt = core.state.jobs.exemptions
     nodes = core.state.nodes
     name = rule.name
     for ent in ents:
@@ -56,6 +57,9 @@ def evaluate(
             if s is not None and s.until > now and (not s.entity_key or s.entity_key == key):
                 close(core, rule, key, ent, now, "kept" if s.bounded else "snoozed", out, s)
                 continue
+        if exempt.active and exempt.for_view(ent.view, name, now) is not None:
+            close(core, rule, key, ent, now, "exempt", out)
+            continue
         try:
             matched = test(ent.ctx)
         except Exception as e:
@@ -196,6 +200,18 @@ def apply_snooze(core: Core, s: Snooze, now: datetime, out: StepResult) -> None:
     if rule is None or rule.scheduled:
         return
     evaluate(core, rule, ents, now, out)
+
+
+def expire_exemptions(core: Core, now: datetime, out: StepResult) -> None:
+    """Evaluate again the jobs whose exemption (annotations) ended by `now`, and their GPUs and processes."""
+    jobs = set(core.state.jobs.exemptions.expired(now))
+    if not jobs:
+        return
+    for kind, rules in core.event_rules.items():
+        ents = [e for e in core.state.by_kind[kind].values() if core.state.online(e) and (
+            e.view.id if kind == "job" else getattr(e.view, "job", None)) in jobs]
+        for rule in rules:
+            evaluate(core, rule, ents, now, out)
 
 
 def expire_snoozes(core: Core, now: datetime, out: StepResult) -> None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from gpuevents.clock import utc
 from rules.core import liveness, recovery
-from rules.core.evaluation import evaluate, expire_snoozes, sweep
+from rules.core.evaluation import evaluate, expire_exemptions, expire_snoozes, sweep
 from rules.core.incidents import Incident, next_stage_at
 from rules.core.inputs import StepResult
 from rules.lang.model import Rule
@@ -65,6 +65,7 @@ def tick(core: Core, now: datetime, out: StepResult, do_sweep: bool = True) -> N
     recovery.check_orphans(core, now, out)
     recovery.check_stale(core, now, out)
     expire_snoozes(core, now, out)
+    expire_exemptions(core, now, out)
     recovery.release_deferred(core, now, out)
     for rule in core.rules:
         if rule.scheduled:

@@ -6,6 +6,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
+from pydantic import BaseModel
+
 from gpuevents.events import GpuInfo, NodeInfo, ProcessInfo
 from rules.core.core import Core
 from rules.core.incidents import Incident
@@ -66,6 +68,26 @@ def demand_lines(core: Core, now: datetime) -> list[DemandLine]:
             out.append(DemandLine(cluster=cluster, scheduler=scheduler, partition=e.partition, pool=e.pool,
                                   model=e.model, pending_gpus=e.pending_gpus, waiting_for_s=waited))
     return out
+
+
+class ExemptionView(BaseModel):
+    """A job's exemption from its annotations (gpuevents.io/keep-until, exclude), or one that is malformed."""
+
+    job: str
+    until: datetime | None = None
+    rules: list[str] | None = None  # None: every rule
+    source: str
+    malformed: str | None = None  # why it is not applied
+
+
+def exemption_views(core: Core, now: datetime) -> list[ExemptionView]:
+    """The jobs' exemptions in force and the malformed ones, by job."""
+    ex = core.state.jobs.exemptions
+    out = [ExemptionView(job=job, until=e.until, rules=sorted(e.rules) if e.rules else None, source=e.source)
+           for job, found in ex.active.items() for e in found if e.until > now]
+    out += [ExemptionView(job=job, source=f"{m.annotation}: {m.value}", malformed=m.why)
+            for job, bad in ex.malformed.items() for m in bad]
+    return sorted(out, key=lambda v: (v.job, v.source))
 
 
 def incident_context(core: Core, inc: Incident) -> IncidentContext:

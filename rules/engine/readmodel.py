@@ -76,6 +76,7 @@ class ReadModel:
     firing_since: Sequence[float] = ()  # and when it fired (a timestamp)
     demand: tuple[DemandLine, ...] = ()  # what the schedulers report as waiting, still valid at `time`
     warnings: tuple[str, ...] = ()  # what the engine cannot set right itself: a node two agents claim
+    exemptions: tuple[readings.ExemptionView, ...] = ()  # jobs exempt by their annotations; malformed ones
     built_s: float = 0.0  # how long the build took, slices and pauses included
 
     def firing(self) -> list[bytes]:
@@ -179,6 +180,7 @@ async def _build(core: Core, now: datetime, version: int, costs: CostModel, slic
         worst_nodes=tuple(w for *_k, w in sorted(worst, key=lambda e: e[:4], reverse=True)),
         node_index=node_index, incident_index=incident_index, firing_cost=firing_cost, firing_since=firing_since,
         demand=tuple(readings.demand_lines(core, now)), warnings=warnings,
+        exemptions=tuple(readings.exemption_views(core, now)),
         built_s=time.perf_counter() - started)
 
 

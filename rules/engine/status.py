@@ -15,10 +15,12 @@ from gpuevents.config import CostsConfig
 from gpuevents.costs import CostModel
 from gpuevents.subjects import ENGINE_STATUS
 from rules.dashboard.fleet_view import DemandLine, FleetIncident, FleetNode
+from rules.engine.readings import ExemptionView
 from rules.engine.readmodel import TOP, FleetSummary, ReadModel, WorstNode
 
 HEADROOM = 8 * 1024  # bytes of a reply's budget kept for its envelope and the message's headers
 ALL = "all"  # the offsets key of an engine that acts for the whole fleet
+MAX_EXEMPTIONS = 200  # exemptions a summary lists
 
 
 class StatusQuery(BaseModel):
@@ -45,6 +47,8 @@ class StatusSummary(BaseModel):
     demand: list[DemandLine] = []  # what the schedulers report as waiting (one engine reads it)
     warnings: list[str] = []
     """What the engine cannot set right itself: a node two agents claim."""
+    exemptions: list[ExemptionView] = []  # jobs exempt by their annotations, and annotations not applied
+    exemptions_more: int = 0  # exemptions not listed (at most MAX_EXEMPTIONS are)
     partition: int | None = None
     partitions: int = 1
 
@@ -80,6 +84,16 @@ class StatusError(Exception):
     """An engine could not answer (a malformed request, or a node too large for a message)."""
 
 
+def summary_of(model: ReadModel, top: int = TOP, partition: int | None = None, partitions: int = 1) -> StatusSummary:
+    """The default answer from a read model: its numbers and the first `top` of its rankings."""
+    return StatusSummary(summary=model.summary, incidents=model.top_firing(top),
+                         incidents_more=max(0, model.summary.incidents_firing - top),
+                         worst_nodes=list(model.worst_nodes[:top]), demand=list(model.demand),
+                         warnings=list(model.warnings), exemptions=list(model.exemptions[:MAX_EXEMPTIONS]),
+                         exemptions_more=max(0, len(model.exemptions) - MAX_EXEMPTIONS),
+                         partition=partition, partitions=partitions)
+
+
 def partition_key(partition: int | None) -> str:
     return ALL if partition is None else str(partition)
 
@@ -99,10 +113,7 @@ async def answer(models: ModelSource, payload: bytes, partition: int | None, par
         return orjson.dumps({"ok": False, "error": "the fleet moved on since the first page (or another engine "
                                                    "took this partition over): ask again from the start"})
     if q.view == "summary":
-        reply: BaseModel = StatusSummary(summary=model.summary, incidents=model.top_firing(q.top),
-                                         incidents_more=max(0, model.summary.incidents_firing - q.top),
-                                         worst_nodes=list(model.worst_nodes[:q.top]), demand=list(model.demand),
-                                         warnings=list(model.warnings), **where)
+        reply: BaseModel = summary_of(model, q.top, partition, partitions)
     elif q.view == "node":
         nodes, incidents = model.node(q.node or "")
         reply = StatusNode(nodes=nodes, incidents=incidents, **where)
@@ -188,7 +199,10 @@ def merge_summaries(parts: list[StatusSummary], top: int = TOP) -> StatusSummary
     return StatusSummary(summary=s, incidents=incidents[:top],
                          incidents_more=sum(p.incidents_more for p in parts) + max(0, len(incidents) - top),
                          worst_nodes=worst[:top], demand=[d for p in parts for d in p.demand],
-                         warnings=[w for p in parts for w in p.warnings], partition=None,
+                         warnings=[w for p in parts for w in p.warnings],
+                         exemptions=[e for p in parts for e in p.exemptions][:MAX_EXEMPTIONS],
+                         exemptions_more=sum(p.exemptions_more for p in parts) + max(
+                             0, sum(len(p.exemptions) for p in parts) - MAX_EXEMPTIONS), partition=None,
                          partitions=parts[0].partitions)
 
 

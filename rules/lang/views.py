@@ -207,14 +207,22 @@ class JobView:
     `idle`: every one of its GPUs is idle; `idle_since`: since when all of them are (the latest GPU's)."""
 
     __slots__ = (
-        "_clock", "_idle_since_ts", "_started_ts", "account", "controller", "ended_at", "gpu_count", "gpus", "id",
-        "idle", "idle_since", "labels", "name", "namespace", "nodes", "owner", "partition", "qos", "scheduler",
-        "started_at", "summary", "time_limit_s", "user", "util_pct",
+        "_clock", "_idle_since_ts", "_started_ts", "account", "annotations", "controller", "controller_generation",
+        "controller_uid", "ended_at", "exempt_until", "exemption", "exemptions_malformed", "gpu_count", "gpus", "id",
+        "idle", "idle_since", "labels", "name", "namespace", "nodes", "owner", "partition", "pods", "qos",
+        "scheduler", "started_at", "summary", "time_limit_s", "user", "util_pct",
     )
     account: str | None
+    annotations: dict[str, str]
     controller: str | None
+    controller_generation: int | None
+    controller_uid: str | None
     ended_at: datetime | None
     """Set once, on the `job.ended` event that closes the job (with `summary`); None while it runs."""
+    exempt_until: datetime | None
+    """The end of its exemption from every rule (gpuevents.io/keep-until or exclude annotations), or None."""
+    exemption: str | None
+    exemptions_malformed: list[str]
     gpu_count: int
     gpus: list[GpuView]
     id: str
@@ -226,6 +234,7 @@ class JobView:
     nodes: list[str]
     owner: str | None
     partition: str | None
+    pods: list[str]
     qos: str | None
     scheduler: str
     started_at: datetime | None

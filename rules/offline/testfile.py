@@ -85,10 +85,14 @@ class TestProcess(_Strict):
 
 class TestJob(_Strict):
     """A scheduler job on the snapshot's node: the GPUs listed are allocated to it, the processes listed run in
-    it; its entity is `job/<scheduler>/<id>` (DESIGN §4)."""
+    it; its entity is `job/<scheduler>/<id>` (DESIGN §4). A Kubernetes job is given as its pod: `{scheduler:
+    kubernetes, namespace, pod, controller: Kind/name (absent for a bare pod), ...}`; its id is
+    `<namespace>/<Kind>/<name>` of the controller (`<namespace>/Pod/<pod>` for a bare pod)."""
 
-    id: str
+    id: str = ""
     scheduler: Literal["slurm", "kubernetes"] = "slurm"
+    pod: str | None = None
+    annotations: dict[str, str] = Field(default_factory=dict)
     user: str | None = None
     name: str | None = None
     account: str | None = None
@@ -101,6 +105,27 @@ class TestJob(_Strict):
     age: Duration | None = None
     time_limit: Duration | None = None
     labels: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _kubernetes_id(self) -> TestJob:
+        if self.scheduler == "slurm":
+            if not self.id:
+                raise ValueError("a Slurm job needs `id`")
+            if self.pod or self.annotations:
+                raise ValueError("`pod` and `annotations` are for `scheduler: kubernetes` jobs")
+            return self
+        if self.controller is not None:
+            kind, _, name = self.controller.partition("/")
+            if not kind or not name or "/" in name:
+                raise ValueError(f"controller {self.controller!r} is not Kind/name (e.g. Deployment/llm-serve)")
+        if self.id:
+            return self
+        if not self.namespace or not self.pod:
+            raise ValueError("a Kubernetes job needs `namespace` and `pod` (and `controller: Kind/name` unless "
+                             "the pod has no owner), or `id`")
+        top = self.controller or f"Pod/{self.pod}"
+        object.__setattr__(self, "id", f"{self.namespace}/{top}")  # frozen: set once, while validating
+        return self
 
 
 class TestSnapshot(_Strict):
@@ -269,12 +294,21 @@ def snapshot_inputs(test: RuleTest, start: datetime, owners: dict[str, str],
             since = at - timedelta(seconds=g.idle_for) if (idle and g.idle_for is not None) else None
             gpus.append(GpuInfo(node=snap.node, idle=idle, idle_since=since, **fields))
         job_of_pid = {pid: j.id for j in snap.jobs for pid in j.pids}
-        jobs = []
+        pod_of_pid = {pid: f"{j.namespace}/{j.pod}" for j in snap.jobs if j.pod for pid in j.pids}
+        merged: dict[tuple[str, str], JobInfo] = {}
         for j in snap.jobs:
             started = at - timedelta(seconds=j.age) if j.age is not None else job_started.get((j.scheduler, j.id), at)
             job_started[(j.scheduler, j.id)] = started
-            jobs.append(JobInfo(started_at=started, time_limit_s=j.time_limit,
-                                **j.model_dump(exclude={"age", "time_limit"})))
+            info = JobInfo(started_at=started, time_limit_s=j.time_limit, pods=[j.pod] if j.pod else [],
+                           **j.model_dump(exclude={"age", "time_limit", "pod"}))
+            prev = merged.get((j.scheduler, j.id))
+            if prev is not None:  # two pods of one controller on this node: one job
+                info = prev.model_copy(update={
+                    "gpus": sorted({*prev.gpus, *info.gpus}), "pids": sorted({*prev.pids, *info.pids}),
+                    "pods": sorted({*prev.pods, *info.pods}), "annotations": {**info.annotations,
+                                                                              **prev.annotations}})
+            merged[(j.scheduler, j.id)] = info
+        jobs = list(merged.values())
         procs = []
         for p in snap.processes:
             if p.create_time is not None:
@@ -287,6 +321,8 @@ def snapshot_inputs(test: RuleTest, start: datetime, owners: dict[str, str],
             fields = p.model_dump(exclude={"age", "create_time", "owner"})
             if fields.get("job") is None and p.pid in job_of_pid:
                 fields["job"] = job_of_pid[p.pid]
+            if fields.get("pod") is None and p.pid in pod_of_pid:
+                fields["pod"] = pod_of_pid[p.pid]
             owner = p.owner or (owners.get(p.user, p.user) if p.user else None)
             procs.append(ProcessInfo(node=snap.node, create_time=ct, owner=owner, **fields))
         node = NodeInfo(name=snap.node, cluster=snap.cluster, labels=snap.labels, gpu_count=len(gpus),

@@ -7,13 +7,16 @@ delta, so every job rule is evaluated again; a job no node reports any more is g
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 
 from gpuevents.events import JobEnded, JobInfo
+from rules.core.exemptions import Exemptions
 from rules.core.state.node import Entity, NodeState
 from rules.lang.expr import CLOCK_KEY
 from rules.lang.views import EntityView, EvalClock, GpuView, JobView
 
+log = logging.getLogger(__name__)
 SUMMARY_FIELDS = ("hours", "gpu_hours", "mean_util_pct", "peak_util_pct", "mean_sm_active_pct", "peak_mem_mib",
                   "idle_share_pct", "cost", "cost_text", "smaller_fit")
 
@@ -49,6 +52,7 @@ class Jobs:
         self.owners = owners
         self.parts: dict[str, dict[str, JobInfo]] = {}  # job key -> node key -> that node's part
         self.of_node: dict[str, set[str]] = {}  # node key -> its job keys
+        self.exemptions = Exemptions()  # gpuevents.io/keep-until and exclude annotations, by job id
 
     def update_node(self, ns: NodeState, jobs: list[JobInfo], nodes: Mapping[str, NodeState],
                     by_kind: dict[str, dict[str, Entity]]) -> tuple[list[Entity], list[Entity]]:
@@ -89,9 +93,16 @@ class Jobs:
             if not parts:
                 old = table.pop(key, None)
                 if old is not None:
+                    self.exemptions.remove(old.view.id)
                     gone.append(old)
                 continue
             ent = self._entity(key, parts, nodes)
+            for bad in self.exemptions.update(ent.view.id, ent.view.annotations, self.clock.utc):
+                log.warning("job %s: %s (not applied: fix the annotation)", ent.view.id, bad)
+            ex = self.exemptions.until(ent.view.id, self.clock.utc)
+            ent.view.exempt_until = ex.until if ex is not None else None
+            ent.view.exemption = ex.source if ex is not None else None
+            ent.view.exemptions_malformed = [str(m) for m in self.exemptions.malformed.get(ent.view.id, [])]
             table[key] = ent
             changed.append(ent)
         return changed, gone
@@ -116,7 +127,9 @@ class Jobs:
             util_pct=round(sum(utils) / len(utils), 2) if utils else None, idle=idle,
             idle_since=max(since) if idle and len(since) == len(gpus) else None,
             started_at=min((p.started_at for p in parts.values() if p.started_at), default=None),
-            time_limit_s=first.time_limit_s, labels=dict(first.labels),
+            time_limit_s=first.time_limit_s, labels=dict(first.labels), annotations=dict(first.annotations),
+            pods=sorted({pod for p in parts.values() for pod in p.pods}), controller_uid=first.controller_uid,
+            controller_generation=first.controller_generation,
         )
         head = nodes[order[0]]
         return Entity(key, key, "job", head.key, view, {
