@@ -7,6 +7,7 @@ import asyncio
 import gc
 import heapq
 import time
+import weakref
 from array import array
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, TypeVar, overload
@@ -76,10 +77,14 @@ async def sorted_sliced(chunks: list[list[T]], key: Callable[[T], Any], slicer: 
 
 
 class Packed(Sequence[bytes]):
-    """JSON documents (bytes) packed PACK to a blob with their end offsets: an item is a slice of its blob."""
+    """JSON documents (bytes) packed PACK to a blob with their end offsets: an item is a slice of its blob.
+
+    When the last reader lets go of it, its blobs are freed a few at a time on the event loop: giving 200 MB
+    back to the system at once takes ~20 ms."""
 
     def __init__(self) -> None:
         self._blobs: list[bytes] = []
+        weakref.finalize(self, _bury, self._blobs)  # the finalizer holds the blobs, so they outlive the Packed
         self._ends: list[array[int]] = []
         self._pending: list[bytes] = []
         self._len = 0
@@ -128,3 +133,30 @@ class Packed(Sequence[bytes]):
 
     def range(self, start: int, stop: int | None = None) -> list[bytes]:
         return self[start:stop]
+
+
+_graves: list[list[bytes]] = []
+_reaper: list[asyncio.Task[None]] = []
+FREE_BYTES = 4 << 20  # bytes given back between two yields
+
+
+def _bury(blobs: list[bytes]) -> None:
+    """A Packed is gone: free its blobs a step at a time if an event loop runs here, else now."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        blobs.clear()
+        return
+    _graves.append(blobs)
+    if not _reaper or _reaper[0].done() or _reaper[0].get_loop() is not loop:
+        _reaper[:] = [loop.create_task(_reap(), name="free read models")]
+
+
+async def _reap() -> None:
+    while _graves:
+        blobs, freed = _graves[-1], 0
+        while blobs and freed < FREE_BYTES:
+            freed += len(blobs.pop())
+        if not blobs:
+            _graves.pop()
+        await asyncio.sleep(0)

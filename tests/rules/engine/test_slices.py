@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from rules.engine import slices
 from rules.engine.slices import Packed, Slicer, add, release, sorted_sliced
+from tests.waiting import wait_for
 
 
 class CountingSlicer(Slicer):
@@ -62,3 +63,25 @@ async def test_a_freezing_slicer_leaves_no_young_objects_for_the_next_collection
     await Slicer(freeze=True).pause()
     assert gc.get_freeze_count() >= frozen + len(made) and gc.get_count()[0] < 100
     gc.unfreeze()  # give the test process its objects back
+
+
+def packed_of(n: int) -> tuple[Packed, list[bytes]]:
+    packed = Packed()
+    for i in range(n):
+        packed.append(b"%d" % i)
+    return packed.done(), packed._blobs
+
+
+async def test_a_packed_nobody_holds_is_freed_a_step_at_a_time_on_the_loop(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(slices, "FREE_BYTES", 1)  # one blob a step
+    packed, blobs = packed_of(3 * slices.PACK)
+    assert len(blobs) == 3
+    del packed  # the last reader lets go
+    assert len(blobs) == 3  # not freed at once
+    await wait_for(lambda: not blobs, what="the blobs freed")
+
+
+def test_a_packed_dropped_with_no_event_loop_is_freed_at_once() -> None:
+    packed, blobs = packed_of(2 * slices.PACK)
+    del packed
+    assert blobs == []
