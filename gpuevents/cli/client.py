@@ -13,13 +13,14 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuevents import subjects as S
-from gpuevents.bus import Bus, BusNoResponders, BusTimeout
+from gpuevents.bus import BusError, BusNoResponders, BusTimeout
 from gpuevents.cli.common import (
     ConfigOption,
     cells,
     client_config,
     duration_option,
     load_config_or_exit,
+    operator_bus,
     run_async,
 )
 from gpuevents.clock import SystemClock
@@ -97,7 +98,7 @@ async def show_status(config: Config, as_json: bool, *, node: str | None = None,
     from rules.engine.status import StatusError, ask_node, ask_pages, ask_summary
 
     try:
-        async with Bus(config.nats, name="gpuevents-status") as bus:
+        async with operator_bus(config, "gpuevents-status") as bus:
             if node is not None:
                 _show_node(await ask_node(bus, node), node, as_json)
             elif all_:
@@ -129,6 +130,8 @@ def _show_summary(st: StatusSummary | None, as_json: bool) -> None:
     if as_json:
         typer.echo(st.model_dump_json())
         return
+    if st.degraded:
+        out.print(Text(f"DEGRADED: {st.degraded}", style="bold red"))
     f = st.summary
     offline = f" ({f.nodes - f.nodes_online} offline)" if f.nodes_online < f.nodes else ""
     out.print(f"[bold]{f.nodes} nodes{offline}, {f.gpus} GPUs[/]: {f.busy} busy, {f.idle} idle, "
@@ -221,11 +224,11 @@ def gpu_table(nodes: list[FleetNode]) -> Table:
 
 
 def incident_table(incidents: list[FleetIncident], title: str | None = None) -> Table:
-    inc = Table("rule", "entity", "status", "since", "owner", "cost", title=title)
+    inc = Table("rule", "entity", "status", "since", "owner", "cost", "warning", title=title)
     for i in incidents:
         since = i.firing_since or i.started_at
         inc.add_row(*cells(i.rule, i.entity_id, i.status, since.strftime("%Y-%m-%d %H:%M:%S"),
-                           i.owner or "", i.cost or ""))
+                           i.owner or "", i.cost or "", i.warning or ""))
     return inc
 
 
@@ -244,16 +247,20 @@ async def do_snooze(config: Config, rule: str, entity: str, seconds: float, reas
     now = SystemClock().now()
     s = Snooze(rule=rule, entity_id=entity, until=now + timedelta(seconds=seconds),
                by=getpass.getuser(), reason=reason, bounded=bounded)
-    async with Bus(config.nats, name="gpuevents-snooze") as bus:
-        await bus.ensure_streams()
+    async with operator_bus(config, "gpuevents-snooze") as bus:
         try:
             reply = orjson.loads(await bus.request(S.ENGINE_SNOOZE, s.model_dump_json().encode(), timeout=5))
         except (BusNoResponders, BusTimeout):
-            store = ModelStore(await bus.kv(), "snooze.", Snooze)
-            await store.save(snooze_key(rule, entity), s)
-            record = AuditRecord(time=now, kind="snooze", rule=rule, entity_id=entity,
-                                 detail=f"until {s.until.isoformat()} by {s.by} (no engine running)")
-            await bus.js_publish(S.audit_subject(rule), record.model_dump_json().encode(), msg_id=record.id)
+            try:  # no engine: the snooze waits in KV for the next one (a login that may write there)
+                await bus.ensure_streams()
+                store = ModelStore(await bus.kv(), "snooze.", Snooze)
+                await store.save(snooze_key(rule, entity), s)
+                record = AuditRecord(time=now, kind="snooze", rule=rule, entity_id=entity,
+                                     detail=f"until {s.until.isoformat()} by {s.by} (no engine running)")
+                await bus.js_publish(S.audit_subject(rule), record.model_dump_json().encode(), msg_id=record.id)
+            except BusError as e:
+                raise BusError(f"no engine answers, and the snooze could not be stored for the next one ({e}); "
+                               "an operator's login asks the engine only: start `gpuevents engine`") from None
             reply = {"ok": True, "stored": True}
     if not reply.get("ok"):
         typer.echo(f"error: {reply.get('error')}", err=True)
@@ -279,7 +286,7 @@ async def show_audit(config: Config, rule: str | None, entity: str | None, secon
     since = SystemClock().now() - timedelta(seconds=seconds)
     subject = S.audit_subject(rule) if rule else S.AUDIT_ALL
     records: list[AuditRecord] = []
-    async with Bus(config.nats, name="gpuevents-audit") as bus:
+    async with operator_bus(config, "gpuevents-audit") as bus:
         async for m in bus.replay(S.STREAM_AUDIT, subject, since=since):
             records += [r for r in decode_audit(m.data) if not entity or r.entity_id == entity]
     records = unique_records(records)  # a transition sent again after a crash is one transition

@@ -15,7 +15,7 @@ from datetime import datetime
 from gpuevents.clock import utc
 from gpuevents.config import Config
 from gpuevents.events import Event, JobEndedEvent
-from rules.core import recovery, timers
+from rules.core import recovery, timers, warnings
 from rules.core.evaluation import apply_snooze, close, close_all, evaluate, sweep, unindex
 from rules.core.incidents import Incident, ResolveReason, next_deadline
 from rules.core.inputs import CoreInput, EvalProblem, ForgetNode, PendingSend, Snooze, StepResult, Sweep, Tick
@@ -25,10 +25,12 @@ from rules.core.recovery import Recovery
 from rules.core.sends import Sender
 from rules.core.state import Entity, FleetState, NodeState
 from rules.core.timers import Timers
+from rules.core.warnings import ActionOutcome
 from rules.lang.model import Rule, RuleSet
 from rules.lang.views import EvalClock, GpuView, NodeView, ProcessView
 
-__all__ = ["Core", "CoreInput", "EvalProblem", "ForgetNode", "Snooze", "StepResult", "Sweep", "Tick"]
+__all__ = ["ActionOutcome", "Core", "CoreInput", "EvalProblem", "ForgetNode", "Snooze", "StepResult", "Sweep",
+           "Tick"]
 
 
 class Core:
@@ -162,6 +164,8 @@ class Core:
         elif isinstance(item, ForgetNode):
             for e in self.state.remove_node(self.state.node_key(item.cluster, item.node)):
                 close_all(self, e, now, "gone", out)
+        elif isinstance(item, ActionOutcome):
+            warnings.apply_outcome(self, item, out)
         elif isinstance(item, JobEndedEvent):
             # the job's one occasion: its rules see `ended_at` and `summary` once, then it is gone
             ended = self.state.ended_job(item)
@@ -180,7 +184,9 @@ class Core:
             sends, self.pending_sends = self.pending_sends, []
             totals = {k: len(v) for k, v in self.state.by_kind.items()}
             for p in sends:
-                out.actions += self.sender.requests(p.rule, p.entity, p.incident, p.phase, now, totals, p.event_time)
+                requests = self.sender.requests(p.rule, p.entity, p.incident, p.phase, now, totals, p.event_time)
+                out.actions += requests
+                warnings.record_sent(self, p, requests, out)
         if self.limiter.dirty:
             out.limits = self.limiter.windows(now.timestamp())
 

@@ -137,6 +137,8 @@ class FleetIncident(BaseModel):
     owner: str | None = None
     cost: str | None = None  # estimated waste so far, already formatted ("$12.40")
     cost_value: float | None = None  # the same, as a number in the fleet's currency (to sort by)
+    warning: str | None = None
+    """Set while none of the warnings it sent was delivered: its staged destructive actions will be refused."""
 
 
 class IncidentsResponse(BaseModel):

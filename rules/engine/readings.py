@@ -11,6 +11,7 @@ from pydantic import BaseModel
 from gpuevents.events import GpuInfo, NodeInfo, ProcessInfo
 from rules.core.core import Core
 from rules.core.incidents import Incident
+from rules.core.warnings import undelivered
 from rules.dashboard.fleet_view import DemandLine
 
 
@@ -32,6 +33,7 @@ class IncidentContext:
     owner: str | None = None
     model: str | None = None
     power_w: float | None = None
+    warning: str | None = None  # set while none of the warnings it sent was delivered
 
 
 def node_keys(core: Core) -> list[str]:
@@ -96,4 +98,4 @@ def incident_context(core: Core, inc: Incident) -> IncidentContext:
     view = ent.view if ent is not None else None
     return IncidentContext(severity=rule.spec.labels.get("severity") if rule is not None else None,
                            owner=getattr(view, "owner", None), model=getattr(view, "model", None),
-                           power_w=getattr(view, "power_w", None))
+                           power_w=getattr(view, "power_w", None), warning=undelivered(inc))

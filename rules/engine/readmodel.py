@@ -9,7 +9,7 @@ import logging
 import time
 from array import array
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -109,11 +109,11 @@ def _incident_key(inc: FleetIncident) -> tuple[int, float, datetime]:
 async def build_read_model(core: Core, now: datetime, version: int, costs: CostModel,
                            slicer: Slicer | None = None, warnings: tuple[str, ...] = ()) -> ReadModel:
     """Read the core a slice at a time (each node and incident whole, between two events) into a ReadModel."""
-    return await _build(core, now, version, costs, slicer or Slicer(freeze=True), warnings)
+    model = await _build(core, now, version, costs, slicer or Slicer(freeze=True))
+    return replace(model, warnings=warnings)
 
 
-async def _build(core: Core, now: datetime, version: int, costs: CostModel, slicer: Slicer,
-                 warnings: tuple[str, ...]) -> ReadModel:
+async def _build(core: Core, now: datetime, version: int, costs: CostModel, slicer: Slicer) -> ReadModel:
     started = time.perf_counter()
     team_label = costs.costs.team_label
     rows: list[list[tuple[str, str, bytes]]] = []
@@ -179,7 +179,7 @@ async def _build(core: Core, now: datetime, version: int, costs: CostModel, slic
         node_json=node_json.done(), incidents=incidents.done(),
         worst_nodes=tuple(w for *_k, w in sorted(worst, key=lambda e: e[:4], reverse=True)),
         node_index=node_index, incident_index=incident_index, firing_cost=firing_cost, firing_since=firing_since,
-        demand=tuple(readings.demand_lines(core, now)), warnings=warnings,
+        demand=tuple(readings.demand_lines(core, now)),
         exemptions=tuple(readings.exemption_views(core, now)),
         built_s=time.perf_counter() - started)
 
@@ -192,7 +192,7 @@ def _incident_view(core: Core, inc: Any, now: datetime, costs: CostModel) -> Fle
     return FleetIncident(
         id=inc.id, rule=inc.rule, entity_id=inc.entity_id, entity_kind=inc.entity_kind, status=inc.status,
         started_at=inc.active_at, firing_since=inc.fired_at, severity=ctx.severity, owner=ctx.owner,
-        cost=costs.format(cost) if cost is not None else None, cost_value=cost)
+        cost=costs.format(cost) if cost is not None else None, cost_value=cost, warning=ctx.warning)
 
 
 def empty_model(now: datetime, costs: CostModel, version: int = -1) -> ReadModel:

@@ -1,5 +1,5 @@
-"""The acting engine's request servers: `gpuevents status`, `free` and `snooze` over the bus, status and free
-answered from the read model (never from the core under the engine's lock), each reply under the max payload."""
+"""The acting engine's request servers over the bus: `gpuevents status`, `snooze`, `free`, `kill` and `cancel`;
+status and free answered from the read model (never from the core under the engine's lock), under the max payload."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from gpuevents import subjects as S
 from gpuevents.bus import Bus
+from gpuevents.manual import OperatorAction, OperatorActionReply
 from rules.core.core import Snooze
 from rules.dashboard.free import FreeQuery, bounded, free_gpus_sliced
 from rules.engine.readmodel import ReadModel
@@ -28,9 +29,14 @@ class Answers(Protocol):
     @property
     def partitions(self) -> int: ...
 
+    @property
+    def degraded(self) -> str | None: ...
+
     async def read_model(self, max_age_s: float = 0.0) -> ReadModel: ...
 
     async def snooze(self, s: Snooze) -> dict[str, Any]: ...
+
+    async def operator_action(self, req: OperatorAction) -> OperatorActionReply | None: ...
 
 
 class PagedModels:
@@ -60,7 +66,7 @@ async def serve_requests(bus: Bus, engine: Answers) -> list[Any]:
     paged = PagedModels(engine)
 
     async def status(payload: bytes, subject: str) -> bytes:
-        return await answer(paged, payload, engine.partition, engine.partitions, bus.max_payload)
+        return await answer(paged, payload, engine.partition, engine.partitions, bus.max_payload, engine.degraded)
 
     async def snooze(payload: bytes, subject: str) -> bytes:
         try:
@@ -81,5 +87,14 @@ async def serve_requests(bus: Bus, engine: Answers) -> list[Any]:
         return orjson.dumps({"ok": True, "partition": engine.partition, "partitions": engine.partitions,
                              "answer": found.model_dump(mode="json")})
 
+    async def act(payload: bytes, subject: str) -> bytes | None:
+        """`gpuevents kill` / `cancel`: decided by the engine whose part of the fleet holds the target."""
+        try:
+            req = OperatorAction.model_validate_json(payload)
+        except ValidationError as e:
+            return OperatorActionReply(ok=False, error=str(e)).model_dump_json().encode()
+        reply = await engine.operator_action(req)
+        return None if reply is None else reply.model_dump_json().encode()
+
     return [await bus.serve(S.ENGINE_STATUS, status), await bus.serve(S.ENGINE_SNOOZE, snooze),
-            await bus.serve(S.ENGINE_FREE, free)]
+            await bus.serve(S.ENGINE_FREE, free), await bus.serve(S.ENGINE_ACT, act)]

@@ -45,6 +45,7 @@ class StatusSummary(BaseModel):
     incidents_more: int = 0  # firing incidents not listed
     worst_nodes: list[WorstNode]  # most GPUs held idle first
     demand: list[DemandLine] = []  # what the schedulers report as waiting (one engine reads it)
+    degraded: str | None = None  # why, while JetStream has no room for the engine's writes
     warnings: list[str] = []
     """What the engine cannot set right itself: a node two agents claim."""
     exemptions: list[ExemptionView] = []  # jobs exempt by their annotations, and annotations not applied
@@ -84,12 +85,15 @@ class StatusError(Exception):
     """An engine could not answer (a malformed request, or a node too large for a message)."""
 
 
-def summary_of(model: ReadModel, top: int = TOP, partition: int | None = None, partitions: int = 1) -> StatusSummary:
-    """The default answer from a read model: its numbers and the first `top` of its rankings."""
+def summary_of(model: ReadModel, top: int = TOP, partition: int | None = None, partitions: int = 1,
+               degraded: str | None = None) -> StatusSummary:
+    """The default answer from a read model: its numbers and the first `top` of its rankings; `degraded` is the
+    engine's state now (not the model's)."""
     return StatusSummary(summary=model.summary, incidents=model.top_firing(top),
                          incidents_more=max(0, model.summary.incidents_firing - top),
                          worst_nodes=list(model.worst_nodes[:top]), demand=list(model.demand),
-                         warnings=list(model.warnings), exemptions=list(model.exemptions[:MAX_EXEMPTIONS]),
+                         warnings=list(model.warnings), degraded=degraded,
+                         exemptions=list(model.exemptions[:MAX_EXEMPTIONS]),
                          exemptions_more=max(0, len(model.exemptions) - MAX_EXEMPTIONS),
                          partition=partition, partitions=partitions)
 
@@ -99,7 +103,7 @@ def partition_key(partition: int | None) -> str:
 
 
 async def answer(models: ModelSource, payload: bytes, partition: int | None, partitions: int,
-                 max_payload: int) -> bytes:
+                 max_payload: int, degraded: str | None = None) -> bytes:
     """The reply to one status request, from a read model (never larger than `max_payload`)."""
     try:
         q = StatusQuery.model_validate_json(payload or b"{}")
@@ -113,7 +117,7 @@ async def answer(models: ModelSource, payload: bytes, partition: int | None, par
         return orjson.dumps({"ok": False, "error": "the fleet moved on since the first page (or another engine "
                                                    "took this partition over): ask again from the start"})
     if q.view == "summary":
-        reply: BaseModel = summary_of(model, q.top, partition, partitions)
+        reply: BaseModel = summary_of(model, q.top, partition, partitions, degraded)
     elif q.view == "node":
         nodes, incidents = model.node(q.node or "")
         reply = StatusNode(nodes=nodes, incidents=incidents, **where)
@@ -200,6 +204,8 @@ def merge_summaries(parts: list[StatusSummary], top: int = TOP) -> StatusSummary
                          incidents_more=sum(p.incidents_more for p in parts) + max(0, len(incidents) - top),
                          worst_nodes=worst[:top], demand=[d for p in parts for d in p.demand],
                          warnings=[w for p in parts for w in p.warnings],
+                         degraded="; ".join(f"partition {p.partition}: {p.degraded}" for p in parts if p.degraded)
+                         or None,
                          exemptions=[e for p in parts for e in p.exemptions][:MAX_EXEMPTIONS],
                          exemptions_more=sum(p.exemptions_more for p in parts) + max(
                              0, sum(len(p.exemptions) for p in parts) - MAX_EXEMPTIONS), partition=None,
