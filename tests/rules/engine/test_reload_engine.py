@@ -93,9 +93,9 @@ rules:
     when: gpu.idle
     actions:
       - type: log
-        message: "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}"
+        message: "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}x"
 """
-"""A rule whose check renders 10^10 loop turns: cheap YAML, costly to load."""
+"""A rule whose check renders 10^10 loop turns that write nothing: cheap YAML, costly in time (not memory) to load."""
 
 BOMB = 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n' + "".join(
     f"{n}: &{n} [" + ",".join([f"*{p}"] * 9) + "]\n" for p, n in zip("abcdefgh", "bcdefghi", strict=True)
