@@ -12,9 +12,9 @@ from gpuevents import subjects as S
 from gpuevents.bus import Delivery
 from gpuevents.events import Event
 from rules.engine.deadletter import SubjectMismatch
-from rules.engine.decoder import RepeatDecoder
 from rules.engine.metrics import EngineMetrics
-from rules.engine.skew import SkewGuard
+from rules.intake.decoder import RepeatDecoder
+from rules.intake.skew import SkewGuard
 
 _stored_subject = functools.lru_cache(maxsize=1 << 16)(S.stored_event_subject)
 
@@ -42,6 +42,7 @@ class Intake:
                 f"the envelope says {event.type} from {event.source} in cluster {event.cluster}; the subject "
                 f"{d.subject} says otherwise"))
             return None
+        self.decoder.accepted(event)  # only now: a rejected event never takes a place in the decoder's cache
         checked = self.skew.check(event, d.time)
         if checked is not event:
             self.metrics.clock_skew.inc()
