@@ -72,8 +72,9 @@ class Liveness:
             if self.liveness_open(ns):
                 # An "agent down" incident is open: keep the node so that it goes on (and resolves when the node
                 # is back, or as gone when it is forgotten); the incidents of other rules end as gone.
-                for e in [*ns.entities.values(), *([ns.node_entity] if ns.node_entity is not None else [])]:
+                for e in ns.entities.values():
                     self.evaluator.close_all(e, now, "gone", out, keep_liveness=True)
+                ns.full_next = True  # its entities stay: when it is back, all of them are evaluated afresh
                 continue
             self.forget(key, now, out)
 
