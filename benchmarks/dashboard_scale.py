@@ -6,7 +6,7 @@ search keystroke, and the 24-hour heatmap.
 1. Builds a simulated fleet (`--nodes` × `--gpus`, four clusters, eight teams by node label, a few nodes offline,
    about a third of the GPUs idle and a tenth of those held idle) and 24 hours of usage rollups for every GPU in a
    SQLite store, as the engine writes them.
-2. Serves the real dashboard app (rules/visibility/dashboard.py) over that fleet; every GET /api/fleet moves
+2. Serves the real dashboard app (rules/dashboard/pages.py) over that fleet; every GET /api/fleet moves
    about 5 % of the GPUs (utilization, idle, held) and rebuilds the fleet view, as the engine's state moves.
 3. Opens `/?refresh=1500` in headless Chromium and reads the page's own timings (window.gpuevents.timings):
    - first render: from navigation start until the fleet is drawn (JSON fetched, parsed, grouped, in the DOM);
@@ -39,11 +39,11 @@ import aiohttp  # noqa: E402
 from gpuevents.config import CostsConfig  # noqa: E402
 from gpuevents.costs import CostModel  # noqa: E402
 from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot  # noqa: E402
-from rules.visibility.dashboard import bound_port, serve_dashboard  # noqa: E402
-from rules.visibility.fleet_view import FleetIncident, FleetView, fleet_view  # noqa: E402
-from rules.visibility.rollup import HOUR, UsageAmounts, UsageBatch, UsageKey  # noqa: E402
-from rules.visibility.store import UsageStore  # noqa: E402
-from tests.rules.visibility.cdp import Chromium  # noqa: E402
+from rules.dashboard.fleet_view import FleetIncident, FleetView, fleet_view  # noqa: E402
+from rules.dashboard.pages import bound_port, serve_dashboard  # noqa: E402
+from rules.usage.rollup import HOUR, UsageAmounts, UsageBatch, UsageKey  # noqa: E402
+from rules.usage.store import UsageStore  # noqa: E402
+from tests.rules.dashboard.cdp import Chromium  # noqa: E402
 
 TEAMS = ("vision", "nlp", "speech", "ranking", "ads", "infra", "research", "robotics")
 USERS = tuple(f"user{i:03d}@example.com" for i in range(200))
@@ -141,7 +141,7 @@ async def _search_ms(browser: Chromium, needle: str) -> float:
 
 
 async def measure(nodes: int, gpus: int, updates: int, work: Path, shots: Path | None) -> dict[str, Any]:
-    from rules.visibility.usage_source import UsageSource
+    from rules.dashboard.usage_source import UsageSource
 
     fleet = ScaleFleet(nodes, gpus)
     db = work / f"usage-{nodes}.sqlite"

@@ -26,10 +26,10 @@ sys.path.insert(0, str(ROOT))
 from gpuevents.config import Config  # noqa: E402
 from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot, ProcessInfo, SnapshotEvent  # noqa: E402
 from rules.core.core import Core, Tick  # noqa: E402
+from rules.intake.check import sample_entities  # noqa: E402
 from rules.lang.expr import CONDITION_ENV, jinja_names  # noqa: E402
 from rules.lang.loader import load_rule_set  # noqa: E402
 from rules.lang.model import RuleSet  # noqa: E402
-from rules.offline.check import sample_entities  # noqa: E402
 
 LIBRARY = ROOT / "rules" / "library"
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)

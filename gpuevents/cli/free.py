@@ -16,7 +16,7 @@ from gpuevents.config import Config
 from gpuevents.durations import format_duration
 
 if TYPE_CHECKING:
-    from rules.visibility.free import FreeAnswer, FreeQuery
+    from rules.dashboard.free import FreeAnswer, FreeQuery
 
 out = Console()
 
@@ -43,7 +43,7 @@ def free(
 
     Never offers a GPU that a process holds, that a scheduler allocated, or that is on an offline or cordoned
     node. Exit 0 when something is free, 1 when nothing matches."""
-    from rules.visibility.free import FreeQuery, FreeQueryError, parse_labels, parse_mem_mib
+    from rules.dashboard.free import FreeQuery, FreeQueryError, parse_labels, parse_mem_mib
 
     try:
         query = FreeQuery(count=count, min_free_mem_mib=parse_mem_mib(min_free_mem) if min_free_mem else None,
@@ -70,7 +70,7 @@ def register(app: typer.Typer) -> None:
 async def ask_free(config: Config, query: FreeQuery) -> FreeAnswer | None:
     """Every acting engine answers for its part of the fleet (with the same function as the dashboard's /api/free),
     so the reply stays small however large the fleet; the answers are merged."""
-    from rules.visibility.free import FreeAnswer, merge_answers
+    from rules.dashboard.free import FreeAnswer, merge_answers
 
     def complete(replies: list[bytes]) -> bool:
         parts = [orjson.loads(r) for r in replies]

@@ -7,9 +7,9 @@ from datetime import datetime
 
 from gpuevents.config import Config
 from gpuevents.costs import CostModel
-from rules.visibility.rollup import TeamResolver, UsageAggregator
-from rules.visibility.simweek import TEAM_OF, HistoryPlan, count_history, drop_recorded, history_span
-from rules.visibility.store import UsageStore
+from rules.usage.rollup import TeamResolver, UsageAggregator
+from rules.usage.simweek import TEAM_OF, HistoryPlan, count_history, drop_recorded, history_span
+from rules.usage.store import UsageStore
 
 MAX_HISTORY_S = 35 * 86400
 

@@ -14,10 +14,10 @@ from gpuevents.clock import SystemClock
 from gpuevents.config import Config, load_config
 from gpuevents.costs import CostModel
 from gpuevents.yamlpos import LocatedError
-from rules.visibility.render import render
-from rules.visibility.store import UsageStore
-from rules.visibility.summary import summary_text
-from rules.visibility.weekly import NO_TEAM_LABEL, WeeklyReport, build_report, week_before, week_ending
+from rules.usage.render import render
+from rules.usage.store import UsageStore
+from rules.usage.summary import summary_text
+from rules.usage.weekly import NO_TEAM_LABEL, WeeklyReport, build_report, week_before, week_ending
 
 
 class ReportFormat(StrEnum):

@@ -17,7 +17,7 @@ from gpuevents.cli.common import (
     run_async,
 )
 from gpuevents.yamlpos import LocatedError
-from rules.offline.check import check_paths
+from rules.intake.check import check_paths
 from rules.offline.ruletests import run_test_file
 
 app = typer.Typer(help="Validate and test rule files.", no_args_is_help=True, add_completion=False)

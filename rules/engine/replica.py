@@ -26,7 +26,7 @@ from rules.engine.gcpolicy import GcPolicy
 from rules.engine.lease import default_holder
 from rules.engine.metrics import EngineMetrics
 from rules.engine.service import Engine
-from rules.visibility.recorder import UsageRecorder
+from rules.usage.recorder import UsageRecorder
 
 log = logging.getLogger(__name__)
 

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gpuevents.config import Config
+from rules.intake.check import load_checked
 from rules.lang.loader import rule_files
 from rules.lang.model import RuleSet
-from rules.offline.check import load_checked
 
 
 class RuleFiles:

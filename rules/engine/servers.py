@@ -10,8 +10,8 @@ from pydantic import ValidationError
 from gpuevents import subjects as S
 from gpuevents.bus import Bus
 from rules.core.core import Snooze
+from rules.dashboard.free import FreeQuery, free_gpus
 from rules.engine.status import StatusResponse
-from rules.visibility.free import FreeQuery, free_gpus
 
 
 class Answers(Protocol):

@@ -36,7 +36,7 @@ from rules.engine.servers import serve_requests
 from rules.engine.sharing import exchange
 from rules.engine.status import StatusResponse, fleet_status
 from rules.engine.store import PipelinedStore, limits_key
-from rules.visibility.recorder import UsageRecorder
+from rules.usage.recorder import UsageRecorder
 
 log = logging.getLogger(__name__)
 

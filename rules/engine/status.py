@@ -13,7 +13,7 @@ from gpuevents.events import NodeSnapshot
 from gpuevents.records import AuditRecord
 from gpuevents.subjects import ENGINE_STATUS
 from rules.core.core import Core
-from rules.visibility.fleet_view import FleetIncident, FleetView, fleet_view
+from rules.dashboard.fleet_view import FleetIncident, FleetView, fleet_view
 
 
 class StatusResponse(BaseModel):
@@ -104,7 +104,7 @@ def fleet_status(core: Core, now: datetime) -> StatusResponse:
 
 
 class EngineDashboardSource:
-    """The dashboard's view of this process's engines (rules.visibility.fleet_view.DashboardSource): one, or
+    """The dashboard's view of this process's engines (rules.dashboard.fleet_view.DashboardSource): one, or
     the partitions a replica acts for."""
 
     def __init__(self, engines: object) -> None:

@@ -1,1 +1,2 @@
-"""What both shells believe of an event before the core: decoded once per repeat, times on the server clock."""
+"""What enters the engine from outside, checked alike for both shells (engine and offline): rule files loaded
+and checked, events decoded and their clocks believed."""

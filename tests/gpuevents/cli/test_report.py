@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from gpuevents.cli import app
 from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot, ProcessInfo, make_event
-from rules.visibility.rollup import TeamResolver, UsageAggregator
-from rules.visibility.store import UsageStore
+from rules.usage.rollup import TeamResolver, UsageAggregator
+from rules.usage.store import UsageStore
 
 NOW = datetime(2026, 1, 14, 10, 30, tzinfo=UTC)  # a Wednesday, half past ten
 

@@ -1,0 +1,1 @@
+"""Tests of rules/intake."""

@@ -11,8 +11,8 @@ from gpuevents.config import Config
 from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot, make_event
 from gpuevents.yamlpos import LocatedError
 from rules.core.core import Core
+from rules.intake.check import check_paths
 from rules.lang.loader import load_rule_set
-from rules.offline.check import check_paths
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 

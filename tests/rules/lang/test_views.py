@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpuevents.events import GpuInfo
+from rules.intake.check import check_paths
 from rules.lang.views import GPU_FIELDS, EvalClock, GpuView
-from rules.offline.check import check_paths
 
 SPINNING = """\
 rules:

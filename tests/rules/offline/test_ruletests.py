@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gpuevents.cli.rules import app
-from rules.offline.check import check_paths
+from rules.intake.check import check_paths
 from rules.offline.ruletests import run_test_file
 
 LIBRARY = Path(__file__).resolve().parents[3] / "rules" / "library"

@@ -69,7 +69,7 @@ def test_a_gpus_last_xid_is_kept_across_snapshots_for_rules_to_read() -> None:
 
 
 def test_rules_check_accepts_the_xid_fields(tmp_path: Path) -> None:
-    from rules.offline.check import check_paths
+    from rules.intake.check import check_paths
 
     (tmp_path / "r.yaml").write_text("""\
 rules:

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
 from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot, ProcessInfo, SnapshotEvent, make_event
-from rules.visibility.rollup import HOUR, UsageAggregator, UsageBatch
+from rules.usage.rollup import HOUR, UsageAggregator, UsageBatch
 
 TEAMS = {"vision": ("alice", "dave", "grace"), "nlp": ("bob", "erin", "heidi"), "speech": ("carol", "frank")}
 TEAM_OF = {user: team for team, users in TEAMS.items() for user in users}  # for GPUs a job holds with no process

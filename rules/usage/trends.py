@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel
 
 from gpuevents.costs import CostModel
-from rules.visibility.store import UsageRow
-from rules.visibility.sums import UsageSum
+from rules.usage.store import UsageRow
+from rules.usage.sums import UsageSum
 
 
 @dataclass

@@ -10,8 +10,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from gpuevents.costs import CostModel
-from rules.visibility.store import UsageRow, UsageStore
-from rules.visibility.timeline import Per, Timeline, hour_window, timeline
+from rules.dashboard.timeline import Per, Timeline, hour_window, timeline
+from rules.usage.store import UsageRow, UsageStore
 
 CACHE_S = 20.0  # the engine writes on its tick (30 s by default): fresher reads would show nothing new
 

@@ -15,14 +15,14 @@ import pytest
 from gpuevents.config import CostsConfig, GpuCost
 from gpuevents.costs import CostModel
 from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot
-from rules.visibility.dashboard import bound_port, serve_dashboard
-from rules.visibility.fleet_view import FleetIncident, FleetView, fleet_view
-from rules.visibility.free import FreeQuery, free_gpus
-from rules.visibility.rollup import HOUR, UsageAmounts, UsageBatch, UsageKey
-from rules.visibility.store import UsageStore
-from rules.visibility.timeline import hour_window
-from rules.visibility.usage_source import UsageSource
-from tests.rules.visibility.cdp import Chromium
+from rules.dashboard.fleet_view import FleetIncident, FleetView, fleet_view
+from rules.dashboard.free import FreeQuery, free_gpus
+from rules.dashboard.pages import bound_port, serve_dashboard
+from rules.dashboard.timeline import hour_window
+from rules.dashboard.usage_source import UsageSource
+from rules.usage.rollup import HOUR, UsageAmounts, UsageBatch, UsageKey
+from rules.usage.store import UsageStore
+from tests.rules.dashboard.cdp import Chromium
 from tests.waiting import wait_for
 
 NOW = datetime.now(UTC)

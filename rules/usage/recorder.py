@@ -11,8 +11,8 @@ from datetime import datetime
 from gpuevents.config import Config
 from gpuevents.costs import CostModel
 from gpuevents.events import SnapshotEvent
-from rules.visibility.rollup import TeamResolver, UsageAggregator, UsageBatch
-from rules.visibility.store import UsageStore
+from rules.usage.rollup import TeamResolver, UsageAggregator, UsageBatch
+from rules.usage.store import UsageStore
 
 log = logging.getLogger(__name__)
 

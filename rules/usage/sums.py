@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuevents.costs import CostModel
-from rules.visibility.rollup import HOUR
-from rules.visibility.store import UsageRow
+from rules.usage.rollup import HOUR
+from rules.usage.store import UsageRow
 
 
 @dataclass

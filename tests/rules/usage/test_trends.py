@@ -6,8 +6,8 @@ import pytest
 
 from gpuevents.config import CostsConfig, GpuCost
 from gpuevents.costs import CostModel
-from rules.visibility.store import UsageRow
-from rules.visibility.trends import leaderboard, week_over_week
+from rules.usage.store import UsageRow
+from rules.usage.trends import leaderboard, week_over_week
 
 # an H100 costs 24 a day, 1 an hour; energy is free: money = GPU-hours
 COSTS = CostModel(CostsConfig(energy_price_kwh=0, models={"H100": GpuCost(price=8760, depreciation_years=1)}))

@@ -15,11 +15,11 @@ from gpuevents.cli.report import report_command
 from gpuevents.config import CostsConfig, GpuCost
 from gpuevents.costs import CostModel
 from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot, ProcessInfo, make_event
-from rules.visibility.render import render_html, render_markdown
-from rules.visibility.rollup import TeamResolver, UsageAggregator
-from rules.visibility.store import UsageStore
-from rules.visibility.weekly import WeeklyReport, build_report, week_ending
-from tests.rules.visibility.fleetday import DAY_START, TEAMS, day_events
+from rules.usage.render import render_html, render_markdown
+from rules.usage.rollup import TeamResolver, UsageAggregator
+from rules.usage.store import UsageStore
+from rules.usage.weekly import WeeklyReport, build_report, week_ending
+from tests.rules.dashboard.fleetday import DAY_START, TEAMS, day_events
 
 # Round numbers so the money can be worked out by hand: an H100 costs 100 a day (+ energy at 0.50
 # per kWh), an A100 24 a day, i.e. 1 an hour.

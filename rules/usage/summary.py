@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from actions import slack_format as fmt
 from gpuevents.costs import CostModel
-from rules.visibility.trends import Trend
-from rules.visibility.weekly import WeeklyReport, team_label
+from rules.usage.trends import Trend
+from rules.usage.weekly import WeeklyReport, team_label
 
 
 def _trend(report: WeeklyReport) -> Trend | None:

@@ -10,10 +10,10 @@ from markdown_it.token import Token
 
 from gpuevents.config import CostsConfig
 from gpuevents.costs import CostModel
-from rules.visibility.render import markdown_cell, render_markdown
-from rules.visibility.store import IdleJobRow, UsageRow
-from rules.visibility.weekly import build_report, week_ending
-from tests.rules.visibility.fleetday import DAY_START
+from rules.usage.render import markdown_cell, render_markdown
+from rules.usage.store import IdleJobRow, UsageRow
+from rules.usage.weekly import build_report, week_ending
+from tests.rules.dashboard.fleetday import DAY_START
 
 # CommonMark with GFM tables and strikethrough; raw HTML on, as on GitHub (which then sanitises).
 PARSER = MarkdownIt("commonmark").enable(["table", "strikethrough"])

@@ -8,8 +8,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from rules.visibility.rollup import TeamResolver, UsageAggregator, UsageBatch
-from rules.visibility.simweek import TEAM_OF, HistoryPlan, count_history, drop_recorded, gpu_timeline, history_span
+from rules.usage.rollup import TeamResolver, UsageAggregator, UsageBatch
+from rules.usage.simweek import TEAM_OF, HistoryPlan, count_history, drop_recorded, gpu_timeline, history_span
 
 NOW = datetime(2026, 1, 14, 10, 30, tzinfo=UTC)
 

@@ -8,9 +8,9 @@ from html import escape
 from zoneinfo import ZoneInfo
 
 from gpuevents.costs import CostModel
-from rules.visibility.colours import legend_svg, util_colour
-from rules.visibility.trends import Trend, WeekOverWeek
-from rules.visibility.weekly import Heatmap, WeeklyReport, team_label
+from rules.usage.colours import legend_svg, util_colour
+from rules.usage.trends import Trend, WeekOverWeek
+from rules.usage.weekly import Heatmap, WeeklyReport, team_label
 
 CELL_W = 5
 CELL_H = 12

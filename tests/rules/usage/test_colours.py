@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from rules.visibility.colours import VIRIDIS, legend_svg, text_colour, util_colour
+from rules.usage.colours import VIRIDIS, legend_svg, text_colour, util_colour
 
-STATIC = Path(__file__).resolve().parents[3] / "rules" / "visibility" / "static"
+STATIC = Path(__file__).resolve().parents[3] / "rules" / "dashboard" / "static"
 
 
 def test_the_page_and_the_report_use_the_same_viridis_stops() -> None:

@@ -12,10 +12,10 @@ from zoneinfo import ZoneInfo
 from pydantic import BaseModel
 
 from gpuevents.costs import CostModel
-from rules.visibility.rollup import HOUR, JOB_PREFIX
-from rules.visibility.store import IdleJobRow, UsageRow
-from rules.visibility.sums import UsageSum
-from rules.visibility.trends import LeaderLine, WeekOverWeek, leaderboard, week_over_week
+from rules.usage.rollup import HOUR, JOB_PREFIX
+from rules.usage.store import IdleJobRow, UsageRow
+from rules.usage.sums import UsageSum
+from rules.usage.trends import LeaderLine, WeekOverWeek, leaderboard, week_over_week
 
 WEEK = timedelta(days=7)
 NO_TEAM_LABEL = "(no team)"

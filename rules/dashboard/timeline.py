@@ -12,8 +12,8 @@ from typing import Literal
 from pydantic import BaseModel
 
 from gpuevents.costs import CostModel
-from rules.visibility.rollup import HOUR
-from rules.visibility.store import UsageRow
+from rules.usage.rollup import HOUR
+from rules.usage.store import UsageRow
 
 Per = Literal["auto", "gpu", "node"]
 MAX_GPU_ROWS = 256  # `auto` shows one row per GPU up to this many, else one per node

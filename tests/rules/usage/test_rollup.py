@@ -12,10 +12,10 @@ import pytest
 from gpuevents.config import Config, CostsConfig
 from gpuevents.costs import CostModel
 from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot, SnapshotEvent, make_event
-from rules.visibility.recorder import UsageRecorder
-from rules.visibility.rollup import TeamResolver, UsageAggregator, UsageBatch
-from rules.visibility.store import UsageStore
-from tests.rules.visibility.fleetday import DAY_START, ENERGY_KWH, EXPECTED, TEAMS, day_events
+from rules.usage.recorder import UsageRecorder
+from rules.usage.rollup import TeamResolver, UsageAggregator, UsageBatch
+from rules.usage.store import UsageStore
+from tests.rules.dashboard.fleetday import DAY_START, ENERGY_KWH, EXPECTED, TEAMS, day_events
 
 COSTS = CostsConfig.model_validate({"models": {"A100": {"price": 10000, "rated_power_w": 400},
                                                "H100": {"price": 30000, "rated_power_w": 700}}})
@@ -221,7 +221,7 @@ def test_a_mig_gpu_is_counted_once_not_once_for_the_parent_and_once_per_instance
 
 
 def test_the_fleet_view_costs_a_mig_gpu_once() -> None:
-    from rules.visibility.fleet_view import fleet_view
+    from rules.dashboard.fleet_view import fleet_view
 
     snap = _mig_node(0).data
     for g in snap.gpus:
@@ -235,7 +235,7 @@ def test_the_fleet_view_costs_a_mig_gpu_once() -> None:
 
 def test_a_scheduler_job_is_the_idle_job_and_an_allocated_gpu_with_nothing_on_it_is_held() -> None:
     from gpuevents.events import ProcessInfo
-    from rules.visibility.weekly import job_id
+    from rules.usage.weekly import job_id
 
     agg = _aggregator()
     dave = ProcessInfo(node="n5", pid=11, name="python", user="dave", create_time=DAY_START, gpus=[0], job="812345")
@@ -256,7 +256,7 @@ def test_a_scheduler_job_is_the_idle_job_and_an_allocated_gpu_with_nothing_on_it
 
 def test_an_allocated_gpu_with_nothing_on_it_belongs_to_its_jobs_user() -> None:
     from gpuevents.events import JobInfo
-    from rules.visibility.weekly import job_id
+    from rules.usage.weekly import job_id
 
     agg = UsageAggregator(snapshot_interval=60, teams=TeamResolver(owners={"frank": "frank@example.com"}))
     snap = NodeSnapshot(node=NodeInfo(name="n6"), jobs=[JobInfo(id="900001", user="frank", name="sweep", gpus=[0])],

@@ -12,10 +12,10 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from pydantic import BaseModel
 
-from rules.visibility.fleet_view import AuditResponse, DashboardSource, IncidentsResponse
-from rules.visibility.free import FreeQuery, FreeQueryError, free_gpus
-from rules.visibility.timeline import Per
-from rules.visibility.usage_source import UsageSource
+from rules.dashboard.fleet_view import AuditResponse, DashboardSource, IncidentsResponse
+from rules.dashboard.free import FreeQuery, FreeQueryError, free_gpus
+from rules.dashboard.timeline import Per
+from rules.dashboard.usage_source import UsageSource
 
 log = logging.getLogger(__name__)
 

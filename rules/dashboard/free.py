@@ -8,7 +8,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-from rules.visibility.fleet_view import FleetGpu, FleetNode, FleetView
+from rules.dashboard.fleet_view import FleetGpu, FleetNode, FleetView
 
 MIB_PER = {"": 1.0, "m": 1.0, "mb": 1.0, "mib": 1.0, "g": 1024.0, "gb": 1024.0, "gib": 1024.0,
            "t": 1024.0**2, "tb": 1024.0**2, "tib": 1024.0**2}

@@ -11,12 +11,12 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from gpuevents.config import CostsConfig, GpuCost
 from gpuevents.costs import CostModel
-from rules.visibility.dashboard import make_dashboard_app
-from rules.visibility.fleet_view import FleetView
-from rules.visibility.rollup import HOUR, UsageAmounts, UsageBatch, UsageKey
-from rules.visibility.store import UsageRow, UsageStore
-from rules.visibility.timeline import hour_window, timeline
-from rules.visibility.usage_source import UsageSource
+from rules.dashboard.fleet_view import FleetView
+from rules.dashboard.pages import make_dashboard_app
+from rules.dashboard.timeline import hour_window, timeline
+from rules.dashboard.usage_source import UsageSource
+from rules.usage.rollup import HOUR, UsageAmounts, UsageBatch, UsageKey
+from rules.usage.store import UsageRow, UsageStore
 
 NOW = datetime(2026, 1, 5, 9, 30, tzinfo=UTC)
 FIRST, END = hour_window(NOW, 24)

@@ -13,10 +13,10 @@ import pytest
 from gpuevents.config import CostsConfig
 from gpuevents.costs import CostModel
 from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot, ProcessInfo, SnapshotEvent, make_event
-from rules.visibility.recorder import UsageRecorder, WasteDelta
-from rules.visibility.rollup import UsageAggregator, UsageBatch
-from rules.visibility.store import UsageStore
-from tests.rules.visibility.fleetday import DAY_START
+from rules.usage.recorder import UsageRecorder, WasteDelta
+from rules.usage.rollup import UsageAggregator, UsageBatch
+from rules.usage.store import UsageStore
+from tests.rules.dashboard.fleetday import DAY_START
 from tests.waiting import wait_for
 
 COSTS = CostModel(CostsConfig())

@@ -9,7 +9,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from rules.visibility.rollup import UsageBatch
+from rules.usage.rollup import UsageBatch
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS usage (

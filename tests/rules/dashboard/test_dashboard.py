@@ -13,9 +13,9 @@ from gpuevents.config import CostsConfig
 from gpuevents.costs import CostModel
 from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot
 from gpuevents.records import AuditRecord
-from rules.visibility.dashboard import bound_port, make_dashboard_app, serve_dashboard
-from rules.visibility.fleet_view import FleetIncident, FleetView, fleet_view
-from tests.rules.visibility.cdp import Chromium
+from rules.dashboard.fleet_view import FleetIncident, FleetView, fleet_view
+from rules.dashboard.pages import bound_port, make_dashboard_app, serve_dashboard
+from tests.rules.dashboard.cdp import Chromium
 from tests.waiting import wait_for
 
 NOW = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)

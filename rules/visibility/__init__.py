@@ -1,1 +1,0 @@
-"""Making waste visible: usage rollups, the weekly report, the live dashboard and the `report` action."""
