@@ -19,7 +19,7 @@ from rules.lang.model import Rule
 class IncidentBook:
     """Open incidents (rule -> entity key -> incident), the rules open on each entity, deadlines and snoozes."""
 
-    __slots__ = ("_by_entity", "_deadline_of", "_heap", "incidents", "snoozes")
+    __slots__ = ("_by_entity", "_deadline_of", "_heap", "_parked", "incidents", "snoozes")
 
     def __init__(self) -> None:
         self.incidents: dict[str, dict[str, Incident]] = {}
@@ -27,6 +27,7 @@ class IncidentBook:
         self.snoozes: dict[tuple[str, str], Snooze] = {}  # (rule, entity id) -> snooze
         self._deadline_of: dict[tuple[str, str], datetime] = {}  # (rule, key) -> its incident's next deadline
         self._heap: list[tuple[datetime, str, str]] = []  # (deadline, rule, key); stale entries skipped
+        self._parked: set[tuple[str, str]] = set()  # due, taken off the heap, not changed since
 
     # ------------------------------------------------------------------ incidents
     def add_rule(self, name: str) -> None:
@@ -72,8 +73,10 @@ class IncidentBook:
         d = None if rule.scheduled else next_deadline(inc, rule.for_s, rule.repeat_s, rule.stages)
         if d is None:
             self._deadline_of.pop(ident, None)
+            self._parked.discard(ident)
         elif self._deadline_of.get(ident) != d:
             self._deadline_of[ident] = d
+            self._parked.discard(ident)
             heapq.heappush(self._heap, (d, *ident))
             if len(self._heap) > 64 + 2 * len(self._deadline_of):
                 self._compact()
@@ -91,6 +94,7 @@ class IncidentBook:
             if not rules:
                 del self._by_entity[inc.entity_key]
         self._deadline_of.pop((inc.rule, inc.entity_key), None)
+        self._parked.discard((inc.rule, inc.entity_key))
 
     # ------------------------------------------------------------------ deadlines
     def deadline(self, rule: str, key: str) -> datetime | None:
@@ -99,14 +103,17 @@ class IncidentBook:
 
     def pop_due(self, now: datetime) -> list[tuple[str, str]]:
         """The (rule, key) of every incident whose deadline is at or before `now`, taken off the heap: they are
-        evaluated now, and each that changes notes its next deadline again."""
-        heap, live = self._heap, self._deadline_of
+        evaluated now, and each that changes notes its next deadline again. One that does not (its node is
+        offline, say) keeps its past deadline, off the heap: its node's next event sees it due (`deadline`),
+        and no tick is asked for it."""
+        heap, live, parked = self._heap, self._deadline_of, self._parked
         out: list[tuple[str, str]] = []
         while heap and heap[0][0] <= now:
             d, rule, key = heapq.heappop(heap)
-            if live.get((rule, key)) == d:
-                del live[(rule, key)]
-                out.append((rule, key))
+            ident = (rule, key)
+            if live.get(ident) == d and ident not in parked:
+                parked.add(ident)
+                out.append(ident)
         return out
 
     def next_deadline(self) -> datetime | None:
@@ -114,13 +121,13 @@ class IncidentBook:
         heap, live = self._heap, self._deadline_of
         while heap:
             d, rule, key = heap[0]
-            if live.get((rule, key)) == d:
+            if live.get((rule, key)) == d and (rule, key) not in self._parked:
                 return d
             heapq.heappop(heap)
         return None
 
     def _compact(self) -> None:
-        self._heap = [(d, r, k) for (r, k), d in self._deadline_of.items()]
+        self._heap = [(d, r, k) for (r, k), d in self._deadline_of.items() if (r, k) not in self._parked]
         heapq.heapify(self._heap)
 
     # ------------------------------------------------------------------ snoozes

@@ -45,6 +45,7 @@ def test_each_incident_has_one_live_deadline_and_the_earliest_is_known(tmp_path:
     assert book.next_deadline() == at(725)
     assert book.pop_due(at(724)) == [] and book.pop_due(at(725)) == [("slow", "n1/gpu0")]
     assert book.next_deadline() is None and len(book) == 2
+    assert book.deadline("slow", "n1/gpu0") == at(725)  # still due (for its node's next event), off the heap
 
 
 def test_the_heap_stays_bounded_when_deadlines_move_often(tmp_path: Path) -> None:

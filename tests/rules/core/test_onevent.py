@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuevents.events import JobInfo, SnapshotEvent
+from gpuevents.events import AgentInfo, JobInfo, SnapshotEvent, make_event
 from rules.core.core import Core, ForgetNode, Tick
 from rules.core.inputs import StepResult
 from tests.rules.helpers import at, config, gpu, rules_from, snapshot
@@ -107,3 +107,21 @@ def test_a_repeated_snapshot_moves_its_jobs_clock_rules_and_deadlines(tmp_path: 
     assert fired(out) == [("job-idle-for", "job/slurm/7", "firing")]
     out = core.step(job_snapshot(130, "n1"), at(130))
     assert fired(out) == [("job-idle-long", "job/slurm/7", "pending"), ("job-idle-long", "job/slurm/7", "firing")]
+
+
+def test_a_deadline_that_came_due_while_its_node_was_offline_moves_at_its_next_event(tmp_path: Path) -> None:
+    core = Core(rules_from(tmp_path, """\
+rules:
+  - name: idle-for
+    entity: gpu
+    when: gpu.idle
+    for: 1m
+    actions: [{type: log, message: "{{ gpu.id }}"}]
+"""), config(offline_grace="1h"))
+    snap = snapshot(at(0), gpus=[gpu(0, idle_since=at(0))])
+    core.step(snap, at(0))
+    assert fired(core.step(Tick(), at(100))) == []  # offline since 45 s: not evaluated at its deadline
+    assert core.next_wakeup(at(100)) > at(100)  # and no tick is asked for it meanwhile
+    core.step(make_event("agent.started", "n1", AgentInfo(node="n1", version="1"), time=at(110)), at(110))
+    out = core.step(snap.model_copy(update={"time": at(115)}), at(115))  # a repeat: nothing changed
+    assert fired(out) == [("idle-for", "n1/gpu0", "firing")]

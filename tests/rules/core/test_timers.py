@@ -189,4 +189,4 @@ def test_the_book_keeps_each_incidents_deadline_and_the_earliest(tmp_path: Path)
     core.step(Tick(), at(200))  # n2 fires at 200: 800
     assert book.next_deadline() == at(750)
     assert book.pop_due(at(800)) == [("idle", "n1/gpu0"), ("idle", "n2/gpu0")]
-    assert book.next_deadline() is None  # taken: evaluated now, each notes its next deadline again
+    assert book.next_deadline() is None  # taken: evaluated now, each that changes notes its next deadline
