@@ -8,7 +8,7 @@ incident, so the earliest is known and what is due is found without looking at a
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 
 from rules.core.incidents import Incident, next_deadline
@@ -97,6 +97,11 @@ class IncidentBook:
         self._parked.discard((inc.rule, inc.entity_key))
 
     # ------------------------------------------------------------------ deadlines
+    @property
+    def deadlines(self) -> Mapping[tuple[str, str], datetime]:
+        """Read only: each open incident's next deadline by (rule, entity key)."""
+        return self._deadline_of
+
     def deadline(self, rule: str, key: str) -> datetime | None:
         """The (rule, key) incident's next deadline, if it has one."""
         return self._deadline_of.get((rule, key))

@@ -75,19 +75,28 @@ class Evaluator:
         name = rule.name
         if not online_only and since is None and not snoozes:
             # The common case (every tick's sweep of a fleet all online): one test and one lookup an entity.
+            # An open incident that still matches changes only at its deadline (its `for`, next stage or
+            # repeat, kept by the book): before it, it is left as it is without a call.
             advance = self.advance
-            steady = rule.repeat_s is None and not rule.stages and not rule.scheduled  # firing and true: no change
+            deadlines = self.book.deadlines
+            scheduled = rule.scheduled
             for ent in ents:
                 try:
                     matched = test(ent.ctx)
                 except Exception as e:
                     matched = False
                     self.record_error(rule, ent, e, out)
-                before = incs.get(ent.key)
+                key = ent.key
+                before = incs.get(key)
                 if before is None:
                     if matched:
                         advance(rule, ent, None, True, now, out, event_time)
-                elif not (matched and steady and before.status == "firing"):
+                elif not matched or scheduled:
+                    advance(rule, ent, before, matched, now, out, event_time)
+                else:
+                    d = deadlines.get((name, key))
+                    if (d > now) if d is not None else before.status == "firing":
+                        continue  # before its deadline, or firing with none (no repeat, no stage left)
                     advance(rule, ent, before, matched, now, out, event_time)
             return
         for ent in ents:
