@@ -189,7 +189,8 @@ class EngineConfig(_Section):
     metrics_port: int | None = Field(None, ge=0, le=65535)
     dashboard_port: int | None = Field(None, ge=0, le=65535)
     usage_db: Path = Path(".gpuevents/usage.sqlite")
-    usage_retention: Duration = 90 * 86400
+    usage_retention: Duration = Field(400 * 86400, description="usage rollups older than this are deleted")
+    usage_hourly_for: Duration = Field(8 * 86400, description="hourly usage buckets older than this become daily")
     runners: int = Field(1, ge=0, description="action runners in the engine process")
 
     @field_validator("tick", "lease_ttl")
@@ -310,6 +311,11 @@ class CostsConfig(_Section):
     team_label: str = "team"
 
 
+class TeamConfig(_Section):
+    target_util_pct: float | None = Field(None, ge=0, le=100, description="the utilization the team aims for")
+    channel: str | None = Field(None, description="where the team's reports go, e.g. '#ml-research'")
+
+
 # ---------------------------------------------------------------- all
 class Config(_Section):
     cluster: str = "default"
@@ -320,6 +326,7 @@ class Config(_Section):
     owners: dict[str, str] = Field(default_factory=dict, description="user -> email or chat handle")
     protect: ProtectConfig = ProtectConfig()
     costs: CostsConfig = CostsConfig()
+    teams: dict[str, TeamConfig] = Field(default_factory=dict, description="per team: KPI target, channel")
 
     @model_validator(mode="after")
     def _cluster_name(self) -> Config:

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from gpuevents.config import CostsConfig, GpuCost
+from gpuevents.mig import instance_profile
 
 HOURS_PER_DAY = 24.0
 DAYS_PER_YEAR = 365.0
@@ -91,21 +92,32 @@ class _Reported(Protocol):
     index: int
     uuid: str | None
     mig_parent: str | None
+    model: str | None
 
 
 def physical_shares(gpus: Iterable[_Reported]) -> dict[int, float]:
     """What share of a physical GPU each reported GPU is, so costs and GPU-hours count each GPU once: 1 for a
-    whole GPU; 1/n for each of a MIG parent's n reported instances; 0 for a MIG parent whose instances are
-    reported (it is their sum)."""
+    whole GPU; for a MIG instance, its profile's share of the compute slices (a 3g.20gb instance of an A100 is
+    3/7 of it; see gpuevents/mig.py), or 1/n of its parent's n reported instances where a profile is unknown;
+    0 for a MIG parent whose instances are reported (they are its parts). Slices left unpartitioned are
+    counted nowhere: no job can be given them until the GPU is partitioned again."""
     gpus = list(gpus)
-    instances: dict[str, int] = {}
+    instances: dict[str, list[_Reported]] = {}
     for g in gpus:
         if g.mig_parent:
-            instances[g.mig_parent] = instances.get(g.mig_parent, 0) + 1
+            instances.setdefault(g.mig_parent, []).append(g)
+    by_profile: dict[str, dict[int, float]] = {}
+    for parent, parts in instances.items():
+        profiles = [instance_profile(g.model) for g in parts]
+        shares = [p.compute_share for p in profiles if p is not None]
+        if len(shares) == len(parts) and sum(shares) <= 1.0 + 1e-9:
+            by_profile[parent] = {g.index: s for g, s in zip(parts, shares, strict=True)}
+        else:
+            by_profile[parent] = {g.index: 1.0 / len(parts) for g in parts}
     out = {}
     for g in gpus:
         if g.mig_parent:
-            out[g.index] = 1.0 / instances[g.mig_parent]
+            out[g.index] = by_profile[g.mig_parent][g.index]
         else:
             out[g.index] = 0.0 if g.uuid and g.uuid in instances else 1.0
     return out

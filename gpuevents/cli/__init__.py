@@ -6,6 +6,7 @@ import typer
 
 from gpuevents.cli import agent, client, configcheck, free, rules, serve
 from gpuevents.cli.report import report_command
+from gpuevents.cli.rightsize import rightsize_command
 
 app = typer.Typer(
     name="gpuevents",
@@ -21,6 +22,7 @@ free.register(app)  # free
 app.add_typer(rules.app, name="rules")  # rules check | test | backtest
 app.add_typer(configcheck.app, name="config")  # config check
 app.command("report")(report_command)  # report
+app.command("rightsize")(rightsize_command)  # rightsize
 
 
 def main() -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -14,10 +14,13 @@ from gpuevents.clock import SystemClock
 from gpuevents.config import Config, load_config
 from gpuevents.costs import CostModel
 from gpuevents.yamlpos import LocatedError
+from rules.usage.quarter import build_quarter, compare
 from rules.usage.render import render
+from rules.usage.render_quarter import render_quarter
+from rules.usage.rightsize import rightsize_lines
 from rules.usage.store import UsageStore
 from rules.usage.summary import summary_text
-from rules.usage.weekly import NO_TEAM_LABEL, WeeklyReport, build_report, week_before, week_ending
+from rules.usage.weekly import NO_TEAM_LABEL, KpiLine, WeeklyReport, build_report, week_before, week_ending
 
 
 class ReportFormat(StrEnum):
@@ -41,14 +44,25 @@ def make_report(config: Config, now: datetime, team: str | None = None) -> tuple
     costs = CostModel(config.costs)
     since, until = week_ending(now)
     before, _ = week_before(since)
+    quarter_since = until - timedelta(weeks=13)
     with UsageStore(path) as store:
         usage = store.usage(since.timestamp(), until.timestamp(), team)
         jobs = store.idle_jobs(since.timestamp(), until.timestamp(), team)
         previous = store.usage(before.timestamp(), since.timestamp(), team)
+        quarter_rows = store.usage(quarter_since.timestamp(), until.timestamp(), team)
+        fit_rows = store.fits(since.timestamp(), until.timestamp())
+        simulated = store.simulated()
     report = build_report(
         usage, jobs, costs, since=since, until=until, generated_at=now,
         timezone=config.engine.timezone, team=team, previous=previous,
     )
+    targets = {name: t.target_util_pct for name, t in config.teams.items()}
+    q = build_quarter(quarter_rows, costs, quarter_since, until, targets if team is None else
+                      {team: targets.get(team)})
+    shown = [q.fleet] + [s for s in q.teams if team is None or s.team == team]
+    report.kpi = [KpiLine(team=s.team, text=s.change_text(), on_target=s.on_target) for s in shown if s.known]
+    report.rightsize = rightsize_lines(fit_rows, costs, (until - since).total_seconds() / 3600, team)
+    report.simulated = simulated
     return report, costs
 
 
@@ -64,8 +78,64 @@ def weekly_summary(config: Config, now: datetime, team: str | None, top_jobs: in
     return summary_text(report, costs, top_jobs)
 
 
+def _day(text: str, flag: str) -> datetime:
+    try:
+        return datetime.fromisoformat(text).replace(tzinfo=UTC) if len(text) <= 10 else (
+            datetime.fromisoformat(text).astimezone(UTC))
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not a date like 2026-09-01", param_hint=flag) from None
+
+
+def _period(text: str) -> tuple[datetime, datetime]:
+    start, sep, end = text.partition("..")
+    if not sep:
+        raise typer.BadParameter(f"{text!r}: write a period as START..END, e.g. 2026-09-01..2026-09-30",
+                                 param_hint="--compare")
+    a, b = _day(start, "--compare"), _day(end, "--compare")
+    if len(end) <= 10:
+        b += timedelta(days=1)  # a date names the whole day
+    if b <= a:
+        raise typer.BadParameter(f"{text!r}: the period ends before it starts", param_hint="--compare")
+    return a, b
+
+
+def quarter_text(cfg: Config, now: datetime, weeks: int | None, since: str | None, until: str | None,
+                 compare_with: str | None, team: str | None, fmt: str) -> tuple[str, int]:
+    """The KPI report over many weeks (and a comparison): its text and how many teams it shows."""
+    path = cfg.engine.usage_db
+    if not path.exists():
+        raise NoUsageError(f"{path}: no usage recorded yet; the engine records it there (config engine.usage_db)")
+    costs = CostModel(cfg.costs)
+    end = now
+    if until:
+        end = _day(until, "--until") + (timedelta(days=1) if len(until) <= 10 else timedelta(0))  # a date: its end
+    start = _day(since, "--since") if since else end - timedelta(weeks=weeks or 13)
+    if end <= start:
+        raise typer.BadParameter("--until must come after --since", param_hint="--until")
+    targets = {name: t.target_util_pct for name, t in cfg.teams.items()}
+    with UsageStore(path) as store:
+        rows = store.usage(start.timestamp(), end.timestamp(), team)
+        simulated = store.simulated()
+        before_rows = None
+        if compare_with:
+            a, b = _period(compare_with)
+            before_rows = store.usage(a.timestamp(), b.timestamp(), team)
+    if team is not None:
+        targets = {team: targets.get(team)}
+    q = build_quarter(rows, costs, start, end, targets, simulated=simulated)
+    comparison = compare(before_rows, rows, costs, _period(compare_with), (start, end)) \
+        if compare_with and before_rows is not None else None
+    return render_quarter(q, costs, fmt, comparison), len(q.teams)
+
+
 def report_command(
     week: Annotated[bool, typer.Option("--week", help="the seven days up to now (the default)")] = True,
+    weeks: Annotated[int | None, typer.Option("--weeks", min=1, max=106,
+                                              help="utilization per team, week by week, against its target")] = None,
+    since: Annotated[str | None, typer.Option("--since", help="start of the weeks shown (a date)")] = None,
+    until: Annotated[str | None, typer.Option("--until", help="end of the weeks shown (a date; default now)")] = None,
+    compare_with: Annotated[str | None, typer.Option(
+        "--compare", help="a period to compare with, START..END (e.g. 2026-09-01..2026-09-30)")] = None,
     team: Annotated[str | None, typer.Option("--team", help=f"one team only; {NO_TEAM_LABEL!r} for none")] = None,
     fmt: Annotated[ReportFormat,
                    typer.Option("--format", help="html (one self-contained file), md or json")] = ReportFormat.html,
@@ -81,15 +151,27 @@ def report_command(
             typer.echo(str(p), err=True)
         raise typer.Exit(1) from None
     wanted = "" if team == NO_TEAM_LABEL else team
+    if weeks is not None or since is not None or until is not None or compare_with is not None:
+        try:
+            text, n = quarter_text(cfg, SystemClock().now(), weeks, since, until, compare_with, wanted, fmt.value)
+        except NoUsageError as e:
+            typer.echo(str(e), err=True)
+            raise typer.Exit(1) from None
+        _write(text, output, f"{n} teams")
+        return
     try:
         report, costs = make_report(cfg, SystemClock().now(), wanted)
     except NoUsageError as e:
         typer.echo(str(e), err=True)
         raise typer.Exit(1) from None
     text = render(report, costs, fmt.value)
+    _write(text, output, f"{len(report.teams)} teams, {report.fleet.gpus} GPUs")
+
+
+def _write(text: str, output: Path | None, what: str) -> None:
     if output is None:
         sys.stdout.write(text)
         return
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(text, encoding="utf-8")
-    typer.echo(f"wrote {output} ({len(report.teams)} teams, {report.fleet.gpus} GPUs)", err=True)
+    typer.echo(f"wrote {output} ({what})", err=True)

@@ -11,12 +11,14 @@ from datetime import datetime
 from gpuevents.config import Config
 from gpuevents.costs import CostModel
 from gpuevents.events import SnapshotEvent
+from rules.usage.fits import FitAggregator, FitAmounts, FitKey
 from rules.usage.rollup import TeamResolver, UsageAggregator, UsageBatch
 from rules.usage.store import UsageStore
 
 log = logging.getLogger(__name__)
 
 PRUNE_EVERY_S = 3600.0
+FITS_RETENTION_S = 92 * 86400.0  # right-sizing looks back a quarter at most
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,9 +49,12 @@ class UsageRecorder:
     """
 
     def __init__(
-        self, aggregator: UsageAggregator, store: UsageStore, retention_s: float, costs: CostModel
+        self, aggregator: UsageAggregator, store: UsageStore, retention_s: float, costs: CostModel,
+        fits: FitAggregator | None = None, hourly_for_s: float | None = None,
     ) -> None:
         self.aggregator = aggregator
+        self.fits = fits
+        self.hourly_for_s = hourly_for_s  # hourly buckets older than this are folded into days
         self.costs = costs
         self.store = store
         self.retention_s = retention_s
@@ -66,10 +71,14 @@ class UsageRecorder:
             teams=resolver,
             rated_power_w=lambda model: costs.gpu_cost(model).rated_power_w,
         )
-        return cls(aggregator, UsageStore(config.engine.usage_db), config.engine.usage_retention, costs)
+        fits = FitAggregator(snapshot_interval=config.agent.snapshot_interval, teams=resolver)
+        return cls(aggregator, UsageStore(config.engine.usage_db), config.engine.usage_retention, costs, fits,
+                   config.engine.usage_hourly_for)
 
     def observe(self, event: SnapshotEvent, now: datetime) -> None:
         self.aggregator.observe(event, now)
+        if self.fits is not None:
+            self.fits.observe(event, now)
 
     async def flush(self, now: datetime) -> WasteDelta:
         """Count up to `now`, write what was counted, prune past the retention once an hour.
@@ -80,26 +89,43 @@ class UsageRecorder:
         async with self._lock:
             self.aggregator.settle(now)  # on the loop, like observe(): never both at once
             batch = self.aggregator.drain()
-            if batch:
+            fits = self.fits.drain() if self.fits is not None else []
+            if batch or fits:
                 try:
-                    await asyncio.to_thread(self.store.add, batch)
+                    await asyncio.to_thread(self._write, batch, fits)
                 except Exception:  # not on cancellation: the thread may still write it
                     self.aggregator.restore(batch)
+                    if self.fits is not None:
+                        self.fits.restore(fits)
                     raise
             await self._prune(now.timestamp())
             return waste_of(batch, self.costs)
+
+    def _write(self, batch: UsageBatch, fits: list[tuple[FitKey, FitAmounts]]) -> None:
+        if batch:
+            self.store.add(batch)
+        if fits:
+            self.store.add_fits(fits)
 
     async def _prune(self, t: float) -> None:
         if self._pruned_at is not None and t - self._pruned_at < PRUNE_EVERY_S:
             return
         try:
-            removed = await asyncio.to_thread(self.store.prune, t - self.retention_s)
+            removed = await asyncio.to_thread(self.store.prune, t - self.retention_s, t - FITS_RETENTION_S)
         except Exception:  # the batch is written; pruning is retried on the next flush
             log.exception("usage rollups: pruning buckets older than the retention failed")
             return
         self._pruned_at = t
         if removed:
             log.info("usage rollups: pruned %d buckets older than the retention", removed)
+        if self.hourly_for_s is not None:
+            try:
+                folded = await asyncio.to_thread(self.store.compact, t - self.hourly_for_s)
+            except Exception:
+                log.exception("usage rollups: folding old hours into days failed")
+                return
+            if folded:
+                log.info("usage rollups: folded %d hourly buckets into days", folded)
 
     def close(self) -> None:
         self.store.close()

@@ -88,6 +88,8 @@ def render_html(report: WeeklyReport, costs: CostModel) -> str:
         f"<title>{e(title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{e(title)}</h1><div class=\"sub\">{e(_period(report))} · generated "
         f"{e(f'{report.generated_at:%Y-%m-%d %H:%M %Z}')}</div>",
+        *(['<p class="waste" id="simulated"><b>Includes simulated usage (gpuevents simulate --history): not a real '
+            "fleet's figures.</b></p>"] if report.simulated else []),
         '<div class="cards">',
         f'<div class="card"><b id="fleet-gpus">{fl.gpus}</b>GPUs</div>',
         f'<div class="card"><b id="fleet-busy-h">{_h(fl.busy_h)}</b>GPU-hours busy</div>',
@@ -116,6 +118,22 @@ def render_html(report: WeeklyReport, costs: CostModel) -> str:
     parts.append("</table>")
     if report.week_over_week is not None:
         parts.append(_wow_html(report.week_over_week, costs))
+    if report.kpi:
+        parts.append('<h2>Utilization over 13 weeks</h2><table id="kpi"><tr><th>team</th><th>utilization while held'
+                     "</th><th></th></tr>")
+        for k in report.kpi:
+            state = "" if k.on_target is None else ("on target" if k.on_target else "below target")
+            parts.append(f'<tr><td class="t">{e("fleet" if k.team is None else team_label(k.team))}</td>'
+                         f'<td class="t">{e(k.text)}</td><td class="t">{state}</td></tr>')
+        parts.append("</table>")
+    if report.rightsize:
+        parts.append('<h2>Would fit smaller</h2><table id="rightsize"><tr><th>workload</th><th>owner</th>'
+                     "<th>GPUs</th><th>fits</th><th>saves / week</th><th>why</th></tr>")
+        for r in report.rightsize:
+            parts.append(f'<tr><td class="t">{e(r.workload)}</td><td class="t">{e(r.owner or "–")}</td>'
+                         f'<td class="t">{r.gpus}× {e(r.model or "?")}</td><td class="t">{e(r.fits)}</td>'
+                         f'<td>{e(f(r.saving_per_week))}</td><td class="t">{e(r.reason)}</td></tr>')
+        parts.append("</table>")
     parts.append(_leaderboard_html(report, costs))
     parts.append("<h2>Top idle jobs</h2>")
     if report.top_idle_jobs:
@@ -210,6 +228,8 @@ def render_markdown(report: WeeklyReport, costs: CostModel) -> str:
         "",
         _period(report),
         "",
+        *(["**Includes simulated usage (gpuevents simulate --history): not a real fleet's figures.**", ""]
+          if report.simulated else []),
         f"- GPUs: {fl.gpus}; GPU-hours busy {_h(fl.busy_h)}, held idle {_h(fl.held_idle_h)}, "
         f"unallocated {_h(fl.unallocated_h)}; utilization {_pct(fl.util_pct)}",
         f"- Waste: held idle {f(fl.held_idle_cost)}, unallocated {f(fl.unallocated_cost)}; "
@@ -235,6 +255,16 @@ def render_markdown(report: WeeklyReport, costs: CostModel) -> str:
         for t in [wow.fleet, *wow.teams]:
             name = "**fleet**" if t.team is None else markdown_cell(team_label(t.team))
             lines.append(f"| {name} | {_md_trend(t, costs)} |")
+    if report.kpi:
+        lines += ["", "## Utilization over 13 weeks", ""]
+        lines += [f"- {markdown_cell('fleet' if k.team is None else team_label(k.team))}: {markdown_cell(k.text)}"
+                  for k in report.kpi]
+    if report.rightsize:
+        lines += ["", "## Would fit smaller", "", "| workload | owner | GPUs | fits | saves / week |",
+                  "| --- | --- | --- | --- | ---: |"]
+        lines += [f"| {markdown_cell(r.workload)} | {markdown_cell(r.owner or '–')} | {r.gpus}× "
+                  f"{markdown_cell(r.model or '?')} | {markdown_cell(r.fits)} | {f(r.saving_per_week)} |"
+                  for r in report.rightsize]
     lines += ["", "## Held-idle leaderboard", ""]
     if report.leaderboard:
         lines += ["| # | owner | teams | held idle GPU-h | held idle cost | busy GPU-h | utilization | used share |",
@@ -285,7 +315,7 @@ def render_json(report: WeeklyReport) -> str:
 def render(report: WeeklyReport, costs: CostModel, fmt: str) -> str:
     if fmt == "html":
         return render_html(report, costs)
-    if fmt == "md":
+    if fmt in ("md", "markdown"):
         return render_markdown(report, costs)
     if fmt == "json":
         return render_json(report)

@@ -2,9 +2,11 @@
 and heatmap have something to show. Pure: snapshots are generated, then counted by the same aggregator as live.
 
 Each GPU runs a sequence of jobs with gaps between them, by people of three teams: training runs (busy, now and
-then a stall), notebooks left open (held idle, the longer when started late in the day) and scheduler jobs that
-were allocated and never used. More jobs start in working hours than at night or at the weekend, and the older
-weeks waste more than the last one, so week over week has a story to tell.
+then a stall), notebooks left open (held idle, the longer when started late in the day), scheduler jobs that
+were allocated and never used, and small inference servers that use a sliver of a GPU (they would fit a MIG
+slice: right-sizing has something to advise). More jobs start in working hours than at night or at the weekend.
+The teams waste less as the weeks go by — `nlp` most of all, so a quarter's KPI has a story to tell — and the
+last week less than the one before, so week over week has one too.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
-from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot, ProcessInfo, SnapshotEvent, make_event
+from gpuevents.events import GpuInfo, JobInfo, NodeInfo, NodeSnapshot, ProcessInfo, SnapshotEvent, make_event
+from rules.usage.fits import FitAggregator
 from rules.usage.rollup import HOUR, UsageAggregator, UsageBatch
 
 TEAMS = {"vision": ("alice", "dave", "grace"), "nlp": ("bob", "erin", "heidi"), "speech": ("carol", "frank")}
@@ -82,8 +85,11 @@ def gpu_timeline(plan: HistoryPlan, node: str, gpu: int) -> list[Segment]:
         team = rng.choice(sorted(TEAMS))
         user = rng.choice(TEAMS[team])
         careful = t >= last_week  # the teams got better lately: fewer notebooks left open, fewer unused jobs
-        weights = [0.6, 0.25, 0.1] if careful else [0.6, 0.45, 0.22]
-        kind = rng.choices(["training", "notebook", "allocated"], weights=weights)[0]
+        # and over the whole span: nlp, who wasted most at first, learns most (a quarter's KPI improves)
+        progress = (t - plan.start.timestamp()) / max(end - plan.start.timestamp(), 1.0)
+        sloppy = (1.6 - 1.3 * progress) if team == "nlp" else (1.0 - 0.3 * progress)
+        weights = [0.6, 0.25 * sloppy, 0.1 * sloppy, 0.08] if careful else [0.6, 0.45 * sloppy, 0.22 * sloppy, 0.08]
+        kind = rng.choices(["training", "notebook", "allocated", "inference"], weights=weights)[0]
         next_id += rng.randrange(1, 40)
         job = str(next_id) if kind == "allocated" or rng.random() < 0.6 else None
         pid = rng.randrange(2000, 60000)
@@ -104,6 +110,9 @@ def gpu_timeline(plan: HistoryPlan, node: str, gpu: int) -> list[Segment]:
             overnight = local.hour >= 16 and (not careful or rng.random() < 0.4)
             length = (rng.uniform(14, 20) if overnight else rng.uniform(1, 5)) * 3600
             util, mem = rng.uniform(0, 2), rng.uniform(0.1, 0.35) * MEM_TOTAL_MIB
+        elif kind == "inference":  # a small model served all day: a few % of the SMs, a few GB
+            length = rng.uniform(8, 30) * 3600
+            util, mem = rng.uniform(6, 20), rng.uniform(1_000, 9_000)
         else:
             length, util, mem = rng.uniform(1, 6) * 3600, 0.0, 0.0
         out.append(Segment(t, t + length, kind, user, team, job, pid, util, mem))
@@ -126,15 +135,38 @@ def _gpu_at(node: str, index: int, seg: Segment | None, t: float, rng: random.Ra
 
 
 def _process(node: str, index: int, seg: Segment) -> ProcessInfo:
-    name = "jupyter-lab" if seg.kind == "notebook" else "python"
-    cmd = "jupyter-lab --no-browser" if seg.kind == "notebook" else "python train.py"
+    name = {"notebook": "jupyter-lab", "inference": "tritonserver"}.get(seg.kind, "python")
+    cmd = {"notebook": "jupyter-lab --no-browser", "inference": "tritonserver --model-repository=/models"}.get(
+        seg.kind, "python train.py")
     return ProcessInfo(node=node, pid=seg.pid, name=name, cmdline=cmd, user=seg.user,
                        create_time=datetime.fromtimestamp(seg.start, UTC), gpus=[index],
                        gpu_mem_mib=round(seg.mem_mib), labels={"team": seg.team}, job=seg.job)
 
 
+SERVICE = JobInfo(id="chat/Deployment/chat-api", scheduler="kubernetes", user="carol", namespace="chat",
+                  controller="Deployment/chat-api")
+
+
+def _service(node: str, index: int, t: float, tz: ZoneInfo, rng: random.Random) -> tuple[GpuInfo, ProcessInfo]:
+    """A chat service on Kubernetes that is busy in office hours on weekdays and idle the rest of the time, its pod
+    holding the GPU all along (right-sizing proposes scaling it down on a schedule)."""
+    local = datetime.fromtimestamp(t, tz)
+    busy = local.weekday() < 5 and 8 <= local.hour < 20
+    util = round(rng.uniform(35, 70), 1) if busy else 0.0
+    gpu = GpuInfo(node=node, index=index, uuid=f"GPU-sim-{node}-{index}", model=MODEL, util_pct=util,
+                  mem_used_mib=30_000.0, mem_total_mib=MEM_TOTAL_MIB, power_w=120 + 5.2 * util if busy else 80.0,
+                  idle=not busy, pids=[4242], allocated=True, job=SERVICE.id)
+    proc = ProcessInfo(node=node, pid=4242, name="python", cmdline="python serve.py", user="carol",
+                       create_time=datetime.fromtimestamp(t - 86400, UTC), gpus=[index], gpu_mem_mib=30_000.0,
+                       labels={"team": "speech"}, pod="chat/chat-api-7d9f8-x2x1", job=SERVICE.id)
+    return gpu, proc
+
+
 def history_events(plan: HistoryPlan) -> Iterator[SnapshotEvent]:
-    """Every node's snapshot at every step of the plan, in time order."""
+    """Every node's snapshot at every step of the plan, in time order. With two GPUs or more, the first node's last
+    GPU runs an office-hours service (see `_service`) instead of jobs."""
+    tz = ZoneInfo(plan.timezone)
+    service = (plan.nodes[0], plan.gpus_per_node - 1) if plan.gpus_per_node >= 2 else None
     timelines = {(n, g): gpu_timeline(plan, n, g) for n in plan.nodes for g in range(plan.gpus_per_node)}
     cursor = dict.fromkeys(timelines, 0)
     noise = random.Random(plan.seed)
@@ -142,8 +174,14 @@ def history_events(plan: HistoryPlan) -> Iterator[SnapshotEvent]:
     while t < end:
         at = datetime.fromtimestamp(t, UTC)
         for node in plan.nodes:
-            gpus, procs = [], []
+            gpus, procs, jobs = [], [], []
             for g in range(plan.gpus_per_node):
+                if (node, g) == service:
+                    gpu, proc = _service(node, g, t, tz, noise)
+                    gpus.append(gpu)
+                    procs.append(proc)
+                    jobs.append(SERVICE.model_copy(update={"gpus": [g], "pids": [proc.pid]}))
+                    continue
                 segs = timelines[(node, g)]
                 i = cursor[(node, g)]
                 while i < len(segs) and segs[i].end <= t:
@@ -154,7 +192,8 @@ def history_events(plan: HistoryPlan) -> Iterator[SnapshotEvent]:
                 if seg is not None and seg.kind != "allocated":
                     procs.append(_process(node, g, seg))
             snap = NodeSnapshot(node=NodeInfo(name=node, cluster=plan.cluster, gpu_count=plan.gpus_per_node,
-                                              labels={"pool": "simulated"}), gpus=gpus, processes=procs)
+                                              labels={"pool": "simulated"}), gpus=gpus, processes=procs,
+                                jobs=jobs)
             yield make_event("node.snapshot", node, snap, cluster=plan.cluster, time=at)  # type: ignore[misc]
         t += plan.step_s
 
@@ -165,10 +204,14 @@ def history_span(now: datetime, seconds: float) -> tuple[datetime, datetime]:
     return datetime.fromtimestamp(end - seconds, UTC), datetime.fromtimestamp(end, UTC)
 
 
-def count_history(plan: HistoryPlan, aggregator: UsageAggregator) -> UsageBatch:
-    """The plan's snapshots counted into hourly buckets, as the engine counts live ones."""
+def count_history(plan: HistoryPlan, aggregator: UsageAggregator,
+                  fits: FitAggregator | None = None) -> UsageBatch:
+    """The plan's snapshots counted into hourly buckets, as the engine counts live ones (and, with `fits`, what
+    each workload used, for right-sizing)."""
     for event in history_events(plan):
         aggregator.observe(event, event.time)
+        if fits is not None:
+            fits.observe(event, event.time)
     aggregator.settle(plan.end)
     return aggregator.drain()
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from rules.usage.fits import BINS, FitAmounts, FitKey
 from rules.usage.rollup import UsageBatch
 
 _SCHEMA = """
@@ -28,6 +29,34 @@ CREATE TABLE IF NOT EXISTS idle_jobs (
     PRIMARY KEY (hour, cluster, node, gpu, job)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS idle_jobs_hour ON idle_jobs (hour);
+"""
+
+_HIST_COLUMNS = tuple(f"u{i}" for i in range(BINS)) + tuple(f"s{i}" for i in range(BINS))
+_FITS_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS fits (
+    hour INTEGER NOT NULL, cluster TEXT NOT NULL, workload TEXT NOT NULL,
+    owner TEXT NOT NULL DEFAULT '', team TEXT NOT NULL DEFAULT '', model TEXT NOT NULL DEFAULT '',
+    node TEXT NOT NULL DEFAULT '', gpus INTEGER NOT NULL DEFAULT 0, held_s REAL NOT NULL DEFAULT 0,
+    peak_mem_mib REAL NOT NULL DEFAULT 0, mem_total_mib REAL NOT NULL DEFAULT 0,
+    {", ".join(f"{c} REAL NOT NULL DEFAULT 0" for c in _HIST_COLUMNS)},
+    PRIMARY KEY (hour, cluster, workload)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS fits_hour ON fits (hour);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+"""
+_FIT_COLUMNS = ("hour", "cluster", "workload", "owner", "team", "model", "node", "gpus", "held_s",
+                "peak_mem_mib", "mem_total_mib", *_HIST_COLUMNS)
+_ADD_FIT = f"""
+INSERT INTO fits ({", ".join(_FIT_COLUMNS)}) VALUES ({", ".join("?" for _ in _FIT_COLUMNS)})
+ON CONFLICT (hour, cluster, workload) DO UPDATE SET
+    owner = CASE WHEN fits.owner != '' THEN fits.owner ELSE excluded.owner END,
+    team = CASE WHEN fits.team != '' THEN fits.team ELSE excluded.team END,
+    model = CASE WHEN fits.model != '' THEN fits.model ELSE excluded.model END,
+    node = CASE WHEN fits.node != '' THEN fits.node ELSE excluded.node END,
+    gpus = MAX(fits.gpus, excluded.gpus), held_s = fits.held_s + excluded.held_s,
+    peak_mem_mib = MAX(fits.peak_mem_mib, excluded.peak_mem_mib),
+    mem_total_mib = MAX(fits.mem_total_mib, excluded.mem_total_mib),
+    {", ".join(f"{c} = fits.{c} + excluded.{c}" for c in _HIST_COLUMNS)}
 """
 
 _ADD_USAGE = """
@@ -98,6 +127,7 @@ class UsageStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        self._db.executescript(_FITS_SCHEMA)
 
     def close(self) -> None:
         self._db.close()
@@ -128,11 +158,84 @@ class UsageStore:
                 ],
             )
 
-    def prune(self, before: float) -> int:
-        """Delete buckets that started before `before` (epoch seconds); returns how many rows went."""
+    def add_fits(self, items: list[tuple[FitKey, FitAmounts]]) -> None:
+        with self._db:
+            self._db.executemany(_ADD_FIT, [
+                (k.hour, k.cluster, k.workload, a.owner, a.team, a.model, a.node, a.gpus, a.held_s, a.peak_mem_mib,
+                 a.mem_total_mib, *map(round, a.util_hist), *map(round, a.sm_hist))  # whole seconds: small ints
+                for k, a in items
+            ])
+
+    def fits(self, since: float, until: float) -> list[tuple[FitKey, FitAmounts]]:
+        """What each workload used, per hour, in [since, until)."""
+        sql = f"SELECT {', '.join(_FIT_COLUMNS)} FROM fits WHERE hour >= ? AND hour < ?"
+        out = []
+        with closing(self._db.execute(sql, (since, until))) as cur:
+            for r in cur:
+                hist = [float(x) for x in r[11:]]
+                out.append((FitKey(int(r[0]), r[1], r[2]),
+                            FitAmounts(owner=r[3], team=r[4], model=r[5], node=r[6], gpus=int(r[7]),
+                                       held_s=float(r[8]), peak_mem_mib=float(r[9]), mem_total_mib=float(r[10]),
+                                       util_hist=hist[:BINS], sm_hist=hist[BINS:])))
+        return out
+
+    def mark_simulated(self) -> None:
+        """Say that simulated usage was written here: every report that reads this file says so."""
+        with self._db:
+            self._db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('simulated', '1')")
+
+    def simulated(self) -> bool:
+        with closing(self._db.execute("SELECT value FROM meta WHERE key = 'simulated'")) as cur:
+            return cur.fetchone() is not None
+
+    def prune(self, before: float, fits_since: float = 0.0) -> int:
+        """Delete buckets that started before `before` (epoch seconds), and fit rows before `fits_since` too;
+        returns how many rows went."""
         with self._db:
             n = self._db.execute("DELETE FROM usage WHERE hour < ?", (before,)).rowcount
             n += self._db.execute("DELETE FROM idle_jobs WHERE hour < ?", (before,)).rowcount
+            n += self._db.execute("DELETE FROM fits WHERE hour < ?", (max(before, fits_since),)).rowcount
+        return n
+
+    def compact(self, before: float, fits_before: float | None = None) -> int:
+        """Fold the hourly buckets that started before `before` into daily ones (UTC days; a daily usage bucket has
+        no node and GPU -1: per-node detail is only shown for recent hours), so a year of a large fleet stays small; fit
+        rows before `fits_before` (default `before`: right-sizing looks at days, not hours). Returns how many
+        hourly usage rows were folded."""
+        fits_before = before if fits_before is None else fits_before
+        day = "(hour - hour % 86400)"
+        sums = ", ".join(f"SUM({c})" for c in ("busy_s", "held_s", "free_s", "util_s", "util_known_s",
+                                                  "busy_kwh", "held_kwh", "free_kwh"))
+        with self._db:
+            self._db.execute(
+                f"""INSERT INTO usage (hour, cluster, node, gpu, owner, team, model, busy_s, held_s, free_s,
+                                      util_s, util_known_s, busy_kwh, held_kwh, free_kwh)
+                    SELECT {day}, cluster, '', -1, owner, team, MAX(model), {sums}
+                    FROM usage WHERE hour < ? AND gpu >= 0 GROUP BY {day}, cluster, owner, team
+                    ON CONFLICT (hour, cluster, node, gpu, owner, team) DO UPDATE SET
+                    busy_s = usage.busy_s + excluded.busy_s, held_s = usage.held_s + excluded.held_s,
+                    free_s = usage.free_s + excluded.free_s, util_s = usage.util_s + excluded.util_s,
+                    util_known_s = usage.util_known_s + excluded.util_known_s,
+                    busy_kwh = usage.busy_kwh + excluded.busy_kwh, held_kwh = usage.held_kwh + excluded.held_kwh,
+                    free_kwh = usage.free_kwh + excluded.free_kwh""", (before,))
+            n = self._db.execute("DELETE FROM usage WHERE hour < ? AND gpu >= 0", (before,)).rowcount
+            self._db.execute(
+                f"""INSERT INTO idle_jobs (hour, cluster, node, gpu, job, name, owner, team, model, held_s, held_kwh)
+                    SELECT {day}, cluster, node, -1, job, MAX(name), MAX(owner), MAX(team), MAX(model),
+                           SUM(held_s), SUM(held_kwh)
+                    FROM idle_jobs WHERE hour < ? AND gpu >= 0 GROUP BY {day}, cluster, node, job
+                    ON CONFLICT (hour, cluster, node, gpu, job) DO UPDATE SET
+                    held_s = idle_jobs.held_s + excluded.held_s, held_kwh = idle_jobs.held_kwh + excluded.held_kwh""",
+                (before,))
+            self._db.execute("DELETE FROM idle_jobs WHERE hour < ? AND gpu >= 0", (before,))
+            hist = ", ".join(f"SUM({c})" for c in _HIST_COLUMNS)
+            rows = self._db.execute(
+                f"""SELECT {day}, cluster, workload, MAX(owner), MAX(team), MAX(model), MAX(node), MAX(gpus),
+                           SUM(held_s), MAX(peak_mem_mib), MAX(mem_total_mib), {hist}
+                    FROM fits WHERE hour < ? AND hour % 86400 != 0 GROUP BY {day}, cluster, workload""",
+                (fits_before,)).fetchall()
+            self._db.execute("DELETE FROM fits WHERE hour < ? AND hour % 86400 != 0", (fits_before,))
+            self._db.executemany(_ADD_FIT, rows)
         return n
 
     def recorded_hours(self, since: float, until: float) -> set[tuple[int, str, str]]:

@@ -41,6 +41,16 @@ def summary_text(report: WeeklyReport, costs: CostModel, top_jobs: int) -> str:
         held = "" if trend.held_idle_change_pct is None else f", held idle {trend.held_idle_change_pct:+.0f}%"
         lines.append(f"Against last week: utilization {trend.prev_util_pct:.0f}% → {trend.util_pct:.0f}% "
                      f"({trend.util_change_pts or 0:+.1f} pts){held}")
+    for k in report.kpi[:4]:
+        name = "the fleet" if k.team is None else e(team_label(k.team))
+        lines.append(f"Utilization over 13 weeks, {name}: {e(k.text)}")
+    if report.rightsize:
+        total = sum(r.saving_per_week for r in report.rightsize)
+        best = report.rightsize[0]
+        lines.append(f"{len(report.rightsize)} workloads would fit smaller, saving {f(total)} a week; the most: "
+                     f"{e(best.workload)} ({e(best.owner or 'unknown')}) on {e(best.fits)}")
+    if report.simulated:
+        lines.append("_Includes simulated usage (gpuevents simulate --history)._")
     for j in report.top_idle_jobs[:top_jobs]:
         job = f" (job {e(j.job_id)})" if j.job_id and j.job_id not in j.name else ""
         lines.append(f"• {e(j.name)}{job} on {e(j.node)} GPU {','.join(map(str, j.gpus))} ({e(j.owner)}): "

@@ -84,6 +84,23 @@ class Heatmap(BaseModel):
     left_out: int = 0
 
 
+class KpiLine(BaseModel):
+    team: str | None  # None: the fleet
+    text: str  # "19 % → 58 % in 13 weeks (target 60 %)"
+    on_target: bool | None
+
+
+class RightsizeLine(BaseModel):
+    workload: str
+    owner: str | None
+    team: str | None
+    gpus: int
+    model: str | None
+    fits: str  # "MIG 1g.10gb", "NVIDIA L4", "1/4 of a GPU (time-sliced)"
+    saving_per_week: float
+    reason: str
+
+
 class WeeklyReport(BaseModel):
     since: datetime
     until: datetime
@@ -97,6 +114,10 @@ class WeeklyReport(BaseModel):
     heatmap: Heatmap
     leaderboard: list[LeaderLine] = []
     week_over_week: WeekOverWeek | None = None  # None: the week before was not asked for
+    simulated: bool = False  # the store holds simulated usage (gpuevents simulate --history)
+    kpi: list[KpiLine] = []  # each team's utilization over the last 13 weeks against its target
+    rightsize: list[RightsizeLine] = []  # workloads that would fit smaller, biggest saving first
+
 
 
 def week_ending(now: datetime) -> tuple[datetime, datetime]:

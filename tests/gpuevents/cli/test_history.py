@@ -42,4 +42,4 @@ def test_a_bad_history_says_what_to_write(config: Path) -> None:
     result = CliRunner().invoke(app, ["simulate", "--history", "a while", "-c", str(config)])
     assert result.exit_code == 2 and "--history" in result.output
     result = CliRunner().invoke(app, ["simulate", "--history", "400d", "-c", str(config)])
-    assert result.exit_code == 2 and "at most 35d" in result.output
+    assert result.exit_code == 2 and "at most 100d" in result.output

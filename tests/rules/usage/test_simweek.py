@@ -29,7 +29,7 @@ def test_timelines_hold_every_kind_of_job_and_start_more_in_working_hours() -> N
     plan = _plan()
     tz = ZoneInfo(plan.timezone)
     segments = [s for n in plan.nodes for g in range(plan.gpus_per_node) for s in gpu_timeline(plan, n, g)]
-    assert {s.kind for s in segments} == {"training", "stall", "notebook", "allocated"}
+    assert {s.kind for s in segments} == {"training", "stall", "notebook", "allocated", "inference"}
     assert all(s.job for s in segments if s.kind == "allocated")
     local = [datetime.fromtimestamp(s.start, tz) for s in segments if s.kind != "stall"]
     starts = Counter("work" if t.weekday() < 5 and 9 <= t.hour < 19 else "off" for t in local)

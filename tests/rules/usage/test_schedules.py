@@ -1,0 +1,96 @@
+"""Idle by the clock: a regular idle window is found in the hourly rollups, proposed as a rule that `rules check`
+accepts and that scales the service down at the window's start and back at its end; irregular use gets none."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from gpuevents.cli import app
+from gpuevents.config import CostsConfig
+from gpuevents.costs import CostModel
+from rules.intake.check import check_paths
+from rules.usage.fits import FitAmounts, FitKey
+from rules.usage.schedules import propose
+from rules.usage.store import UsageRow
+
+START = datetime(2026, 1, 5, tzinfo=UTC)  # a Monday
+COSTS = CostModel(CostsConfig())
+
+
+def _node_rows(days: int, busy_hours: range, weekends_idle: bool, node: str = "stg-1") -> list[UsageRow]:
+    rows = []
+    for h in range(days * 24):
+        t = START + timedelta(hours=h)
+        busy = t.hour in busy_hours and not (weekends_idle and t.weekday() >= 5)
+        for gpu in range(2):
+            rows.append(UsageRow(int(t.timestamp()), "c", node, gpu, "alice" if busy else "", "ml", "H100",
+                                 3600 if busy else 0, 0, 0 if busy else 3600, 0, 0, 0, 0, 0))
+    return rows
+
+
+def _service_fits(days: int) -> list[tuple[FitKey, FitAmounts]]:
+    out = []
+    for h in range(days * 24):
+        t = START + timedelta(hours=h)
+        busy = 9 <= t.hour < 18
+        hist = [0.0] * 20
+        hist[8 if busy else 0] = 3600
+        out.append((FitKey(int(t.timestamp()), "c", "job/kubernetes/chat/Deployment/chat-api"),
+                    FitAmounts(owner="carol", team="chat", model="H100", node="gpu-7", gpus=1, held_s=3600,
+                               peak_mem_mib=30_000, mem_total_mib=81_559, util_hist=hist)))
+    return out
+
+
+def test_a_node_idle_every_night_and_weekend_gets_a_cordon_rule_for_those_hours(tmp_path: Path) -> None:
+    (p,) = propose(_node_rows(14, range(8, 20), weekends_idle=True), [], COSTS, "UTC")
+    assert (p.key, p.idle.start_hour, p.idle.hours, p.idle.weekends) == ("node/stg-1", 20, 12, True)
+    assert p.idle.regularity == 1.0 and p.gpus == 2
+    assert p.saving_per_week == COSTS.hourly("H100") * 2 * (12 * 5 + 48)
+    assert "in_window('Mon-Fri 20:00-24:00, Mon-Fri 00:00-08:00, Sat-Sun 00:00-24:00')" in p.rule_yaml
+    (tmp_path / "proposed.yaml").write_text(p.rule_yaml)
+    rules, problems = check_paths([tmp_path / "proposed.yaml"])
+    assert not problems and rules is not None and len(rules.rules) == 1
+
+
+def test_a_service_idle_outside_office_hours_gets_a_scale_down_rule_that_runs_in_a_rule_test(tmp_path: Path) -> None:
+    (p,) = propose([], _service_fits(10), COSTS, "UTC")
+    assert (p.key, p.idle.start_hour, p.idle.hours, p.idle.weekends) == (
+        "job/kubernetes/chat/Deployment/chat-api", 18, 15, False)
+    (tmp_path / "proposed.yaml").write_text(p.rule_yaml)
+    name = p.rule_yaml.split("name: ")[1].split("\n")[0]
+    (tmp_path / "proposed.test.yaml").write_text(f"""rule_files: [proposed.yaml]
+start: "2026-01-07T12:00:00"
+tick: 5m
+tests:
+  - name: scaled to zero at 18:00 and restored at 09:00
+    snapshots:
+      - {{at: 0s, node: gpu-7, gpus: [{{index: 0, util_pct: 40}}]}}
+      - {{at: 0s, node: gpu-8, gpus: [{{index: 0, util_pct: 40}}]}}
+    expect:
+      - rule: {name}
+        entity: gpu-7
+        fires_at: 6h
+        resolves_at: 21h
+        actions: [{{type: scale, namespace: chat, name: chat-api, replicas: 0}}]
+        resolve_actions: [{{type: scale, replicas: previous}}]
+      - rule: {name}
+        entity: gpu-8
+        never: true
+""")
+    result = CliRunner().invoke(app, ["rules", "test", str(tmp_path / "proposed.test.yaml")])
+    assert result.exit_code == 0, result.output
+
+
+def test_irregular_use_and_too_few_days_propose_nothing() -> None:
+    rng = random.Random(3)
+    noisy = [r for r in _node_rows(14, range(8, 20), weekends_idle=False)]
+    noisy = [UsageRow(r.hour, r.cluster, r.node, r.gpu, "bob", r.team, r.model, 3600, 0, 0, 0, 0, 0, 0, 0)
+             if rng.random() < 0.4 else r for r in noisy]
+    assert propose(noisy, [], COSTS, "UTC") == []
+    assert propose(_node_rows(3, range(8, 20), weekends_idle=False), [], COSTS, "UTC") == []
+    always_idle = _node_rows(14, range(0), weekends_idle=False)
+    assert propose(always_idle, [], COSTS, "UTC") == []  # idle all day: for the idle rules, not a schedule
