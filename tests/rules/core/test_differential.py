@@ -1,11 +1,12 @@
 """Differential: the core as it runs gives what a core forced to rebuild and re-evaluate everything gives.
 
-Random fleets (nodes that change, repeat themselves byte for byte or as equal copies, go silent, offline and gone,
-are forgotten; GPUs with owners and no processes; jobs across nodes; snoozes; rules that read the clock, with
-`for`, repeats and liveness) are fed to both cores step by step. After every step the two must agree on the
-transitions (times and reasons), the incidents that changed, the action requests, the snoozes, the views of every
-entity and the conditions that raised. `GPUEVENTS_PROPERTY_EXAMPLES` sets how many random sequences run (150 by
-default, about 3,000 steps; `.ci/run` may ask for more).
+Random fleets (nodes that change or report thresholds and XIDs, repeat themselves byte for byte or as equal
+copies, go silent, offline and gone, are forgotten; GPUs with owners and no processes; jobs across nodes;
+snoozes; ticks and sweep slices; rules that read the clock, with `for`, repeats and liveness) are fed to both
+cores step by step. After every step the two must agree on the transitions (times and reasons), the incidents
+that changed, the action requests, the snoozes, the views of every entity and the conditions that raised.
+`GPUEVENTS_PROPERTY_EXAMPLES` sets how many random sequences run (150 by default, about 2,500 steps; 1,000 ran
+clean here, about 17,000 steps).
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuevents.events import AgentInfo, GpuInfo, JobInfo, NodeSnapshot, ProcessInfo, SnapshotEvent, make_event
-from rules.core.core import Core, CoreInput, ForgetNode, Snooze, Tick
+from gpuevents.events import AgentInfo, GpuInfo, GpuXid, JobInfo, NodeSnapshot, ProcessInfo, SnapshotEvent, make_event
+from rules.core.core import Core, CoreInput, ForgetNode, Snooze, Sweep, Tick
 from rules.core.inputs import StepResult
 from rules.lang.views import FIELDS_OF
 from tests.rules.helpers import T0, at, config, gpu, proc, rules_from, snapshot
@@ -68,6 +69,10 @@ rules:
     when: not node.online
     for: 1m
     actions: [{type: log, message: "down {{ node.name }}"}]
+  - name: xid-recent
+    entity: gpu
+    when: gpu.xid == 79 and gpu.xid_at is not none and gpu.xid_at > now - duration('5m')
+    actions: [{type: log, message: "xid {{ gpu.id }}"}]
   - name: spread-idle
     entity: job
     when: job.nodes | length > 1 and job.idle
@@ -114,7 +119,7 @@ def _inputs(draw: st.DrawFn) -> list[tuple[float, CoreInput]]:
         t += draw(st.sampled_from([5.0, 15.0, 15.0, 15.0, 70.0, 400.0]))
         node = draw(st.sampled_from(NODES))
         kind = draw(st.sampled_from(["snap", "snap", "snap", "repeat", "repeat", "copy", "tick", "tick", "gpu",
-                                     "proc", "stop", "start", "forget", "snooze"]))
+                                     "xid", "proc", "stop", "start", "forget", "snooze", "sweep"]))
         if kind in ("repeat", "copy") and node in last:
             prev = last[node]
             data = prev.data if kind == "repeat" else NodeSnapshot.model_validate(prev.data.model_dump())
@@ -128,7 +133,16 @@ def _inputs(draw: st.DrawFn) -> list[tuple[float, CoreInput]]:
             out.append((t, ev))
         elif kind == "gpu":
             g = draw(_gpu(draw(st.integers(0, 2)))).model_copy(update={"node": node})
-            out.append((t, make_event("gpu.hot", node, g, time=at(t))))
+            ev_type = draw(st.sampled_from(["gpu.hot", "gpu.idle", "gpu.active", "gpu.lost"]))
+            out.append((t, make_event(ev_type, node, g, time=at(t))))
+        elif kind == "xid":
+            g = draw(_gpu(draw(st.integers(0, 2)))).model_copy(update={"node": node})
+            out.append((t, make_event("gpu.xid", node, GpuXid(**{**g.model_dump(), "xid": 79}), time=at(t))))
+        elif kind == "sweep":  # a slice of a tick's sweep, as the engine sends them
+            rule = draw(st.sampled_from(["idle-long", "old", "job-idle-long", "xid-recent"]))
+            keys = tuple(draw(st.lists(st.sampled_from([f"{n}/gpu{i}" for n in NODES for i in range(3)]
+                                                       + ["job/slurm/7", "job/slurm/8"]), max_size=4)))
+            out.append((t, Sweep(rule=rule, keys=keys)))
         elif kind == "proc":
             p = _procs(draw, 3)[draw(st.integers(0, 2))].model_copy(update={"node": node})
             out.append((t, make_event(draw(st.sampled_from(["process.started", "process.ended"])), node, p,
