@@ -56,10 +56,6 @@ class RepeatDecoder:
             self._last.clear()
         self._last[event.source] = (cand[1], cand[0].data)
 
-    def forget(self, source: str) -> None:
-        """Drop what is kept for one source (a node forgotten)."""
-        self._last.pop(source, None)
-
     def _repeat(self, raw: bytes, i: int) -> SnapshotEvent | None:
         try:
             envelope = orjson.loads(raw[:i] + b"}")
