@@ -27,6 +27,7 @@ BUILTIN_MODULES: tuple[str, ...] = (
     "actions.builtin.function",
     "actions.builtin.report",
     "actions.builtin.email",
+    "actions.builtin.notify",
     "actions.builtin.cancel",
 )
 
@@ -111,6 +112,14 @@ def escape_for(type_: str) -> EscapeAt:
         return at  # type: ignore[no-any-return]
     escape = cls.escape
     return lambda _path: escape
+
+
+def readable(type_: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """Parameters as people read them (rule tests, replays, the audit): the action's own `readable(params)` where
+    it keeps more than it shows (notify's marks around values from the machine), else as they are."""
+    load()
+    show = getattr(_registry.get(type_), "readable", None)
+    return dict(show(params)) if callable(show) else dict(params)
 
 
 class ParamsError(ValueError):

@@ -134,7 +134,7 @@ class ActionRunner:
             time=self.clock.now(), kind="action", rule=req.rule, entity_id=req.entity_id,
             cluster=req.cluster, incident_id=req.incident_id, action_type=req.type, action_key=req.key,
             outcome=outcome, attempt=attempt, error=error, detail=detail,
-            params=redact(params if params is not None else req.params),
+            params=redact(registry.readable(req.type, params if params is not None else req.params)),
             dry_run=req.dry_run or self.config.engine.dry_run,
         )
 

@@ -155,7 +155,11 @@ class ClickHandler:
         if not reply.get("ok"):
             return f"could not keep it: {reply.get('error')}"
         until = datetime.fromisoformat(reply["until"])
-        return f"kept until {until:%Y-%m-%d %H:%M} UTC by <@{clicker}>"
+        capped = ""
+        if reply.get("capped"):
+            cap = format_duration(float(reply.get("snooze_max_s") or 0))
+            capped = f" (capped: {format_duration(seconds)} asked, this rule allows at most {cap})"
+        return f"kept until {until:%Y-%m-%d %H:%M} UTC by <@{clicker}>{capped}"
 
     async def _release(self, sent: SentMessage, clicker: str) -> str:
         req = sent.request

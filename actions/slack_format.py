@@ -41,6 +41,7 @@ class NextFacts(_Facts):
 
     type: str
     at: datetime
+    says: str = ""
 
 
 class IncidentFacts(_Facts):
@@ -110,6 +111,7 @@ class MessageItem(BaseModel):
     processes: list[str] = Field(default_factory=list)
     next_type: str | None = None
     next_at: datetime | None = None
+    next_says: str = ""  # "in 1 minute this will be logged, unless you keep it"
     cost_amount: float | None = None
     request: dict[str, Any] | None = None
     """The request this item came from (a digest with buttons: each item's buttons act on its own incident)."""
@@ -152,6 +154,7 @@ def make_item(text: str, rule: str, entity_id: str, cluster: str, incident_id: s
         cost=escape(facts.cost.display() or "") or None if facts.cost else None,
         where=describe_where(entity_id, facts), processes=describe_processes(facts),
         next_type=inc.next.type if inc.next else None, next_at=inc.next.at if inc.next else None,
+        next_says=inc.next.says if inc.next else "",
         cost_amount=facts.cost.amount if facts.cost else None,
     )
 
@@ -181,7 +184,10 @@ def _fields(item: MessageItem) -> list[dict[str, Any]]:
     if item.cost:
         fields.append(md(f"*Estimated cost so far*\n{item.cost}"))
     if item.next_type and item.next_at:
-        fields.append(md(f"*Next*\n{escape(item.next_type)} at {_date(item.next_at)}"))
+        says = item.next_says[:1].upper() + item.next_says[1:]
+        what = f"{escape(says)} (at {_date(item.next_at)})" if says else \
+            f"{escape(item.next_type)} at {_date(item.next_at)}"
+        fields.append(md(f"*Next*\n{what}"))
     return fields
 
 

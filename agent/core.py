@@ -117,8 +117,10 @@ class NodeCore:
         labels: Mapping[str, str] | None = None,
         driver_version: str | None = None,
         hostname: str | None = None,
+        agent_id: str | None = None,
     ) -> None:
         self.node = node
+        self.agent_id = agent_id
         self.cluster = cluster
         self.thresholds = thresholds
         self.snapshot_interval = timedelta(seconds=snapshot_interval_s)
@@ -300,7 +302,7 @@ class NodeCore:
         return NodeInfo(
             name=self.node, cluster=self.cluster, labels=dict(self.labels),
             gpu_count=len(self.readings), gpus_busy=busy, gpus_idle=idle, cordoned=self.cordoned,
-            driver_version=self.driver_version, hostname=self.hostname,
+            driver_version=self.driver_version, hostname=self.hostname, agent_id=self.agent_id,
         )
 
     def snapshot(self, now: datetime) -> NodeSnapshot:

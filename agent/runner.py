@@ -30,7 +30,7 @@ from gpuevents import __version__
 from gpuevents.aio import Backoff, guarded_task, restarting, sleep_or_stop, stop_tasks
 from gpuevents.clock import Clock, SystemClock
 from gpuevents.config import Config
-from gpuevents.events import AgentInfo, Event, make_event
+from gpuevents.events import AgentInfo, Event, make_event, new_id
 from gpuevents.subjects import command_subject
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ class NodeAgent:
         self.core = NodeCore(
             node=self.node, cluster=config.cluster, thresholds=a.thresholds,
             snapshot_interval_s=a.snapshot_interval, labels=a.labels,
-            driver_version=sampler.driver_version, hostname=self.hostname,
+            driver_version=sampler.driver_version, hostname=self.hostname, agent_id=new_id(),
         )
         self.attributor = Attributor(a.attribution, config.owners, pods.get if pods else None,
                                      team_label=config.costs.team_label)
@@ -107,7 +107,7 @@ class NodeAgent:
     def info(self) -> AgentInfo:
         a = self.config.agent
         return AgentInfo(node=self.node, version=__version__, sampler=self.sampler.kind,
-                         hostname=self.hostname, pid=os.getpid(),
+                         hostname=self.hostname, pid=os.getpid(), agent_id=self.core.agent_id,
                          sample_interval_s=a.sample_interval, snapshot_interval_s=a.snapshot_interval)
 
     def lifecycle_event(self, type_: str, now: datetime) -> Event:
@@ -289,12 +289,12 @@ async def run_agent(config: Config, bus: EventBus, clock: Clock | None = None,
 
 def simulated_agents(config: Config, *, nodes: int, gpus_per_node: int,
                      scenario: str | Path | Scenario | None = None, seed: int | None = None,
-                     speedup: float | None = None, start: datetime) -> list[NodeAgent]:
+                     speedup: float | None = None, start: datetime, prefix: str = "sim-") -> list[NodeAgent]:
     sim = config.agent.simulation
     sc = scenario if isinstance(scenario, Scenario) else load_scenario(scenario or sim.scenario)
     samplers = fleet(sc, nodes=nodes, gpus_per_node=gpus_per_node,
                      seed=sim.seed if seed is None else seed, start=start,
-                     speedup=sim.speedup if speedup is None else speedup)
+                     speedup=sim.speedup if speedup is None else speedup, prefix=prefix)
     return [NodeAgent(config, s, node=s.node) for s in samplers]
 
 

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gpuevents.durations import Duration
 from gpuevents.idleness import IdleRule, IdleSignal, model_matches
+from gpuevents.notify_config import NotifyConfig
 from gpuevents.yamlpos import Located, LocatedError, YamlDoc, parse_scalar, parse_yaml
 
 ENV_PREFIX = "GPUEVENTS_"
@@ -280,6 +281,7 @@ class ActionsConfig(_Section):
     kubernetes: KubernetesConfig = KubernetesConfig()
     slurm: SlurmConfig = SlurmConfig()
     email: EmailConfig = EmailConfig()
+    notify: NotifyConfig = NotifyConfig()
     retry: RetryConfig = RetryConfig()
     timeout: Duration = 30
     command_output_max: int = Field(4096, ge=0)
@@ -323,10 +325,40 @@ class Config(_Section):
     agent: AgentConfig = Field(default_factory=AgentConfig)
     engine: EngineConfig = EngineConfig()
     actions: ActionsConfig = ActionsConfig()
-    owners: dict[str, str] = Field(default_factory=dict, description="user -> email or chat handle")
+    owners: dict[str, str] = Field(default_factory=dict, description="user -> email or chat handle, or a "
+                                   "mapping of addresses per service: {slack: …, email: …, teams: …}")
+    owner_addresses: dict[str, dict[str, str]] = Field(
+        default_factory=dict, description="filled from the mapping form of `owners`: user -> service -> address")
     protect: ProtectConfig = ProtectConfig()
     costs: CostsConfig = CostsConfig()
     teams: dict[str, TeamConfig] = Field(default_factory=dict, description="per team: KPI target, channel")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _owners_per_service(cls, data: Any) -> Any:
+        """`owners: {alice: {slack: U1, email: a@x, teams: …}}`: the owner is the Slack address, else the email,
+        else the user name (what rules see as `owner`); every address is kept for the `notify` action. The
+        string form (`alice: alice@x`) stays as it was."""
+        if not isinstance(data, dict) or not isinstance(data.get("owners"), dict):
+            return data
+        owners: dict[Any, Any] = {}
+        addresses: dict[Any, Any] = dict(data.get("owner_addresses") or {})
+        for user, value in data["owners"].items():
+            if isinstance(value, Mapping):
+                addresses[user] = dict(value)
+                owners[user] = value.get("slack") or value.get("email") or user
+            else:
+                owners[user] = value
+        return {**data, "owners": owners, "owner_addresses": addresses}
+
+    def owner_address(self, owner: str, service: str) -> str | None:
+        """`owner`'s address for `service`: `owner` is a user of `owners` or any of that user's addresses."""
+        for user, addresses in self.owner_addresses.items():
+            if owner == user or owner == self.owners.get(user) or owner in addresses.values():
+                found = addresses.get(service)
+                if found:
+                    return found
+        return None
 
     @model_validator(mode="after")
     def _cluster_name(self) -> Config:

@@ -65,6 +65,8 @@ class NodeInfo(_Model):
     cordoned: bool | None = None
     driver_version: str | None = None
     hostname: str | None = None
+    agent_id: str | None = None
+    """The agent process that sent it (random per start): two agents claiming one node send two ids."""
 
 
 class GpuInfo(_Model):
@@ -170,6 +172,7 @@ class AgentInfo(_Model):
     sampler: str = ""
     hostname: str | None = None
     pid: int | None = None
+    agent_id: str | None = None
     sample_interval_s: float | None = None
     snapshot_interval_s: float | None = None
 

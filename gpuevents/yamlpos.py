@@ -78,6 +78,31 @@ def _message(e: Any) -> str:
     return msg
 
 
+_YAML_WORDS: tuple[tuple[str, str], ...] = (
+    ("mapping values are not allowed", "a `key: value` where none can be: this line is indented more than the "
+     "key above it expects, or a value holding ': ' needs quotes"),
+    ("expected <block end>", "this line's indentation does not line up: the keys of one mapping (and the `-` "
+     "items of one list) start in the same column as the lines above"),
+    ("could not find expected ':'", "a key without `:`, or a line indented wrongly above it"),
+    ("cannot start any token", "a character YAML cannot start a value with (a tab? indent with spaces only; "
+     "`@` or a backquote? put the value in quotes)"),
+    ("found unexpected end of stream", "a quote or a bracket is not closed"),
+    ("did not find expected key", "a line indented wrongly, or a `-` item among keys"),
+    ("did not find expected '-' indicator", "a list item that does not line up with the `-` items above it"),
+)
+
+
+def yaml_problem(e: yaml.YAMLError) -> str:
+    """PyYAML's complaint in the project's words, with the column (its own words when it is not one of ours)."""
+    problem = str(getattr(e, "problem", None) or e)
+    mark = getattr(e, "problem_mark", None)
+    column = f" (column {mark.column + 1})" if mark is not None else ""
+    for needle, words in _YAML_WORDS:
+        if needle in problem:
+            return f"invalid YAML{column}: {words}"
+    return f"invalid YAML{column}: {problem}"
+
+
 class _Loader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML ships no type stubs here
     pass
 
@@ -89,7 +114,7 @@ def parse_yaml(text: str, file: str) -> YamlDoc:
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         line = mark.line + 1 if mark else 1
-        raise LocatedError([Located(file, line, f"invalid YAML: {e.problem or e}")]) from None
+        raise LocatedError([Located(file, line, yaml_problem(e))]) from None
     doc = YamlDoc(file=file, data=None)
     if node is None:
         return doc
@@ -100,7 +125,7 @@ def parse_yaml(text: str, file: str) -> YamlDoc:
         raise LocatedError([Located(file, 1, "invalid YAML: an alias refers to itself (or nests too deep)")]) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
-        raise LocatedError([Located(file, mark.line + 1 if mark else 1, f"invalid YAML: {e}")]) from None
+        raise LocatedError([Located(file, mark.line + 1 if mark else 1, yaml_problem(e))]) from None
     return doc
 
 

@@ -100,5 +100,6 @@ async def stored_messages(js: JetStreamContext, stream: str, limit: int = 10_000
     return out
 
 
+from tests.kube_cluster import kube_cluster  # noqa: E402, F401 - a fixture: a real Kubernetes control plane
 from tests.nats_cluster import nats_cluster  # noqa: E402, F401 - a fixture: three nats-servers as one cluster
 from tests.slurm_cluster import slurm  # noqa: E402, F401 - a fixture: a real Slurm on loopback

@@ -54,6 +54,8 @@ def agent(
         typer.echo(f"error: agent.simulation.scenario: {e}", err=True)
         raise typer.Exit(1) from None
     if sampler.kind == "simulated":
+        cfg = _simulated_name(cfg)
+        sampler = open_sampler(cfg, simulate=True, start=SystemClock().now())
         sim = cfg.agent.simulation
         typer.secho(f"Agent: SIMULATED node {cfg.agent.node_name!r} ({sim.gpus_per_node} GPUs, scenario "
                     f"{sim.scenario!r}); no real GPU is read.", fg="yellow", err=True)
@@ -97,9 +99,75 @@ def simulate(
     except LocatedError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from None
+    prefix = free_prefix("sim-", run_async(names_in_use(cfg)))
+    if prefix != "sim-":  # another simulation runs: these nodes take names of their own
+        typer.secho(f"sim-* nodes are already reported: these are named {prefix}*", fg="yellow", err=True)
+        agents = simulated_agents(cfg, nodes=nodes, gpus_per_node=gpus_per_node, scenario=scenario,
+                                  seed=seed, speedup=speedup, start=SystemClock().now(), prefix=prefix)
     typer.secho(f"Simulating {nodes} node(s) x {gpus_per_node} GPU(s), scenario "
                 f"{scenario or cfg.agent.simulation.scenario!r}, cluster {cfg.cluster!r}.", fg="yellow", err=True)
     run_async(_run_many(cfg, agents, seconds))
+
+
+def free_name(wanted: str, used: set[str]) -> str:
+    """`wanted`, or `wanted-2`, `wanted-3`, … : the first no agent reports as now."""
+    name, n = wanted, 1
+    while name in used:
+        n += 1
+        name = f"{wanted}-{n}"
+    return name
+
+
+def free_prefix(prefix: str, used: set[str]) -> str:
+    """`sim-`, or `sim2-`, `sim3-`, … : the first prefix no online node name starts with."""
+    stem, n = prefix.rstrip("-"), 1
+    while any(u.startswith(prefix) for u in used):
+        n += 1
+        prefix = f"{stem}{n}-"
+    return prefix
+
+
+async def names_in_use(cfg: Config) -> set[str]:
+    """The node names an engine sees online in this cluster now; empty when no engine answers."""
+    from gpuevents.bus import Bus, BusError
+    from rules.engine.status import ask_status
+
+    try:
+        async with asyncio.timeout(float(cfg.nats.connect_timeout) + 3), Bus(cfg.nats, name="gpuevents-names") as bus:
+            st = await ask_status(bus, timeout=2)
+    except (BusError, TimeoutError, OSError) as e:
+        log.info("could not ask the engine which node names are in use (%s); assuming none", e)
+        return set()
+    return set() if st is None else {n.name for n in st.fleet.nodes if n.online and n.cluster == cfg.cluster}
+
+
+def _has_identity(cfg: Config) -> bool:
+    """The agent connects as a user of its own (a credentials file, NATS_USER, or a user in the URL), as in
+    production."""
+    import os
+
+    return (cfg.nats.creds_file is not None or bool(os.environ.get("NATS_USER"))
+            or any("@" in url.partition("://")[2] for url in cfg.nats.servers))
+
+
+def _simulated_name(cfg: Config) -> Config:
+    """A simulated agent never takes a name in use: by default `<host>-sim` (the local `up` is `<host>`), or the
+    next free `-2`, `-3`; a name given in the config that is in use is refused."""
+    import socket
+
+    given = cfg.agent.node_name != socket.gethostname()
+    if given and _has_identity(cfg):
+        return cfg  # a node's own NATS identity: the server lets it publish as that node only, and ask nothing
+    used = run_async(names_in_use(cfg))
+    if given:
+        if cfg.agent.node_name in used:
+            typer.echo(f"error: node {cfg.agent.node_name!r} is already reported by an agent; a simulated node under "
+                       "its name would overwrite its events. Give another agent.node_name "
+                       "(GPUEVENTS_AGENT__NODE_NAME=...)", err=True)
+            raise typer.Exit(1)
+        return cfg
+    name = free_name(f"{socket.gethostname()}-sim", used)
+    return cfg.model_copy(update={"agent": cfg.agent.model_copy(update={"node_name": name})})
 
 
 def _write_history(cfg: Config, seconds: float, nodes: int, gpus_per_node: int, seed: int) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 import typer
@@ -99,6 +99,8 @@ async def show_status(config: Config, as_json: bool) -> None:
     gpus, inc = status_tables(st)
     out.print(gpus)
     out.print(inc if st.incidents else "no open incidents")
+    for warning in st.warnings:
+        out.print(Text(f"warning: {warning}", style="bold red"))
 
 
 def status_tables(st: StatusResponse) -> tuple[Table, Table]:
@@ -145,12 +147,24 @@ async def do_snooze(config: Config, rule: str, entity: str, seconds: float, reas
             record = AuditRecord(time=now, kind="snooze", rule=rule, entity_id=entity,
                                  detail=f"until {s.until.isoformat()} by {s.by} (no engine running)")
             await bus.js_publish(S.audit_subject(rule), record.model_dump_json().encode(), msg_id=record.id)
-            reply = {"ok": True}
+            reply = {"ok": True, "stored": True}
     if not reply.get("ok"):
         typer.echo(f"error: {reply.get('error')}", err=True)
         raise typer.Exit(1)
     until = datetime.fromisoformat(reply["until"]) if isinstance(reply.get("until"), str) else s.until
-    typer.echo(f"{rule} snoozed for {entity} until {until:%Y-%m-%d %H:%M:%S} UTC")
+    verb = "kept" if bounded else "snoozed"
+    later = (" (no engine running: stored for the next one, which cuts it to the rule's snooze_max)"
+             if bounded and reply.get("stored") else "")
+    typer.echo(f"{rule} {verb} for {entity} until {until:%Y-%m-%d %H:%M:%S} UTC{capped_note(reply, seconds)}{later}")
+
+
+def capped_note(reply: dict[str, Any], seconds: float) -> str:
+    """What the engine's answer to a keep says about the rule's ceiling: "" when nothing was cut."""
+    if not reply.get("capped"):
+        return ""
+    cap = format_duration(float(reply.get("snooze_max_s") or 0))
+    return (f" (capped: you asked for {format_duration(seconds)}, the rule's snooze_max allows {cap}; "
+            "raise snooze_max in the rule to keep longer)")
 
 
 async def show_audit(config: Config, rule: str | None, entity: str | None, seconds: float,

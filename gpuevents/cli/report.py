@@ -26,6 +26,7 @@ from rules.usage.weekly import NO_TEAM_LABEL, KpiLine, WeeklyReport, build_repor
 class ReportFormat(StrEnum):
     html = "html"
     md = "md"
+    markdown = "markdown"  # the same as md: the README calls it Markdown
     json = "json"
 
 
@@ -138,7 +139,8 @@ def report_command(
         "--compare", help="a period to compare with, START..END (e.g. 2026-09-01..2026-09-30)")] = None,
     team: Annotated[str | None, typer.Option("--team", help=f"one team only; {NO_TEAM_LABEL!r} for none")] = None,
     fmt: Annotated[ReportFormat,
-                   typer.Option("--format", help="html (one self-contained file), md or json")] = ReportFormat.html,
+                   typer.Option("--format", help="html (one self-contained file), md (or markdown) or json"),
+                   ] = ReportFormat.html,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="write here instead of stdout")] = None,
     config: Annotated[Path | None, typer.Option("-c", "--config", help="config YAML")] = None,
 ) -> None:
@@ -151,9 +153,10 @@ def report_command(
             typer.echo(str(p), err=True)
         raise typer.Exit(1) from None
     wanted = "" if team == NO_TEAM_LABEL else team
+    fmt_name = "md" if fmt is ReportFormat.markdown else fmt.value  # markdown is md's long name
     if weeks is not None or since is not None or until is not None or compare_with is not None:
         try:
-            text, n = quarter_text(cfg, SystemClock().now(), weeks, since, until, compare_with, wanted, fmt.value)
+            text, n = quarter_text(cfg, SystemClock().now(), weeks, since, until, compare_with, wanted, fmt_name)
         except NoUsageError as e:
             typer.echo(str(e), err=True)
             raise typer.Exit(1) from None
@@ -164,7 +167,7 @@ def report_command(
     except NoUsageError as e:
         typer.echo(str(e), err=True)
         raise typer.Exit(1) from None
-    text = render(report, costs, fmt.value)
+    text = render(report, costs, fmt_name)
     _write(text, output, f"{len(report.teams)} teams, {report.fleet.gpus} GPUs")
 
 

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from gpuevents.cli.common import (
     ConfigOption,
@@ -121,6 +122,8 @@ def rules_backtest(
     out.print(f"replayed {report.events} events from {report.start:%Y-%m-%d %H:%M} to "
               f"{report.end:%Y-%m-%d %H:%M} UTC ({report.malformed} malformed skipped) at "
               f"{report.replay_events_per_s or 0:,.0f} events/s; nothing was run")
+    if report.note:
+        out.print(f"[yellow]note: {escape(report.note)}[/yellow]")
     summary = Table("rule", "would fire", "entities", "actions", "held/suppressed")
     for r in report.rules:
         summary.add_row(*cells(r.rule, str(r.fired), str(r.entities), str(r.actions_run),

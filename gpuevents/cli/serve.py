@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
@@ -87,6 +88,20 @@ def demo_config(config: Config) -> Config:
     return Config.model_validate(data)
 
 
+NO_RULES_HINT = ("No rules given, so nothing will fire: list rule files in a config and pass it with -c "
+                 "(engine: {rules: [rules/library]}; see docs/rules.md), or watch the demo: gpuevents up --demo")
+
+
+def no_rules_config(config: Config) -> Config:
+    """Plain `up` with no rules: the dashboard on anyway, at 8080 (any free port when 8080 is taken)."""
+    if config.engine.rules or config.engine.dashboard_port is not None:
+        return config
+    with socket.socket() as sock:
+        taken = sock.connect_ex(("127.0.0.1", 8080)) == 0
+    engine = config.engine.model_copy(update={"dashboard_port": 0 if taken else 8080})
+    return config.model_copy(update={"engine": engine})
+
+
 def see_it_lines(config: Config) -> list[str]:
     """The banner's pointers: the dashboard, and how to see free GPUs, usage so far and a simulated past."""
     port = config.engine.dashboard_port
@@ -105,6 +120,9 @@ async def run_up(config: Config, *, demo: bool = False, echo: Callable[[str], No
 
     if demo:
         config = demo_config(config)
+    elif not config.engine.rules:
+        echo(NO_RULES_HINT)
+        config = no_rules_config(config)
     clock = SystemClock()
     server: EmbeddedServer | None = None
     if not config.nats.servers:

@@ -110,7 +110,7 @@ class Evaluator:
             if snoozes:
                 s = snoozes.get((name, ent.id))
                 if s is not None and s.until > now and (not s.entity_key or s.entity_key == key):
-                    self.close(rule, key, ent, now, "snoozed", out)
+                    self.close(rule, key, ent, now, "kept" if s.bounded else "snoozed", out, s)
                     continue
             try:
                 matched = test(ent.ctx)
@@ -185,12 +185,16 @@ class Evaluator:
                 self.close(rule, ent.key, ent, now, reason, out)
 
     def close(self, rule: Rule, key: str, ent: Entity | None, now: datetime, reason: ResolveReason,
-              out: StepResult) -> None:
-        """Close the (rule, key) incident, if open, for `reason`; without `ent` no action runs."""
+              out: StepResult, snooze: Snooze | None = None) -> None:
+        """Close the (rule, key) incident, if open, for `reason` (a snooze or keep: who and until when); without
+        `ent` no action runs."""
         before = self.book.get(rule.name, key)
         if before is None:
             return
-        self.commit(rule, ent, before, resolve(before, now, reason), out, reason)
+        after = resolve(before, now, reason)
+        if snooze is not None:
+            after = after.model_copy(update={"resolved_by": snooze.by, "kept_until": snooze.until})
+        self.commit(rule, ent, before, after, out, reason)
 
     def record_error(self, rule: Rule, ent: Entity, e: Exception, out: StepResult) -> None:
         """Count a condition that raised (it is false); report it once per rule and message; have the entity's

@@ -16,8 +16,10 @@ from pydantic import BaseModel, ConfigDict
 from gpuevents.durations import format_duration
 from gpuevents.records import EntityKind, IncidentStatus, Phase
 
-ResolveReason = Literal["condition", "gone", "snoozed", "rule_changed", "rule_removed"]
-"""Why an incident closed; `rule_changed` / `rule_removed`: a reload (or a restart) changed or removed its rule."""
+ResolveReason = Literal["condition", "gone", "snoozed", "kept", "rule_changed", "rule_removed"]
+"""Why an incident closed: `condition` (it cleared), `gone` (its node went away), `snoozed` / `kept` (an operator's
+snooze / the owner's keep, see `resolved_by` and `kept_until`); `rule_changed` / `rule_removed`: a reload (or a
+restart) changed or removed its rule."""
 
 
 class Incident(BaseModel):
@@ -42,6 +44,10 @@ class Incident(BaseModel):
     staged: int = 0
     """How many of the rule's stages (staged actions, `after:`) have run; persisted, so a restart keeps them."""
     resolve_reason: ResolveReason | None = None
+    resolved_by: str = ""
+    """Who snoozed or kept it (a `snoozed` or `kept` resolution)."""
+    kept_until: datetime | None = None
+    """Until when it is snoozed or kept (a `snoozed` or `kept` resolution)."""
     last_eval_at: datetime | None = None
     """Scheduled rules: when the incident was last evaluated (a cron instant, or a catch-up after a restart)."""
 

@@ -67,6 +67,11 @@ class Recovery:
             if inc.entity_key not in self.state.by_kind[rule.kind]:
                 rec.orphans.add((rule.name, inc.entity_key))
         for s in snoozes:
+            rule = self.plan.by_name.get(s.rule)
+            if s.bounded and rule is not None and now is not None:
+                ceiling = utc(now) + timedelta(seconds=rule.snooze_max_s)
+                if s.until > ceiling:  # a keep stored while no engine ran: the rule's snooze_max, as when applied
+                    s = s.model_copy(update={"until": ceiling})
             self.book.set_snooze(s)
         rec.restored_at = utc(now) if now is not None else None
         rec.restored = True

@@ -12,7 +12,9 @@ from actions.protection import protection_reason
 from gpuevents.config import Config
 from gpuevents.costs import CostModel
 from gpuevents.durations import format_duration
+from gpuevents.nextstep import next_step_words
 from gpuevents.records import ActionRequest, Phase
+from gpuevents.resolution import resolution_words
 from rules.core.incidents import Incident
 from rules.core.limits import Limiter
 from rules.core.state import Entity
@@ -49,6 +51,12 @@ class TemplateIncident:
     count: int
     next: NextStage | None = None
     """The next staged action (`type`, `at`, `in`), or None."""
+    resolve_reason: str = ""
+    """In `on_resolve`: `condition`, `gone`, `snoozed`, `kept`, `rule_changed` or `rule_removed`."""
+    resolved_because: str = ""
+    """In `on_resolve`, in words: "cleared: …", "kept by alice until 2026-12-03 19:00 UTC", …"""
+    resolved_by: str = ""
+    kept_until: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +66,8 @@ class NextStage:
     type: str
     at: datetime
     in_: str
+    says: str = ""
+    """In words: "in 1 minute this will be logged, unless you keep it"."""
 
     def __getattr__(self, name: str) -> Any:  # `incident.next.in` in a template (`in` is a Python keyword)
         if name == "in":
@@ -65,7 +75,7 @@ class NextStage:
         raise AttributeError(name)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"type": self.type, "at": self.at.isoformat(), "in": self.in_}
+        return {"type": self.type, "at": self.at.isoformat(), "in": self.in_, "says": self.says}
 
 
 def next_stage(rule: Rule, incident: Incident, now: datetime) -> NextStage | None:
@@ -75,8 +85,9 @@ def next_stage(rule: Rule, incident: Incident, now: datetime) -> NextStage | Non
         return None
     at = fired + timedelta(seconds=rule.stages[incident.staged])
     actions = rule.stage_actions(incident.staged)
-    return NextStage(type=", ".join(a.type for a in actions), at=at,
-                     in_=format_duration(max(0.0, (at - now).total_seconds())))
+    left = max(0.0, (at - now).total_seconds())
+    types = [a.type for a in actions]
+    return NextStage(type=", ".join(types), at=at, in_=format_duration(left), says=next_step_words(types, left))
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +159,9 @@ def facts_of(ent: Entity, incident: Incident, cost: CostView | None, now: dateti
             "firing_since": incident.fired_at.isoformat() if incident.fired_at else None,
             "firing_for": incident.firing_for(now), "active_for": incident.active_for(now), "count": incident.sends,
             "next": nxt.as_dict() if nxt is not None else None,
+            "resolve_reason": incident.resolve_reason,
+            "resolved_by": incident.resolved_by or None,
+            "kept_until": incident.kept_until.isoformat() if incident.kept_until else None,
         },
     }
     v = ent.view
@@ -193,7 +207,11 @@ class Sender:
             incident=TemplateIncident(id=incident.id, status=incident.status, started_at=incident.active_at,
                                       firing_since=incident.fired_at, firing_for=incident.firing_for(now),
                                       active_for=incident.active_for(now), count=incident.sends,
-                                      next=next_stage(rule, incident, now)),
+                                      next=next_stage(rule, incident, now),
+                                      resolve_reason=incident.resolve_reason or "",
+                                      resolved_because=resolution_words(incident.resolve_reason,
+                                                                        incident.resolved_by, incident.kept_until),
+                                      resolved_by=incident.resolved_by, kept_until=incident.kept_until),
             cost=cost,
         )
         return names

@@ -4,6 +4,7 @@ clock. Anything it cannot believe goes to the dead-letter queue, counted, and is
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Awaitable, Callable
 
 from pydantic import ValidationError
@@ -11,11 +12,13 @@ from pydantic import ValidationError
 from gpuevents import subjects as S
 from gpuevents.bus import Delivery
 from gpuevents.events import Event
+from rules.engine.claims import NodeClaims
 from rules.engine.deadletter import SubjectMismatch
 from rules.engine.metrics import EngineMetrics
 from rules.intake.decoder import RepeatDecoder
 from rules.intake.skew import SkewGuard
 
+log = logging.getLogger(__name__)
 _stored_subject = functools.lru_cache(maxsize=1 << 16)(S.stored_event_subject)
 
 
@@ -29,6 +32,7 @@ class Intake:
         self.metrics = metrics
         self.partition = partition
         self._dead_letter = dead_letter
+        self.claims = NodeClaims()
 
     async def accept(self, d: Delivery) -> Event | None:
         try:
@@ -46,4 +50,8 @@ class Intake:
         checked = self.skew.check(event, d.time)
         if checked is not event:
             self.metrics.clock_skew.inc()
+        conflict = self.claims.see(checked, d.time or checked.time)
+        if conflict is not None:
+            log.warning("%s", conflict.text())
+            self.metrics.node_claim_conflicts.labels(node=conflict.node).inc()
         return checked

@@ -48,6 +48,10 @@ class EngineMetrics:
         self.clock_skew = Counter("gpuevents_clock_skew_events_total",
                                   "Events whose agent clock was over engine.max_clock_skew off the server's",
                                   registry=r)
+        self.node_claim_conflicts = Counter(
+            "gpuevents_node_claim_conflicts_total",
+            "Times two or more agents were found taking turns on one node name (each set counted once)",
+            ["node"], registry=r)
         self.nodes_online = Gauge("gpuevents_nodes_online", "Nodes with a recent snapshot",
                                   registry=r)
 

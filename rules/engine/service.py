@@ -394,6 +394,9 @@ class Engine:
             await self._settle()
             assert self.core is not None
             status = fleet_status(self.core, self.clock.now())
+            claimed = self.intake.claims.conflicts(self.clock.now())
+            if claimed:
+                status = status.model_copy(update={"warnings": [c.text() for c in claimed]})
         if self.partition is None:
             return status
         return status.model_copy(update={"partition": self.partition, "partitions": self.config.engine.partitions})
@@ -405,10 +408,14 @@ class Engine:
             assert self.core is not None
             if s.rule not in self.core.rules.by_name:
                 return {"ok": False, "error": f"no rule named {s.rule!r}"}
+            asked = s.until
             result = self.core.step(s, self.clock.now())
             s = next((x for x in result.snoozes if x.rule == s.rule and x.entity_id == s.entity_id), s)  # as applied
+            cap = self.core.rules.by_name[s.rule].snooze_max_s
             await self.committer.commit(result, "commit a snooze")
             self.planner.replan()  # its end, or the evaluation it asks for, may come before the planned tick
         await self.committer.audit([snooze_record(self.clock.now(), s)])
-        return {"ok": True, "until": s.until.isoformat()}
+        # A keep longer than the rule's snooze_max is cut to it: the answer says so (`capped`, the maximum).
+        return {"ok": True, "until": s.until.isoformat(), "asked_until": asked.isoformat(),
+                "capped": s.until < asked, "snooze_max_s": cap}
 

@@ -24,6 +24,8 @@ class StatusResponse(BaseModel):
     incidents: list[FleetIncident]
     partition: int | None = None
     partitions: int = 1
+    warnings: list[str] = []
+    """What the engine cannot set right itself: a node two agents claim."""
 
 
 def merge_status(replies: list[StatusResponse]) -> StatusResponse:
@@ -42,7 +44,8 @@ def merge_status(replies: list[StatusResponse]) -> StatusResponse:
         "held_idle_cost_per_hour_text": CostModel(CostsConfig(currency=first.fleet.currency)).format(held),
     })
     incidents = sorted((i for r in parts for i in r.incidents), key=lambda i: i.firing_since or i.started_at)
-    return StatusResponse(fleet=fleet, incidents=incidents, partition=None, partitions=first.partitions)
+    return StatusResponse(fleet=fleet, incidents=incidents, partition=None, partitions=first.partitions,
+                          warnings=[w for r in parts for w in r.warnings])
 
 
 async def ask_status(bus: Bus, timeout: float = 5.0) -> StatusResponse | None:

@@ -10,11 +10,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from jinja2 import StrictUndefined, Template, TemplateSyntaxError, meta
+from jinja2 import StrictUndefined, Template, TemplateSyntaxError, meta, nodes
 from jinja2.sandbox import SandboxedEnvironment
 
 from gpuevents.durations import format_duration
 from rules.lang.expr import ENTITY_NAMES, HELPERS
+from rules.lang.views import FIELDS_OF
 
 TEMPLATE_EXTRA_NAMES = frozenset({"rule", "incident", "cost", "now"})
 
@@ -89,6 +90,12 @@ def compile_template(source: str, kind: str, escape: Callable[[str], str]) -> Co
         raise TemplateError(
             f"unknown name {unknown[0]!r} in the template; names in scope: {', '.join(sorted(names_for(kind)))}"
         )
+    for node in tree.find_all(nodes.Getattr):
+        if isinstance(node.node, nodes.Name) and node.node.name in FIELDS_OF and node.ctx == "load":
+            fields = FIELDS_OF[node.node.name]
+            if node.attr not in fields and not node.attr.startswith("_"):
+                raise TemplateError(f"{node.node.name} has no field {node.attr!r}; fields: "
+                                    f"{', '.join(sorted(fields))}", node.lineno)
     return CompiledTemplate(source, template)
 
 

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ValidationError
 from gpuevents import subjects as S
 from gpuevents.bus import Bus, BusError, StoredMsg
 from gpuevents.config import Config
+from gpuevents.durations import format_duration
 from rules.core.core import Core, StepResult, Tick
 from rules.intake.decoder import RepeatDecoder
 from rules.intake.skew import believable
@@ -45,6 +46,28 @@ class BacktestReport(BaseModel):
     replay_events_per_s: float | None = None
     rules: list[RuleSummary]
     incidents: list[FiredIncident]
+    first_event_at: datetime | None = None
+    note: str = ""
+    """Said when the window holds no events, or holds them only from late on: counts of 0 are not "all quiet"."""
+
+
+NO_EVENTS_WHY = ("backtests replay the events agents published (stream GPUEVENTS); `gpuevents simulate "
+                 "--history` writes hourly usage rollups for reports, not events. Let agents (or `gpuevents up "
+                 "--demo`) run, then backtest that window")
+
+
+def coverage_note(start: datetime, end: datetime, first_event_at: datetime | None, events: int) -> str:
+    """What the window really held, when it is less than asked: no events at all, or none for a good part."""
+    if events == 0:
+        return f"the window holds no events, so no rule could fire: {NO_EVENTS_WHY}"
+    if first_event_at is None:
+        return ""
+    gap = (first_event_at - start).total_seconds()
+    window = max((end - start).total_seconds(), 1.0)
+    if gap < 3600 or gap < 0.1 * window:
+        return ""
+    return (f"events only from {first_event_at:%Y-%m-%d %H:%M} UTC on: the {format_duration(gap)} before holds "
+            f"none (the stream's retention, or nothing was recorded; simulated history is rollups, not events)")
 
 
 def summarize(rec: Recording, rule_names: Sequence[str], start: datetime, end: datetime,
@@ -142,9 +165,13 @@ async def run_backtest(config: Config, paths: Sequence[Path], since_s: float, no
         with contextlib.suppress(BusError):
             last_seq = (await bus.stream_info(S.STREAM_EVENTS)).state.last_seq
 
+        first_at: list[datetime] = []
+
         def seen(m: StoredMsg) -> None:
             if not first_seq:
                 first_seq.append(m.seq)
+                if m.time is not None:
+                    first_at.append(m.time)
             if progress is not None:
                 progress(m.seq - first_seq[0] + 1, max(1, last_seq - first_seq[0] + 1))
 
@@ -153,4 +180,6 @@ async def run_backtest(config: Config, paths: Sequence[Path], since_s: float, no
             float(config.engine.max_clock_skew))
     elapsed = max(time.monotonic() - started, 1e-9)
     report = summarize(summary.rec, [r.name for r in rules], start, now, events, malformed)
-    return report.model_copy(update={"replay_events_per_s": round(events / elapsed, 1)})
+    first = first_at[0] if first_at else None
+    return report.model_copy(update={"replay_events_per_s": round(events / elapsed, 1), "first_event_at": first,
+                                     "note": coverage_note(start, now, first, events)})

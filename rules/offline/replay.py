@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from actions import registry
 from gpuevents.clock import utc
 from gpuevents.durations import format_duration
 from gpuevents.records import ActionRequest
@@ -45,7 +46,7 @@ class Recording:
             why = f" ({t.reason})" if t.reason else ""
             rows.append((t.time, 0, f"{self.offset(t.time)} {t.from_status} → {t.to_status}{why}"))
         for a in self.actions_of(rule, entity_id):
-            params = ", ".join(f"{k}={v!r}" for k, v in a.params.items())
+            params = ", ".join(f"{k}={v!r}" for k, v in registry.readable(a.type, a.params).items())
             reason = f" — {a.reason}" if a.reason and a.decision not in RAN else ""
             rows.append((a.created_at, 1,
                          f"{self.offset(a.created_at)} {a.phase} {a.type} [{a.decision}]{reason} {params}"))

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from actions import registry
 from gpuevents.durations import format_duration
 from gpuevents.events import SnapshotEvent
 from gpuevents.records import ActionRequest, Phase
@@ -155,8 +156,9 @@ def check_occasion(want: list[str | ExpectedAction], occasion: list[ActionReques
 
 
 def _param_problems(w: ExpectedAction, a: ActionRequest) -> list[str]:
-    return [f"expected {a.type}.{k} = {v!r}; actual: {a.params.get(k, '(not set)')!r}"
-            for k, v in w.params().items() if a.params.get(k, _MISSING) != v]
+    params = registry.readable(a.type, a.params)
+    return [f"expected {a.type}.{k} = {v!r}; actual: {params.get(k, '(not set)')!r}"
+            for k, v in w.params().items() if params.get(k, _MISSING) != v]
 
 
 def check_expectation(exp: Expectation, rec: Recording, tick: float) -> list[str]:

@@ -175,8 +175,16 @@ def kube_json(body: Any, status: int = 200) -> web.Response:
                         headers={"Content-Type": "application/json"})
 
 
+# metav1.StatusReason for the codes the API server answers with (k8s.io/apimachinery/pkg/api/errors)
+STATUS_REASONS = {403: "Forbidden", 404: "NotFound", 409: "Conflict", 422: "Invalid", 429: "TooManyRequests",
+                  500: "InternalError", 503: "ServiceUnavailable", 504: "Timeout"}
+
+
 class FakeKubernetes:
-    """GET/PATCH /api/v1/nodes/{name}; GET/PATCH apps/v1 deployments|statefulsets/{name}/scale."""
+    """GET/PATCH /api/v1/nodes/{name}; GET/PATCH apps/v1 deployments|statefulsets/{name}/scale.
+
+    Only for what a real API server (tests/kube_cluster.py) does not answer on demand: injected 5xx, 429.
+    Errors are Status objects as the server writes them (`application/json`, metav1 reasons)."""
 
     def __init__(self) -> None:
         self.nodes: dict[str, dict[str, Any]] = {}
@@ -214,15 +222,16 @@ class FakeKubernetes:
     def _injected(self) -> web.Response | None:
         if self.inject:
             inj = self.inject.pop(0)
-            return kube_json(inj.body or {"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                                                  "message": "injected", "code": inj.status},
-                                     status=inj.status)
+            reason = STATUS_REASONS.get(inj.status, "Unknown")
+            return kube_json(inj.body or {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                                          "message": f"injected {reason}", "reason": reason, "code": inj.status},
+                             status=inj.status)
         return None
 
     @staticmethod
     def _not_found(what: str) -> web.Response:
-        return kube_json({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                                  "message": f"{what} not found", "reason": "NotFound", "code": 404}, status=404)
+        return kube_json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                          "message": f"{what} not found", "reason": "NotFound", "code": 404}, status=404)
 
     async def _get_node(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]

@@ -141,6 +141,7 @@ async def test_keep_snoozes_within_snooze_max_and_the_staged_kill_never_runs(
         assert not engine.core.open_incidents()  # kept: the incident closed, its staged kill will not run
         [update] = slack.updated
         assert update["ts"] == sent.ts and "kept until" in update["text"] and "<@U001>" in update["text"]
+        assert "(capped: 3d asked, this rule allows at most 1d)" in update["text"]
         assert not [b for b in update["blocks"] if b["type"] == "actions"]  # the buttons are gone
     assert proc.returncode is None and psutil.pid_exists(proc.pid)
 

@@ -44,3 +44,15 @@ def test_the_message_says_when_the_next_staged_action_runs() -> None:
                                    "next": {"type": "kill", "at": at.isoformat(), "in": "30m"}}})
     text = str(incident_blocks(item))
     assert f"*Next*\\nkill at <!date^{int(at.timestamp())}^" in text
+
+
+def test_the_next_line_says_in_words_what_will_happen() -> None:
+    from actions.slack_format import incident_blocks, make_item
+
+    at = datetime(2026, 12, 7, 11, 30, tzinfo=UTC)
+    says = "in 1 minute this will be logged, unless you keep it"
+    item = make_item("GPU 0 idle", "r", "n1/gpu0", "default", "inc-1",
+                     {"incident": {"next": {"type": "log", "at": at.isoformat(), "in": "1m", "says": says}}})
+    text = str(incident_blocks(item))
+    assert "*Next*\\nIn 1 minute this will be logged, unless you keep it (at <!date^" in text
+    assert "log at" not in text

@@ -1,5 +1,5 @@
-"""deploy/kubernetes: schemas, least-privilege RBAC against the actions' needs, and manifests that agree with each
-other."""
+"""deploy/kubernetes (the chart deploy/helm/gpuevents rendered, tests/deploy/test_helm.py): schemas, least-privilege
+RBAC against the actions' needs, and manifests that agree with each other."""
 
 from __future__ import annotations
 
@@ -20,10 +20,11 @@ from gpuevents.config import load_config
 from tests.deploy.conftest import DEPLOY
 
 K8S = DEPLOY / "kubernetes"
+NEEDS = DEPLOY / "helm" / "gpuevents" / "rbac-needs.yaml"
 # The oldest Kubernetes these manifests target (nodes/pods for the kubelet's /pods), and the newest
 # kubernetes-validate ships schemas for.
 K8S_VERSIONS = ("1.33", kubernetes_validate.latest_version())
-NOT_MANIFESTS = {"kustomization.yaml", "rbac-needs.yaml"}
+NOT_MANIFESTS = {"kustomization.yaml"}
 
 Grant = tuple[str, str, str]  # (apiGroup, resource, verb)
 
@@ -58,7 +59,7 @@ def find(kind: str, name: str) -> dict[str, Any]:
 
 
 def rbac_needs() -> dict[str, Any]:
-    return load_yaml(K8S / "rbac-needs.yaml")
+    return load_yaml(NEEDS)
 
 
 def expand(rows: list[dict[str, Any]]) -> set[Grant]:
@@ -112,8 +113,8 @@ def test_rbac_grants_exactly_what_the_needs_table_lists() -> None:
 
 
 def test_optional_rbac_files_grant_exactly_what_the_table_lists() -> None:
-    for file, accounts in rbac_needs()["optional"].items():
-        docs = docs_of(K8S / file)
+    for name, accounts in rbac_needs()["optional"].items():
+        docs = docs_of(K8S / "optional" / f"{name}.yaml")
         for account, features in accounts.items():
             assert granted(docs, account) == set().union(*(expand(r) for r in features.values()))
 
@@ -126,8 +127,8 @@ def test_no_role_uses_wildcards() -> None:
 
 
 def test_the_needs_table_covers_the_kubernetes_actions_of_design() -> None:
-    assert set(rbac_needs()["serviceAccounts"]["gpuevents-engine"]["actions"]) == {
-        "cordon", "uncordon", "scale"}
+    assert set(rbac_needs()["serviceAccounts"]["gpuevents-runner"]["actions"]) == {
+        "cordon", "uncordon", "scale", "cancel"}
 
 
 # lightkube AsyncClient method -> Kubernetes verb
@@ -170,14 +171,14 @@ def _lightkube_grants(module: ModuleType) -> set[Grant]:
     return {(g, r, v) for g, r in resources for v in verbs}
 
 
-@pytest.mark.parametrize("action_type", ["cordon", "uncordon", "scale"])
+@pytest.mark.parametrize("action_type", ["cordon", "uncordon", "scale", "cancel"])
 def test_the_needs_table_matches_the_kubernetes_calls_of_each_action(action_type: str) -> None:
     cls = registry.get(action_type)
     module = inspect.getmodule(cls)
     assert module is not None
     from_code = _lightkube_grants(module)
     assert from_code, f"no lightkube call found in {module.__name__}"
-    table = expand(rbac_needs()["serviceAccounts"]["gpuevents-engine"]["actions"][action_type])
+    table = expand(rbac_needs()["serviceAccounts"]["gpuevents-runner"]["actions"][action_type])
     assert table == from_code, f"{module.__name__} calls need {sorted(from_code)}"
 
 
@@ -273,7 +274,7 @@ def test_engine_runs_two_non_root_replicas_without_capabilities() -> None:
     sc = _container(dep)["securityContext"]
     assert sc["capabilities"] == {"drop": ["ALL"]}
     assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
-    assert pod["serviceAccountName"] == "gpuevents-engine"
+    assert pod["serviceAccountName"] == "gpuevents-engine" and pod["automountServiceAccountToken"] is False
     assert find("PodDisruptionBudget", "gpuevents-engine")["spec"]["minAvailable"] == 1
 
 
@@ -282,6 +283,7 @@ def test_engine_config_ports_rules_and_secrets_agree(tmp_path: Path, nats_auth: 
     env = _env(dep, {})
     cfg = _config_for(dep, tmp_path, env)
     assert cfg.engine.dry_run is True, "a fresh install starts in dry-run"
+    assert cfg.engine.runners == 0, "the runner Deployment carries out the actions"
     mounts = _mounts(dep)
     assert [str(p) for p in cfg.engine.rules] == ["/etc/gpuevents/rules"]
     assert mounts["/etc/gpuevents/rules"]["configMap"]["name"] == "gpuevents-rules"
@@ -332,11 +334,11 @@ def test_rules_load_from_a_configmap_volume_layout(tmp_path: Path) -> None:
     assert sorted(r.spec.name for r in loaded.rules) == ["idle-gpu-2h", "idle-gpu-8h-stop"]
 
 
-def test_optional_runners_act_with_the_engines_identity_and_nothing_more() -> None:
-    (runners,) = docs_of(K8S / "optional" / "runners.yaml")
+def test_runners_act_with_the_engines_nats_user_and_their_own_service_account() -> None:
+    runners = find("Deployment", "gpuevents-runner")
     engine = find("Deployment", "gpuevents-engine")
     pod = runners["spec"]["template"]["spec"]
-    assert pod["serviceAccountName"] == engine["spec"]["template"]["spec"]["serviceAccountName"]
+    assert pod["serviceAccountName"] == "gpuevents-runner"
     assert _container(runners)["args"] == ["runner", "-c", "/etc/gpuevents/config.yaml"]
     env = {e["name"]: e for e in _container(runners)["env"]}
     engine_env = {e["name"]: e for e in _container(engine)["env"]}

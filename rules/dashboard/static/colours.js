@@ -7,6 +7,8 @@ import {el} from "./common.js";
 export const VIRIDIS = ["#440154", "#482475", "#414487", "#355f8d", "#2a788e", "#21918c",
   "#22a884", "#44bf70", "#7ad151", "#bddf26", "#fde725"];
 export const NO_DATA = "#e9ecef";
+// On the dark wall: a cell with no data is a shade above the page, not a light grey that glares.
+export const NO_DATA_DARK = "#222a32";
 const STOPS = VIRIDIS.map((c) => [1, 3, 5].map((i) => parseInt(c.slice(i, i + 2), 16)));
 
 export function utilRgb(util) {

@@ -3,7 +3,7 @@
 "use strict";
 
 import {el, money, pct} from "./common.js";
-import {NO_DATA, utilColour} from "./colours.js";
+import {NO_DATA, NO_DATA_DARK, utilColour} from "./colours.js";
 
 const AXIS_H = 18;
 
@@ -91,7 +91,7 @@ export class TimelineView {
       }
       for (let i = 0; i < row.util.length; i++) {
         const x = o.labelW + i * L.cellW;
-        ctx.fillStyle = row.util[i] === null ? NO_DATA : utilColour(row.util[i]);
+        ctx.fillStyle = row.util[i] === null ? (o.dark ? NO_DATA_DARK : NO_DATA) : utilColour(row.util[i]);
         ctx.fillRect(x, y, L.cellW - gap, L.rowH - 1);
         const share = row.held[i];
         if (share > 0.05) {

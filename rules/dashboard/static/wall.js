@@ -10,7 +10,8 @@ const query = params();
 const refreshMs = Math.max(100, parseInt(query.get("refresh") || "10000", 10) || 10000);
 const BOARD_ROWS = 10;
 const timeline = new TimelineView($("timeline"), {dark: true, labelW: 220, sideW: 220});
-$("timeline-legend").appendChild(legend([["held", "white hatching: held idle share of the hour"]]));
+$("timeline-legend").appendChild(legend([["held", "white hatching: held idle share of the hour"],
+  ["no-data", "no usage recorded"]]));
 
 function renderBoard(fleet) {
   const grouped = groupFleet(fleet, {group: query.get("group") || "auto", sort: "waste", show: "all", q: ""});

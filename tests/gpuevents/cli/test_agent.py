@@ -51,3 +51,12 @@ def test_simulate_publishes_snapshots_of_every_node(nats_server: EmbeddedServer,
     snaps = asyncio.run(snapshots())
     assert {s.node for s in snaps} == {f"sim-{i:03d}" for i in range(5)}
     assert all(s.cluster == "lab" and s.data.node.gpu_count == 2 for s in snaps)
+
+
+def test_free_names_skip_those_in_use() -> None:
+    from gpuevents.cli.agent import free_name, free_prefix
+
+    assert free_name("vm-sim", set()) == "vm-sim"
+    assert free_name("vm-sim", {"vm", "vm-sim", "vm-sim-2"}) == "vm-sim-3"
+    assert free_prefix("sim-", {"vm"}) == "sim-"
+    assert free_prefix("sim-", {"sim-000", "sim2-000"}) == "sim3-"

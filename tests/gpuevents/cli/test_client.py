@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import orjson
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -65,6 +66,9 @@ async def test_status_snooze_audit_and_backtest(engine_config: Config, bus: Bus,
         assert (kept.until - clock.now()).total_seconds() <= 24 * 3600
         assert (kept.until - clock.now()).total_seconds() > 23 * 3600
         assert f"until {kept.until:%Y-%m-%d %H:%M:%S} UTC" in out
+        assert "kept for n1/gpu0" in out and "capped: you asked for 3d, the rule's snooze_max allows 1d" in out
+        code, out = await gpuevents("keep", "idle-gpu-1h", "n1/gpu0", "2h", "-c", str(cfg_file))
+        assert code == 0 and "capped" not in out
 
     code, out = await gpuevents("audit", "--rule", "idle-gpu-1h", "--since", "1h", "--json", "-c", str(cfg_file))
     assert code == 0, out
@@ -81,6 +85,73 @@ async def test_status_snooze_audit_and_backtest(engine_config: Config, bus: Bus,
     fired_at = report["incidents"][0]["fired_at"]
     assert report["incidents"][0]["entity_id"] == "n1/gpu0"
     assert abs((datetime.fromisoformat(fired_at) - (start + timedelta(hours=1))).total_seconds()) <= 30
+
+
+async def test_a_backtest_of_a_window_without_events_says_so_instead_of_zeros(
+        engine_config: Config, bus: Bus, tmp_path: Path) -> None:
+    await bus.ensure_streams()
+    rules = tmp_path / "backtest-rules"
+    rules.mkdir()
+    (rules / "idle.yaml").write_text(
+        "rules:\n  - name: idle-gpu-1h\n    entity: gpu\n    when: gpu.idle\n    for: 1h\n"
+        "    actions: [{type: log, message: idle}]\n")
+    code, out = await gpuevents("rules", "backtest", str(rules), "--since", "14d",
+                                "-c", str(write_config(engine_config, tmp_path / "c.yaml")))
+    assert code == 0, out
+    assert "replayed 0 events" in out
+    assert "note: the window holds no events, so no rule could fire" in " ".join(out.split())
+    assert "simulate --history" in out
+
+
+async def test_two_agents_claiming_one_node_show_in_status_log_and_metric(
+        engine_config: Config, bus: Bus, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    clock = SystemClock()
+    async with running(Engine(engine_config, bus, clock=clock)) as engine:
+        for i in range(6):  # `up`'s agent and an `agent --simulate` both called n1, taking turns
+            ev = snapshot("n1", clock.now())
+            node = ev.data.node.model_copy(update={"agent_id": ("up-aaaa1111", "sim-bbbb2222")[i % 2]})  # type: ignore[union-attr]
+            bus.publish_event(ev.model_copy(update={"data": ev.data.model_copy(update={"node": node})}))
+        assert await bus.flush(5)
+        metric = "gpuevents_node_claim_conflicts_total"
+        await wait_for(lambda: engine.metrics.registry.get_sample_value(metric, {"node": "n1"}) == 1,
+                       what="the conflict counted")
+        code, out = await gpuevents("status", "-c", str(write_config(engine_config, tmp_path / "c.yaml")))
+        assert code == 0, out
+        assert "warning: node n1 (cluster c1) is claimed by 2 agents: aaaa1111" in " ".join(out.split())
+    assert any("is claimed by 2 agents" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_simulated_agent_does_not_take_a_node_name_an_engine_sees(engine_config: Config, bus: Bus) -> None:
+    import socket
+
+    import typer
+
+    from gpuevents.cli.agent import _simulated_name, names_in_use
+
+    host = socket.gethostname()
+    clock = SystemClock()
+    async with running(Engine(engine_config, bus, clock=clock)) as engine:
+        bus.publish_event(snapshot(f"{host}-sim", clock.now()))
+        assert await bus.flush(5)
+        await wait_for(lambda: engine.core is not None and any(n.name == f"{host}-sim" for n in engine.core.nodes()),
+                       what="the node seen")
+        assert f"{host}-sim" in await names_in_use(engine_config)
+        renamed = await asyncio.to_thread(_simulated_name, engine_config)
+        assert renamed.agent.node_name == f"{host}-sim-2"
+        taken = engine_config.model_copy(update={"agent": engine_config.agent.model_copy(
+            update={"node_name": f"{host}-sim"})})
+        with pytest.raises(typer.Exit):
+            await asyncio.to_thread(_simulated_name, taken)
+
+
+async def test_a_keep_without_an_engine_says_the_next_one_applies_snooze_max(
+        engine_config: Config, bus: Bus, tmp_path: Path) -> None:
+    await bus.ensure_streams()
+    code, out = await gpuevents("keep", "idle-gpu-1h", "n1/gpu0", "30d",
+                                "-c", str(write_config(engine_config, tmp_path / "c.yaml")))
+    assert code == 0, out
+    assert "kept for n1/gpu0 until" in out
+    assert "no engine running: stored for the next one, which cuts it to the rule's snooze_max" in " ".join(out.split())
 
 
 async def test_status_without_an_engine_says_so(engine_config: Config, bus: Bus, tmp_path: Path) -> None:

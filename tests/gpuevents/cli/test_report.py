@@ -78,3 +78,10 @@ def test_markdown_and_html_reports_show_the_new_sections(config: Path) -> None:
     html = CliRunner().invoke(app, ["report", "--format", "html", "-c", str(config)]).output
     assert 'id="week-over-week"' in html and 'id="leaderboard"' in html
     assert "2.0 → 0.3</td><td><span class=\"up\">-83.3 % (better)</span>" in html
+
+
+def test_markdown_is_accepted_as_the_long_name_of_md(config: Path) -> None:
+    md = CliRunner().invoke(app, ["report", "--format", "md", "-c", str(config)])
+    markdown = CliRunner().invoke(app, ["report", "--format", "markdown", "-c", str(config)])
+    assert markdown.exit_code == 0, markdown.output
+    assert markdown.output == md.output and "| 1 | alice | vision | 0.3 |" in markdown.output

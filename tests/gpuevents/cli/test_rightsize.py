@@ -74,6 +74,8 @@ def test_report_weeks_shows_each_teams_quarter_against_its_target(quarter: Path)
     assert "target 60 %" in html and "<svg" in html and "simulated" in html.lower()
     md = CliRunner().invoke(app, ["report", "--weeks", "13", "--format", "md", "-c", str(quarter)]).output
     assert "| nlp |" in md and " → " in md and "in 13 weeks" in md
+    markdown = CliRunner().invoke(app, ["report", "--weeks", "13", "--format", "markdown", "-c", str(quarter)])
+    assert markdown.exit_code == 0 and markdown.output == md  # markdown is md's long name here too
 
 
 def test_report_compares_a_period_before_with_the_weeks_after(quarter: Path) -> None:

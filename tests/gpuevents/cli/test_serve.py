@@ -57,3 +57,41 @@ def test_up_demo_fires_within_a_minute_and_stops_cleanly(tmp_path: Path) -> None
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_plain_up_without_rules_says_how_to_give_them_and_serves_the_dashboard(tmp_path: Path) -> None:
+    import urllib.request
+
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("nats:\n  embedded:\n    port: 0\n")  # no rules, no dashboard_port: as a bare `up` has
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "gpuevents.cli", "up", "-c", str(cfg)],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert proc.stdout is not None
+    lines: list[str] = []
+    port = None
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and port is None:
+            ready, _, _ = select.select([proc.stdout], [], [], 1.0)
+            if not ready:
+                assert proc.poll() is None, "\n".join(lines)
+                continue
+            line = proc.stdout.readline().decode(errors="replace")
+            if not line:
+                break
+            lines.append(line.rstrip())
+            if m := re.search(r"dashboard on http://127\.0\.0\.1:(\d+)/", line):
+                port = int(m.group(1))
+        text = "\n".join(lines)
+        assert "No rules given, so nothing will fire" in text and "gpuevents up --demo" in text, text
+        assert port is not None, text
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as resp:
+            assert resp.status == 200
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+        assert proc.returncode == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -78,3 +78,59 @@ rules:
     out = core.step(snapshot(at(120), gpus=[gpu(0)], processes=[reused]), at(120))
     assert [t.to_status for t in out.transitions][-1] == "firing"
     assert [a.entity_id for a in out.actions] == ["n1/pid42"]
+
+
+RESOLVE_WORDS = """\
+rules:
+  - name: idle
+    entity: gpu
+    when: gpu.idle and gpu.processes
+    actions: [{type: log, message: fired}]
+    on_resolve:
+      - type: log
+        message: "{{ incident.resolve_reason }} / {{ incident.resolved_because }}"
+"""
+
+
+def _resolve_message(out: StepResult) -> str:
+    [req] = [a for a in out.actions if a.phase == "resolve"]
+    return str(req.params["message"])
+
+
+def test_a_keep_resolves_as_kept_by_whom_until_when_not_as_cleared(tmp_path: Path) -> None:
+    core = Core(rules_from(tmp_path, RESOLVE_WORDS))
+    core.step(held_idle(), at(0))
+    out = core.step(Snooze(rule="idle", entity_id="n1/gpu0", until=at(4 * 3600), by="alice", bounded=True),
+                    at(10))
+    assert [(t.to_status, t.reason) for t in out.transitions] == [("resolved", "kept")]
+    until = at(4 * 3600).strftime("%Y-%m-%d %H:%M UTC")
+    assert _resolve_message(out) == f"kept / kept by alice until {until}"
+    [inc] = out.incidents
+    assert (inc.resolve_reason, inc.resolved_by, inc.kept_until) == ("kept", "alice", at(4 * 3600))
+
+
+def test_an_operators_snooze_says_snoozed_and_a_cleared_condition_says_cleared(tmp_path: Path) -> None:
+    core = Core(rules_from(tmp_path, RESOLVE_WORDS))
+    core.step(held_idle(), at(0))
+    out = core.step(Snooze(rule="idle", entity_id="n1/gpu0", until=at(600), by="ops"), at(10))
+    assert _resolve_message(out).startswith("snoozed / snoozed by ops until ")
+    core = Core(rules_from(tmp_path, RESOLVE_WORDS))
+    core.step(held_idle(), at(0))
+    out = core.step(held_idle(800, util=90), at(800))
+    assert _resolve_message(out) == "condition / cleared: the rule's condition no longer holds"
+
+
+def test_the_demo_says_kept_not_busy_again_when_the_owner_keeps_the_gpu(tmp_path: Path) -> None:
+    demo = (Path(__file__).parents[3] / "rules/library/demo/demo.yaml").read_text()
+    core = Core(rules_from(tmp_path, demo))
+    core.step(held_idle(0), at(0))
+    fired = core.step(held_idle(40), at(40))
+    assert any(a.rule == "demo-idle-gpu-30s" and a.phase == "fire" for a in fired.actions)
+    out = core.step(Snooze(rule="demo-idle-gpu-30s", entity_id="n1/gpu0", until=at(3600), by="alice",
+                           bounded=True), at(50))
+    [msg] = [a.params["message"] for a in out.actions if a.phase == "resolve"]
+    assert msg.startswith("GPU 0 on n1: kept by alice until ") and "busy again" not in msg
+    core.step(Snooze(rule="demo-idle-gpu-30s", entity_id="n1/gpu0", until=at(0)), at(60))  # lifted
+    core.step(held_idle(100), at(100))
+    out = core.step(held_idle(110, util=90), at(110))
+    assert [a.params["message"] for a in out.actions if a.phase == "resolve"] == ["GPU 0 on n1 is busy again"]

@@ -101,3 +101,18 @@ def test_events_before_a_nodes_first_snapshot_leave_its_restored_incidents_alone
     assert out.transitions == [] and restarted.open_incidents() == fired
     out = restarted.step(held_idle(75), at(75))  # the node's next snapshot
     assert out.actions == [] and restarted.open_incidents() == fired
+
+
+def test_a_keep_stored_while_no_engine_ran_is_cut_to_snooze_max_at_restore(tmp_path: Path) -> None:
+    from rules.core.core import Snooze
+
+    rules = rules_from(tmp_path, IDLE.format(extra="snooze_max: 8h"))
+    core = Core(rules)
+    keep = Snooze(rule="idle", entity_id="n1/gpu0", until=at(30 * 86400), by="alice", bounded=True)
+    snooze = Snooze(rule="idle", entity_id="n1/gpu1", until=at(30 * 86400), by="ops")
+    core.restore([], [keep, snooze], now=at(3600))
+    assert core.snoozes[("idle", "n1/gpu0")].until == at(3600 + 8 * 3600)  # a keep: at most the rule's 8h
+    assert core.snoozes[("idle", "n1/gpu1")].until == at(30 * 86400)  # an operator's snooze: as given
+    again = Core(rules)
+    again.restore([], [core.snoozes[("idle", "n1/gpu0")]], now=at(7200))
+    assert again.snoozes[("idle", "n1/gpu0")].until == at(3600 + 8 * 3600)  # a restart never lengthens it

@@ -40,7 +40,8 @@ async def test_a_snooze_is_applied_and_audited_and_a_bad_one_is_answered_with_wh
         await wait_for(lambda: incident(engine, "n1/gpu0"), what="a pending incident")
         s = Snooze(rule="idle-gpu-1h", entity_id="n1/gpu0", until=T0 + timedelta(hours=4), by="alice")
         assert await ask(bus, S.ENGINE_SNOOZE, s.model_dump_json().encode()) == {
-            "ok": True, "until": s.until.isoformat()}
+            "ok": True, "until": s.until.isoformat(), "asked_until": s.until.isoformat(), "capped": False,
+            "snooze_max_s": 86400.0}
         assert incident(engine, "n1/gpu0") is None
         unknown = s.model_copy(update={"rule": "no-such-rule"})
         assert await ask(bus, S.ENGINE_SNOOZE, unknown.model_dump_json().encode()) == {

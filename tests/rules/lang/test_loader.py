@@ -53,10 +53,28 @@ def test_the_design_example_loads(tmp_path: Path) -> None:
     assert r.spec.limits.max_fleet_pct == 25
 
 
-def test_bad_yaml_is_located(tmp_path: Path) -> None:
+def test_bad_yaml_is_located_and_said_in_our_words(tmp_path: Path) -> None:
     assert problems(tmp_path, "rules:\n  - name: x\n    entity: gpu\n   when: y\n") == [
-        "rules.yaml:4: invalid YAML: expected <block end>, but found '<block mapping start>'"
+        "rules.yaml:4: invalid YAML (column 4): this line's indentation does not line up: the keys of one mapping "
+        "(and the `-` items of one list) start in the same column as the lines above"
     ]
+    [deeper] = problems(tmp_path, "rules:\n  - name: x\n    entity: gpu\n      when: y\n")
+    assert deeper.startswith("rules.yaml:4: invalid YAML (column 11): a `key: value` where none can be: this line "
+                             "is indented more") and "mapping values" not in deeper
+
+
+def test_a_template_typo_names_the_entity_kind_and_its_fields(tmp_path: Path) -> None:
+    [problem] = problems(tmp_path, """\
+rules:
+  - name: x
+    entity: gpu
+    when: gpu.idle
+    actions:
+      - type: log
+        message: "GPU on {{ node.nmae }}"
+""")
+    assert problem.startswith("rules.yaml:7: message: node has no field 'nmae'; fields: cluster, ")
+    assert " name, " in problem and "NodeView" not in problem
 
 
 def test_bad_duration_is_located(tmp_path: Path) -> None:

@@ -23,9 +23,9 @@ def test_plain_text_stays_a_string() -> None:
 
 
 def test_outputs_are_escaped_and_the_authors_text_is_not() -> None:
-    t = compile_template("<b>{{ gpu.name }}</b>", "gpu", shout)
+    t = compile_template("<b>{{ gpu.model }}</b>", "gpu", shout)
     assert isinstance(t, CompiledTemplate)
-    assert t.render({"gpu": {"name": "<!channel>"}}) == "<b>&lt;!channel&gt;</b>"
+    assert t.render({"gpu": {"model": "<!channel>"}}) == "<b>&lt;!channel&gt;</b>"
 
 
 def test_none_renders_empty_and_numbers_as_text() -> None:
@@ -34,11 +34,16 @@ def test_none_renders_empty_and_numbers_as_text() -> None:
     assert t.render({"gpu": {"owner": None, "index": 3}}) == "[] 3"
 
 
-def test_undefined_fields_are_errors() -> None:
-    t = compile_template("{{ gpu.ownr }}", "gpu", shout)
+def test_a_misspelt_field_names_the_entity_kind_and_its_fields_at_compile() -> None:
+    with pytest.raises(TemplateError, match=r"^gpu has no field 'ownr'; fields: allocated, .* owner, owners, "):
+        compile_template("{{ gpu.ownr }}", "gpu", shout)
+
+
+def test_undefined_keys_below_a_field_are_errors_at_render() -> None:
+    t = compile_template("{{ node.labels.tier }}", "gpu", shout)
     assert isinstance(t, CompiledTemplate)
     with pytest.raises(UndefinedError):
-        t.render({"gpu": {"owner": "a"}})
+        t.render({"node": {"labels": {}}})
 
 
 def test_the_sandbox_refuses_internals() -> None:

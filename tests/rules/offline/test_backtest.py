@@ -10,7 +10,7 @@ from pathlib import Path
 from gpuevents.bus import StoredMsg
 from gpuevents.events import encode_event
 from rules.core.core import Core
-from rules.offline.backtest import StreamSummary, stream_backtest, summarize
+from rules.offline.backtest import StreamSummary, coverage_note, stream_backtest, summarize
 from tests.rules.engine.conftest import IDLE_RULES, T0, snapshot
 from tests.rules.helpers import rules_from
 
@@ -35,3 +35,11 @@ async def test_events_are_stepped_as_they_are_read_and_rules_fire_on_time(tmp_pa
     report = summarize(summary.rec, ["idle-gpu-1h"], T0, T0 + timedelta(hours=2), events, malformed)
     (incident,) = report.incidents
     assert abs((incident.fired_at - (T0 + timedelta(hours=1))).total_seconds()) <= 30
+
+
+def test_the_report_notes_a_window_with_no_events_or_events_only_late() -> None:
+    end = T0 + timedelta(days=14)
+    assert coverage_note(T0, end, None, 0).startswith("the window holds no events, so no rule could fire")
+    late = coverage_note(T0, end, end - timedelta(hours=2), 500)
+    assert late.startswith("events only from ") and "13d 22h before holds none" in late
+    assert coverage_note(T0, end, T0 + timedelta(minutes=5), 500) == ""  # covered: nothing to say

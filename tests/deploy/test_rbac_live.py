@@ -1,0 +1,141 @@
+"""The chart's RBAC applied to a real API server (tests/kube_cluster.py): what each ServiceAccount can and cannot
+do, asked of the server (SelfSubjectAccessReview as that account) and tried (the runner's actions, as the runner)."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+from lightkube import ApiError, Client, KubeConfig, codecs
+from lightkube.models.apps_v1 import DeploymentSpec
+from lightkube.models.authorization_v1 import ResourceAttributes, SelfSubjectAccessReviewSpec
+from lightkube.models.core_v1 import Container, PodSpec, PodTemplateSpec
+from lightkube.models.meta_v1 import LabelSelector, ObjectMeta
+from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.authorization_v1 import SelfSubjectAccessReview
+from lightkube.resources.core_v1 import Node, Pod, Secret
+
+from actions.runner import ActionRunner
+from tests.actions.conftest import make_config, make_request
+from tests.deploy.test_helm import CHART, helm  # noqa: F401 - the fixture
+from tests.kube_cluster import KubeCluster
+
+
+@dataclass
+class Installed:
+    namespace: str
+    kubeconfigs: dict[str, Path]  # ServiceAccount -> a kubeconfig acting as it
+
+    def client(self, account: str) -> Client:
+        return Client(config=KubeConfig.from_file(self.kubeconfigs[account]), trust_env=False)
+
+
+@pytest.fixture(scope="module")
+def installed(kube_cluster: KubeCluster, helm: str) -> Iterator[Installed]:  # noqa: F811
+    """The chart's ServiceAccounts, roles and bindings, rendered for a fresh namespace and applied as admin."""
+    ns = kube_cluster.namespace("gpuevents")
+    out = subprocess.run([helm, "template", "gpuevents", str(CHART), "--namespace", ns, "--show-only",
+                          "templates/rbac.yaml"], capture_output=True, text=True, timeout=60, check=True)
+    admin = kube_cluster.sync_client()
+    objects = codecs.load_all_yaml(out.stdout)
+    for obj in objects:
+        admin.apply(obj, field_manager="tests", force=True)
+    accounts = [d["metadata"]["name"] for d in yaml.safe_load_all(out.stdout) if d and d["kind"] == "ServiceAccount"]
+    assert sorted(accounts) == ["gpuevents-agent", "gpuevents-engine", "gpuevents-runner"]
+    yield Installed(ns, {a: kube_cluster.service_account_kubeconfig(ns, a) for a in accounts})
+
+
+def allowed(client: Client, verb: str, resource: str, group: str = "", namespace: str | None = "ml") -> bool:
+    plural, _, sub = resource.partition("/")
+    attributes = ResourceAttributes(verb=verb, resource=plural, subresource=sub or None, group=group,
+                                    namespace=None if plural in ("nodes", "namespaces") else namespace)
+    review = client.create(SelfSubjectAccessReview(spec=SelfSubjectAccessReviewSpec(resourceAttributes=attributes)))
+    assert review.status is not None
+    return review.status.allowed
+
+
+def needs() -> dict[str, list[tuple[str, str, str]]]:
+    table = yaml.safe_load((CHART / "rbac-needs.yaml").read_text())["serviceAccounts"]
+    return {account: [(row["apiGroup"], row["resource"], verb) for group in parts.values()
+                      for rows in group.values() for row in rows for verb in row["verbs"]]
+            for account, parts in table.items()}
+
+
+@pytest.mark.parametrize("account", ["gpuevents-agent", "gpuevents-runner"])
+def test_every_row_of_the_needs_table_is_allowed(installed: Installed, account: str) -> None:
+    client = installed.client(account)
+    denied = [row for row in needs()[account] if not allowed(client, row[2], row[1], row[0])]
+    assert not denied, f"{account} is refused what it needs: {denied}"
+
+
+# (verb, resource, group) that no gpuevents account may do, and a few that one account may but another not
+FORBIDDEN_TO_ALL = [("get", "secrets", ""), ("list", "secrets", ""), ("create", "pods", ""),
+                    ("create", "pods/exec", ""), ("delete", "nodes", ""), ("update", "deployments", "apps"),
+                    ("patch", "deployments", "apps"), ("create", "clusterrolebindings", "rbac.authorization.k8s.io"),
+                    ("escalate", "clusterroles", "rbac.authorization.k8s.io"), ("impersonate", "serviceaccounts", "")]
+EXPECTED = {
+    "gpuevents-agent": {("get", "nodes", ""): True, ("patch", "nodes", ""): False, ("list", "nodes", ""): False,
+                        ("get", "nodes/pods", ""): True, ("get", "nodes/proxy", ""): False,
+                        ("watch", "pods", ""): True, ("delete", "pods", ""): False,
+                        ("get", "replicasets", "apps"): True, ("patch", "deployments/scale", "apps"): False},
+    "gpuevents-runner": {("patch", "nodes", ""): True, ("patch", "deployments/scale", "apps"): True,
+                         ("patch", "statefulsets/scale", "apps"): True, ("delete", "pods", ""): True,
+                         ("get", "pods", ""): False, ("list", "pods", ""): False, ("get", "nodes/pods", ""): False},
+    "gpuevents-engine": {("get", "nodes", ""): False, ("get", "pods", ""): False,
+                         ("patch", "deployments/scale", "apps"): False},
+}
+
+
+@pytest.mark.parametrize("account", sorted(EXPECTED))
+def test_what_each_account_can_and_cannot_do(installed: Installed, account: str) -> None:
+    client = installed.client(account)
+    want = {**{c: False for c in FORBIDDEN_TO_ALL}, **EXPECTED[account]}
+    got = {(verb, resource, group): allowed(client, verb, resource, group) for verb, resource, group in want}
+    assert got == want
+
+
+def test_the_runner_acts_and_the_agent_is_refused_by_the_server(installed: Installed,
+                                                                kube_cluster: KubeCluster) -> None:
+    node = kube_cluster.unique("gpu")
+    kube_cluster.add_gpu_node(node)
+    agent = installed.client("gpuevents-agent")
+    with pytest.raises(ApiError) as refused:
+        agent.patch(Node, node, {"spec": {"unschedulable": True}})
+    assert refused.value.status.code == 403 and refused.value.status.reason == "Forbidden"
+    assert agent.get(Node, node).metadata is not None  # reading its node is allowed
+    with pytest.raises(ApiError) as secret:
+        installed.client("gpuevents-runner").get(Secret, "anything", namespace=installed.namespace)
+    assert secret.value.status.code == 403
+
+
+async def test_the_runners_actions_work_with_exactly_the_runners_rights(installed: Installed,
+                                                                        kube_cluster: KubeCluster) -> None:
+    node = kube_cluster.unique("gpu")
+    kube_cluster.add_gpu_node(node)
+    ns = kube_cluster.namespace("ml")
+    admin = kube_cluster.sync_client()
+    template = PodTemplateSpec(metadata=ObjectMeta(labels={"app": "web"}),
+                               spec=PodSpec(containers=[Container(name="web", image="web:1")]))
+    admin.create(Deployment(metadata=ObjectMeta(name="web", namespace=ns), spec=DeploymentSpec(
+        replicas=2, selector=LabelSelector(matchLabels={"app": "web"}), template=template)))
+    admin.create(Pod(metadata=ObjectMeta(name="lone", namespace=ns), spec=PodSpec(
+        nodeName=node, containers=[Container(name="c", image="c:1")])))
+    runner = ActionRunner(None, make_config(actions={"kubernetes": {
+        "kubeconfig": str(installed.kubeconfigs["gpuevents-runner"])}}))
+    try:
+        cordon = await runner.process(make_request("cordon", {}, entity_kind="node", entity_id=node, node=node))
+        scale = await runner.process(make_request("scale", {"kind": "Deployment", "namespace": ns, "name": "web",
+                                                            "replicas": 0}))
+        cancel = await runner.process(make_request("cancel", {"provider": "kubernetes", "job": f"{ns}/lone"},
+                                                   entity_kind="job", entity_id=f"{ns}/lone"))
+    finally:
+        await runner.close()
+    assert [r.outcome for r in (cordon, scale, cancel)] == ["ok", "ok", "ok"], (cordon, scale, cancel)
+    got = admin.get(Node, node)
+    assert got.spec is not None and got.spec.unschedulable is True
+    web = admin.get(Deployment, "web", namespace=ns)
+    assert web.spec is not None and web.spec.replicas == 0
