@@ -29,6 +29,8 @@ BUILTIN_MODULES: tuple[str, ...] = (
     "actions.builtin.email",
     "actions.builtin.notify",
     "actions.builtin.cancel",
+    "actions.builtin.pause",
+    "actions.builtin.drain",
 )
 
 _registry: dict[str, type[Any]] = {}

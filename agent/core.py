@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from agent.jobdetails import JobDetails
+from agent.kubeowners import PodJob
+from agent.podalloc import PodAllocation, pods_by_gpu
 from agent.sample import GpuReading, NodeReading, ProcessIdentity
 from gpuevents.config import ThresholdsConfig
 from gpuevents.events import (
@@ -138,6 +141,14 @@ class NodeCore:
         self.job_gpus: dict[str, list[str]] | None = None
         """The scheduler's allocation, GPU key (`3`) -> its jobs, from the HPC job mapping directory; None without
         one (then `allocated` is unknown)."""
+        self.job_details: Callable[[str], JobDetails | None] | None = None
+        """What the scheduler says of a job (agent/jobdetails.py), or None where unknown."""
+        self.kube_pods: dict[str, PodAllocation] | None = None
+        """The kubelet's allocation (PodResources List): every pod on the node by `namespace/name`, with its GPU
+        devices; None without it (then `allocated` is unknown)."""
+        self.kube_jobs: dict[str, PodJob] = {}
+        """The job of each pod holding GPUs here (`namespace/name` -> its top owner), from the owner walk."""
+        self._kube_by_gpu: tuple[dict[str, PodAllocation], int, dict[int, list[str]]] | None = None
         self.carried_idle: dict[str, datetime] = {}
         """Idle clocks from before a restart (GPU uuid → idle_since), taken by a GPU's first sample."""
 
@@ -238,7 +249,9 @@ class NodeCore:
         return ProcessInfo(
             node=self.node, pid=i.pid, name=i.name, cmdline=i.cmdline, user=i.user, uid=i.uid,
             owner=i.owner, create_time=i.create_time,
-            age_s=round(max(0.0, (now - i.create_time).total_seconds()), 3), ppid=i.ppid, service=i.service, job=i.job,
+            age_s=round(max(0.0, (now - i.create_time).total_seconds()), 3), ppid=i.ppid, service=i.service,
+            job=i.job or (self._kube_job_of(i.pod) if i.pod and self.kube_pods is not None
+                          and i.pod in self.kube_pods else None),
             gpus=list(h.gpus), gpu_mem_mib=h.mem_mib, gpu_util_pct=h.util_pct,
             container_id=i.container_id, pod_uid=i.pod_uid, pod=i.pod, labels=dict(i.labels),
         )
@@ -271,14 +284,67 @@ class NodeCore:
             **self._allocation(index),
         )
 
+    def kube_by_gpu(self) -> dict[int, list[str]]:
+        """GPU index -> the pods allocated it (computed once per PodResources answer)."""
+        pods = self.kube_pods or {}
+        cached = self._kube_by_gpu
+        if cached is None or cached[0] is not pods or cached[1] != len(self.readings):
+            cached = self._kube_by_gpu = (pods, len(self.readings), pods_by_gpu(pods, list(self.readings.values())))
+        return cached[2]
+
+    def _kube_job_of(self, pod: str) -> str:
+        job = self.kube_jobs.get(pod)
+        if job is not None:
+            return job.id
+        namespace, _, name = pod.partition("/")
+        return f"{namespace}/Pod/{name}"  # not resolved (yet): the pod is its own job
+
     def _allocation(self, index: int) -> dict[str, Any]:
+        if self.kube_pods is not None:
+            pods = self.kube_by_gpu().get(index, [])
+            return {"allocated": bool(pods), "job": self._kube_job_of(pods[0]) if pods else None}
         if self.job_gpus is None:
             return {}
         jobs = self.job_gpus.get(str(index), [])
         return {"allocated": bool(jobs), "job": jobs[0] if jobs else None}
 
     def jobs(self) -> list[JobInfo]:
-        """The jobs the mapping allocates this node's GPUs to, with their processes here (and their user)."""
+        """The jobs the scheduler allocates this node's GPUs to: Slurm's (the HPC job mapping) and Kubernetes'
+        (the kubelet's pods, joined by their top owner), with their processes here."""
+        return self._hpc_jobs() + self._kube_jobs()
+
+    def _kube_jobs(self) -> list[JobInfo]:
+        if self.kube_pods is None:
+            return []
+        gpus_of: dict[str, set[int]] = {}
+        pods_of: dict[str, list[str]] = {}
+        for index, pods in self.kube_by_gpu().items():
+            for pod in pods:
+                jid = self._kube_job_of(pod)
+                gpus_of.setdefault(jid, set()).add(index)
+                if pod not in pods_of.setdefault(jid, []):
+                    pods_of[jid].append(pod)
+        out = []
+        for jid in sorted(gpus_of):
+            pods = sorted(pods_of[jid])
+            info = next((self.kube_jobs[p] for p in pods if p in self.kube_jobs), None)
+            procs = [h.ident for h in self.held.values() if h.ident.pod in pods]
+            namespace = jid.split("/", 1)[0]
+            out.append(JobInfo(
+                id=jid, scheduler="kubernetes", name=jid.rsplit("/", 1)[-1], namespace=namespace,
+                user=(info.user if info else None) or next((i.user for i in procs if i.user), None),
+                owner=next((i.owner for i in procs if i.owner), None) if not (info and info.user) else None,
+                controller=info.controller if info else None, gpus=sorted(gpus_of[jid]),
+                pids=sorted(i.pid for i in procs), pods=[p.split("/", 1)[1] for p in pods],
+                started_at=min((self.kube_jobs[p].started_at for p in pods if p in self.kube_jobs
+                                and self.kube_jobs[p].started_at), default=None),
+                labels=dict(info.labels) if info else {}, annotations=dict(info.annotations) if info else {},
+                controller_uid=info.controller_uid if info else None,
+                controller_generation=info.controller_generation if info else None,
+            ))
+        return out
+
+    def _hpc_jobs(self) -> list[JobInfo]:
         if self.job_gpus is None:
             return []
         gpus_of: dict[str, list[int]] = {}
@@ -289,8 +355,12 @@ class NodeCore:
         out = []
         for job, gpus in sorted(gpus_of.items()):
             procs = [h.ident for h in self.held.values() if h.ident.job == job]
-            user = next((i.user for i in procs if i.user), None)
-            out.append(JobInfo(id=job, user=user, gpus=sorted(gpus), pids=sorted(i.pid for i in procs)))
+            d = (self.job_details(job) if self.job_details is not None else None) or JobDetails()
+            # the scheduler's word on the user first; else the user its processes here run as
+            user = d.user or next((i.user for i in procs if i.user), None)
+            out.append(JobInfo(id=job, user=user, gpus=sorted(gpus), pids=sorted(i.pid for i in procs),
+                               name=d.name, account=d.account, partition=d.partition, qos=d.qos,
+                               started_at=d.started_at, time_limit_s=d.time_limit_s))
         return out
 
     def node_info(self) -> NodeInfo:

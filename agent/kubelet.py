@@ -5,11 +5,14 @@ from __future__ import annotations
 import logging
 import ssl
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import aiohttp
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpuevents.config import KubeletConfig
+
+if TYPE_CHECKING:  # aiohttp (~20 MiB) is loaded only where the kubelet's /pods is read
+    import aiohttp
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +111,8 @@ class PodDirectory:
 
     async def refresh(self, session: aiohttp.ClientSession, timeout: float = 5.0) -> int:
         """Fetch `/pods`; the number of pods known. Keeps the previous list when the kubelet fails."""
+        import aiohttp
+
         url = f"{str(self.config.url).rstrip('/')}/pods"
         try:
             async with session.get(url, headers=self._headers(), ssl=self._ssl(),

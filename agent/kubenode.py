@@ -1,4 +1,5 @@
-"""This node's labels and cordon state from the Kubernetes API: GET /api/v1/nodes/<own name>, nothing else."""
+"""This node's labels and cordon state from the Kubernetes API: GET /api/v1/nodes/<own name>, nothing else
+(through the agent's aiohttp reader, agent/kubeget.py; lightkube where the kubeconfig needs a credential plugin)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from agent.kubeget import KubeReader, KubeReadError, Unsupported
 from gpuevents.config import Config
 
 if TYPE_CHECKING:
@@ -23,6 +25,10 @@ log = logging.getLogger(__name__)
 REFRESH_S = 60.0
 #: the longest one read may take
 TIMEOUT_S = 10.0
+
+
+def in_pod() -> bool:
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
 
 
 def wanted(config: Config) -> bool:
@@ -53,12 +59,34 @@ class NodeLookup:
         self.node = node
         self._factory = client_factory or (lambda: _make_client(config))
         self._client: AsyncClient | None = None
+        self._reader: KubeReader | None = None
+        self._lightkube = client_factory is not None
+        if not self._lightkube:
+            try:
+                self._reader = KubeReader.from_config(config.actions.kubernetes)
+            except Unsupported:
+                self._lightkube = True
         self.state: KubeNodeInfo | None = None
         self.errors = 0
         self._last_error = ""
 
     async def refresh(self) -> KubeNodeInfo | None:
         """Read the node now; the state (the previous one when this read failed)."""
+        if self._reader is not None:
+            try:
+                got = await asyncio.wait_for(self._reader.get(f"/api/v1/nodes/{self.node}"), TIMEOUT_S)
+            except (KubeReadError, TimeoutError) as e:
+                code = getattr(e, "code", None)
+                self._say(f"{e} (HTTP {code})" if code else f"{type(e).__name__}: {e}", code)
+                return self.state
+            if got is None:
+                self._say(f"nodes \"{self.node}\" not found (HTTP 404)", 404)
+                return self.state
+            md, spec = got.get("metadata") or {}, got.get("spec") or {}
+            return self._got(dict(md.get("labels") or {}), bool(spec.get("unschedulable")))
+        return await self._refresh_lightkube()
+
+    async def _refresh_lightkube(self) -> KubeNodeInfo | None:
         import httpx2
         from lightkube import ApiError, ConfigError
         from lightkube.resources.core_v1 import Node
@@ -74,6 +102,9 @@ class NodeLookup:
             return self.state
         labels = dict(obj.metadata.labels or {}) if obj.metadata else {}
         cordoned = bool(obj.spec.unschedulable) if obj.spec else False
+        return self._got(labels, cordoned)
+
+    def _got(self, labels: dict[str, str], cordoned: bool) -> KubeNodeInfo:
         if self._last_error:
             log.info("kubernetes node %s is readable again", self.node)
             self._last_error = ""
@@ -83,18 +114,23 @@ class NodeLookup:
     def _failed(self, e: Exception) -> None:
         from lightkube import ApiError
 
-        self.errors += 1
         if isinstance(e, ApiError):
-            why = f"{e.status.message or e} (HTTP {e.status.code or e.response.status_code})"
-            if (e.status.code or e.response.status_code) == 403:
-                why += "; the agent's service account needs `get` on nodes (deploy/kubernetes/rbac.yaml)"
+            code = e.status.code or e.response.status_code
+            self._say(f"{e.status.message or e} (HTTP {code})", code)
         else:
-            why = f"{type(e).__name__}: {e}"
+            self._say(f"{type(e).__name__}: {e}", None)
+
+    def _say(self, why: str, code: int | None) -> None:
+        self.errors += 1
+        if code == 403:
+            why += "; the agent's service account needs `get` on nodes (deploy/kubernetes/rbac.yaml)"
         if why != self._last_error:  # once per kind of failure, not every minute
             log.warning("cannot read kubernetes node %s: %s; keeping what was known", self.node, why)
         self._last_error = why
 
     async def close(self) -> None:
+        if self._reader is not None:
+            await self._reader.close()
         if self._client is not None:
             await self._client.close()
             self._client = None

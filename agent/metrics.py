@@ -45,6 +45,7 @@ class AgentCounters:
 
     samples: int = 0
     sample_errors: int = 0
+    job_detail_failures: int = 0  # Slurm job details that could not be read (agent/jobdetails.py)
     events: dict[str, int] = field(default_factory=dict)
     restarts: dict[str, int] = field(default_factory=dict)  # helper task -> times it was started again
 
@@ -113,10 +114,13 @@ class AgentCollector:
         samples.add({}, self.counters.samples)
         errors = Family("gpuevents_agent_sample_errors_total", "counter", "Samples that failed.")
         errors.add({}, self.counters.sample_errors)
+        details = Family("gpuevents_agent_job_detail_failures_total", "counter",
+                         "Slurm job details that could not be read (squeue missing, slow or garbled).")
+        details.add({}, self.counters.job_detail_failures)
         events = Family("gpuevents_agent_events_total", "counter", "Events published, by type.")
         for t, n in sorted(self.counters.events.items()):
             events.add({"type": t}, n)
-        yield from (samples, errors, events)
+        yield from (samples, errors, details, events)
 
     def _node(self, core: NodeCore, job_map: dict[str, list[str]], dcgm: list[Family], xid: Family,
               own: list[Family], pmem: Family, putil: Family) -> None:

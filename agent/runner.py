@@ -10,7 +10,7 @@ import socket
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from agent import kubenode
 from agent.attribution import Attributor, PsutilControl, PsutilIdentifier
@@ -18,9 +18,11 @@ from agent.core import NodeCore
 from agent.host import UserDb, in_host_pid_namespace
 from agent.hpcjobs import JobMapping
 from agent.idlestate import IdleStateFile
+from agent.jobdetails import JobDirectory
 from agent.kill import KillHandler, KillPolicy, RateLimit
 from agent.kubelet import PodDirectory
 from agent.kubenode import KubeNodeInfo, NodeLookup
+from agent.kubeowners import OwnerWalker
 from agent.metrics import AgentCollector, AgentCounters, MetricsServer
 from agent.sample import ProcessControl, Sampler
 from agent.scenario import Scenario, load_scenario
@@ -32,6 +34,9 @@ from gpuevents.clock import Clock, SystemClock
 from gpuevents.config import Config
 from gpuevents.events import AgentInfo, Event, make_event, new_id
 from gpuevents.subjects import command_subject
+
+if TYPE_CHECKING:  # grpclib and protobuf are loaded only where the kubelet's PodResources API is used
+    from agent.podresources.client import PodResources
 
 log = logging.getLogger(__name__)
 
@@ -196,6 +201,25 @@ async def _watch_node(lookup: NodeLookup, agent: NodeAgent, stop: asyncio.Event)
         await lookup.close()
 
 
+async def _watch_allocations(pr: PodResources, walker: OwnerWalker | None, agent: NodeAgent,
+                             stop: asyncio.Event) -> None:
+    """Ask the kubelet which pods hold which GPUs, resolve the new ones to their jobs, hand both to the core."""
+    try:
+        while not stop.is_set():
+            pr.wanted = {h.ident.pod for h in agent.core.held.values() if h.ident.pod}
+            delay = await pr.refresh()
+            pods = pr.pods
+            if pods is not None and walker is not None:
+                agent.core.kube_jobs = await walker.resolve_all(k for k, p in pods.items() if p.devices)
+            agent.core.kube_pods = pods
+            await sleep_or_stop(stop, delay)
+    finally:
+        agent.core.kube_pods = None  # not asked any more (stopping, or restarted after a failure): unknown
+        pr.close()
+        if walker is not None and stop.is_set():
+            await walker.close()
+
+
 async def _refresh_pods(pods: PodDirectory, stop: asyncio.Event) -> None:
     import aiohttp
 
@@ -205,10 +229,27 @@ async def _refresh_pods(pods: PodDirectory, stop: asyncio.Event) -> None:
             await sleep_or_stop(stop, pods.config.refresh)
 
 
+def _job_directory(config: Config) -> JobDirectory | None:
+    d = config.agent.hpc_job_mapping_dir
+    if d is None:
+        return None
+    s = config.agent.slurm
+    return JobDirectory(d, squeue=s.squeue if s.details else None, timeout_s=s.timeout)
+
+
+async def _lookup_details(details: JobDirectory, counters: AgentCounters, stop: asyncio.Event) -> None:
+    """Fill the details of new jobs (one squeue each), a second apart at most: never on the sampling path."""
+    while not stop.is_set():
+        await details.lookup_missing()
+        counters.job_detail_failures = details.failures
+        await sleep_or_stop(stop, 1.0)
+
+
 async def run_nodes(agents: list[NodeAgent], bus: EventBus, *, config: Config, clock: Clock,
                     stop: asyncio.Event, counters: AgentCounters | None = None,
                     pods: PodDirectory | None = None,
-                    nodes: dict[str, NodeLookup] | None = None) -> AgentCounters:
+                    nodes: dict[str, NodeLookup] | None = None,
+                    allocations: tuple[PodResources, OwnerWalker | None] | None = None) -> AgentCounters:
     """Sample every agent each `sample_interval` until `stop` is set; publishing never blocks the loop."""
     counters = counters or AgentCounters()
     interval = config.agent.sample_interval
@@ -219,6 +260,10 @@ async def run_nodes(agents: list[NodeAgent], bus: EventBus, *, config: Config, c
     helpers = [supervise("kill service", lambda: _serve_kills(bus, agents, config.cluster, stop), stop, counters)]
     if pods is not None:
         helpers.append(supervise("kubelet pod refresh", lambda: _refresh_pods(pods, stop), stop, counters))
+    if allocations is not None and agents:
+        pr, walker = allocations
+        helpers.append(supervise("kubelet pod resources", functools.partial(_watch_allocations, pr, walker, agents[0],
+                                                                            stop), stop, counters))
     for a in agents:
         lookup = (nodes or {}).get(a.node)
         if lookup is not None:
@@ -230,6 +275,10 @@ async def run_nodes(agents: list[NodeAgent], bus: EventBus, *, config: Config, c
         counters.count_event(event.type)
 
     mapping = JobMapping(config.agent.hpc_job_mapping_dir) if config.agent.hpc_job_mapping_dir is not None else None
+    details = _job_directory(config) if mapping is not None else None
+    if details is not None:
+        helpers.append(supervise("slurm job details", functools.partial(_lookup_details, details, counters, stop),
+                                 stop, counters))
     state_dir = config.agent.state_dir
     idle_files = {a.node: IdleStateFile(state_dir, a.node) for a in agents} if state_dir is not None else {}
     carry_for = max(timedelta(minutes=5), 3 * timedelta(seconds=config.agent.snapshot_interval))
@@ -242,8 +291,11 @@ async def run_nodes(agents: list[NodeAgent], bus: EventBus, *, config: Config, c
         next_at = clock.monotonic()
         while not stop.is_set():
             job_gpus = mapping.jobs() if mapping is not None else None  # the scheduler's allocation, now
+            if details is not None and job_gpus is not None:
+                details.observe({j for jobs in job_gpus.values() for j in jobs})
             for a in agents:
                 a.core.job_gpus = job_gpus
+                a.core.job_details = details.get if details is not None else None
                 try:
                     events = await a.tick_async(clock.now())
                 except Exception:
@@ -284,7 +336,32 @@ async def run_agent(config: Config, bus: EventBus, clock: Clock | None = None,
     log.info("agent for node %s: %s sampler, %d GPU(s) known at start", agent.node, sampler.kind,
              len(getattr(sampler, "devices", [])) or getattr(sampler, "gpu_count", 0))
     nodes = {agent.node: NodeLookup(config, agent.node)} if kubenode.wanted(config) else None
-    return await run_nodes([agent], bus, config=config, clock=clock, stop=stop, pods=pods, nodes=nodes)
+    return await run_nodes([agent], bus, config=config, clock=clock, stop=stop, pods=pods, nodes=nodes,
+                           allocations=open_allocations(config))
+
+
+def open_allocations(config: Config) -> tuple[PodResources, OwnerWalker | None] | None:
+    """The kubelet's PodResources client and the owner walk, as config `agent.pod_resources` and
+    `agent.kubernetes_jobs` say (unset: on when the agent runs in a Kubernetes pod)."""
+    prc = config.agent.pod_resources
+    on = prc.enabled if prc.enabled is not None else kubenode.in_pod()
+    if not on:
+        return None
+    from agent.podresources.client import PodResources
+
+    pr = PodResources(prc.socket, prc.resources, refresh_s=prc.refresh, timeout_s=prc.timeout)
+    jc = config.agent.kubernetes_jobs
+    if not (jc.owners if jc.owners is not None else True):
+        return pr, OwnerWalker(None, jc)
+    from agent.kubeapi import open_fetch
+    from gpuevents.kube import KubeConfigError
+
+    try:
+        fetch, close = open_fetch(config.actions.kubernetes)
+    except KubeConfigError as e:
+        log.warning("%s: pods are reported as their own jobs (no owner walk)", e)
+        return pr, OwnerWalker(None, jc)
+    return pr, OwnerWalker(fetch, jc, close=close)
 
 
 def simulated_agents(config: Config, *, nodes: int, gpus_per_node: int,

@@ -2,13 +2,16 @@
 
     python benchmarks/agent_overhead.py --json             # 60 s, as the issue asks
     python benchmarks/agent_overhead.py --seconds 10 --json
-    python benchmarks/agent_overhead.py --json --metrics --scrape 1 --scenario hopper-mig   # everything on
+    python benchmarks/agent_overhead.py --json --metrics --scrape 1 --scenario hopper-mig --kubelet  # everything on
 
 Publishes to a real nats-server (started here, a separate process that is not measured) unless
 `--no-nats`. CPU is the process's user+system time from getrusage over the measured window, as a
 percentage of one core; memory is the resident set at the end and the peak. With `--scrape S`, a
 separate process (not measured) GETs /metrics every S seconds, so the agent's cost of building the
-series is in the figure.
+series is in the figure. With `--kubelet`, a test kubelet (a separate process speaking the kubelet's
+PodResources proto on a unix socket, not measured) allocates every GPU to a pod, and the agent asks it every
+`--kubelet-refresh` seconds through grpclib and resolves the pods to their Deployment (an owner walk answered
+in process: the agent's API reader is imported as in a cluster, no API server is asked).
 """
 
 from __future__ import annotations
@@ -73,13 +76,37 @@ def start_scraper(url: str, every_s: float) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-c", SCRAPER, url, str(every_s)])
 
 
+def start_kubelet(socket_path: Path, uuids: list[str]) -> subprocess.Popen[bytes]:
+    pods = [["team-a", f"llm-{i}", u] for i, u in enumerate(uuids)]
+    p = subprocess.Popen([sys.executable, "-m", "tests.kube.podresources_server", str(socket_path), json.dumps(pods)],
+                         cwd=str(Path(__file__).resolve().parent.parent), stdout=subprocess.PIPE)
+    assert p.stdout is not None and p.stdout.readline().strip() == b"ready"
+    return p
+
+
+def in_process_owners() -> Any:
+    """An owner walk whose reads are answered here: every pod a Deployment's, through its ReplicaSet."""
+    import agent.kubeapi  # noqa: F401  (the agent's API reader, imported as in a cluster: its memory counts)
+    from agent.kubeowners import Meta, OwnerRef, OwnerWalker
+    from gpuevents.config import KubernetesJobsConfig
+
+    async def fetch(api_version: str, kind: str, ns: str, name: str) -> Meta | None:
+        if kind == "Pod":
+            return Meta("v1", "Pod", ns, name, f"uid-{name}", owner=OwnerRef("apps/v1", "ReplicaSet", "llm-7d9", "rs"))
+        if kind == "ReplicaSet":
+            return Meta("apps/v1", kind, ns, name, "rs", owner=OwnerRef("apps/v1", "Deployment", "llm", "d"))
+        return Meta("apps/v1", "Deployment", ns, "llm", "d") if kind == "Deployment" else None
+
+    return OwnerWalker(fetch, KubernetesJobsConfig())
+
+
 def cpu_seconds() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
 
 
 async def measure(seconds: float, use_nats: bool, metrics: bool, scrape_s: float = 0.0,
-                  scenario: str = "steady") -> dict[str, Any]:
+                  scenario: str = "steady", kubelet_refresh: float | None = None) -> dict[str, Any]:
     server = None
     bus: Any
     port = free_port() if metrics else None
@@ -102,7 +129,16 @@ async def measure(seconds: float, use_nats: bool, metrics: bool, scrape_s: float
     clock = SystemClock()
     (agent,) = simulated_agents(config, nodes=1, gpus_per_node=8, scenario=scenario, start=clock.now())
     stop = asyncio.Event()
-    task = asyncio.create_task(run_nodes([agent], bus, config=config, clock=clock, stop=stop))
+    kubelet = allocations = None
+    if kubelet_refresh is not None:
+        from agent.podresources.client import PodResources
+
+        agent.tick(clock.now())  # the simulated GPUs' UUIDs, for the kubelet's pods
+        sock = Path(tempfile.mkdtemp(prefix="kl")) / "kubelet.sock"
+        kubelet = start_kubelet(sock, [r.uuid for r in agent.core.readings.values()])
+        allocations = (PodResources(sock, ["nvidia.com/gpu"], refresh_s=kubelet_refresh), in_process_owners())
+    task = asyncio.create_task(run_nodes([agent], bus, config=config, clock=clock, stop=stop,
+                                         allocations=allocations))
     await asyncio.sleep(1.5)  # past start-up: imports, the first snapshot, the subscription
     scraper = None
     if metrics and scrape_s > 0:  # a separate process: its CPU is not the agent's
@@ -113,8 +149,13 @@ async def measure(seconds: float, use_nats: bool, metrics: bool, scrape_s: float
     if scraper is not None:
         scraper.terminate()
         scraper.wait()
+    k8s_jobs = len([j for j in agent.core.jobs() if j.scheduler == "kubernetes"]) if kubelet_refresh else None
+    allocated = sum(1 for i in agent.core.readings if agent.core.gpu_info(i, clock.now()).allocated)
     stop.set()
     counters = await task
+    if kubelet is not None:
+        kubelet.terminate()
+        kubelet.wait()
     rss = psutil.Process().memory_info().rss / 2**20
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     if use_nats:
@@ -130,7 +171,8 @@ async def measure(seconds: float, use_nats: bool, metrics: bool, scrape_s: float
         "cpu_pct": round(cpu_pct, 3), "rss_mb": round(rss, 1), "max_rss_mb": round(peak, 1),
         "seconds": round(wall1 - wall0, 1), "samples": counters.samples, "events_published": published,
         "gpus": 8, "devices": len(agent.core.readings), "processes": len(agent.core.held), "nats": use_nats,
-        "metrics": metrics, "scrape_s": scrape_s, "scenario": scenario,
+        "metrics": metrics, "scrape_s": scrape_s, "scenario": scenario, "kubelet_refresh_s": kubelet_refresh,
+        "gpus_allocated": allocated, "kubernetes_jobs": k8s_jobs,
         "targets": {"cpu_pct": TARGET_CPU_PCT, "rss_mb": TARGET_RSS_MB},
         "ok": cpu_pct <= TARGET_CPU_PCT and rss <= TARGET_RSS_MB,
     }
@@ -144,15 +186,20 @@ def main() -> int:
     ap.add_argument("--metrics", action="store_true", help="serve /metrics too")
     ap.add_argument("--scrape", type=float, default=0.0, help="with --metrics: GET /metrics every this many s")
     ap.add_argument("--scenario", default="steady", help="simulation scenario (hopper-mig: GPM, MIG, pods, jobs)")
+    ap.add_argument("--kubelet", action="store_true", help="GPU allocations from a test kubelet's PodResources API")
+    ap.add_argument("--kubelet-refresh", type=float, default=10.0, help="with --kubelet: List this often (s)")
     args = ap.parse_args()
-    result = asyncio.run(measure(args.seconds, not args.no_nats, args.metrics, args.scrape, args.scenario))
+    result = asyncio.run(measure(args.seconds, not args.no_nats, args.metrics, args.scrape, args.scenario,
+                                 args.kubelet_refresh if args.kubelet else None))
     served = f"scraped every {args.scrape:g}s" if args.metrics and args.scrape else (
         "served" if args.metrics else "off")
     print(f"agent overhead over {result['seconds']}s: {result['cpu_pct']}% of one core "
           f"(target <= {TARGET_CPU_PCT}), RSS {result['rss_mb']} MiB (target <= {TARGET_RSS_MB}), "
           f"peak {result['max_rss_mb']} MiB; {result['samples']} samples, "
           f"{result['processes']} processes on 8 GPUs ({result['devices']} devices, MIG instances included), "
-          f"scenario {result['scenario']}, /metrics {served}", flush=True)
+          f"scenario {result['scenario']}, /metrics {served}"
+          + (f", kubelet PodResources every {args.kubelet_refresh:g}s ({result['gpus_allocated']} GPUs allocated, "
+             f"{result['kubernetes_jobs']} Kubernetes job)" if args.kubelet else ""), flush=True)
     if args.json:
         print(json.dumps(result))
     return 0

@@ -13,7 +13,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gpuevents.durations import Duration
 from gpuevents.idleness import IdleRule, IdleSignal, model_matches
+from gpuevents.kubeconfig import KubeletConfig, KubernetesJobsConfig, PodResourcesConfig
 from gpuevents.notify_config import NotifyConfig
+from gpuevents.schedconfig import AgentSlurmConfig, DemandConfig
 from gpuevents.yamlpos import Located, LocatedError, YamlDoc, parse_scalar, parse_yaml
 
 ENV_PREFIX = "GPUEVENTS_"
@@ -107,14 +109,6 @@ class ThresholdsConfig(_Section):
         return IdleRule("utilization", self.idle_util_pct)
 
 
-class KubeletConfig(_Section):
-    url: str | None = Field(None, description="e.g. https://127.0.0.1:10250; unset: no pod lookup")
-    token_file: Path | None = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
-    ca_file: Path | None = None
-    insecure_skip_verify: bool = False
-    refresh: Duration = 30
-
-
 class AttributionConfig(_Section):
     default_domain: str | None = Field(None, description="owner = <user>@<domain> when nothing else says")
     owner_pod_label: str | None = None
@@ -155,7 +149,10 @@ class AgentConfig(_Section):
     metrics_port: int | None = Field(None, ge=0, le=65535, description="dcgm-compatible /metrics")
     hpc_job_mapping_dir: Path | None = Field(None, description="dcgm-exporter's HPC job mapping: a file per GPU "
                                              "(`0`, `1`, MIG `2.3`) listing the jobs on it, one per line")
+    slurm: AgentSlurmConfig = AgentSlurmConfig()
     simulation: SimulationConfig = SimulationConfig()
+    pod_resources: PodResourcesConfig = PodResourcesConfig()
+    kubernetes_jobs: KubernetesJobsConfig = KubernetesJobsConfig()
     kubernetes_node: bool | None = Field(None, description="read this node's labels and cordon from the "
                                          "Kubernetes API (connection: actions.kubernetes); unset: in a pod")
     state_dir: Path | None = Field(None, description="where the agent keeps its GPUs' idle clocks across "
@@ -293,6 +290,8 @@ class ProtectConfig(_Section):
     node_labels: dict[str, str] = Field(default_factory=dict)
     process_patterns: list[str] = Field(default_factory=list, description="fnmatch on the name")
     namespaces: list[str] = Field(default_factory=lambda: ["kube-system"])
+    workload_labels: dict[str, str] = Field(default_factory=dict, description="Kubernetes workloads carrying "
+                                            "one of these labels are never paused, drained or cancelled")
     partitions: list[str] = Field(default_factory=list, description="Slurm partitions never cancelled in")
     accounts: list[str] = Field(default_factory=list, description="Slurm accounts whose jobs are never cancelled")
     qos: list[str] = Field(default_factory=list, description="Slurm QOS whose jobs are never cancelled")
@@ -332,6 +331,7 @@ class Config(_Section):
     protect: ProtectConfig = ProtectConfig()
     costs: CostsConfig = CostsConfig()
     teams: dict[str, TeamConfig] = Field(default_factory=dict, description="per team: KPI target, channel")
+    demand: DemandConfig = DemandConfig()
 
     @model_validator(mode="before")
     @classmethod

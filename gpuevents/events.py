@@ -25,6 +25,8 @@ EventType = Literal[
     "process.ended",
     "agent.started",
     "agent.stopping",
+    "scheduler.demand",
+    "job.ended",
 ]
 EVENT_TYPES: tuple[str, ...] = EventType.__args__  # type: ignore[attr-defined]
 
@@ -155,6 +157,14 @@ class JobInfo(_Model):
     started_at: datetime | None = None
     time_limit_s: float | None = Field(None, ge=0)
     labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    """Kubernetes: the top owner's annotations under its pod's, and its namespace's `gpuevents.io/` ones."""
+    pods: list[str] = Field(default_factory=list)
+    """Kubernetes: the names of its pods on this node."""
+    controller_uid: str | None = None
+    """Kubernetes: the uid of the top owner (`controller`), so an action can tell it is still the same object."""
+    controller_generation: int | None = None
+    """Kubernetes: its metadata.generation when the agent last read it."""
 
 
 class NodeSnapshot(_Model):
@@ -175,6 +185,27 @@ class AgentInfo(_Model):
     agent_id: str | None = None
     sample_interval_s: float | None = None
     snapshot_interval_s: float | None = None
+
+
+class DemandEntry(_Model):
+    """GPUs waiting to be allocated in one partition (Slurm), node pool (Kubernetes) or GPU model."""
+
+    partition: str | None = None
+    pool: str | None = None
+    model: str | None = None
+    pending_gpus: int = Field(ge=0)
+    waiting_since: datetime | None = None
+    """When the oldest of them started waiting (its submission); `demand.waiting_for_s` counts from it."""
+
+
+class DemandReport(_Model):
+    """What one scheduler of a cluster has waiting now; it replaces that scheduler's previous report whole."""
+
+    scheduler: Literal["slurm", "kubernetes"]
+    entries: list[DemandEntry] = Field(default_factory=list, max_length=10_000)
+    valid_for_s: float | None = Field(None, gt=0, le=MAX_AGE_S)
+    """How long the report holds without a newer one (a reader sets a few of its intervals, so that a reader
+    that stopped stops counting); None: until the next report."""
 
 
 class _Envelope(_Model):
@@ -215,8 +246,55 @@ class AgentEvent(_Envelope):
     data: AgentInfo
 
 
+class JobEnded(_Model):
+    """A job that has ended, with its summary (as the usage store keeps it): the occasion for `job.ended_at`."""
+
+    id: str
+    scheduler: Literal["slurm", "kubernetes"] = "slurm"
+    user: str | None = None
+    name: str | None = None
+    account: str | None = None
+    partition: str | None = None
+    qos: str | None = None
+    namespace: str | None = None
+    nodes: list[str] = Field(default_factory=list)
+    model: str | None = None
+    gpu_count: int = 0
+    started_at: datetime | None = None
+    ended_at: datetime
+    hours: float = 0.0
+    gpu_hours: float = 0.0
+    mean_util_pct: float | None = None
+    peak_util_pct: float | None = None
+    mean_sm_active_pct: float | None = None
+    peak_mem_mib: float | None = None
+    idle_share_pct: float | None = None
+    cost: float = 0.0
+    cost_text: str = ""
+    """`cost` in the configured currency (`$41.00`)."""
+    smaller_fit: str | None = None
+
+
+class JobEndedEvent(_Envelope):
+    type: Literal["job.ended"] = "job.ended"
+    data: JobEnded
+
+
+class DemandEvent(_Envelope):
+    """A scheduler's waiting GPUs, published by the one demand reader under the reserved node token
+    `SCHEDULER_SOURCE` (no agent can publish there: its NATS user is fenced to its own node's subjects)."""
+
+    type: Literal["scheduler.demand"] = "scheduler.demand"
+    data: DemandReport
+
+
+SCHEDULER_SOURCE = "@scheduler"
+"""The node name that the engine's scheduler-side events carry (`scheduler.demand`, `job.ended`:
+`node/@scheduler`): not a host name, so no agent is called so, and the engine believes them from nowhere else."""
+
+
 Event = Annotated[
-    SnapshotEvent | GpuEvent | GpuXidEvent | ProcessEvent | AgentEvent,
+    SnapshotEvent | GpuEvent | GpuXidEvent | ProcessEvent | AgentEvent | DemandEvent | JobEndedEvent,
     Field(discriminator="type"),
 ]
 _EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)

@@ -4,10 +4,12 @@ from config `actions.kubernetes`: a kubeconfig (and context), in-cluster, or aut
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from lightkube import AsyncClient, ConfigError, KubeConfig
 
 from gpuevents.config import KubernetesConfig
+from gpuevents.kubekinds import kind_of
 
 FIELD_MANAGER = "gpuevents"
 
@@ -32,3 +34,18 @@ def make_client(cfg: KubernetesConfig) -> AsyncClient:
     except ConfigError as e:
         raise KubeConfigError(f"kubernetes configuration: {e}") from None
     return AsyncClient(config=config, field_manager=FIELD_MANAGER, trust_env=False)
+
+
+def resource_for(api_version: str, kind: str) -> Any:
+    """A lightkube resource class for any kind: the typed one for core Pods, Namespaces and Events, else a generic
+    (namespaced) resource named from the kind table (gpuevents.kubekinds), which works for CRDs too."""
+    from lightkube.generic_resource import create_global_resource, create_namespaced_resource
+    from lightkube.resources.core_v1 import Namespace, Pod
+
+    if api_version == "v1" and kind == "Pod":
+        return Pod
+    if api_version == "v1" and kind == "Namespace":
+        return Namespace
+    k = kind_of(api_version, kind)
+    make = create_global_resource if kind == "Namespace" else create_namespaced_resource
+    return make(k.group, k.version, k.kind, k.plural)

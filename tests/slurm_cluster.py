@@ -23,6 +23,7 @@ import pytest
 DAEMONS = ("munged", "slurmctld", "slurmd", "scontrol", "sbatch", "squeue", "scancel")
 COMMAND_TIMEOUT_S = 15.0
 GPUS = 2
+DEPLOY_SLURM = Path(__file__).resolve().parents[1] / "deploy" / "slurm"
 
 
 def missing_binaries() -> list[str]:
@@ -41,7 +42,8 @@ def _binary(name: str) -> str:
 
 @dataclass
 class SlurmCluster:
-    """One slurmctld and one slurmd (node `node`) with GPUS fake GPUs, partitions `debug` and `protected`."""
+    """One slurmctld and one slurmd (node `node`) with GPUS fake GPUs, partitions `debug` and `protected`;
+    slurmd runs deploy/slurm's prolog and epilog, which keep `job_map_dir`."""
 
     root: Path
     node: str = field(default_factory=lambda: socket.gethostname().split(".")[0])
@@ -55,6 +57,11 @@ class SlurmCluster:
     @property
     def env(self) -> dict[str, str]:
         return {**os.environ, "SLURM_CONF": str(self.conf)}
+
+    @property
+    def job_map_dir(self) -> Path:
+        """The HPC job mapping directory that slurmd's prolog and epilog (deploy/slurm) keep."""
+        return self.root / "job-map"
 
     @property
     def gpu_devices(self) -> list[Path]:
@@ -75,11 +82,21 @@ class SlurmCluster:
                      f"--pid-file={self.root / 'run' / 'munged.pid'}", f"--log-file={self.root / 'log' / 'munged.log'}",
                      f"--seed-file={self.root / 'munge' / 'seed'}"], "munged")
         self._wait(lambda: sock.exists(), timeout, "munged's socket")
+        self._write_hooks()
         self._write_conf(sock)
         self._spawn([_binary("slurmctld"), "-D", "-c", "-f", str(self.conf)], "slurmctld")
         self._spawn([_binary("slurmd"), "-D", "-N", self.node, "-f", str(self.conf)], "slurmd")
         self._wait(lambda: self.node_state() in ("idle", "mixed", "allocated"), timeout, "the node to be idle")
         return self
+
+    def _write_hooks(self) -> None:
+        """Wrappers that run deploy/slurm's prolog and epilog on this cluster's mapping directory (slurmd gives
+        a prolog its own environment, not slurmd's)."""
+        for name in ("prolog", "epilog"):
+            wrapper = self.root / f"{name}.sh"
+            wrapper.write_text(f"#!/bin/sh\nGPUEVENTS_JOB_MAP_DIR={self.job_map_dir} exec /bin/sh "
+                               f"{DEPLOY_SLURM / (name + '.sh')}\n")
+            wrapper.chmod(0o755)
 
     def _write_conf(self, munge_socket: Path) -> None:
         r = self.root
@@ -110,6 +127,8 @@ class SlurmCluster:
             "SchedulerParameters=batch_sched_delay=0,sched_interval=1",
             "ReturnToService=2",
             "MpiDefault=none",
+            f"Prolog={r / 'prolog.sh'}",
+            f"Epilog={r / 'epilog.sh'}",
             f"NodeName={self.node} NodeAddr=127.0.0.1 NodeHostname={self.node} CPUs=8 RealMemory=4000 "
             f"Gres=gpu:{GPUS} State=UNKNOWN",
             f"PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP",

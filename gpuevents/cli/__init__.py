@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from gpuevents.cli import agent, client, configcheck, free, rules, serve
+from gpuevents.cli.jobs import job_command, jobs_command
 from gpuevents.cli.report import report_command
 from gpuevents.cli.rightsize import rightsize_command
 
@@ -23,6 +24,8 @@ app.add_typer(rules.app, name="rules")  # rules check | test | backtest
 app.add_typer(configcheck.app, name="config")  # config check
 app.command("report")(report_command)  # report
 app.command("rightsize")(rightsize_command)  # rightsize
+app.command("job")(job_command)  # job ID
+app.command("jobs")(jobs_command)  # jobs [--user U] [--since 7d]
 
 
 def main() -> None:

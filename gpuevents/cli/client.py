@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import orjson
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -96,11 +97,34 @@ async def show_status(config: Config, as_json: bool) -> None:
     f = st.fleet
     out.print(f"[bold]{len(f.nodes)} nodes, {f.gpu_count} GPUs[/]: {f.busy} busy, {f.idle} idle, "
               f"[yellow]{f.held_idle} held idle[/] ({f.held_idle_cost_per_hour_text or '-'}/h)")
+    waiting = [d for d in f.demand if d.partition is None and d.pool is None and d.model is None]
+    if f.demand:
+        parts = ", ".join(f"{d.partition or d.pool or d.model}: {d.pending_gpus}" for d in f.demand
+                          if d not in waiting)
+        total = sum(d.pending_gpus for d in waiting)
+        oldest = max((d.waiting_for_s or 0.0 for d in f.demand), default=0.0)
+        out.print(f"[bold]{total} GPUs waiting[/] to be allocated (oldest {format_duration(oldest)})"
+                  + (f": {escape(parts)}" if parts else ""), highlight=False)  # names from the scheduler
     gpus, inc = status_tables(st)
     out.print(gpus)
     out.print(inc if st.incidents else "no open incidents")
     for warning in st.warnings:
         out.print(Text(f"warning: {warning}", style="bold red"))
+    if st.exemptions:
+        out.print(exemptions_table(st))
+
+
+def exemptions_table(st: StatusResponse) -> Table:
+    """Jobs exempt by their annotations until a time, and annotations not applied (malformed)."""
+    t = Table("job", "exempt until", "rules", "annotation")
+    for e in st.exemptions:
+        if e.until is not None:
+            until: str | Text = e.until.strftime("%Y-%m-%d %H:%M:%S")
+            rules = ", ".join(e.rules) if e.rules else "every rule"
+        else:
+            until, rules = Text(f"not applied: {e.malformed}", style="red"), ""
+        t.add_row(*cells(e.job, until, rules, e.source))
+    return t
 
 
 def status_tables(st: StatusResponse) -> tuple[Table, Table]:

@@ -17,6 +17,7 @@ from datetime import datetime
 
 from gpuevents.clock import utc
 from gpuevents.config import Config
+from gpuevents.events import JobEndedEvent
 from rules.core.book import IncidentBook
 from rules.core.evaluation import Evaluator
 from rules.core.incidents import Incident, ResolveReason
@@ -180,6 +181,12 @@ class Core:
             self.evaluator.apply_snooze(item, now, out)
         elif isinstance(item, ForgetNode):
             self.liveness.forget(self.state.node_key(item.cluster, item.node), now, out)
+        elif isinstance(item, JobEndedEvent):
+            # the job's one occasion: its rules see `ended_at` and `summary` once, then it is gone
+            ended = self.state.ended_job(item)
+            for rule in self.plan.event_rules["job"]:
+                self.evaluator.evaluate(rule, [ended], now, out, item.time)
+            self.evaluator.close_all(ended, now, "gone", out)
         else:
             self.events.apply(item, now, out)
         self.flush_sends(now, out)
@@ -190,6 +197,7 @@ class Core:
         self.liveness.check_nodes(now, out)
         self.recovery.on_tick(now, out)
         self.evaluator.expire_snoozes(now, out)
+        self.evaluator.expire_exemptions(now, out)
         self.recovery.release_deferred(now, out)
         self.timers.tick(now, out, do_sweep)
 

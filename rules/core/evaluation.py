@@ -71,9 +71,10 @@ class Evaluator:
         incs = self.book.of_rule(rule.name)
         test = rule.condition.test
         snoozes = self.book.snoozes
+        exempt = self.state.jobs.exemptions
         nodes = self.state.nodes
         name = rule.name
-        if not online_only and since is None and not snoozes:
+        if not online_only and since is None and not snoozes and not exempt.active:
             # The common case (every tick's sweep of a fleet all online): one test and one lookup an entity.
             # An open incident that still matches changes only at its deadline (its `for`, next stage or
             # repeat, kept by the book): before it, it is left as it is without a call.
@@ -112,6 +113,9 @@ class Evaluator:
                 if s is not None and s.until > now and (not s.entity_key or s.entity_key == key):
                     self.close(rule, key, ent, now, "kept" if s.bounded else "snoozed", out, s)
                     continue
+            if exempt.active and exempt.for_view(ent.view, name, now) is not None:
+                self.close(rule, key, ent, now, "exempt", out)
+                continue
             try:
                 matched = test(ent.ctx)
             except Exception as e:
@@ -225,6 +229,17 @@ class Evaluator:
         if rule is None or rule.scheduled:
             return
         self.evaluate(rule, ents, now, out)
+
+    def expire_exemptions(self, now: datetime, out: StepResult) -> None:
+        """Evaluate again the jobs whose exemption (annotations) ended by `now`, and their GPUs and processes."""
+        jobs = set(self.state.jobs.exemptions.expired(now))
+        if not jobs:
+            return
+        for kind, rules in self.plan.event_rules.items():
+            ents = [e for e in self.state.by_kind[kind].values() if self.state.online(e) and (
+                e.view.id if kind == "job" else getattr(e.view, "job", None)) in jobs]
+            for rule in rules:
+                self.evaluate(rule, ents, now, out)
 
     def expire_snoozes(self, now: datetime, out: StepResult) -> None:
         """Lift the snoozes that ended by `now` and evaluate their entities (those on online nodes) again."""

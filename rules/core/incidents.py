@@ -16,10 +16,11 @@ from pydantic import BaseModel, ConfigDict
 from gpuevents.durations import format_duration
 from gpuevents.records import EntityKind, IncidentStatus, Phase
 
-ResolveReason = Literal["condition", "gone", "snoozed", "kept", "rule_changed", "rule_removed"]
+ResolveReason = Literal["condition", "gone", "snoozed", "kept", "exempt", "rule_changed", "rule_removed"]
 """Why an incident closed: `condition` (it cleared), `gone` (its node went away), `snoozed` / `kept` (an operator's
-snooze / the owner's keep, see `resolved_by` and `kept_until`); `rule_changed` / `rule_removed`: a reload (or a
-restart) changed or removed its rule."""
+snooze / the owner's keep, see `resolved_by` and `kept_until`), `exempt` (a gpuevents.io/keep-until or exclude
+annotation on its Kubernetes job); `rule_changed` / `rule_removed`: a reload (or a restart) changed or removed its
+rule."""
 
 
 class Incident(BaseModel):

@@ -133,6 +133,7 @@ def _proc_facts(p: ProcessView) -> dict[str, Any]:
     return {
         "pid": p.pid, "create_time": p.create_time.isoformat(), "name": p.name, "user": p.user, "owner": p.owner,
         "cmdline": p.cmdline, "pod": p.pod, "gpus": list(p.gpus), "age_s": round(p.age_s, 1), "node": p.node,
+        "job": p.job,
     }
 
 
@@ -141,7 +142,7 @@ def _gpu_facts(g: GpuView) -> dict[str, Any]:
         "index": g.index, "uuid": g.uuid, "model": g.model, "util_pct": g.util_pct, "mem_used_mib": g.mem_used_mib,
         "mem_total_mib": g.mem_total_mib, "temp_c": g.temp_c, "power_w": g.power_w, "idle": g.idle,
         "idle_since": g.idle_since, "idle_for_s": round(g.idle_for_s, 1), "owner": g.owner, "node": g.node,
-        "xid": g.xid, "xid_at": g.xid_at,
+        "xid": g.xid, "xid_at": g.xid_at, "allocated": g.allocated, "job": g.job,
     })
     return facts
 
@@ -179,7 +180,9 @@ def facts_of(ent: Entity, incident: Incident, cost: CostView | None, now: dateti
             out["job"] = _jsonable({
                 "id": v.id, "scheduler": v.scheduler, "name": v.name, "user": v.user, "owner": v.owner,
                 "account": v.account, "partition": v.partition, "qos": v.qos, "namespace": v.namespace,
-                "controller": v.controller, "nodes": v.nodes, "gpu_count": v.gpu_count})
+                "controller": v.controller, "nodes": v.nodes, "gpu_count": v.gpu_count, "pods": v.pods,
+                "controller_uid": v.controller_uid, "controller_generation": v.controller_generation,
+                "annotations": v.annotations})
         gpus = ctx.get("gpus", [])
         out["gpus"] = [_gpu_facts(g) for g in gpus]
         procs = {p.id: p for g in gpus for p in g.processes}

@@ -45,6 +45,19 @@ class FleetNode(BaseModel):
     gpus: list[FleetGpu] = []
 
 
+class DemandLine(BaseModel):
+    """GPUs waiting to be allocated, as a scheduler reports them (one partition, pool or model; or, with none
+    of them, the whole cluster)."""
+
+    cluster: str
+    scheduler: str
+    partition: str | None = None
+    pool: str | None = None
+    model: str | None = None
+    pending_gpus: int
+    waiting_for_s: float | None = None
+
+
 class FleetView(BaseModel):
     """`GET /api/fleet`: every node and GPU now, with the counts and the money held idle per hour."""
 
@@ -54,6 +67,7 @@ class FleetView(BaseModel):
     nodes: list[FleetNode] = []
     held_idle_cost_per_hour: float = 0.0
     held_idle_cost_per_hour_text: str = ""
+    demand: list[DemandLine] = []
 
     @computed_field  # type: ignore[prop-decorator]
     @property

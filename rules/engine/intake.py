@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from gpuevents import subjects as S
 from gpuevents.bus import Delivery
-from gpuevents.events import Event
+from gpuevents.events import SCHEDULER_SOURCE, DemandEvent, Event, JobEndedEvent
 from rules.engine.claims import NodeClaims
 from rules.engine.deadletter import SubjectMismatch
 from rules.engine.metrics import EngineMetrics
@@ -45,6 +45,12 @@ class Intake:
             await self._dead_letter(d, SubjectMismatch(
                 f"the envelope says {event.type} from {event.source} in cluster {event.cluster}; the subject "
                 f"{d.subject} says otherwise"))
+            return None
+        if isinstance(event, DemandEvent | JobEndedEvent) and event.node != SCHEDULER_SOURCE:
+            # demand steers reclaiming, a job's end mails its user: only the engine's own subject for them (no
+            # agent may publish there) says so
+            await self._dead_letter(d, SubjectMismatch(
+                f"{event.type} from {event.source}: believed only from node/{SCHEDULER_SOURCE}"))
             return None
         self.decoder.accepted(event)  # only now: a rejected event never takes a place in the decoder's cache
         checked = self.skew.check(event, d.time)

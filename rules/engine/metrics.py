@@ -54,6 +54,9 @@ class EngineMetrics:
             ["node"], registry=r)
         self.nodes_online = Gauge("gpuevents_nodes_online", "Nodes with a recent snapshot",
                                   registry=r)
+        self.exemptions = Gauge("gpuevents_job_exemptions",
+                                "Jobs' gpuevents.io/keep-until and exclude annotations: in force, or malformed "
+                                "(not applied)", ["state"], registry=r)
 
     def observe_fleet(self, core: Core) -> None:
         """Set the gauges that count the fleet and its incidents (on every tick)."""
@@ -66,3 +69,6 @@ class EngineMetrics:
         self.gpus.set(len(gpus))
         self.held_idle.set(sum(1 for g in gpus if g.idle and g.processes))
         self.nodes_online.set(sum(1 for n in core.nodes() if n.online))
+        ex = core.state.jobs.exemptions
+        self.exemptions.labels(state="active").set(sum(len(v) for v in ex.active.values()))
+        self.exemptions.labels(state="malformed").set(sum(len(v) for v in ex.malformed.values()))

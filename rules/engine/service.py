@@ -26,6 +26,7 @@ from rules.core.limits import LimitWindows
 from rules.engine.audit import AuditTail, reload_record, snooze_record
 from rules.engine.commit import Committer
 from rules.engine.deadletter import DeadLetters
+from rules.engine.demand import readers_from_config, run_reader
 from rules.engine.gcpolicy import GcPolicy
 from rules.engine.intake import Intake
 from rules.engine.lease import Lease, lease_key
@@ -36,6 +37,7 @@ from rules.engine.servers import serve_requests
 from rules.engine.sharing import exchange
 from rules.engine.status import StatusResponse, fleet_status
 from rules.engine.store import PipelinedStore, limits_key
+from rules.usage.jobstore import ended_event
 from rules.usage.recorder import UsageRecorder
 
 log = logging.getLogger(__name__)
@@ -83,6 +85,10 @@ class Engine:
         self._own_gc = gc is None  # a replica's engines share one policy, which the replica starts and stops
         self.usage: UsageRecorder | None = usage
         self._own_usage = usage is None
+
+    def _reads_demand(self) -> bool:
+        """One engine reads the schedulers' demand: the leader of the whole fleet, or of partition 0."""
+        return self.leader.is_set() and self.partition in (None, 0)
 
     # ------------------------------------------------------------ rules
     def _owns(self, cluster: str, node: str) -> bool:
@@ -146,6 +152,9 @@ class Engine:
             guarded_task(self._tick_loop(stop), "engine tick loop"),
             guarded_task(self._reload_loop(stop), "engine reload loop"),
         ]
+        for reader in readers_from_config(self.config):
+            loops.append(guarded_task(run_reader(reader, self.bus.publish_event, self.config.cluster, self.clock,
+                                                 stop, self._reads_demand), f"{reader.scheduler} demand reader"))
         try:
             await until_stop_or_end(loops, stop, "the engine")
         finally:
@@ -361,6 +370,10 @@ class Engine:
         except Exception:
             log.exception("usage rollups could not be written; they are kept for the next tick")
             return
+        ended, self.usage.ended = self.usage.ended, []
+        if self.leader.is_set():  # each ended job's one occasion for its rules (`job.ended_at`)
+            for summary in ended:
+                self.bus.publish_event(ended_event(summary, self.usage.costs))
         self.metrics.waste.labels(kind="held_idle").inc(delta.held_idle)
         self.metrics.waste.labels(kind="unallocated").inc(delta.unallocated)
 

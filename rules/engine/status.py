@@ -13,7 +13,17 @@ from gpuevents.events import NodeSnapshot
 from gpuevents.records import AuditRecord
 from gpuevents.subjects import ENGINE_STATUS
 from rules.core.core import Core
-from rules.dashboard.fleet_view import FleetIncident, FleetView, fleet_view
+from rules.dashboard.fleet_view import DemandLine, FleetIncident, FleetView, fleet_view
+
+
+class ExemptionView(BaseModel):
+    """A job's exemption from its annotations (gpuevents.io/keep-until, exclude), or one that is malformed."""
+
+    job: str
+    until: datetime | None = None
+    rules: list[str] | None = None  # None: every rule
+    source: str
+    malformed: str | None = None  # why it is not applied
 
 
 class StatusResponse(BaseModel):
@@ -26,6 +36,7 @@ class StatusResponse(BaseModel):
     partitions: int = 1
     warnings: list[str] = []
     """What the engine cannot set right itself: a node two agents claim."""
+    exemptions: list[ExemptionView] = []
 
 
 def merge_status(replies: list[StatusResponse]) -> StatusResponse:
@@ -42,9 +53,11 @@ def merge_status(replies: list[StatusResponse]) -> StatusResponse:
         "nodes": sorted((n for r in parts for n in r.fleet.nodes), key=lambda n: (n.cluster, n.name)),
         "held_idle_cost_per_hour": held,
         "held_idle_cost_per_hour_text": CostModel(CostsConfig(currency=first.fleet.currency)).format(held),
+        "demand": [d for r in parts for d in r.fleet.demand],  # one engine reads it; the others have none
     })
     incidents = sorted((i for r in parts for i in r.incidents), key=lambda i: i.firing_since or i.started_at)
     return StatusResponse(fleet=fleet, incidents=incidents, partition=None, partitions=first.partitions,
+                          exemptions=[e for r in parts for e in r.exemptions],
                           warnings=[w for r in parts for w in r.warnings])
 
 
@@ -98,12 +111,37 @@ def incident_views(core: Core, now: datetime, costs: CostModel | None = None,
     return out
 
 
+def demand_lines(core: Core, now: datetime) -> list[DemandLine]:
+    """What the schedulers report as waiting, from the reports still valid at `now`."""
+    out = []
+    for (cluster, scheduler), (until, entries) in sorted(core.state.demand.reports.items()):
+        if now.timestamp() > until:
+            continue
+        for e in entries:
+            waited = max(0.0, (now - e.waiting_since).total_seconds()) if e.waiting_since is not None else None
+            out.append(DemandLine(cluster=cluster, scheduler=scheduler, partition=e.partition, pool=e.pool,
+                                  model=e.model, pending_gpus=e.pending_gpus, waiting_for_s=waited))
+    return out
+
+
 def fleet_status(core: Core, now: datetime) -> StatusResponse:
     costs = CostModel(core.config.costs)
+    fleet = fleet_view(node_snapshots(core, now), now, costs)
     return StatusResponse(
-        fleet=fleet_view(node_snapshots(core, now), now, costs),
+        fleet=fleet.model_copy(update={"demand": demand_lines(core, now)}),
         incidents=incident_views(core, now, costs, statuses=("pending", "firing")),
+        exemptions=exemption_views(core, now),
     )
+
+
+def exemption_views(core: Core, now: datetime) -> list[ExemptionView]:
+    """The jobs' exemptions in force and the malformed ones, by job."""
+    ex = core.state.jobs.exemptions
+    out = [ExemptionView(job=job, until=e.until, rules=sorted(e.rules) if e.rules else None, source=e.source)
+           for job, found in ex.active.items() for e in found if e.until > now]
+    out += [ExemptionView(job=job, source=f"{m.annotation}: {m.value}", malformed=m.why)
+            for job, bad in ex.malformed.items() for m in bad]
+    return sorted(out, key=lambda v: (v.job, v.source))
 
 
 class EngineDashboardSource:
@@ -123,7 +161,9 @@ class EngineDashboardSource:
 
     def fleet(self) -> FleetView:
         now = self.engine.clock.now()
-        return fleet_view([s for core in self._cores() for s in node_snapshots(core, now)], now, self.costs)
+        cores = self._cores()
+        view = fleet_view([s for core in cores for s in node_snapshots(core, now)], now, self.costs)
+        return view.model_copy(update={"demand": [d for core in cores for d in demand_lines(core, now)]})
 
     def incidents(self) -> list[FleetIncident]:
         now = self.engine.clock.now()

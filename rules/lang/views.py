@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, tzinfo
-from typing import Any
+from typing import Any, Protocol
+
+from gpuevents.demand import POOL_LABELS
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -205,12 +207,22 @@ class JobView:
     `idle`: every one of its GPUs is idle; `idle_since`: since when all of them are (the latest GPU's)."""
 
     __slots__ = (
-        "_clock", "_idle_since_ts", "_started_ts", "account", "controller", "gpu_count", "gpus", "id", "idle",
-        "idle_since", "labels", "name", "namespace", "nodes", "owner", "partition", "qos", "scheduler",
-        "started_at", "time_limit_s", "user", "util_pct",
+        "_clock", "_idle_since_ts", "_started_ts", "account", "annotations", "controller", "controller_generation",
+        "controller_uid", "ended_at", "exempt_until", "exemption", "exemptions_malformed", "gpu_count", "gpus", "id",
+        "idle", "idle_since", "labels", "name", "namespace", "nodes", "owner", "partition", "pods", "qos",
+        "scheduler", "started_at", "summary", "time_limit_s", "user", "util_pct",
     )
     account: str | None
+    annotations: dict[str, str]
     controller: str | None
+    controller_generation: int | None
+    controller_uid: str | None
+    ended_at: datetime | None
+    """Set once, on the `job.ended` event that closes the job (with `summary`); None while it runs."""
+    exempt_until: datetime | None
+    """The end of its exemption from every rule (gpuevents.io/keep-until or exclude annotations), or None."""
+    exemption: str | None
+    exemptions_malformed: list[str]
     gpu_count: int
     gpus: list[GpuView]
     id: str
@@ -222,9 +234,13 @@ class JobView:
     nodes: list[str]
     owner: str | None
     partition: str | None
+    pods: list[str]
     qos: str | None
     scheduler: str
     started_at: datetime | None
+    summary: dict[str, Any] | None
+    """An ended job's summary (`gpu_hours`, `hours`, `mean_util_pct`, `peak_util_pct`, `mean_sm_active_pct`,
+    `peak_mem_mib`, `idle_share_pct`, `cost`, `smaller_fit`); None while it runs."""
     time_limit_s: float | None
     user: str | None
     util_pct: float | None
@@ -253,6 +269,87 @@ class JobView:
 _JOB_PUBLIC = tuple(k for k in JobView.__slots__ if not k.startswith("_"))
 
 
+class DemandSource(Protocol):
+    """The engine's book of the schedulers' latest demand reports (rules/core/state/demand.py)."""
+
+    version: int
+    """Changes with every report taken in."""
+
+    def lookup(self, cluster: str, partition: str | None, pool: str | None,
+               model: str | None) -> tuple[int, float | None, int]:
+        """(GPUs waiting there, since when (a timestamp), GPUs waiting in the whole cluster)."""
+        ...
+
+
+class DemandView:
+    """`demand`: GPUs waiting to be allocated where this entity's GPUs could serve them: its partition (a job's
+    own; a node's label `partition`), else its node pool (a node label such as `pool`), else its GPU model.
+    `waiting_for_s` is how long the oldest of them has waited, at evaluation time (0 when none waits)."""
+
+    __slots__ = ("_at", "_book", "_clock", "_ctx", "_job_where", "_labels", "_read_at", "cluster")
+
+    def __init__(self, clock: EvalClock, book: DemandSource, cluster: str, ctx: dict[str, Any],
+                 labels: dict[str, str] | None = None) -> None:
+        self._clock = clock
+        self._book = book
+        self._ctx = ctx
+        self._labels = labels  # a job's: its first node's labels (a job's scope has no `node`)
+        self.cluster = cluster
+        self._at: tuple[float, int] = (-1.0, -1)  # (instant, book version) `_read_at` was read at
+        self._read_at: tuple[int, float | None, int] = (0, None, 0)
+        self._job_where: tuple[str | None, str | None, str | None] | None = None
+        """A job's keys, found once: its view is built anew (with a new `demand`) whenever it changes."""
+
+    def _where(self) -> tuple[str | None, str | None, str | None]:
+        if self._job_where is not None:
+            return self._job_where
+        ctx = self._ctx
+        job, gpu, node = ctx.get("job"), ctx.get("gpu"), ctx.get("node")
+        gpus = ctx.get("gpus") or (job.gpus if job is not None else [])
+        labels: dict[str, str] = node.labels if node is not None else (self._labels or {})
+        partition = job.partition if job is not None else labels.get("partition")
+        pool = next((labels[k] for k in POOL_LABELS if labels.get(k)), None) if labels else None
+        model = gpu.model if gpu is not None else next((g.model for g in gpus if g.model), None)
+        if job is not None:
+            self._job_where = (partition, pool, model)
+        return partition, pool, model
+
+    def _read(self) -> tuple[int, float | None, int]:
+        at = (self._clock.ts, self._book.version)
+        if self._at != at:  # a condition reads `demand` once per instant and report
+            self._read_at = self._book.lookup(self.cluster, *self._where())
+            self._at = at
+        return self._read_at
+
+    @property
+    def pending_gpus(self) -> int:
+        return self._read()[0]
+
+    @property
+    def waiting_for_s(self) -> float:
+        since = self._read()[1]
+        return 0.0 if since is None else max(0.0, self._clock.ts - since)
+
+    @property
+    def cluster_pending_gpus(self) -> int:
+        return self._read()[2]
+
+    @property
+    def partition(self) -> str | None:
+        return self._where()[0]
+
+    @property
+    def pool(self) -> str | None:
+        return self._where()[1]
+
+    @property
+    def model(self) -> str | None:
+        return self._where()[2]
+
+    def __repr__(self) -> str:
+        return f"<demand {self.pending_gpus} GPU(s) waiting>"
+
+
 def _public(cls: type, extra: tuple[str, ...] = ()) -> frozenset[str]:
     return frozenset(k for k in cls.__slots__ if not k.startswith("_")) | frozenset(extra)  # type: ignore[attr-defined]
 
@@ -262,12 +359,16 @@ GPU_FIELDS = _public(GpuView, ("idle_for_s",))
 PROCESS_FIELDS = _public(ProcessView, ("age_s",))
 ENTITY_FIELDS = _public(EntityView)
 JOB_FIELDS = _public(JobView, ("idle_for_s", "age_s"))
+DEMAND_FIELDS = frozenset({"pending_gpus", "waiting_for_s", "cluster_pending_gpus", "partition", "pool", "model",
+                           "cluster"})
 FIELDS_OF: dict[str, frozenset[str]] = {
     "node": NODE_FIELDS,
     "gpu": GPU_FIELDS,
     "process": PROCESS_FIELDS,
     "job": JOB_FIELDS,
     "entity": ENTITY_FIELDS,
+    "demand": DEMAND_FIELDS,
 }
-TIME_FIELDS = frozenset({"idle_for_s", "age_s"})
-"""Fields whose value moves with the clock: a condition reading one is re-evaluated on every tick."""
+TIME_FIELDS = frozenset({"idle_for_s", "age_s", "pending_gpus", "cluster_pending_gpus"})
+"""Fields whose value moves with the clock (or, for demand, with reports that are no entity's event): a
+condition reading one is re-evaluated on every tick."""

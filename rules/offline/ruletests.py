@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from actions import registry
+from gpuevents.costs import CostModel
 from gpuevents.durations import format_duration
-from gpuevents.events import SnapshotEvent
+from gpuevents.events import DemandEvent, SnapshotEvent
 from gpuevents.records import ActionRequest, Phase
 from gpuevents.yamlpos import Located, LocatedError
 from rules.core.core import Core, CoreInput, ForgetNode
@@ -27,12 +28,15 @@ from rules.offline.testfile import (
     ExpectedAction,
     RuleTest,
     TestFile,
+    job_end_inputs,
     load_test_file,
     snapshot_inputs,
     start_of,
 )
 
 HEARTBEAT_AFTER_RESTART_S = 15.0
+JOB_GAP_S = 365 * 86400.0
+"""A test's snapshot holds until the node's next one, however far: its jobs' use is counted all that time."""
 
 
 @dataclass
@@ -68,14 +72,14 @@ def run_with_restarts(rules: RuleSet, tf: TestFile, inputs: list[tuple[datetime,
     core = Core(rules, config, offline_detection=False)
     rec = Recording(start=start)
     todo = sorted(inputs, key=lambda x: x[0])
-    current: dict[str, SnapshotEvent] = {}  # node -> its latest snapshot delivered so far
+    current: dict[str, SnapshotEvent | DemandEvent] = {}  # node -> its latest snapshot (or demand) so far
     t0 = start
     for at in sorted(r for r in restarts if start <= r < end):
         before = [x for x in todo if x[0] < at]
         todo = [x for x in todo if x[0] >= at]
         replay(core, before, start=t0, end=at - timedelta(microseconds=1), recording=rec)
         for _, item in before:
-            if isinstance(item, SnapshotEvent):
+            if isinstance(item, SnapshotEvent | DemandEvent):  # the demand reader reports again, too
                 current[item.node] = item
             elif isinstance(item, ForgetNode):
                 current.pop(item.node, None)
@@ -97,6 +101,7 @@ def run_test(tf: TestFile, test: RuleTest, rule_paths: list[Path]) -> TestOutcom
     start = start_of(tf, test)
     th = config.agent.thresholds
     inputs = snapshot_inputs(test, start, tf.owners, th.idle_util_pct, thresholds=th)
+    inputs += job_end_inputs(inputs, CostModel(config.costs), JOB_GAP_S)
     expected = [x for e in test.expect for x in (e.fires_at, e.resolves_at) if x is not None]
     expected += [s.at for e in test.expect for s in e.staged or ()]
     last = max([s.at for s in test.snapshots] + expected + list(test.restarts) + [0.0])

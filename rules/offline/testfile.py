@@ -6,15 +6,29 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpuevents.clock import utc
 from gpuevents.config import Config, ThresholdsConfig
+from gpuevents.costs import CostModel
 from gpuevents.durations import Duration
-from gpuevents.events import GpuInfo, JobInfo, NodeInfo, NodeSnapshot, ProcessInfo, SnapshotEvent
+from gpuevents.events import (
+    SCHEDULER_SOURCE,
+    DemandEntry,
+    DemandEvent,
+    DemandReport,
+    GpuInfo,
+    JobInfo,
+    NodeInfo,
+    NodeSnapshot,
+    ProcessInfo,
+    SnapshotEvent,
+)
 from gpuevents.yamlpos import Located, LocatedError, parse_yaml
 from rules.core.core import CoreInput, ForgetNode
 from rules.lang import calendars
+from rules.usage.jobledger import JobLedger
+from rules.usage.jobstore import ended_event, summary_of
 
 DEFAULT_START = "2026-01-05T00:00:00"
 DEFAULT_MEM_TOTAL_MIB = 81559.0
@@ -71,10 +85,14 @@ class TestProcess(_Strict):
 
 class TestJob(_Strict):
     """A scheduler job on the snapshot's node: the GPUs listed are allocated to it, the processes listed run in
-    it; its entity is `job/<scheduler>/<id>` (DESIGN §4)."""
+    it; its entity is `job/<scheduler>/<id>` (DESIGN §4). A Kubernetes job is given as its pod: `{scheduler:
+    kubernetes, namespace, pod, controller: Kind/name (absent for a bare pod), ...}`; its id is
+    `<namespace>/<Kind>/<name>` of the controller (`<namespace>/Pod/<pod>` for a bare pod)."""
 
-    id: str
+    id: str = ""
     scheduler: Literal["slurm", "kubernetes"] = "slurm"
+    pod: str | None = None
+    annotations: dict[str, str] = Field(default_factory=dict)
     user: str | None = None
     name: str | None = None
     account: str | None = None
@@ -88,6 +106,27 @@ class TestJob(_Strict):
     time_limit: Duration | None = None
     labels: dict[str, str] = Field(default_factory=dict)
 
+    @model_validator(mode="after")
+    def _kubernetes_id(self) -> TestJob:
+        if self.scheduler == "slurm":
+            if not self.id:
+                raise ValueError("a Slurm job needs `id`")
+            if self.pod or self.annotations:
+                raise ValueError("`pod` and `annotations` are for `scheduler: kubernetes` jobs")
+            return self
+        if self.controller is not None:
+            kind, _, name = self.controller.partition("/")
+            if not kind or not name or "/" in name:
+                raise ValueError(f"controller {self.controller!r} is not Kind/name (e.g. Deployment/llm-serve)")
+        if self.id:
+            return self
+        if not self.namespace or not self.pod:
+            raise ValueError("a Kubernetes job needs `namespace` and `pod` (and `controller: Kind/name` unless "
+                             "the pod has no owner), or `id`")
+        top = self.controller or f"Pod/{self.pod}"
+        object.__setattr__(self, "id", f"{self.namespace}/{top}")  # frozen: set once, while validating
+        return self
+
 
 class TestSnapshot(_Strict):
     at: Duration
@@ -100,6 +139,25 @@ class TestSnapshot(_Strict):
     gone: bool = False
     cordoned: bool | None = None
     driver_version: str | None = None
+
+
+class TestDemand(_Strict):
+    """What the schedulers report as waiting from `at` on, for one partition, pool or model (DESIGN §4); it
+    replaces the previous entry for the same partition / pool / model."""
+
+    at: Duration
+    cluster: str = "default"
+    partition: str | None = None
+    pool: str | None = None
+    model: str | None = None
+    pending_gpus: int = Field(ge=0)
+    waiting_for: Duration = 0
+
+    @model_validator(mode="after")
+    def _one_key(self) -> TestDemand:
+        if sum(x is not None for x in (self.partition, self.pool, self.model)) != 1:
+            raise ValueError("a demand entry names exactly one of partition, pool or model")
+        return self
 
 
 OUTCOMES = ("run", "suppressed", "held", "refused", "expired")
@@ -148,6 +206,7 @@ class RuleTest(_Strict):
     snapshots: list[TestSnapshot] = Field(default_factory=list)
     expect: list[Expectation] = Field(default_factory=list)
     restarts: list[Duration] = Field(default_factory=list, description="the engine restarts at these offsets")
+    demand: list[TestDemand] = Field(default_factory=list, description="GPUs waiting, from `at` on")
 
 
 class TestFile(_Strict):
@@ -235,12 +294,21 @@ def snapshot_inputs(test: RuleTest, start: datetime, owners: dict[str, str],
             since = at - timedelta(seconds=g.idle_for) if (idle and g.idle_for is not None) else None
             gpus.append(GpuInfo(node=snap.node, idle=idle, idle_since=since, **fields))
         job_of_pid = {pid: j.id for j in snap.jobs for pid in j.pids}
-        jobs = []
+        pod_of_pid = {pid: f"{j.namespace}/{j.pod}" for j in snap.jobs if j.pod for pid in j.pids}
+        merged: dict[tuple[str, str], JobInfo] = {}
         for j in snap.jobs:
             started = at - timedelta(seconds=j.age) if j.age is not None else job_started.get((j.scheduler, j.id), at)
             job_started[(j.scheduler, j.id)] = started
-            jobs.append(JobInfo(started_at=started, time_limit_s=j.time_limit,
-                                **j.model_dump(exclude={"age", "time_limit"})))
+            info = JobInfo(started_at=started, time_limit_s=j.time_limit, pods=[j.pod] if j.pod else [],
+                           **j.model_dump(exclude={"age", "time_limit", "pod"}))
+            prev = merged.get((j.scheduler, j.id))
+            if prev is not None:  # two pods of one controller on this node: one job
+                info = prev.model_copy(update={
+                    "gpus": sorted({*prev.gpus, *info.gpus}), "pids": sorted({*prev.pids, *info.pids}),
+                    "pods": sorted({*prev.pods, *info.pods}), "annotations": {**info.annotations,
+                                                                              **prev.annotations}})
+            merged[(j.scheduler, j.id)] = info
+        jobs = list(merged.values())
         procs = []
         for p in snap.processes:
             if p.create_time is not None:
@@ -253,6 +321,8 @@ def snapshot_inputs(test: RuleTest, start: datetime, owners: dict[str, str],
             fields = p.model_dump(exclude={"age", "create_time", "owner"})
             if fields.get("job") is None and p.pid in job_of_pid:
                 fields["job"] = job_of_pid[p.pid]
+            if fields.get("pod") is None and p.pid in pod_of_pid:
+                fields["pod"] = pod_of_pid[p.pid]
             owner = p.owner or (owners.get(p.user, p.user) if p.user else None)
             procs.append(ProcessInfo(node=snap.node, create_time=ct, owner=owner, **fields))
         node = NodeInfo(name=snap.node, cluster=snap.cluster, labels=snap.labels, gpu_count=len(gpus),
@@ -260,4 +330,33 @@ def snapshot_inputs(test: RuleTest, start: datetime, owners: dict[str, str],
         event = SnapshotEvent(source=f"node/{snap.node}", cluster=snap.cluster, time=at,
                               data=NodeSnapshot(node=node, gpus=gpus, processes=procs, jobs=jobs))
         out.append((at, event))
+    return out + demand_inputs(test, start)
+
+
+def job_end_inputs(inputs: list[tuple[datetime, CoreInput]], costs: CostModel,
+                   max_gap_s: float) -> list[tuple[datetime, CoreInput]]:
+    """The `job.ended` events the engine would publish for these snapshots: a job ends at the first snapshot of
+    its last node that no longer lists it (its summary counted as the usage store counts it)."""
+    ledger = JobLedger(max_gap_s)
+    out: list[tuple[datetime, CoreInput]] = []
+    for at, item in sorted(inputs, key=lambda x: x[0]):
+        if isinstance(item, SnapshotEvent):
+            ledger.observe(item)
+            out += [(at, ended_event(summary_of(t, costs), costs)) for t in ledger.drain(at) if t.ended_at is not None]
+    return out
+
+
+def demand_inputs(test: RuleTest, start: datetime) -> list[tuple[datetime, CoreInput]]:
+    """The test's `demand:` as the reports a demand reader would publish: at each entry's `at`, every entry
+    known by then for its cluster, the latest per partition / pool / model."""
+    out: list[tuple[datetime, CoreInput]] = []
+    current: dict[str, dict[tuple[str | None, str | None, str | None], DemandEntry]] = {}
+    for d in sorted(test.demand, key=lambda d: d.at):
+        at = start + timedelta(seconds=d.at)
+        book = current.setdefault(d.cluster, {})
+        book[(d.partition, d.pool, d.model)] = DemandEntry(
+            partition=d.partition, pool=d.pool, model=d.model, pending_gpus=d.pending_gpus,
+            waiting_since=at - timedelta(seconds=d.waiting_for) if d.pending_gpus else None)
+        report = DemandReport(scheduler="slurm", entries=list(book.values()))
+        out.append((at, DemandEvent(source=f"node/{SCHEDULER_SOURCE}", cluster=d.cluster, time=at, data=report)))
     return out

@@ -12,6 +12,8 @@ from gpuevents.config import Config
 from gpuevents.costs import CostModel
 from gpuevents.events import SnapshotEvent
 from rules.usage.fits import FitAggregator, FitAmounts, FitKey
+from rules.usage.jobledger import JobLedger
+from rules.usage.jobstore import JobStore, JobSummary, summary_of
 from rules.usage.rollup import TeamResolver, UsageAggregator, UsageBatch
 from rules.usage.store import UsageStore
 
@@ -51,12 +53,20 @@ class UsageRecorder:
     def __init__(
         self, aggregator: UsageAggregator, store: UsageStore, retention_s: float, costs: CostModel,
         fits: FitAggregator | None = None, hourly_for_s: float | None = None,
+        jobs: JobStore | None = None, job_gap_s: float = 600.0,
     ) -> None:
         self.aggregator = aggregator
         self.fits = fits
         self.hourly_for_s = hourly_for_s  # hourly buckets older than this are folded into days
         self.costs = costs
         self.store = store
+        self.jobs = jobs
+        """Job summaries (rules/usage/jobstore.py); a job silent for `job_gap_s` has ended."""
+        self.ledger = JobLedger(job_gap_s)
+        self.ended: list[JobSummary] = []
+        """Summaries of the jobs that ended, for the engine to announce (`job.ended`); it empties the list."""
+        if jobs is not None:
+            self.ledger.resume(jobs.running())
         self.retention_s = retention_s
         self._lock = asyncio.Lock()
         self._pruned_at: float | None = None
@@ -73,12 +83,14 @@ class UsageRecorder:
         )
         fits = FitAggregator(snapshot_interval=config.agent.snapshot_interval, teams=resolver)
         return cls(aggregator, UsageStore(config.engine.usage_db), config.engine.usage_retention, costs, fits,
-                   config.engine.usage_hourly_for)
+                   config.engine.usage_hourly_for, jobs=JobStore(config.engine.usage_db),
+                   job_gap_s=max(float(config.engine.offline_grace), 3 * float(config.agent.snapshot_interval)))
 
     def observe(self, event: SnapshotEvent, now: datetime) -> None:
         self.aggregator.observe(event, now)
         if self.fits is not None:
             self.fits.observe(event, now)
+        self.ledger.observe(event)
 
     async def flush(self, now: datetime) -> WasteDelta:
         """Count up to `now`, write what was counted, prune past the retention once an hour.
@@ -98,6 +110,7 @@ class UsageRecorder:
                     if self.fits is not None:
                         self.fits.restore(fits)
                     raise
+            await self._write_jobs(now)
             await self._prune(now.timestamp())
             return waste_of(batch, self.costs)
 
@@ -107,11 +120,27 @@ class UsageRecorder:
         if fits:
             self.store.add_fits(fits)
 
+    async def _write_jobs(self, now: datetime) -> None:
+        """The jobs' tallies changed since the last flush; kept for the next one if the write fails."""
+        tallies = self.ledger.drain(now)
+        self.ended += [summary_of(t, self.costs) for t in tallies if t.ended_at is not None]
+        if self.jobs is None or not tallies:
+            return
+        try:
+            await asyncio.to_thread(self.jobs.put, tallies, self.costs)
+        except Exception:
+            for t in tallies:  # written whole or not at all: write them again next time
+                self.ledger.jobs.setdefault(t.key, t)
+                self.ledger.dirty.add(t.key)
+            raise
+
     async def _prune(self, t: float) -> None:
         if self._pruned_at is not None and t - self._pruned_at < PRUNE_EVERY_S:
             return
         try:
             removed = await asyncio.to_thread(self.store.prune, t - self.retention_s, t - FITS_RETENTION_S)
+            if self.jobs is not None:
+                removed += await asyncio.to_thread(self.jobs.prune, t - self.retention_s)
         except Exception:  # the batch is written; pruning is retried on the next flush
             log.exception("usage rollups: pruning buckets older than the retention failed")
             return
@@ -129,3 +158,5 @@ class UsageRecorder:
 
     def close(self) -> None:
         self.store.close()
+        if self.jobs is not None:
+            self.jobs.close()

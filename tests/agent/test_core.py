@@ -7,6 +7,7 @@ from pathlib import Path
 
 from agent.core import GpuState, NodeCore, step_gpu
 from agent.idlestate import IdleStateFile
+from agent.jobdetails import JobDetails
 from agent.sample import GpuReading, NodeReading, ProcessIdentity, ProcReading, XidReading
 from gpuevents.config import ThresholdsConfig
 from gpuevents.events import (
@@ -289,3 +290,21 @@ def test_the_hpc_job_mapping_allocates_gpus_and_lists_the_jobs_with_their_proces
     events = c.step(T0 + timedelta(seconds=15), reading([]), {})
     snap = next(e for e in events if isinstance(e, SnapshotEvent)).data
     assert snap.jobs == [] and all(g.allocated is None for g in snap.gpus)
+
+
+def test_a_job_with_nothing_on_its_gpu_carries_the_schedulers_details() -> None:
+    c = core()
+    c.job_gpus = {"0": ["77"], "1": ["78"]}
+    details = {"77": JobDetails(user="alice", account="physics", partition="gpu", qos="normal", name="train",
+                                started_at=T0 - timedelta(hours=1), time_limit_s=7200)}
+    c.job_details = details.get
+    ids = {12: ident(12, "carol", 60)}
+    snap = c.snapshot(T0) if c.step(T0, reading([ProcReading(12, 1, 10.0, 90.0)]), ids) else None
+    assert snap is not None
+    by_id = {j.id: j for j in snap.jobs}
+    j = by_id["77"]
+    assert (j.user, j.account, j.partition, j.qos, j.name, j.time_limit_s) == (
+        "alice", "physics", "gpu", "normal", "train", 7200)
+    assert j.pids == [] and j.started_at == T0 - timedelta(hours=1)
+    # no details known: the user its processes run as, nothing else guessed
+    assert (by_id["78"].user, by_id["78"].partition, by_id["78"].qos) == (None, None, None)

@@ -128,7 +128,17 @@ def test_no_role_uses_wildcards() -> None:
 
 def test_the_needs_table_covers_the_kubernetes_actions_of_design() -> None:
     assert set(rbac_needs()["serviceAccounts"]["gpuevents-runner"]["actions"]) == {
-        "cordon", "uncordon", "scale", "cancel"}
+        "cordon", "uncordon", "scale", "cancel", "pause", "resume", "drain"}
+
+
+def test_pause_and_resume_may_patch_every_kind_they_know() -> None:
+    from gpuevents.kubekinds import KINDS
+
+    for action in ("pause", "resume"):
+        table = expand(rbac_needs()["serviceAccounts"]["gpuevents-runner"]["actions"][action])
+        for k in KINDS.values():
+            if k.pause is not None:
+                assert (k.group, k.plural, "patch") in table, (action, k.kind)
 
 
 # lightkube AsyncClient method -> Kubernetes verb
@@ -168,7 +178,9 @@ def _lightkube_grants(module: ModuleType) -> set[Grant]:
              if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
              and isinstance(node.func.value, ast.Name) and node.func.value.id == "client"
              and node.func.attr in _VERBS}
-    return {(g, r, v) for g, r in resources for v in verbs}
+    events = {("", "events", "create") for node in ast.walk(tree)  # actions.kube.post_event: an Event on it
+              if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "post_event"}
+    return {(g, r, v) for g, r in resources for v in verbs} | events
 
 
 @pytest.mark.parametrize("action_type", ["cordon", "uncordon", "scale", "cancel"])

@@ -84,7 +84,13 @@ EXPECTED = {
                         ("get", "replicasets", "apps"): True, ("patch", "deployments/scale", "apps"): False},
     "gpuevents-runner": {("patch", "nodes", ""): True, ("patch", "deployments/scale", "apps"): True,
                          ("patch", "statefulsets/scale", "apps"): True, ("delete", "pods", ""): True,
-                         ("get", "pods", ""): False, ("list", "pods", ""): False, ("get", "nodes/pods", ""): False},
+                         # pause reads a pod to find a kind's nearest owner it can stop, and patches workloads;
+                         # drain lists a node's pods and evicts them; both post Events
+                         ("get", "pods", ""): True, ("list", "pods", ""): True, ("patch", "deployments", "apps"): True,
+                         ("patch", "jobs", "batch"): True, ("patch", "notebooks", "kubeflow.org"): True,
+                         ("create", "pods/eviction", ""): True, ("create", "events", ""): True,
+                         ("update", "deployments", "apps"): False, ("delete", "deployments", "apps"): False,
+                         ("get", "nodes/pods", ""): False},
     "gpuevents-engine": {("get", "nodes", ""): False, ("get", "pods", ""): False,
                          ("patch", "deployments/scale", "apps"): False},
 }
@@ -139,3 +145,33 @@ async def test_the_runners_actions_work_with_exactly_the_runners_rights(installe
     assert got.spec is not None and got.spec.unschedulable is True
     web = admin.get(Deployment, "web", namespace=ns)
     assert web.spec is not None and web.spec.replicas == 0
+
+
+async def test_pause_resume_and_drain_work_with_exactly_the_runners_rights(installed: Installed,
+                                                                           kube_cluster: KubeCluster) -> None:
+    from actions.store import MemoryKv
+
+    node = kube_cluster.unique("gpu")
+    kube_cluster.add_gpu_node(node)
+    ns = kube_cluster.namespace("ml")
+    admin = kube_cluster.sync_client()
+    template = PodTemplateSpec(metadata=ObjectMeta(labels={"app": "train"}), spec=PodSpec(
+        nodeName=node, containers=[Container(name="t", image="t:1", resources={"limits": {"nvidia.com/gpu": "1"}})]))
+    admin.create(Deployment(metadata=ObjectMeta(name="train", namespace=ns), spec=DeploymentSpec(
+        replicas=3, selector=LabelSelector(matchLabels={"app": "train"}), template=template)))
+    kube_cluster.wait(lambda: len(list(admin.list(Pod, namespace=ns))) == 3, 60, "three pods")
+    runner = ActionRunner(None, make_config(actions={"kubernetes": {
+        "kubeconfig": str(installed.kubeconfigs["gpuevents-runner"])}}), kv=MemoryKv())
+    job = {"job": {"id": f"{ns}/Deployment/train", "scheduler": "kubernetes"}}
+    try:
+        drain = await runner.process(make_request("drain", {"timeout": "2s"}, entity_kind="node", entity_id=node,
+                                                  node=node))
+        pause = await runner.process(make_request("pause", {}, entity_kind="job", facts=job))
+        paused = admin.get(Deployment, "train", namespace=ns).spec.replicas  # type: ignore[union-attr]
+        resume = await runner.process(make_request("resume", {}, entity_kind="job", facts=job))
+    finally:
+        await runner.close()
+    assert [r.outcome for r in (drain, pause, resume)] == ["ok", "ok", "ok"], (drain, pause, resume)
+    assert "3 GPU pod(s) evicted" in (drain.detail or "") and "no Event posted" not in (drain.detail or "")
+    assert paused == 0 and "no Event posted" not in (pause.detail or "")
+    assert admin.get(Deployment, "train", namespace=ns).spec.replicas == 3  # type: ignore[union-attr]

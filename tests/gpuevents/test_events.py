@@ -14,8 +14,11 @@ from gpuevents import subjects as S
 from gpuevents.events import (
     EVENT_TYPES,
     AgentInfo,
+    DemandEntry,
+    DemandReport,
     GpuInfo,
     GpuXid,
+    JobEnded,
     NodeInfo,
     NodeSnapshot,
     ProcessInfo,
@@ -74,6 +77,8 @@ def test_every_event_type_decodes() -> None:
         "process.ended": ProcessInfo(node="n", pid=1, create_time=now),
         "agent.started": AgentInfo(node="n"),
         "agent.stopping": AgentInfo(node="n"),
+        "scheduler.demand": DemandReport(scheduler="slurm", entries=[DemandEntry(partition="gpu", pending_gpus=4)]),
+        "job.ended": JobEnded(id="42", ended_at=now, gpu_count=4, mean_util_pct=12, cost=41),
     }
     for t in EVENT_TYPES:
         e = make_event(t, "n", payloads.get(t, gpu), time=now)

@@ -7,10 +7,12 @@ from datetime import datetime, timedelta
 
 from gpuevents.events import (
     AgentEvent,
+    DemandEvent,
     Event,
     GpuEvent,
     GpuInfo,
     GpuXidEvent,
+    JobEndedEvent,
     JobInfo,
     NodeInfo,
     NodeSnapshot,
@@ -18,10 +20,11 @@ from gpuevents.events import (
     ProcessInfo,
     SnapshotEvent,
 )
-from rules.core.state.jobs import Jobs
+from rules.core.state.demand import DemandBook
+from rules.core.state.jobs import Jobs, ended_entity
 from rules.core.state.node import Change, Entity, NodeState
 from rules.core.state.rebuild import rebuild, snapshot_sig, timed
-from rules.lang.views import EvalClock
+from rules.lang.views import DemandView, EvalClock
 
 CREATE_TIME_TOLERANCE_S = 1.0
 """psutil's create times wobble between reads; within this, the same pid is the same process."""
@@ -37,6 +40,7 @@ class FleetState:
         self.nodes: dict[str, NodeState] = {}
         self.by_kind: dict[str, dict[str, Entity]] = {"node": {}, "gpu": {}, "process": {}, "job": {}}
         self.jobs = Jobs(clock, self.owners)
+        self.demand = DemandBook(clock)
         self.node_jobs: dict[str, list[JobInfo]] = {}  # node key -> the jobs its last snapshot listed
         self._offline: set[str] = set()  # keys of the known nodes that are offline
         self._announced: dict[str, float] = {}  # snapshot intervals agents announced before their first snapshot
@@ -48,6 +52,9 @@ class FleetState:
         """Update the state from one event received at `now`; None when it carries no entity state.
 
         `last_seen` is the arrival time, not the event's: an agent with a slow clock must not look offline."""
+        if isinstance(event, DemandEvent):
+            self.demand.apply(event)  # no entity changes: conditions reading `demand` go with the tick
+            return None
         key = self.node_key(event.cluster, event.node)
         ns = self.nodes.get(key)
         if isinstance(event, SnapshotEvent):
@@ -122,13 +129,30 @@ class FleetState:
         self._seen(ns, now)
         return self._with_jobs(ns, self.rebuild(ns))
 
+    def ended_job(self, event: JobEndedEvent) -> Entity:
+        """The entity a `job.ended` event closes (see `jobs.ended_entity`), with `demand` like every other."""
+        d = event.data
+        node = d.nodes[0] if d.nodes else event.node
+        ent = ended_entity(d, self.node_key(event.cluster, node), node, event.cluster, self.clock, self.owners)
+        ent.ctx["demand"] = DemandView(self.clock, self.demand, event.cluster, ent.ctx)
+        return ent
+
     def _with_jobs(self, ns: NodeState, change: Change) -> Change:
         """The node's change, with the jobs it holds (or held) rebuilt: their GPUs are the node's."""
         jobs = self.node_jobs.get(ns.key, [])
-        if not jobs and ns.key not in self.jobs.of_node:
-            return change
-        changed, gone = self.jobs.update_node(ns, jobs, self.nodes, self.by_kind)
-        return Change(change.node_key, [*change.changed, *changed], [*change.gone, *gone], change.deltas)
+        if jobs or ns.key in self.jobs.of_node:
+            changed, gone = self.jobs.update_node(ns, jobs, self.nodes, self.by_kind)
+            change = Change(change.node_key, [*change.changed, *changed], [*change.gone, *gone], change.deltas)
+        self._with_demand(change.changed, ns.cluster)
+        return change
+
+    def _with_demand(self, ents: list[Entity], cluster: str) -> None:
+        """Give new entities `demand`, as every entity has."""
+        for e in ents:
+            if "demand" not in e.ctx:
+                head = self.nodes.get(e.node_key) if e.kind == "job" else None
+                e.ctx["demand"] = DemandView(self.clock, self.demand, cluster, e.ctx,
+                                             dict(head.info.labels) if head is not None else None)
 
     @staticmethod
     def _keep_xids(ns: NodeState, t: datetime) -> None:
@@ -210,6 +234,7 @@ class FleetState:
             self.by_kind[e.kind].pop(e.key, None)
         self.node_jobs.pop(key, None)
         jobs_changed, jobs_gone = self.jobs.remove_node(key, self.nodes, self.by_kind)
+        self._with_demand(jobs_changed, ns.cluster)
         return Change(key, jobs_changed, [*ns.entities.values(), *jobs_gone])
 
     def jobs_of(self, node_key: str) -> list[Entity]:

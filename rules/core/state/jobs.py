@@ -7,12 +7,36 @@ delta, so every job rule is evaluated again; a job no node reports any more is g
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 
-from gpuevents.events import JobInfo
+from gpuevents.events import JobEnded, JobInfo
+from rules.core.exemptions import Exemptions
 from rules.core.state.node import Entity, NodeState
 from rules.lang.expr import CLOCK_KEY
 from rules.lang.views import EntityView, EvalClock, GpuView, JobView
+
+log = logging.getLogger(__name__)
+SUMMARY_FIELDS = ("hours", "gpu_hours", "mean_util_pct", "peak_util_pct", "mean_sm_active_pct", "peak_mem_mib",
+                  "idle_share_pct", "cost", "cost_text", "smaller_fit")
+
+
+def ended_entity(ended: JobEnded, node_key: str, node: str, cluster: str, clock: EvalClock,
+                 owners: Mapping[str, str]) -> Entity:
+    """The job as its `job.ended` event closes it: `ended_at` and `summary` set, no GPUs held any more. It is
+    evaluated once and closed; it never joins the fleet's tables."""
+    key = f"job/{ended.scheduler}/{ended.id}"
+    user = ended.user
+    view = JobView(
+        clock, id=ended.id, scheduler=ended.scheduler, name=ended.name, user=user,
+        owner=owners.get(user, user) if user else None, account=ended.account, partition=ended.partition,
+        qos=ended.qos, namespace=ended.namespace, nodes=list(ended.nodes), gpu_count=ended.gpu_count, gpus=[],
+        util_pct=ended.mean_util_pct, idle=False, idle_since=None, started_at=ended.started_at, labels={},
+        ended_at=ended.ended_at, summary={f: getattr(ended, f) for f in SUMMARY_FIELDS},
+    )
+    return Entity(key, key, "job", node_key, view, {
+        "job": view, "gpus": [], "entity": EntityView(key, "job", node, cluster), CLOCK_KEY: clock,
+    })
 
 
 def job_key(info: JobInfo) -> str:
@@ -28,6 +52,7 @@ class Jobs:
         self.owners = owners
         self.parts: dict[str, dict[str, JobInfo]] = {}  # job key -> node key -> that node's part
         self.of_node: dict[str, set[str]] = {}  # node key -> its job keys
+        self.exemptions = Exemptions()  # gpuevents.io/keep-until and exclude annotations, by job id
 
     def update_node(self, ns: NodeState, jobs: list[JobInfo], nodes: Mapping[str, NodeState],
                     by_kind: dict[str, dict[str, Entity]]) -> tuple[list[Entity], list[Entity]]:
@@ -68,9 +93,16 @@ class Jobs:
             if not parts:
                 old = table.pop(key, None)
                 if old is not None:
+                    self.exemptions.remove(old.view.id)
                     gone.append(old)
                 continue
             ent = self._entity(key, parts, nodes)
+            for bad in self.exemptions.update(ent.view.id, ent.view.annotations, self.clock.utc):
+                log.warning("job %s: %s (not applied: fix the annotation)", ent.view.id, bad)
+            ex = self.exemptions.until(ent.view.id, self.clock.utc)
+            ent.view.exempt_until = ex.until if ex is not None else None
+            ent.view.exemption = ex.source if ex is not None else None
+            ent.view.exemptions_malformed = [str(m) for m in self.exemptions.malformed.get(ent.view.id, [])]
             table[key] = ent
             changed.append(ent)
         return changed, gone
@@ -95,7 +127,9 @@ class Jobs:
             util_pct=round(sum(utils) / len(utils), 2) if utils else None, idle=idle,
             idle_since=max(since) if idle and len(since) == len(gpus) else None,
             started_at=min((p.started_at for p in parts.values() if p.started_at), default=None),
-            time_limit_s=first.time_limit_s, labels=dict(first.labels),
+            time_limit_s=first.time_limit_s, labels=dict(first.labels), annotations=dict(first.annotations),
+            pods=sorted({pod for p in parts.values() for pod in p.pods}), controller_uid=first.controller_uid,
+            controller_generation=first.controller_generation,
         )
         head = nodes[order[0]]
         return Entity(key, key, "job", head.key, view, {

@@ -48,6 +48,12 @@ function renderCards(f) {
   $("idle-count").textContent = f.idle;
   $("held-idle-count").textContent = f.held_idle;
   $("held-idle-cost").textContent = f.held_idle_cost_per_hour_text || f.held_idle_cost_per_hour.toFixed(2);
+  // demand: the whole-cluster lines (no partition, pool or model) count each waiting job once
+  const whole = (f.demand || []).filter((d) => !d.partition && !d.pool && !d.model);
+  const oldest = Math.max(0, ...(f.demand || []).map((d) => d.waiting_for_s || 0));
+  $("waiting-count").textContent = whole.length ? whole.reduce((n, d) => n + d.pending_gpus, 0) : "–";
+  $("waiting-label").textContent = whole.length
+    ? "GPUs waited for, oldest " + Math.round(oldest / 60) + " min" : "GPUs waited for (no demand reader)";
 }
 
 function fillTable(id, rows, columns, empty) {

@@ -25,10 +25,10 @@ CONDITION_ENV = SandboxedEnvironment(undefined=StrictUndefined)
 """Jinja2's sandbox as conditions are defined by: it parses them, and compiled conditions equal its results."""
 
 ENTITY_NAMES: dict[str, frozenset[str]] = {
-    "gpu": frozenset({"gpu", "node", "entity"}),
-    "process": frozenset({"process", "node", "gpus", "entity"}),
-    "node": frozenset({"node", "gpus", "entity"}),
-    "job": frozenset({"job", "gpus", "entity"}),
+    "gpu": frozenset({"gpu", "node", "entity", "demand"}),
+    "process": frozenset({"process", "node", "gpus", "entity", "demand"}),
+    "node": frozenset({"node", "gpus", "entity", "demand"}),
+    "job": frozenset({"job", "gpus", "entity", "demand"}),
 }
 HELPERS = frozenset({"duration", "is_weekend", "is_workday", "is_holiday", "in_window", "range"})
 TIME_HELPERS = frozenset({"is_weekend", "is_workday", "is_holiday", "in_window"})

@@ -17,11 +17,11 @@ from jinja2.runtime import new_context
 from jinja2.sandbox import SandboxedEnvironment
 
 from rules.lang.expr.names import CONDITION_ENV
-from rules.lang.views import FIELDS_OF, EntityView, GpuView, JobView, NodeView, ProcessView
+from rules.lang.views import FIELDS_OF, DemandView, EntityView, GpuView, JobView, NodeView, ProcessView
 
 _VIEW_FIELDS: dict[type, frozenset[str]] = {
     GpuView: FIELDS_OF["gpu"], ProcessView: FIELDS_OF["process"], NodeView: FIELDS_OF["node"],
-    EntityView: FIELDS_OF["entity"], JobView: FIELDS_OF["job"],
+    EntityView: FIELDS_OF["entity"], JobView: FIELDS_OF["job"], DemandView: FIELDS_OF["demand"],
 }
 _MISS = object()
 DICT_ATTRS = frozenset(dir(dict))

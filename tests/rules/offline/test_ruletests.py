@@ -271,3 +271,18 @@ def test_rule_tests_derive_idle_by_the_gpu_model_s_signal(suite: Path) -> None:
 def test_a_notify_text_is_compared_as_people_read_it_not_with_its_marks() -> None:
     result = run_test_file(DATA / "notify.test.yaml")
     assert result.problems == [] and [t.failures for t in result.tests] == [[]]
+
+
+@pytest.mark.parametrize(("job", "says"), [
+    ("{scheduler: kubernetes, namespace: a, pod: p, controller: Deployment, gpus: [0]}", "is not Kind/name"),
+    ("{scheduler: kubernetes, namespace: a, controller: Deployment/x, gpus: [0]}", "needs `namespace` and `pod`"),
+    ("{id: '7', pod: p, gpus: [0]}", "are for `scheduler: kubernetes` jobs"),
+])
+def test_a_kubernetes_job_given_wrong_is_located(tmp_path: Path, job: str, says: str) -> None:
+    (tmp_path / "r.yaml").write_text((LIBRARY / "kubernetes.yaml").read_text())
+    f = tmp_path / "t.test.yaml"
+    f.write_text("rule_files: [r.yaml]\ntests:\n  - name: t\n    snapshots:\n      - at: 0s\n        node: n1\n"
+                 f"        gpus: [{{index: 0}}]\n        jobs:\n          - {job}\n"
+                 "    expect:\n      - {rule: workload-idle-2h, entity: job/kubernetes/a/Pod/p, never: true}\n")
+    (problem,) = run_test_file(f).problems
+    assert str(problem).startswith(f"{f}:9:") and says in str(problem)

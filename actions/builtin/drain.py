@@ -1,0 +1,173 @@
+"""The `drain` action: Kubernetes — cordon the node, then evict its GPU pods through the Eviction API (policy/v1),
+which PodDisruptionBudgets govern: a 429 (the budget allows no disruption now) is asked again until `timeout`,
+then `after_timeout: wait` leaves the rest running (reported) or `delete` deletes them; Slurm — State=DRAIN.
+
+Pods of DaemonSets, mirror (static) pods, finished pods and pods that hold no GPU are left; pods in protected
+namespaces or with protected workload labels are left and said so. Each eviction posts an Event on its pod."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, ClassVar, Literal
+
+from lightkube import ApiError
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Pod
+from pydantic import Field
+
+from actions.builtin.cordon import CordonParams
+from actions.builtin.cordon import _kubernetes as cordon_kubernetes
+from actions.builtin.cordon import _slurm as cordon_slurm
+from actions.builtin.kill import node_of
+from actions.escaping import no_escape
+from actions.kube import kube_errors, post_event
+from actions.protocol import ActionContext, ActionParams, ActionResult, ActionUnit
+from actions.registry import register
+from actions.services import services_of
+from gpuevents.durations import Duration
+
+#: how long to wait before asking again for an eviction a PodDisruptionBudget refused
+RETRY_S = 2.0
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+
+
+class DrainParams(ActionParams):
+    type: Literal["drain"] = "drain"
+    provider: Literal["kubernetes", "slurm"] = "kubernetes"
+    node: str | None = Field(default=None, description="default: the entity's node")
+    reason: str | None = None
+    timeout: Duration = Field(default=600, description="how long evictions refused by a PodDisruptionBudget "
+                              "are asked again")
+    after_timeout: Literal["wait", "delete"] = Field(default="wait", description="what happens to the pods still "
+                                                     "there at the timeout: left (reported) or deleted")
+
+
+def _requested(pod: dict[str, Any]) -> set[str]:
+    out: set[str] = set()
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        res = c.get("resources") or {}
+        out |= set(res.get("limits") or {}) | set(res.get("requests") or {})
+    return out
+
+
+def gpu_resource(name: str, resources: list[str]) -> bool:
+    return any(name == r or (r[-1:] in ("-", "/") and name.startswith(r)) or name.startswith(r + ".")
+               for r in resources)
+
+
+def why_left(pod: dict[str, Any], ctx: ActionContext, resources: list[str]) -> str | None:
+    """Why drain leaves this pod alone (None: evict it)."""
+    md = pod.get("metadata") or {}
+    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return "finished"
+    if MIRROR_ANNOTATION in (md.get("annotations") or {}):
+        return "a static pod"
+    if any(r.get("kind") == "DaemonSet" for r in md.get("ownerReferences") or []):
+        return "a DaemonSet's pod"
+    if not any(gpu_resource(r, resources) for r in _requested(pod)):
+        return "holds no GPU"
+    if md.get("namespace") in ctx.config.protect.namespaces:
+        return f"namespace {md.get('namespace')} is protected"
+    labels = md.get("labels") or {}
+    for k, v in ctx.config.protect.workload_labels.items():
+        if labels.get(k) == v:
+            return f"label {k}={v} is protected"
+    return None
+
+
+async def _evict(ctx: ActionContext, pod: dict[str, Any]) -> str | None:
+    """Ask for one eviction: None when granted (or the pod is gone), 'budget' when a PDB refuses it now."""
+    md = pod["metadata"]
+    client = services_of(ctx).kube()
+    try:
+        await client.create(Pod.Eviction(metadata=ObjectMeta(name=md["name"], namespace=md["namespace"])),
+                            name=md["name"], namespace=md["namespace"])
+    except ApiError as e:
+        code = e.status.code or e.response.status_code
+        if code == 404:
+            return None
+        if code == 429:
+            return "budget"
+        with kube_errors(f"evict pod {md['namespace']}/{md['name']}"):
+            raise
+    await post_event(client, {**pod, "apiVersion": "v1", "kind": "Pod"}, "GpueventsEvicted",
+                     f"evicted by gpuevents rule {ctx.request.rule}: node {pod['spec'].get('nodeName')} is drained",
+                     warning=True, now=services_of(ctx).clock.now())
+    return None
+
+
+async def _kubernetes(ctx: ActionContext, p: DrainParams, node: str) -> ActionResult:
+    cordoned = await cordon_kubernetes(ctx, node, True, False)
+    client = services_of(ctx).kube()
+    resources = ctx.config.agent.pod_resources.resources
+    with kube_errors(f"list pods on node {node}"):
+        pods = [o.to_dict() async for o in client.list(Pod, namespace="*", fields={"spec.nodeName": node})]
+    left: list[str] = []
+    todo: list[dict[str, Any]] = []
+    for pod in pods:
+        why = why_left(pod, ctx, resources)
+        name = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+        if why is None:
+            todo.append(pod)
+        elif why not in ("finished", "holds no GPU"):
+            left.append(f"{name} ({why})")
+    evicted: list[str] = []
+    deadline = time.monotonic() + float(p.timeout)
+    while todo:
+        blocked = []
+        for pod in todo:
+            if await _evict(ctx, pod) == "budget":
+                blocked.append(pod)
+            else:
+                evicted.append(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}")
+        todo = blocked
+        if not todo or time.monotonic() >= deadline:
+            break
+        await asyncio.sleep(min(RETRY_S, max(0.0, deadline - time.monotonic())))
+    blocked_names = [f"{x['metadata']['namespace']}/{x['metadata']['name']}" for x in todo]
+    deleted: list[str] = []
+    if todo and p.after_timeout == "delete":
+        for pod in todo:
+            md = pod["metadata"]
+            with kube_errors(f"delete pod {md['namespace']}/{md['name']}"):
+                try:
+                    await client.delete(Pod, md["name"], namespace=md["namespace"])
+                except ApiError as e:
+                    if (e.status.code or e.response.status_code) != 404:
+                        raise
+            deleted.append(f"{md['namespace']}/{md['name']}")
+    parts = [cordoned.detail or f"node {node} cordoned", f"{len(evicted)} GPU pod(s) evicted"]
+    if deleted:
+        parts.append(f"{len(deleted)} deleted after the {p.timeout:g}s timeout (PodDisruptionBudget): "
+                     + ", ".join(deleted))
+    elif blocked_names:
+        parts.append(f"{len(blocked_names)} still running at the {p.timeout:g}s timeout, their "
+                     f"PodDisruptionBudget allowing no eviction (after_timeout: wait): " + ", ".join(blocked_names))
+    if left:
+        parts.append("left: " + ", ".join(left))
+    return ActionResult(detail="; ".join(parts), data={"node": node, "evicted": evicted, "deleted": deleted,
+                                                       "blocked": [] if deleted else blocked_names, "left": left})
+
+
+@register
+class DrainAction:
+    type: ClassVar[str] = "drain"
+    params = DrainParams
+    entity_kinds = frozenset({"node", "gpu"})
+    destructive: ClassVar[bool] = True
+    unit: ClassVar[ActionUnit] = "node"
+    escape = staticmethod(no_escape)
+
+    @staticmethod
+    def run_timeout(params: ActionParams, default: float) -> float:
+        assert isinstance(params, DrainParams)
+        return float(params.timeout) + default  # the evictions' own timeout, then the deletes
+
+    async def run(self, ctx: ActionContext) -> ActionResult:
+        p = ctx.params
+        assert isinstance(p, DrainParams)
+        node = p.node or node_of(ctx.request)
+        if p.provider == "slurm":
+            return await cordon_slurm(ctx, node, True, CordonParams(provider="slurm", node=node, reason=p.reason))
+        return await _kubernetes(ctx, p, node)

@@ -1,0 +1,317 @@
+"""The `pause` and `resume` actions: stop a Kubernetes job's top owner the way its kind is stopped (replicas to 0,
+spec.suspend, runPolicy.suspend, the Notebook's stop annotation, KServe minReplicas 0), remember exactly what was
+changed (KV), and set exactly that back; a Kubernetes Event on the workload for each.
+
+Refused: a job id that is not `<namespace>/<Kind>/<name>`, a bare pod (no controller to stop: `cancel` deletes
+it), a protected namespace or workload label, an owner that is not the one decided on (its uid, or its
+generation: changed since), a kind that cannot be paused and has no owner below it that can."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal
+
+from lightkube.types import PatchType
+from pydantic import BaseModel, ConfigDict, Field
+
+from actions.escaping import no_escape
+from actions.kube import kube_errors, post_event
+from actions.pauseplan import Change, describe, merge_patch, pause_changes, resume_changes
+from actions.protocol import ALL_KINDS, ActionContext, ActionParams, ActionResult, ActionUnit
+from actions.registry import register
+from actions.services import services_of
+from actions.store import kv_key
+from gpuevents.durations import Duration
+from gpuevents.kube import resource_for
+from gpuevents.kubekinds import KINDS, Kind, kind_of, split_job_id
+
+PAUSED_BY = "gpuevents.io/paused-by"
+
+
+class PauseParams(ActionParams):
+    type: Literal["pause"] = "pause"
+    job: str | None = Field(default=None, description="<namespace>/<Kind>/<name>; default: the entity's job")
+    reason: str | None = Field(default=None, description="said in the Event on the workload")
+    timeout: Duration | None = None
+
+
+class ResumeParams(ActionParams):
+    type: Literal["resume"] = "resume"
+    job: str | None = Field(default=None, description="<namespace>/<Kind>/<name>; default: the entity's job")
+    timeout: Duration | None = None
+
+
+class _Job(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    id: str | None = None
+    scheduler: str | None = None
+    pods: list[str] = Field(default_factory=list)
+    controller_uid: str | None = None
+    controller_generation: int | None = None
+
+
+class _Facts(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    job: _Job | None = None
+    gpu: dict[str, Any] = Field(default_factory=dict)
+    process: dict[str, Any] = Field(default_factory=dict)
+
+
+class Paused(BaseModel):
+    """What one pause changed on one object (KV): resume sets exactly this back."""
+
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+    changes: list[Change]
+
+
+class PauseRecord(BaseModel):
+    job: str
+    rule: str
+    at: str
+    objects: list[Paused]
+
+
+def job_of(job_param: str | None, facts: Mapping[str, Any]) -> tuple[str | None, _Job]:
+    f = _Facts.model_validate(facts)
+    job = f.job or _Job()
+    if job_param:
+        return job_param.strip(), job
+    if job.id and job.scheduler in (None, "kubernetes"):
+        return job.id, job
+    for candidate in (f.gpu.get("job"), f.process.get("job")):
+        if candidate and split_job_id(str(candidate)):
+            return str(candidate), _Job(id=str(candidate))
+    return job.id, job
+
+
+def record_key(job: str) -> str:
+    return kv_key("actions", "pause", job)
+
+
+async def _read(ctx: ActionContext, k: Kind, namespace: str, name: str) -> dict[str, Any] | None:
+    from lightkube import ApiError
+
+    client = services_of(ctx).kube()
+    with kube_errors(f"get {k.kind} {namespace}/{name}"):
+        try:
+            obj = await client.get(resource_for(k.api_version, k.kind), name, namespace=namespace)
+        except ApiError as e:
+            if (e.status.code or e.response.status_code) == 404:
+                return None
+            raise
+    out: dict[str, Any] = obj.to_dict()
+    out.setdefault("apiVersion", k.api_version)
+    out.setdefault("kind", k.kind)
+    return out
+
+
+async def _patch(ctx: ActionContext, k: Kind, obj: Mapping[str, Any], values: list[tuple[list[str], Any]]) -> None:
+    """A merge patch, conditional on the object's resourceVersion (a change in between is a 409: retried, and
+    the retry reads the object again)."""
+    md = obj.get("metadata") or {}
+    patch = merge_patch([*values, (["metadata", "resourceVersion"], md.get("resourceVersion"))])
+    client = services_of(ctx).kube()
+    with kube_errors(f"patch {k.kind} {md.get('namespace')}/{md.get('name')}"):
+        await client.patch(resource_for(k.api_version, k.kind), md["name"], patch, namespace=md.get("namespace"),
+                           patch_type=PatchType.MERGE)
+
+
+def _labels_refusal(obj: Mapping[str, Any], ctx: ActionContext) -> str | None:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    for key, value in ctx.config.protect.workload_labels.items():
+        if labels.get(key) == value:
+            return f"workload label {key}={value} is protected (protect.workload_labels)"
+    return None
+
+
+async def _nearest_pausable(ctx: ActionContext, namespace: str, top: str, pods: list[str]) -> tuple[
+        Kind, dict[str, Any]] | str:
+    """The owner nearest the top that can be paused, walking up from one of the job's pods; or why none."""
+    if not pods:
+        return f"{top} cannot be paused, and the job names no pod to find an owner below it that can"
+    obj = await _read(ctx, KINDS["Pod"], namespace, pods[0])
+    if obj is None:
+        return f"{top} cannot be paused, and its pod {namespace}/{pods[0]} is gone"
+    best: tuple[Kind, dict[str, Any]] | None = None
+    for _ in range(8):
+        refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+        ref = next((r for r in refs if r.get("controller")), refs[0] if refs else None)
+        if ref is None:
+            break
+        k = kind_of(ref["apiVersion"], ref["kind"])
+        if k.pause is None and k.kind not in KINDS:
+            break  # above an unknown kind nothing can be read by name with certainty
+        got = await _read(ctx, k, namespace, ref["name"])
+        if got is None:
+            break
+        obj = got
+        if k.pause is not None:
+            best = (k, got)
+    if best is None:
+        return f"{top} cannot be paused (pause knows no way to stop its kind) and none of its pods' owners can"
+    return best
+
+
+async def _pause(ctx: ActionContext, p: PauseParams) -> ActionResult:
+    job, facts = job_of(p.job, ctx.request.facts)
+    parts = split_job_id(job) if job else None
+    if parts is None:
+        return ActionResult(status="refused", detail=f"{job!r} is not a Kubernetes job (<namespace>/<Kind>/<name>)")
+    namespace, kind, name = parts
+    if namespace in ctx.config.protect.namespaces:
+        return ActionResult(status="refused", detail=f"namespace {namespace} is protected (protect.namespaces)")
+    if kind == "Pod":
+        return ActionResult(status="refused", detail=f"{job} is a pod with no controller: nothing would keep it "
+                            "stopped or start it again (cancel deletes it)")
+    known = KINDS.get(kind)
+    target: tuple[Kind, dict[str, Any]] | str
+    note = ""
+    if known is not None and known.pause is not None:
+        obj = await _read(ctx, known, namespace, name)
+        if obj is None:
+            return ActionResult(status="refused", detail=f"{kind} {namespace}/{name} does not exist (any more)")
+        md = obj.get("metadata") or {}
+        if facts.controller_uid and md.get("uid") != facts.controller_uid:
+            return ActionResult(status="refused", detail=f"{kind} {namespace}/{name} is not the one decided on "
+                                f"(uid {md.get('uid')}, decided on {facts.controller_uid}): created again since")
+        gen = md.get("generation")
+        if facts.controller_generation is not None and gen != facts.controller_generation:
+            return ActionResult(status="refused", detail=f"{kind} {namespace}/{name} changed since the decision "
+                                f"(generation {facts.controller_generation} -> {gen})")
+        target = (known, obj)
+    else:
+        target = await _nearest_pausable(ctx, namespace, f"{kind} {namespace}/{name}", facts.pods)
+        if isinstance(target, str):
+            return ActionResult(status="refused", detail=target)
+        tk, tobj = target
+        note = (f"; {kind} {name} cannot be paused, so its {tk.kind} {tobj['metadata']['name']} was (its "
+                f"controller may undo this)")
+    k, obj = target
+    why = _labels_refusal(obj, ctx)
+    if why is not None:
+        return ActionResult(status="refused", detail=f"{k.kind} {namespace}/{obj['metadata']['name']}: {why}")
+    return await _apply_pause(ctx, p, job, k, obj, note)
+
+
+async def _apply_pause(ctx: ActionContext, p: PauseParams, job: str, k: Kind, obj: dict[str, Any],
+                       note: str) -> ActionResult:
+    svc = services_of(ctx)
+    now = svc.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
+    md = obj["metadata"]
+    what = f"{k.kind} {md.get('namespace')}/{md['name']}"
+    targets: list[tuple[Kind, dict[str, Any]]] = [(k, obj)]
+    if k.kind == "CronJob":  # suspending it stops new runs; the runs under way are Jobs, suspended too
+        for ref in (obj.get("status") or {}).get("active") or []:
+            child = await _read(ctx, KINDS["Job"], md.get("namespace", ""), ref["name"])
+            if child is not None:
+                targets.append((KINDS["Job"], child))
+    record = PauseRecord(job=job, rule=ctx.request.rule, at=now, objects=[])
+    for tk, tobj in targets:
+        changes = pause_changes(tk, tobj, now)
+        if changes:
+            tmd = tobj["metadata"]
+            changes.append(Change(path=["metadata", "annotations", PAUSED_BY],
+                                  before=(tmd.get("annotations") or {}).get(PAUSED_BY),
+                                  after=f"{ctx.request.rule} {now}"))
+            record.objects.append(Paused(api_version=tk.api_version, kind=tk.kind, namespace=tmd.get("namespace"),
+                                         name=tmd["name"], uid=tmd.get("uid", ""), changes=changes))
+    if not record.objects:
+        return ActionResult(detail=f"{what} is paused already{note}", data={"job": job})
+    key = record_key(job)
+    old = await svc.kv.get(key)
+    if old is not None:  # paused before and started again since: what is changed now is what resume undoes
+        prior = PauseRecord.model_validate_json(old.value)
+        record.objects += [o for o in prior.objects if (o.kind, o.name) not in {(x.kind, x.name)
+                                                                                for x in record.objects}]
+    await svc.kv.put(key, record.model_dump_json().encode())
+    client = svc.kube()
+    said: list[str] = []
+    for tk, tobj in targets:
+        done = next((o for o in record.objects if (o.kind, o.name) == (tk.kind, tobj["metadata"]["name"])), None)
+        if done is None or done.uid != tobj["metadata"].get("uid", ""):
+            continue
+        await _patch(ctx, tk, tobj, [(c.path, c.after) for c in done.changes])
+        msg = f"paused by gpuevents rule {ctx.request.rule}: {describe(done.changes[:-1])}"
+        if p.reason:
+            msg += f" ({p.reason})"
+        problem = await post_event(client, tobj, "GpueventsPaused", msg, warning=True, now=svc.clock.now())
+        if problem:
+            said.append(problem)
+    changed = "; ".join(f"{o.kind} {o.name}: {describe(o.changes[:-1])}" for o in record.objects)
+    return ActionResult(detail=f"paused {what} ({changed}){note}" + (f"; {said[0]}" if said else ""),
+                        data={"job": job, "paused": [o.model_dump() for o in record.objects]})
+
+
+async def _resume(ctx: ActionContext, p: ResumeParams) -> ActionResult:
+    job, _ = job_of(p.job, ctx.request.facts)
+    if not job or split_job_id(job) is None:
+        return ActionResult(status="refused", detail=f"{job!r} is not a Kubernetes job (<namespace>/<Kind>/<name>)")
+    svc = services_of(ctx)
+    key = record_key(job)
+    got = await svc.kv.get(key)
+    if got is None:
+        return ActionResult(detail=f"nothing to resume: gpuevents has not paused {job}", data={"job": job})
+    record = PauseRecord.model_validate_json(got.value)
+    notes: list[str] = []
+    restored: list[str] = []
+    for o in record.objects:
+        k = kind_of(o.api_version, o.kind)
+        obj = await _read(ctx, k, o.namespace, o.name)
+        if obj is None:
+            notes.append(f"{o.kind} {o.name} is gone")
+            continue
+        if obj["metadata"].get("uid") != o.uid:
+            notes.append(f"{o.kind} {o.name} was created again since the pause: not touched")
+            continue
+        undo, left = resume_changes(o.changes, obj)
+        notes += [f"{o.kind} {o.name}: {why}" for why in left]
+        if undo:
+            await _patch(ctx, k, obj, [(c.path, c.after) for c in undo])
+            restored.append(f"{o.kind} {o.name}: {describe(undo[:-1] if undo[-1].path[-1] == PAUSED_BY else undo)}")
+            problem = await post_event(svc.kube(), obj, "GpueventsResumed",
+                                       f"resumed by gpuevents rule {ctx.request.rule}: {describe(undo)}",
+                                       now=svc.clock.now())
+            if problem:
+                notes.append(problem)
+    await svc.kv.delete(key)
+    detail = f"resumed {job}" + (f" ({'; '.join(restored)})" if restored else ": nothing to set back")
+    return ActionResult(detail=detail + (f"; {'; '.join(notes)}" if notes else ""),
+                        data={"job": job, "restored": restored, "notes": notes})
+
+
+@register
+class PauseAction:
+    type: ClassVar[str] = "pause"
+    params = PauseParams
+    entity_kinds = ALL_KINDS  # a job, a gpu's or process's job, or any entity with `job:` (a scheduled rule)
+    destructive: ClassVar[bool] = True
+    unit: ClassVar[ActionUnit] = "entity"
+    escape = staticmethod(no_escape)
+
+    async def run(self, ctx: ActionContext) -> ActionResult:
+        p = ctx.params
+        assert isinstance(p, PauseParams)
+        return await _pause(ctx, p)
+
+
+@register
+class ResumeAction:
+    type: ClassVar[str] = "resume"
+    params = ResumeParams
+    entity_kinds = ALL_KINDS  # a job, a gpu's or process's job, or any entity with `job:` (a scheduled rule)
+    destructive: ClassVar[bool] = False
+    unit: ClassVar[ActionUnit] = "entity"
+    escape = staticmethod(no_escape)
+
+    @staticmethod
+    def restores(params: Mapping[str, Any]) -> bool:
+        return True  # it sets back what pause changed
+
+    async def run(self, ctx: ActionContext) -> ActionResult:
+        p = ctx.params
+        assert isinstance(p, ResumeParams)
+        return await _resume(ctx, p)

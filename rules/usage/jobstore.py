@@ -1,0 +1,204 @@
+"""Job summaries in the usage store: one row per job (running ones updated as they go, ended ones kept), and
+the summary a user reads (`gpuevents job ID`, `gpuevents jobs`)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from contextlib import closing
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from gpuevents.costs import CostModel
+from gpuevents.events import SCHEDULER_SOURCE, JobEnded, JobEndedEvent, make_event
+from rules.usage.jobledger import JobTally
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS job_summaries (
+    cluster TEXT NOT NULL, scheduler TEXT NOT NULL, id TEXT NOT NULL,
+    user TEXT, name TEXT, account TEXT, partition TEXT, qos TEXT, namespace TEXT, model TEXT,
+    nodes TEXT NOT NULL DEFAULT '[]', gpu_count INTEGER NOT NULL DEFAULT 0,
+    started_at REAL, first_seen REAL NOT NULL, last_seen REAL NOT NULL, ended_at REAL,
+    gpu_s REAL NOT NULL DEFAULT 0, util_s REAL NOT NULL DEFAULT 0, util_known_s REAL NOT NULL DEFAULT 0,
+    util_peak REAL, sm_s REAL NOT NULL DEFAULT 0, sm_known_s REAL NOT NULL DEFAULT 0, mem_peak_mib REAL,
+    idle_gpu_s REAL NOT NULL DEFAULT 0, kwh REAL NOT NULL DEFAULT 0, cost REAL NOT NULL DEFAULT 0,
+    smaller_fit TEXT,
+    PRIMARY KEY (cluster, scheduler, id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS job_summaries_seen ON job_summaries (last_seen);
+"""
+"""A table of its own, created where missing: a usage store from before it keeps working as it was."""
+
+_COLUMNS = ("cluster", "scheduler", "id", "user", "name", "account", "partition", "qos", "namespace", "model",
+            "nodes", "gpu_count", "started_at", "first_seen", "last_seen", "ended_at", "gpu_s", "util_s",
+            "util_known_s", "util_peak", "sm_s", "sm_known_s", "mem_peak_mib", "idle_gpu_s", "kwh", "cost",
+            "smaller_fit")
+_TIMES = ("started_at", "first_seen", "last_seen", "ended_at")
+_UPSERT = (f"INSERT OR REPLACE INTO job_summaries ({', '.join(_COLUMNS)}) "
+           f"VALUES ({', '.join('?' for _ in _COLUMNS)})")
+
+
+class JobSummary(BaseModel):
+    """A job's use of its GPUs, as `gpuevents job ID` shows it; running jobs' figures are so far."""
+
+    model_config = ConfigDict(frozen=True)
+    cluster: str
+    scheduler: str
+    id: str
+    user: str | None
+    name: str | None
+    account: str | None
+    partition: str | None
+    qos: str | None
+    namespace: str | None
+    model: str | None
+    nodes: list[str]
+    gpu_count: int
+    started_at: datetime | None
+    ended_at: datetime | None
+    last_seen: datetime
+    running: bool
+    hours: float
+    gpu_hours: float
+    mean_util_pct: float | None
+    peak_util_pct: float | None
+    mean_sm_active_pct: float | None
+    """None where SM activity was not measured (no GPM / DCGM profiling)."""
+    peak_mem_mib: float | None
+    idle_share_pct: float | None
+    cost: float
+    smaller_fit: str | None = None
+    """The smallest slice the job would have fitted (MIG profile, smaller model); None until right-sizing fills it."""
+
+    def line(self, costs: CostModel) -> str:
+        """`your job used 12 % of 4 GPUs for 3 h ($41)`."""
+        util = f"{self.mean_util_pct:.0f} %" if self.mean_util_pct is not None else "an unknown share"
+        return (f"job {self.id} used {util} of {self.gpu_count} GPU(s) for {_hours(self.hours)} "
+                f"({costs.format(self.cost)})")
+
+
+def _hours(h: float) -> str:
+    return f"{h:.1f} h" if h < 10 else f"{h:.0f} h"
+
+
+def _ts(d: datetime | None) -> float | None:
+    return None if d is None else d.timestamp()
+
+
+def _dt(x: float | None) -> datetime | None:
+    return None if x is None else datetime.fromtimestamp(x, UTC)
+
+
+def cost_of(t: JobTally, costs: CostModel) -> float:
+    """Depreciation for the GPU-seconds held plus the energy drawn (config `costs`)."""
+    return costs.capital_daily(t.model) / 86400 * t.gpu_s + costs.energy_cost(t.kwh)
+
+
+def summary_of(t: JobTally, costs: CostModel) -> JobSummary:
+    """A tally as the summary a user reads."""
+    return JobStore._summary(_row(t, costs))
+
+
+def ended_event(s: JobSummary, costs: CostModel) -> JobEndedEvent:
+    """The `job.ended` event that closes an ended job's entity, for its rules (published by the engine)."""
+    assert s.ended_at is not None
+    data = JobEnded.model_validate({**s.model_dump(exclude={"cluster", "running", "last_seen"}),
+                                    "cost_text": costs.format(s.cost)})
+    event = make_event("job.ended", SCHEDULER_SOURCE, data, cluster=s.cluster, time=s.ended_at)
+    assert isinstance(event, JobEndedEvent)
+    return event
+
+
+def _row(t: JobTally, costs: CostModel) -> dict[str, Any]:
+    row: dict[str, Any] = {c: getattr(t, c, None) for c in _COLUMNS}
+    row.update({c: _ts(getattr(t, c)) for c in _TIMES}, nodes=json.dumps(t.nodes), cost=cost_of(t, costs),
+               smaller_fit=None)
+    return row
+
+
+class JobStore:
+    """The job_summaries table of the usage store's SQLite file; one writer (the engine), readers (the CLI)."""
+
+    def __init__(self, path: Path | str) -> None:
+        if str(path) != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(path), timeout=10, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> JobStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def put(self, tallies: list[JobTally], costs: CostModel) -> None:
+        """Write each tally's totals (running jobs again and again, ended ones a last time), one transaction."""
+        rows = [tuple(row[c] for c in _COLUMNS) for row in (_row(t, costs) for t in tallies)]
+        with self._db:
+            self._db.executemany(_UPSERT, rows)
+
+    def running(self) -> list[JobTally]:
+        """The tallies of jobs not ended, to resume after a restart."""
+        return [self._tally(r) for r in self._select("ended_at IS NULL", ())]
+
+    def find(self, job_id: str, cluster: str | None = None) -> list[JobSummary]:
+        where, args = "id = ?", [job_id]
+        if cluster is not None:
+            where += " AND cluster = ?"
+            args.append(cluster)
+        return [self._summary(r) for r in self._select(where, tuple(args))]
+
+    def window(self, since: float, user: str | None = None) -> list[JobSummary]:
+        """Jobs seen since `since` (epoch seconds), most recent first; one user's with `user`."""
+        where, args = "last_seen >= ?", [since]
+        if user is not None:
+            where += " AND user = ?"
+            args.append(user)
+        return sorted((self._summary(r) for r in self._select(where, tuple(args))), key=lambda s: s.last_seen,
+                      reverse=True)
+
+    def prune(self, before: float) -> int:
+        with self._db:
+            return self._db.execute("DELETE FROM job_summaries WHERE ended_at < ?", (before,)).rowcount
+
+    def _select(self, where: str, args: tuple[Any, ...]) -> Iterator[dict[str, Any]]:
+        sql = f"SELECT {', '.join(_COLUMNS)} FROM job_summaries WHERE {where}"
+        with closing(self._db.execute(sql, args)) as cur:
+            for r in cur:
+                yield dict(zip(_COLUMNS, r, strict=True))
+
+    @staticmethod
+    def _tally(r: dict[str, Any]) -> JobTally:
+        fields = {c: r[c] for c in _COLUMNS if c not in ("nodes", "cost", "smaller_fit", *_TIMES)}
+        first, last = _dt(r["first_seen"]), _dt(r["last_seen"])
+        assert first is not None and last is not None
+        return JobTally(**fields, nodes=json.loads(r["nodes"]), first_seen=first, last_seen=last,
+                        started_at=_dt(r["started_at"]), ended_at=_dt(r["ended_at"]))
+
+    @staticmethod
+    def _summary(r: dict[str, Any]) -> JobSummary:
+        start = r["started_at"] if r["started_at"] is not None else r["first_seen"]
+        end = r["ended_at"] if r["ended_at"] is not None else r["last_seen"]
+        gpu_s = r["gpu_s"]
+        return JobSummary(
+            cluster=r["cluster"], scheduler=r["scheduler"], id=r["id"], user=r["user"], name=r["name"],
+            account=r["account"], partition=r["partition"], qos=r["qos"], namespace=r["namespace"],
+            model=r["model"], nodes=json.loads(r["nodes"]), gpu_count=r["gpu_count"],
+            started_at=_dt(r["started_at"]), ended_at=_dt(r["ended_at"]), last_seen=_dt(r["last_seen"]),
+            running=r["ended_at"] is None, hours=round(max(0.0, end - start) / 3600, 3),
+            gpu_hours=round(gpu_s / 3600, 3),
+            mean_util_pct=round(r["util_s"] / r["util_known_s"], 1) if r["util_known_s"] else None,
+            peak_util_pct=r["util_peak"],
+            mean_sm_active_pct=round(r["sm_s"] / r["sm_known_s"], 1) if r["sm_known_s"] else None,
+            peak_mem_mib=r["mem_peak_mib"],
+            idle_share_pct=round(100 * r["idle_gpu_s"] / gpu_s, 1) if gpu_s else None,
+            cost=round(r["cost"], 2), smaller_fit=r["smaller_fit"],
+        )
