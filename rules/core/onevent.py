@@ -3,8 +3,8 @@
 The fleet state says which entities an event changed and which of their fields (deltas); only the rules that
 read a changed field are evaluated for them. What a full re-evaluation of the node would also move is done too,
 so that skipping work never changes an outcome: conditions that read the clock, `for`/repeat/stage deadlines
-that came due, snoozes that ended, and conditions that raised, for the node's entities and for the jobs it holds
-a part of (a repeated snapshot included).
+that came due, snoozes and job exemptions that ended, and conditions that raised, for the node's entities and
+for the jobs it holds a part of (a repeated snapshot included).
 """
 
 from __future__ import annotations
@@ -88,6 +88,8 @@ class EventPath:
         self._due(ns, jobs, now, out, t)
         if self.book.snoozes:
             self._snoozes_ended([*ns.entities.values(), *jobs], now, out, t)
+        if state.jobs.exemptions.active:
+            self._exemptions_ended([*ns.entities.values(), *jobs], now, out, t)
 
     @staticmethod
     def _rest(ns: NodeState, jobs: list[Entity], done: dict[str, list[Entity]]) -> dict[str, list[Entity]]:
@@ -113,6 +115,17 @@ class EventPath:
                     continue
                 rule = by_name[name]
                 if not rule.condition.time_dependent:  # those were evaluated above
+                    self.evaluator.evaluate(rule, (ent,), now, out, t)
+
+    def _exemptions_ended(self, ents: list[Entity], now: datetime, out: StepResult, t: datetime) -> None:
+        """Entities of the node whose job's exemption ended (dropped at the next tick) are evaluated as a full
+        evaluation would evaluate them now."""
+        active = self.state.jobs.exemptions.active
+        for ent in ents:
+            job = ent.view.id if ent.kind == "job" else getattr(ent.view, "job", None)
+            found = active.get(job) if job is not None else None
+            if found and any(e.until <= now for e in found):
+                for rule in self.plan.event_rules[ent.kind]:
                     self.evaluator.evaluate(rule, (ent,), now, out, t)
 
     def _snoozes_ended(self, ents: list[Entity], now: datetime, out: StepResult, t: datetime) -> None:

@@ -125,3 +125,20 @@ rules:
     core.step(make_event("agent.started", "n1", AgentInfo(node="n1", version="1"), time=at(110)), at(110))
     out = core.step(snap.model_copy(update={"time": at(115)}), at(115))  # a repeat: nothing changed
     assert fired(out) == [("idle-for", "n1/gpu0", "firing")]
+
+
+def test_an_event_after_a_jobs_exemption_ended_evaluates_it_as_a_full_evaluation_would(tmp_path: Path) -> None:
+    core = Core(rules_from(tmp_path, """\
+rules:
+  - name: job-idle
+    entity: job
+    when: job.idle
+    actions: [{type: log, message: "{{ job.id }}"}]
+"""))
+    part = JobInfo(id="7", scheduler="kubernetes", gpus=[0],
+                   annotations={"gpuevents.io/keep-until": at(60).isoformat().replace("+00:00", "Z")})
+    ev = snapshot(at(0), gpus=[gpu(0, idle_since=at(0))])
+    ev = ev.model_copy(update={"data": ev.data.model_copy(update={"jobs": [part]})})
+    assert fired(core.step(ev, at(0))) == []  # kept until 60
+    out = core.step(ev.model_copy(update={"time": at(90)}), at(90))  # a repeat after the keep ended, before a tick
+    assert fired(out) == [("job-idle", "job/kubernetes/7", "pending"), ("job-idle", "job/kubernetes/7", "firing")]
