@@ -235,6 +235,9 @@ class Evaluator:
         jobs = set(self.state.jobs.exemptions.expired(now))
         if not jobs:
             return
+        for ent in self.state.by_kind["job"].values():
+            if ent.view.id in jobs:
+                self.state.jobs.refresh_exemption(ent)
         for kind, rules in self.plan.event_rules.items():
             ents = [e for e in self.state.by_kind[kind].values() if self.state.online(e) and (
                 e.view.id if kind == "job" else getattr(e.view, "job", None)) in jobs]

@@ -35,6 +35,9 @@ class EventPath:
         """Apply an event to the fleet state; evaluate the entities it changed, and the rest of its node (and
         jobs) as far as time, deadlines, snoozes and errors ask."""
         state, ev = self.state, self.evaluator
+        active = state.jobs.exemptions.active
+        # jobs whose exemption ended (dropped at the next tick, or by a rebuild of the job at this very event)
+        ended = {job for job, found in active.items() if any(e.until <= now for e in found)} if active else None
         change = state.apply(event, now)
         key = state.node_key(event.cluster, event.node)
         ns = state.nodes.get(key)
@@ -72,7 +75,9 @@ class EventPath:
                 reads = cond.reads
                 if deltas and reads is not None and not cond.time_dependent:
                     # only the entities whose changes this condition reads: the others keep their result
-                    sel = [e for e in ents if (d := deltas.get(e.key)) is None or not reads.isdisjoint(d)]
+                    # (a GPU's or process's `job` decides whether a job's exemption covers it: read by all)
+                    sel = [e for e in ents
+                           if (d := deltas.get(e.key)) is None or not reads.isdisjoint(d) or "job" in d]
                     if sel:
                         ev.evaluate(rule, sel, now, out, t)
                 else:
@@ -88,8 +93,8 @@ class EventPath:
         self._due(ns, jobs, now, out, t)
         if self.book.snoozes:
             self._snoozes_ended([*ns.entities.values(), *jobs], now, out, t)
-        if state.jobs.exemptions.active:
-            self._exemptions_ended([*ns.entities.values(), *jobs], now, out, t)
+        if ended:
+            self._exemptions_ended([*ns.entities.values(), *jobs], ended, now, out, t)
 
     @staticmethod
     def _rest(ns: NodeState, jobs: list[Entity], done: dict[str, list[Entity]]) -> dict[str, list[Entity]]:
@@ -117,14 +122,15 @@ class EventPath:
                 if not rule.condition.time_dependent:  # those were evaluated above
                     self.evaluator.evaluate(rule, (ent,), now, out, t)
 
-    def _exemptions_ended(self, ents: list[Entity], now: datetime, out: StepResult, t: datetime) -> None:
-        """Entities of the node whose job's exemption ended (dropped at the next tick) are evaluated as a full
-        evaluation would evaluate them now."""
-        active = self.state.jobs.exemptions.active
+    def _exemptions_ended(self, ents: list[Entity], ended: set[str], now: datetime, out: StepResult,
+                          t: datetime) -> None:
+        """Entities of the node whose job's exemption ended are evaluated as a full evaluation would evaluate
+        them now."""
         for ent in ents:
             job = ent.view.id if ent.kind == "job" else getattr(ent.view, "job", None)
-            found = active.get(job) if job is not None else None
-            if found and any(e.until <= now for e in found):
+            if job in ended:
+                if ent.kind == "job":
+                    self.state.jobs.refresh_exemption(ent)  # as a rebuild of the job now would show it
                 for rule in self.plan.event_rules[ent.kind]:
                     self.evaluator.evaluate(rule, (ent,), now, out, t)
 

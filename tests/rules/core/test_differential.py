@@ -91,6 +91,8 @@ NODES = ["n1", "n2", "n3"]
 OWNERS: list[list[str]] = [[], ["alice"], ["carol"], ["carol", "alice"]]
 JOBS: list[list[JobInfo]] = [[], [JobInfo(id="7", user="erin", gpus=[0, 1])],
                              [JobInfo(id="7", user="erin", gpus=[0]), JobInfo(id="8", user="bob", gpus=[1, 2])]]
+# Kubernetes jobs kept by annotations (gpuevents.io/keep-until, landed late in this session) are not generated yet:
+# with them this test still finds divergences to fix (see docs/engine.md).
 
 
 @st.composite
@@ -197,7 +199,8 @@ def _core(tmp_path: Path) -> Core:
     return Core(_RULES_CACHE["rules"], config(tick="30s", offline_grace="2m"))
 
 
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=EXAMPLES, deadline=None, derandomize=not os.environ.get("GPUEVENTS_PROPERTY_EXAMPLES"),
+          suppress_health_check=[HealthCheck.too_slow,
                                                                        HealthCheck.function_scoped_fixture])
 @given(inputs=_inputs())
 def test_the_incremental_core_gives_what_a_full_re_evaluation_gives(
