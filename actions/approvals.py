@@ -21,6 +21,7 @@ from actions.store import KeyValue, kv_key
 from gpuevents.bus import KvExists
 from gpuevents.config import Config
 from gpuevents.durations import format_duration
+from gpuevents.kvstate import parse_or_none
 from gpuevents.records import ActionRequest
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,9 @@ async def gate(req: ActionRequest, kv: KeyValue, config: Config, now: datetime) 
     """Where the request's approval stands: ("approved", when), ("denied", by whom), ("expired", why), or
     ("pending", seconds to look again) — posting the question the first time."""
     got = await kv.get(approval_key(req.key))
+    if got is not None and parse_or_none(Approval, got, "deleting it: the approval is asked again") is None:
+        await kv.delete(got.key)
+        got = None
     if got is None:
         state = Approval(request=req)
         try:
@@ -98,9 +102,9 @@ async def _post(req: ActionRequest, kv: KeyValue, config: Config, state: Approva
 async def decide(kv: KeyValue, request_key: str, approved: bool, by: str, now: datetime) -> Approval | None:
     """Record an answer (the first one wins); the approval as it now stands, or None when unknown."""
     got = await kv.get(approval_key(request_key))
-    if got is None:
+    state = None if got is None else parse_or_none(Approval, got, "the answer is not recorded")
+    if state is None:
         return None
-    state = Approval.model_validate_json(got.value)
     if state.status != "pending":
         return state
     answered = state.model_copy(update={"status": "approved" if approved else "denied", "by": by, "at": now})

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict
 
 from actions.store import KeyValue, kv_key
 from gpuevents.bus import KvExists, KvWrongRevision
+from gpuevents.kvstate import parse_or_none
 from gpuevents.records import AuditRecord
 
 log = logging.getLogger(__name__)
@@ -66,7 +67,11 @@ class Ledger:
         got = await self.kv.get(self.kv_key(key))
         if got is None:
             return None
-        return LedgerEntry.model_validate_json(got.value), got.revision
+        entry = parse_or_none(LedgerEntry, got, "deleting it")
+        if entry is None:
+            await self.kv.delete(got.key)  # repaired: absent, as it was read
+            return None
+        return entry, got.revision
 
     async def claim(self, key: str, now: datetime, deadline: datetime) -> Claim:
         """Take `key` for this runner; exactly one of several concurrent claimers wins."""
@@ -128,8 +133,8 @@ class Ledger:
             got = await self.kv.get(k)
             if got is None:
                 continue
-            entry = LedgerEntry.model_validate_json(got.value)
-            if entry.state == "done" and (now - entry.since).total_seconds() > keep_s:
+            entry = parse_or_none(LedgerEntry, got, "deleting it")
+            if entry is None or (entry.state == "done" and (now - entry.since).total_seconds() > keep_s):
                 await self.kv.delete(k)
                 removed += 1
         return removed

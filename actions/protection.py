@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from fnmatch import fnmatchcase
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -17,6 +16,7 @@ class _ProcessFacts(BaseModel):
     user: str | None = None
     uid: int | None = None
     name: str | None = None
+    exe: str = ""
     pod: str | None = None
     pod_uid: str | None = None
     container_id: str | None = None
@@ -74,13 +74,13 @@ def protection_reason(request: ActionRequest, protect: ProtectConfig) -> str | N
         if users and (p.user is None or p.user.isdigit()):
             who = f"uid {p.uid}" if p.uid is not None else (f"uid {p.user}" if p.user else "no user")
             return f"user of pid {p.pid} unknown ({who}): cannot tell whether it is protected"
-        for pattern in protect.process_patterns:
-            if p.name and fnmatchcase(p.name, pattern):
-                return f"process name {p.name!r} matches {pattern!r}"
         if p.pod and "/" in p.pod and p.pod.split("/", 1)[0] in protect.namespaces:
             return f"namespace {p.pod.split('/', 1)[0]} (pod {p.pod})"
         if protect.namespaces and not p.pod and (p.pod_uid or p.container_id):
             return f"pid {p.pid} runs in a container whose pod is unknown: cannot tell its namespace"
+        program = protect.program_reason(p.pid, p.exe, p.user)  # its program, never the name it gives itself
+        if program is not None:
+            return program
     return None
 
 

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
+from actions.escaping import argv_element
 from actions.protocol import UNITS, Action, ActionParams
 
 log = logging.getLogger(__name__)
@@ -107,13 +108,20 @@ EscapeAt = Callable[[tuple[str | int, ...]], Callable[[str], str]]
 
 
 def escape_for(type_: str) -> EscapeAt:
-    """How values from the machine are escaped when rendered into each of this action's parameters (by path)."""
+    """How values from the machine are escaped when rendered into each of this action's parameters (by path).
+
+    An `argv` parameter is an argv whatever the action (`command`, `cordon`/`scale`/`cancel` with `provider:
+    command`, a plugin's): a value from the machine there is checked here, once, by `argv_element`."""
     cls = get(type_)
     at = getattr(cls, "escape_at", None)
-    if callable(at):
-        return at  # type: ignore[no-any-return]
-    escape = cls.escape
-    return lambda _path: escape
+    escape: Callable[[str], str] = cls.escape
+
+    def escape_at(path: tuple[str | int, ...]) -> Callable[[str], str]:
+        if path and path[0] == "argv":
+            return argv_element
+        return at(path) if callable(at) else escape
+
+    return escape_at
 
 
 def readable(type_: str, params: Mapping[str, Any]) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from gpuevents.bus import Bus, BusError, KvExists
 from gpuevents.clock import Clock
 from gpuevents.config import Config
 from gpuevents.durations import format_duration
+from gpuevents.kvstate import parse_or_none
 from gpuevents.records import ActionRequest, AuditRecord
 
 log = logging.getLogger(__name__)
@@ -99,10 +100,10 @@ class ClickHandler:
         if action_id in (APPROVE, DENY):
             return await self._answer(payload, str(action.get("value", "")), action_id == APPROVE, clicker)
         got = await self.kv.get(sent_key(str(action.get("value", ""))))
-        if got is None:
+        sent = None if got is None else parse_or_none(SentMessage, got, "the click is answered as untracked")
+        if sent is None:
             await self.ephemeral(payload, "This message is no longer tracked by gpuevents.")
             return ClickResult(done=False, message="unknown message")
-        sent = SentMessage.model_validate_json(got.value)
         admins = set(self.config.actions.slack.admins)
         if clicker != sent.recipient and clicker not in admins:
             who = f"<@{sent.recipient}>" if sent.recipient else "an admin"
@@ -124,10 +125,10 @@ class ClickHandler:
     async def _answer(self, payload: dict[str, Any], request_key: str, approved: bool, clicker: str) -> ClickResult:
         """Approve or Deny on an approval request: a member of its channel or an admin may answer, once."""
         got = await self.kv.get(approval_key(request_key))
-        if got is None:
+        state = None if got is None else parse_or_none(Approval, got, "the click is answered as untracked")
+        if state is None:
             await self.ephemeral(payload, "This approval is no longer tracked by gpuevents.")
             return ClickResult(done=False, message="unknown approval")
-        state = Approval.model_validate_json(got.value)
         if clicker not in self.config.actions.slack.admins and not await self.member(state.channel, clicker):
             await self.ephemeral(payload, f"Only a member of {state.request.approve} (or an admin) can answer.")
             return ClickResult(done=False, message="not a member of the approving channel")

@@ -105,14 +105,17 @@ async def run_socket_mode(config: Config, bus: Bus, kv: KeyValue, clock: Clock, 
 
 def interactivity_app(config: Config, handler: ClickHandler, signing_secret: str, clock: Clock) -> web.Application:
     """POST /slack/interactivity: Slack's signed form post (`payload=<json>`); 401 on a bad signature or an old
-    timestamp, 200 at once otherwise (the click is handled in the background)."""
+    timestamp, 400 on a missing or malformed timestamp or payload, 200 at once otherwise (the click is handled
+    in the background)."""
     verifier = SignatureVerifier(signing_secret, clock=_SlackClock(clock))
     tasks: set[asyncio.Task[None]] = set()
 
     async def interactivity(request: web.Request) -> web.Response:
         body = await request.read()
-        if not verifier.is_valid(body, request.headers.get("X-Slack-Request-Timestamp", ""),
-                                 request.headers.get("X-Slack-Signature", "")):
+        timestamp = request.headers.get("X-Slack-Request-Timestamp", "")
+        if not timestamp.isascii() or not timestamp.isdigit():  # slack-sdk's int() would raise: a 500
+            return web.Response(status=400, text="X-Slack-Request-Timestamp must be a Unix time in seconds")
+        if not verifier.is_valid(body, timestamp, request.headers.get("X-Slack-Signature", "")):
             return web.Response(status=401, text="invalid signature")
         try:
             payload = json.loads(parse_qs(body.decode())["payload"][0])

@@ -153,6 +153,7 @@ class PsutilIdentifier:
             with proc.oneshot():
                 create_time = proc.create_time()
                 name = proc.name()
+                exe = program_of(proc)
                 uid: int | None = proc.uids().real
                 ppid: int | None = proc.ppid()
                 try:
@@ -167,11 +168,20 @@ class PsutilIdentifier:
         cg = read_cgroup(pid, self.proc_root)
         job = cg.job or _slurm_job_from_environment(proc)
         ident = ProcessIdentity(
-            pid=pid, create_time=_ts(create_time), name=name,
+            pid=pid, create_time=_ts(create_time), name=name, exe=exe,
             cmdline=truncate(cmdline, self.cmdline_max), user=self.users.name(uid), uid=uid, ppid=ppid,
             container_id=cg.container_id, pod_uid=cg.pod_uid, service=cg.service, job=job,
         )
         return proc, ident
+
+
+def program_of(proc: psutil.Process) -> str:
+    """The process's executable (`/proc/<pid>/exe`), the program it runs whatever name it gives itself; empty
+    when it cannot be read (a kernel thread, no permission)."""
+    try:
+        return str(proc.exe())
+    except (psutil.Error, OSError):
+        return ""
 
 
 def _slurm_job_from_environment(proc: psutil.Process) -> str | None:
@@ -202,7 +212,8 @@ class PsutilControl:
                 if p.status() == psutil.STATUS_ZOMBIE:
                     return None
                 user = self.users.name(p.uids().real)
-                return LiveProcess(pid=pid, create_time=_ts(p.create_time()), user=user, name=p.name())
+                return LiveProcess(pid=pid, create_time=_ts(p.create_time()), user=user, name=p.name(),
+                                   exe=program_of(p))
         except psutil.NoSuchProcess:  # ZombieProcess is one too
             return None
         except psutil.AccessDenied as e:  # alive, but not ours to read: never report it as gone

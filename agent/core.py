@@ -247,7 +247,7 @@ class NodeCore:
     def process_info(self, h: HeldProcess, now: datetime) -> ProcessInfo:
         i = h.ident
         return ProcessInfo(
-            node=self.node, pid=i.pid, name=i.name, cmdline=i.cmdline, user=i.user, uid=i.uid,
+            node=self.node, pid=i.pid, name=i.name, exe=i.exe, cmdline=i.cmdline, user=i.user, uid=i.uid,
             owner=i.owner, create_time=i.create_time,
             age_s=round(max(0.0, (now - i.create_time).total_seconds()), 3), ppid=i.ppid, service=i.service,
             job=i.job or (self._kube_job_of(i.pod) if i.pod and self.kube_pods is not None

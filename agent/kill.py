@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import fnmatch
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -55,12 +54,9 @@ class KillPolicy:
         if live.user is None and self.protect.users:
             return (f"the user of pid {pid} cannot be named (no entry in the host's user database): "
                     "cannot tell whether it is protected")
-        for pattern in self.protect.process_patterns:
-            if fnmatch.fnmatchcase(live.name, pattern):
-                return f"process name {live.name!r} matches protected pattern {pattern!r}"
         if pod is not None and pod.split("/", 1)[0] in self.protect.namespaces:
             return f"namespace {pod.split('/', 1)[0]!r} is protected (protect.namespaces)"
-        return None
+        return self.protect.program_reason(pid, live.exe, live.user)  # /proc/<pid>/exe, never its comm
 
 
 class RateLimit:

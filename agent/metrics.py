@@ -15,7 +15,7 @@ from typing import Any
 
 from prometheus_client.utils import floatToGoString
 
-from agent.core import NodeCore
+from agent.core import HeldProcess, NodeCore
 from agent.dcgm import (
     DCGM_FIELDS,
     DCGM_LABELS,
@@ -91,10 +91,11 @@ class AgentCollector:
     """Builds every series from the agents' latest state when scraped: nothing is paid per sample."""
 
     def __init__(self, cores: Callable[[], Iterable[NodeCore]], counters: AgentCounters,
-                 max_process_series: int = MAX_PROCESS_SERIES) -> None:
+                 max_process_series: int = MAX_PROCESS_SERIES, *, process_labels: bool = True) -> None:
         self.cores = cores
         self.counters = counters
         self.max_process_series = max_process_series
+        self.process_labels = process_labels
 
     def collect(self) -> Iterator[Family]:
         dcgm = [Family(f.name, f.type, f.help) for f in DCGM_FIELDS]
@@ -146,6 +147,9 @@ class AgentCollector:
                 idle_s.add(base, (now - since).total_seconds() if since and now else 0.0)
             nproc.add(base, float(len(on_gpu)))
         held = sorted(core.held.values(), key=lambda h: -(h.mem_mib or 0.0))
+        if not self.process_labels:
+            _anonymous(host, held, pmem, putil)
+            return
         for h in held[: self.max_process_series]:
             lv = {"Hostname": host, "gpu": ",".join(map(str, h.gpus)), "pid": str(h.ident.pid),
                   "user": h.ident.user or "", "name": h.ident.name, **pod_labels(h),
@@ -159,6 +163,20 @@ class AgentCollector:
 
     def render(self) -> bytes:
         return render(self.collect())
+
+
+def _anonymous(host: str, held: list[HeldProcess], pmem: Family, putil: Family) -> None:
+    """The per-process series without pid, user or name (`agent.metrics_process_labels: false`): summed per
+    GPU and pod or job, which is what a scrape may still tell."""
+    sums: dict[tuple[tuple[str, str], ...], list[float]] = {}
+    for h in held:
+        lv = {"Hostname": host, "gpu": ",".join(map(str, h.gpus)), **pod_labels(h), "hpc_job": h.ident.job or ""}
+        acc = sums.setdefault(tuple(lv.items()), [0.0, 0.0])
+        acc[0] += h.mem_mib or 0.0
+        acc[1] += h.util_pct or 0.0
+    for key, (mem, util) in sums.items():
+        pmem.add(dict(key), mem)
+        putil.add(dict(key), util)
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -255,8 +255,9 @@ async def run_nodes(agents: list[NodeAgent], bus: EventBus, *, config: Config, c
     interval = config.agent.sample_interval
     metrics: MetricsServer | None = None
     if config.agent.metrics_port is not None:
-        collector = AgentCollector(lambda: [a.core for a in agents], counters)
-        metrics = MetricsServer(collector, config.agent.metrics_port).start()
+        collector = AgentCollector(lambda: [a.core for a in agents], counters,
+                                   process_labels=config.agent.metrics_process_labels)
+        metrics = MetricsServer(collector, config.agent.metrics_port, config.agent.metrics_address).start()
     helpers = [supervise("kill service", lambda: _serve_kills(bus, agents, config.cluster, stop), stop, counters)]
     if pods is not None:
         helpers.append(supervise("kubelet pod refresh", lambda: _refresh_pods(pods, stop), stop, counters))

@@ -91,6 +91,7 @@ class ProcessIdentity:
     pid: int
     create_time: datetime
     name: str = ""
+    exe: str = ""
     cmdline: str = ""
     user: str | None = None
     uid: int | None = None
@@ -113,6 +114,7 @@ class LiveProcess:
     create_time: datetime
     user: str | None
     name: str
+    exe: str = ""  # /proc/<pid>/exe; empty when unknown
 
 
 class Sampler(Protocol):

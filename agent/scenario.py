@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpuevents.durations import parse_duration
-from gpuevents.yamlpos import Located, LocatedError, parse_yaml
+from gpuevents.yamlpos import Located, LocatedError, parse_yaml, read_yaml_text
 
 SCENARIO_DIR = Path(__file__).with_name("scenarios")
 
@@ -186,11 +186,7 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
         if not p.exists():
             raise LocatedError([Located(str(name_or_path), 0,
                                         f"no such scenario; shipped: {', '.join(shipped_scenarios())}")])
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise LocatedError([Located(str(p), 0, f"cannot read scenario: {e.strerror}")]) from None
-    doc = parse_yaml(text, str(p))
+    doc = parse_yaml(read_yaml_text(p, "scenario"), str(p))
     if not isinstance(doc.data, dict):
         raise LocatedError([doc.locate((), "a scenario is a mapping (name, jobs, ...)")])
     try:

@@ -208,7 +208,7 @@ class SimulatedNode:
                 pod = f"{s.namespace}/{job.user}-{job.kind.replace('_', '-')}-{job.gpu}-{job.seq}"
                 labels = {"app": job.kind.replace("_", "-"), "user": job.user}
             job.idents[pid] = ProcessIdentity(
-                pid=pid, create_time=ct, name=name, cmdline=job.command, user=job.user,
+                pid=pid, create_time=ct, name=name, exe=f"/usr/bin/{name}", cmdline=job.command, user=job.user,
                 uid=1000 + sum(map(ord, job.user)) % 1000, ppid=1, container_id=container,
                 pod_uid=pod_uid, pod=pod, labels=labels, container=container_name,
                 job=str(100_000 + self.node_index * 10_000 + job.gpu * 100 + job.seq) if s.slurm else None,
@@ -310,7 +310,7 @@ class SimulatedNode:
         if job is None:
             return None
         ident = job.idents[pid]
-        return LiveProcess(pid=pid, create_time=ident.create_time, user=ident.user, name=ident.name)
+        return LiveProcess(pid=pid, create_time=ident.create_time, user=ident.user, name=ident.name, exe=ident.exe)
 
     def send(self, pid: int, create_time: datetime, signal_name: str) -> bool:
         job = self._running().get(pid)

@@ -9,14 +9,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ByteSize, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpuevents.durations import Duration
 from gpuevents.idleness import IdleRule, IdleSignal, model_matches
 from gpuevents.kubeconfig import KubeletConfig, KubernetesJobsConfig, PodResourcesConfig
 from gpuevents.notify_config import NotifyConfig
+from gpuevents.protect_config import ProtectConfig as ProtectConfig
+from gpuevents.protect_config import ProtectedProgram as ProtectedProgram
 from gpuevents.schedconfig import AgentSlurmConfig, DemandConfig
-from gpuevents.yamlpos import Located, LocatedError, YamlDoc, parse_scalar, parse_yaml
+from gpuevents.yamlpos import Located, LocatedError, YamlDoc, parse_scalar, parse_yaml, read_yaml_text
 
 ENV_PREFIX = "GPUEVENTS_"
 SECRET_KEYS = frozenset({"token", "password", "secret", "bot_token", "nkey_seed", "jwt"})
@@ -45,6 +47,8 @@ class StreamsConfig(_Section):
     audit_max_age: Duration = 90 * 86400
     dlq_max_age: Duration = 7 * 86400
     replicas: int = Field(1, ge=1, le=5)
+    max_bytes: ByteSize = Field(3 << 30, ge=4 << 20)  # all streams together (DESIGN §7.1), split in gpuevents.bus
+    events_max_msgs_per_subject: int = Field(50_000, ge=1)  # per node and event type
 
 
 class NatsConfig(_Section):
@@ -54,7 +58,7 @@ class NatsConfig(_Section):
     embedded: EmbeddedServerConfig = EmbeddedServerConfig()
     streams: StreamsConfig = StreamsConfig()
     kv_bucket: str = "gpuevents-state"
-    inbox_prefix: str | None = Field(None, description="reply subjects prefix, to fence a client's inbox")
+    inbox_prefix: str | None = Field(None, description="reply subjects prefix; default: the role's (_INBOX.<role>)")
     connect_timeout: Duration = 5
     reconnect_wait: Duration = 2
     publish_buffer: int = Field(10_000, ge=0, description="events kept while NATS is unreachable")
@@ -147,6 +151,10 @@ class AgentConfig(_Section):
     attribution: AttributionConfig = AttributionConfig()
     kill: AgentKillConfig = AgentKillConfig()
     metrics_port: int | None = Field(None, ge=0, le=65535, description="dcgm-compatible /metrics")
+    metrics_address: str = Field("0.0.0.0", min_length=1, description="where /metrics listens: every address, so "
+                                 "Prometheus can scrape it; 127.0.0.1 keeps it on the node")
+    metrics_process_labels: bool = Field(True, description="false: the per-process series carry no pid, user or "
+                                         "process name (summed per GPU and pod or job)")
     hpc_job_mapping_dir: Path | None = Field(None, description="dcgm-exporter's HPC job mapping: a file per GPU "
                                              "(`0`, `1`, MIG `2.3`) listing the jobs on it, one per line")
     slurm: AgentSlurmConfig = AgentSlurmConfig()
@@ -180,11 +188,14 @@ class EngineConfig(_Section):
     offline_grace: Duration = 600
     request_ttl: Duration = 300
     max_clock_skew: Duration = 60
+    max_clock_offset: Duration = 30  # an engine further than this from the NATS server's clock does not lead
     limits: dict[str, LimitConfig] = Field(default_factory=dict, description="per action type")
     lease_ttl: Duration = 10
     partitions: int = Field(1, ge=1, le=256, description="the fleet split by node among engine replicas")
     consumer: str = "gpuevents-engine"
     metrics_port: int | None = Field(None, ge=0, le=65535)
+    metrics_address: str = Field("0.0.0.0", min_length=1, description="where /metrics listens (every address, "
+                                 "so Prometheus can scrape it)")
     dashboard_port: int | None = Field(None, ge=0, le=65535)
     usage_db: Path = Path(".gpuevents/usage.sqlite")
     usage_retention: Duration = Field(400 * 86400, description="usage rollups older than this are deleted")
@@ -252,6 +263,7 @@ class KubernetesConfig(_Section):
 class SlurmConfig(_Section):
     scontrol: Path = Path("scontrol")
     scancel: Path = Path("scancel")
+    squeue: Path = Path("squeue")
 
 
 class EmailConfig(_Section):
@@ -285,18 +297,6 @@ class ActionsConfig(_Section):
 
 
 # ---------------------------------------------------------------- protect, costs
-class ProtectConfig(_Section):
-    users: list[str] = Field(default_factory=lambda: ["root"])
-    node_labels: dict[str, str] = Field(default_factory=dict)
-    process_patterns: list[str] = Field(default_factory=list, description="fnmatch on the name")
-    namespaces: list[str] = Field(default_factory=lambda: ["kube-system"])
-    workload_labels: dict[str, str] = Field(default_factory=dict, description="Kubernetes workloads carrying "
-                                            "one of these labels are never paused, drained or cancelled")
-    partitions: list[str] = Field(default_factory=list, description="Slurm partitions never cancelled in")
-    accounts: list[str] = Field(default_factory=list, description="Slurm accounts whose jobs are never cancelled")
-    qos: list[str] = Field(default_factory=list, description="Slurm QOS whose jobs are never cancelled")
-
-
 class GpuCost(_Section):
     price: float = Field(ge=0, description="purchase price per GPU")
     depreciation_years: float = Field(4, gt=0)
@@ -410,11 +410,7 @@ def load_config(
         doc = YamlDoc(file="<defaults>", data={})
     else:
         p = Path(path)
-        try:
-            text = p.read_text()
-        except OSError as e:
-            raise LocatedError([Located(str(p), 1, f"cannot read config: {e.strerror}")]) from None
-        doc = parse_yaml(text, str(p))
+        doc = parse_yaml(read_yaml_text(p, "config"), str(p))
     data = doc.data if doc.data is not None else {}
     if not isinstance(data, dict):
         raise LocatedError([doc.locate((), "a config file is a mapping of sections (cluster, nats, agent, ...)")])

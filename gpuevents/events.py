@@ -118,6 +118,9 @@ class ProcessInfo(_Model):
     node: str
     pid: int
     name: str = ""
+    """The name the process gives itself (`/proc/<pid>/comm`): shown, never trusted."""
+    exe: str = ""
+    """Its program, `/proc/<pid>/exe` (empty: unknown); what `protect.process_patterns` match."""
     cmdline: str = ""
     user: str | None = None
     uid: int | None = None

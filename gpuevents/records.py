@@ -78,7 +78,7 @@ class AuditRecord(BaseModel):
 
     id: str = Field(default_factory=new_id)
     time: datetime
-    kind: Literal["transition", "action", "snooze", "reload", "click"]
+    kind: Literal["transition", "action", "snooze", "reload", "click", "request"]
     rule: str = ""
     entity_id: str = ""
     cluster: str = "default"

@@ -134,3 +134,22 @@ ENGINE_STATUS = f"{PREFIX}.engine.status"
 ENGINE_SNOOZE = f"{PREFIX}.engine.snooze"
 ENGINE_FREE = f"{PREFIX}.engine.free"
 """Request/reply: the leading engine applies a snooze."""
+ENGINE_ACT = f"{PREFIX}.engine.act"
+"""Request/reply: a person's kill or cancel (`gpuevents kill`, `gpuevents cancel`), decided by the acting engine
+like a rule's action."""
+ENGINE_REQUESTS = f"{PREFIX}.engine.>"
+
+ROLES = ("agent", "engine", "runner", "operator", "admin")
+"""The NATS identities of DESIGN §7.1, each with its own reply inbox."""
+
+
+def inbox_prefix(role: str, node: str | None = None) -> str:
+    """Where a role's replies come back: `_INBOX.<role>`, an agent's `_INBOX.agent.<node>`. The generated NATS
+    users (deploy/nats/nats_auth.py) may subscribe to their own prefix only, so no one reads another's replies."""
+    if role not in ROLES:
+        raise ValueError(f"unknown NATS role {role!r}; one of {', '.join(ROLES)}")
+    if role == "agent":
+        if not node:
+            raise ValueError("an agent's inbox prefix names its node")
+        return f"_INBOX.agent.{escape_token(node)}"
+    return f"_INBOX.{role}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -10,6 +11,7 @@ import yaml
 from pydantic import ValidationError
 
 Path = tuple[str | int, ...]
+PathLike = str | os.PathLike[str]
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,12 @@ def _message(e: Any) -> str:
     return msg
 
 
+MAX_YAML_BYTES = 2 * 1024 * 1024
+"""A rule, config, test or scenario file larger than this is refused before it is parsed."""
+MAX_ALIAS_NODES = 10_000
+"""Values that aliases (`*name`) may add to a document beyond what it writes out: anchors for shared settings
+fit easily; a "billion laughs" (aliases of aliases of aliases, 618 bytes for a gigabyte) does not."""
+
 _YAML_WORDS: tuple[tuple[str, str], ...] = (
     ("mapping values are not allowed", "a `key: value` where none can be: this line is indented more than the "
      "key above it expects, or a value holding ': ' needs quotes"),
@@ -107,8 +115,31 @@ class _Loader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML ships no type st
     pass
 
 
+def read_yaml_text(path: PathLike, what: str = "file") -> str:
+    """The text of a YAML file, refused (LocatedError, `file: …`) when unreadable, not UTF-8 or over the size
+    limit: a file anyone could drop into a watched folder must stay cheap to read."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_YAML_BYTES + 1)
+    except OSError as e:
+        raise LocatedError([Located(str(path), 0, f"cannot read {what}: {e.strerror}")]) from None
+    if len(raw) > MAX_YAML_BYTES:
+        raise LocatedError([Located(str(path), 0, f"larger than {MAX_YAML_BYTES // (1024 * 1024)} MiB; a {what} "
+                                                  "this size is refused (split it into several files)")])
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise LocatedError([Located(str(path), line, f"not UTF-8 text (byte {raw[e.start]:#04x}); save the "
+                                                     "file as UTF-8")]) from None
+
+
 def parse_yaml(text: str, file: str) -> YamlDoc:
-    """Parse `text`; a syntax error becomes a LocatedError with the line YAML reports."""
+    """Parse `text`; a syntax error becomes a LocatedError with the line YAML reports, and so does a document
+    over the size limit or whose aliases expand beyond `MAX_ALIAS_NODES` values."""
+    if len(text) > MAX_YAML_BYTES:
+        raise LocatedError([Located(file, 0, f"larger than {MAX_YAML_BYTES // (1024 * 1024)} MiB; refused "
+                                             "(split it into several files)")])
     try:
         node = yaml.compose(text, Loader=_Loader)
     except yaml.MarkedYAMLError as e:
@@ -120,7 +151,7 @@ def parse_yaml(text: str, file: str) -> YamlDoc:
         return doc
     constructor = _Loader("")
     try:
-        doc.data = _build(node, (), doc, constructor)
+        doc.data = _build(node, (), doc, constructor, _Budget())
     except RecursionError:
         raise LocatedError([Located(file, 1, "invalid YAML: an alias refers to itself (or nests too deep)")]) from None
     except yaml.YAMLError as e:
@@ -129,12 +160,35 @@ def parse_yaml(text: str, file: str) -> YamlDoc:
     return doc
 
 
-def _build(node: yaml.Node, path: Path, doc: YamlDoc, c: yaml.SafeLoader) -> Any:
+class _Budget:
+    """Counts the values built a second time or more (through an alias), up to MAX_ALIAS_NODES."""
+
+    def __init__(self) -> None:
+        self.seen: set[int] = set()
+        self.repeats = 0
+
+    def visit(self, node: yaml.Node, file: str, line: int) -> bool:
+        """Whether `node` is written out here (first visit); `line`: where the alias that reached it is."""
+        if id(node) not in self.seen:
+            self.seen.add(id(node))
+            return True
+        self.repeats += 1
+        if self.repeats > MAX_ALIAS_NODES:
+            raise LocatedError([Located(file, line, f"aliases expand to more than {MAX_ALIAS_NODES:,} values "
+                                                    "(an alias bomb?); write the values out, or alias less")])
+        return False
+
+
+def _build(node: yaml.Node, path: Path, doc: YamlDoc, c: yaml.SafeLoader, budget: _Budget, line: int = 1) -> Any:
+    if budget.visit(node, doc.file, line):
+        line = node.start_mark.line + 1  # an alias inside a repeated value is reported where the repeat began
     doc.lines.setdefault(path, node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode):
         out: dict[Any, Any] = {}
         c.flatten_mapping(node)
         for k_node, v_node in node.value:
+            if not isinstance(k_node, yaml.ScalarNode):
+                raise LocatedError([Located(doc.file, k_node.start_mark.line + 1, "keys must be plain scalars")])
             key = c.construct_object(k_node, deep=True)
             if not isinstance(key, str | int | float | bool) or key is None:
                 raise LocatedError([Located(doc.file, k_node.start_mark.line + 1, "keys must be plain scalars")])
@@ -144,16 +198,16 @@ def _build(node: yaml.Node, path: Path, doc: YamlDoc, c: yaml.SafeLoader) -> Any
                 )
             kpath = (*path, str(key))
             doc.lines[kpath] = k_node.start_mark.line + 1
-            out[str(key) if isinstance(key, str) else key] = _build(v_node, kpath, doc, c)
+            out[str(key) if isinstance(key, str) else key] = _build(v_node, kpath, doc, c, budget, line)
         return out
     if isinstance(node, yaml.SequenceNode):
-        return [_build(item, (*path, i), doc, c) for i, item in enumerate(node.value)]
+        return [_build(item, (*path, i), doc, c, budget, line) for i, item in enumerate(node.value)]
     return c.construct_object(node, deep=True)
 
 
 def parse_scalar(text: str) -> Any:
-    """A value from an environment variable, read as YAML (`true`, `5`, `[a, b]`, `2h`)."""
+    """A value from an environment variable, read as YAML (`true`, `5`, `[a, b]`, `2h`), aliases bounded."""
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
+        return parse_yaml(text, "<env>").data
+    except LocatedError:
         return text

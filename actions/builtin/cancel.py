@@ -1,7 +1,9 @@
 """The `cancel` action: ends a scheduler job — Slurm `scancel [--signal S] ID` or `scontrol requeue ID`;
 Kubernetes: deletes the job's pod.
 
-Before it acts on a Slurm job it reads the job (`scontrol show job -o ID`, one call) and refuses, as `kill` does
+Before it acts on a Slurm job it reads the job (`squeue -j ID` with the job's name last, one call: the name is
+the user's to choose, and in `scontrol show job -o` a name like `x UserId=nobody(65534)` would pass for the job's
+own fields) and refuses, as `kill` does
 for processes: a job id that is not one job (no hostlist, no option); a job whose user, account, partition or QOS
 is protected (config `protect`); a job whose user is not the user the request names (a reused id, or a wrong
 attribution); a job whose details cannot be read while something is protected (it cannot tell). A job that has
@@ -17,7 +19,7 @@ from lightkube.resources.core_v1 import Pod
 from pydantic import BaseModel, ConfigDict, Field
 
 from actions.builtin.command import run_command
-from actions.escaping import UnsafeValue, argv_element, no_escape
+from actions.escaping import no_escape
 from actions.kube import kube_errors, post_event
 from actions.procrun import run_argv
 from actions.protocol import ActionContext, ActionParams, ActionResult, ActionUnit
@@ -67,16 +69,21 @@ def job_of(params: CancelParams, facts: dict[str, Any]) -> tuple[str | None, str
     return None, user
 
 
-def parse_show_job(text: str) -> dict[str, str]:
-    """`scontrol show job -o` (one line of Key=Value pairs) as a dict; `UserId=alice(1000)` gives `user`."""
-    out: dict[str, str] = {}
-    for item in text.split():
-        key, sep, value = item.partition("=")
-        if sep:
-            out.setdefault(key, value)
-    if "UserId" in out:
-        out["user"] = out["UserId"].split("(", 1)[0]
-    return out
+SQUEUE_FORMAT = "%i|%u|%a|%P|%q|%T|%j"  # the name last: it may hold anything, `|` included
+
+
+def parse_squeue_job(job_id: str, text: str) -> dict[str, str]:
+    """The one line `squeue -h -j ID -o SQUEUE_FORMAT` prints for the job, as `user`, `Account`, `Partition`,
+    `QOS`, `JobState` and `JobName`; empty when the output is not exactly that job's line."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if len(lines) != 1:
+        return {}
+    fields = lines[0].split("|", 6)
+    if len(fields) != 7 or fields[0].strip() != job_id:
+        return {}
+    _, user, account, partition, qos, state, name = (f.strip() for f in fields)
+    return {"user": user, "Account": account, "Partition": partition, "QOS": qos, "JobState": state,
+            "JobName": name}
 
 
 def slurm_refusal(job: dict[str, str], protect: ProtectConfig, expected_user: str | None) -> str | None:
@@ -97,19 +104,15 @@ def slurm_refusal(job: dict[str, str], protect: ProtectConfig, expected_user: st
 
 async def _slurm(ctx: ActionContext, p: CancelParams, job_id: str, expected_user: str | None) -> ActionResult:
     cfg = ctx.config.actions.slurm
-    try:
-        argv_element(job_id)
-    except UnsafeValue as e:
-        return ActionResult(status="refused", detail=str(e))
-    if not _SLURM_JOB.match(job_id):
+    if not _SLURM_JOB.match(job_id):  # digits only: never an option, never a list
         return ActionResult(status="refused", detail=f"{job_id!r} is not one Slurm job id")
     limit = (p.timeout or ctx.config.actions.timeout) * 0.95
     try:
-        shown = await run_argv([str(cfg.scontrol), "show", "job", "-o", job_id], timeout=limit / 3,
-                               output_max=ctx.config.actions.command_output_max)
+        shown = await run_argv([str(cfg.squeue), "-h", "--states=all", "-j", job_id, "-o", SQUEUE_FORMAT],
+                               timeout=limit / 3, output_max=ctx.config.actions.command_output_max)
     except (FileNotFoundError, PermissionError) as e:
-        return ActionResult(status="failed", detail=f"cannot run {cfg.scontrol}: {e.strerror or e}")
-    job = parse_show_job(shown.output) if shown.returncode == 0 else {}
+        return ActionResult(status="failed", detail=f"cannot run {cfg.squeue}: {e.strerror or e}")
+    job = parse_squeue_job(job_id, shown.output) if shown.returncode == 0 else {}
     if shown.returncode != 0 and "Invalid job id" in shown.output:
         return ActionResult(detail=f"job {job_id} already ended (not in the queue)")
     if not job:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from actions.escaping import argv_element, no_escape
+from actions.escaping import no_escape
 from actions.procrun import run_argv
 from actions.protocol import ALL_KINDS, ActionContext, ActionParams, ActionResult, ActionUnit
 from actions.registry import register
@@ -50,11 +49,6 @@ class CommandAction:
     destructive: ClassVar[bool] = True
     unit: ClassVar[ActionUnit] = "entity"
     escape = staticmethod(no_escape)
-
-    @staticmethod
-    def escape_at(path: tuple[str | int, ...]) -> Callable[[str], str]:
-        """argv elements never meet a shell, but a value from the machine may not start an option."""
-        return argv_element if path and path[0] == "argv" else no_escape
 
     async def run(self, ctx: ActionContext) -> ActionResult:
         p = ctx.params

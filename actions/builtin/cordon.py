@@ -11,7 +11,7 @@ from pydantic import Field, model_validator
 
 from actions.builtin.command import run_command
 from actions.builtin.kill import node_of
-from actions.escaping import UnsafeValue, argv_element, no_escape, single_node
+from actions.escaping import UnsafeValue, no_escape, single_node
 from actions.kube import kube_errors
 from actions.protocol import ActionContext, ActionParams, ActionResult, ActionUnit
 from actions.registry import register
@@ -100,9 +100,7 @@ async def _run(ctx: ActionContext, cordon: bool) -> ActionResult:
 
 
 def _escape_at(path: tuple[str | int, ...]) -> Callable[[str], str]:
-    if path and path[0] == "argv":
-        return argv_element
-    return single_node if path == ("node",) else no_escape
+    return single_node if path == ("node",) else no_escape  # `argv`: registry.escape_for checks it
 
 
 @register

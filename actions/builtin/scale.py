@@ -25,6 +25,7 @@ from actions.registry import register
 from actions.services import services_of
 from actions.store import kv_key
 from gpuevents.durations import Duration
+from gpuevents.kvstate import parse_or_none
 
 REPLICAS_PLACEHOLDER = "{replicas}"
 
@@ -66,11 +67,15 @@ def _previous_key(rule: str, p: ScaleParams) -> str:
 async def _target(ctx: ActionContext, p: ScaleParams) -> int:
     if p.replicas != "previous":
         return p.replicas
-    got = await services_of(ctx).kv.get(_previous_key(ctx.request.rule, p))
-    if got is None:
+    kv = services_of(ctx).kv
+    got = await kv.get(_previous_key(ctx.request.rule, p))
+    previous = None if got is None else parse_or_none(_Previous, got, "deleting it")
+    if got is not None and previous is None:
+        await kv.delete(got.key)
+    if previous is None:
         raise PermanentError(f"replicas: previous, but rule {ctx.request.rule} has not scaled "
                              f"{p.kind} {p.namespace}/{p.name} before")
-    return _Previous.model_validate_json(got.value).replicas
+    return previous.replicas
 
 
 async def _remember(ctx: ActionContext, p: ScaleParams, before: int | None, after: int) -> None:

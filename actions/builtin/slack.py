@@ -34,6 +34,7 @@ from actions.slack_clicks import SentMessage, remember
 from actions.store import kv_key
 from gpuevents.bus import KvExists, KvWrongRevision
 from gpuevents.durations import Duration
+from gpuevents.kvstate import parse_or_none
 from gpuevents.records import ActionRequest
 
 log = logging.getLogger(__name__)
@@ -273,7 +274,7 @@ async def _join_digest(ctx: ActionContext, to: str, item: fmt.MessageItem,
     for _ in range(32):
         now = svc.clock.now()
         got = await svc.kv.get(key)
-        state = None if got is None else DigestState.model_validate_json(got.value)
+        state = None if got is None else parse_or_none(DigestState, got, "it is written over")
         revision = 0 if got is None else got.revision
         if state is not None and state.leader == me:
             if not state.closed and now < state.due - timedelta(milliseconds=50):

@@ -1,4 +1,4 @@
-"""Generate NATS users for gpuevents: one engine user, one agent user per node, each agent fenced to its own subjects.
+"""Generate NATS users for gpuevents: one per role (DESIGN §7.1), and one agent user per node.
 
 Run it wherever gpuevents is installed (it uses `gpuevents.subjects` so that node names are
 escaped exactly as agents escape them):
@@ -10,21 +10,36 @@ escaped exactly as agents escape them):
 It writes, under --out:
 
     auth.conf                     nats-server include: account GPUEVENTS with every user
-    passwords/engine              the engine's password
+    passwords/<role>              the password of engine, runner, operator and admin
     passwords/agents/<node>       one password per agent (the keys of the Kubernetes Secret)
-    env/engine.env                NATS_USER/NATS_PASSWORD for systemd's EnvironmentFile=
+    env/<role>.env                NATS_USER/NATS_PASSWORD for systemd's EnvironmentFile= (or a shell)
     env/agent-<node>.env          the same, per node
-    kubernetes-secrets.yaml       the three Secrets the Kubernetes manifests expect
+    kubernetes-secrets.yaml       the Secrets the Kubernetes manifests expect
 
 Rerunning keeps the passwords already in --out (adding a node does not rotate the others) and
 drops users for nodes no longer listed (removing a node revokes it). Delete a password file to
 rotate that password.
 
-What an agent may do (checked against a real nats-server by tests/deploy/test_nats_permissions.py):
-publish only `gpuevents.evt.<cluster>.<node>.>` (its events; JetStream stores them and acks to
-its inbox), subscribe only `gpuevents.cmd.<cluster>.<node>.>` (commands to its node) and
-`_INBOX.>` (the acks), and answer the requests it received (`allow_responses`). Everything else
-(other nodes' subjects, actions, the JetStream API, the KV bucket) is denied.
+Who may do what (checked against a real nats-server by tests/deploy/test_nats_permissions.py and
+tests/deploy/test_nats_roles.py). Every role subscribes to its own reply inbox only (`_INBOX.<role>.>`,
+an agent `_INBOX.agent.<node>.>`; gpuevents connects each process with that prefix), so no one reads
+another's replies:
+
+- agent (one per node): publish only `gpuevents.evt.<cluster>.<node>.>` (its events), subscribe only
+  `gpuevents.cmd.<cluster>.<node>.>` (commands to its node), answer the requests it received.
+  Other nodes' subjects, actions, the JetStream API and the KV bucket are denied.
+- runner (`gpuevents runner`): the only role that commands agents (`gpuevents.cmd.>`), calls functions
+  and publishes where rules say (the `publish` action): it may publish anywhere; it reads its inbox.
+- engine (`gpuevents engine`): actions, audit, dead letters, the JetStream API and the KV bucket, and it
+  answers `gpuevents.engine.>`. Its action runners run in its process (config engine.runners), so by
+  default it may command agents too, and run `gpuevents runner` (as deploy/ runs them); with
+  `--engine-without-runners` (engine.runners: 0, runners apart as the runner user) it may not.
+- operator (the command line: status, audit, snooze, keep, free, kill, cancel): asks the engine on
+  `gpuevents.engine.>` and reads the audit stream; it can never reach `gpuevents.cmd.>`, the KV bucket
+  nor the events. A person's kill or cancel is a request to the engine, decided like a rule's action.
+- admin: everything (streams, backtests over the events, repairs).
+
+The account's JetStream use is bounded (--js-max-file, --js-max-mem), so no client fills the disk.
 """
 
 from __future__ import annotations
@@ -38,29 +53,40 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuevents.subjects import PREFIX, escape_token
+from gpuevents.subjects import KV_BUCKET, PREFIX, STREAM_AUDIT, escape_token, inbox_prefix
 
 ACCOUNT = "GPUEVENTS"
-ENGINE_USER = "gpuevents-engine"
+ROLE_USERS = {"engine": "gpuevents-engine", "runner": "gpuevents-runner",
+              "operator": "gpuevents-operator", "admin": "gpuevents-admin"}
+ENGINE_USER = ROLE_USERS["engine"]
 # How long an agent may take to answer a command: a kill waits `grace` (30 s by default, set per
 # rule) before SIGKILL and answers after; longer than any sane grace.
 RESPONSE_EXPIRES = "15m"
+# The account's JetStream bounds: what all of gpuevents may store, whoever publishes.
+JS_MAX_FILE = "20G"
+JS_MAX_MEM = "1G"
 # Kubernetes Secret keys and file names: node names are DNS names, but bare-metal hosts may not be.
 _SAFE_NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_SIZE = re.compile(r"^[0-9]+[KMGT]?$")
 
 NATS_NAMESPACE = "nats"
 NATS_AUTH_SECRET = "nats-gpuevents-auth"
 GPUEVENTS_NAMESPACE = "gpuevents"
 AGENT_SECRET = "gpuevents-agent-nats"
 ENGINE_SECRET = "gpuevents-engine"
+ROLES_SECRET = "gpuevents-nats-roles"  # the runner, operator and admin passwords, by role
 
 
 @dataclass(frozen=True)
-class AgentPermissions:
-    """The subjects one agent may use."""
+class Permissions:
+    """The subjects one user may use; `responses`: it may answer the requests it receives."""
 
     publish: tuple[str, ...]
     subscribe: tuple[str, ...]
+    responses: bool = False
+
+
+AgentPermissions = Permissions
 
 
 def agent_user(cluster: str, node: str) -> str:
@@ -68,12 +94,45 @@ def agent_user(cluster: str, node: str) -> str:
     return f"agent/{cluster}/{node}"
 
 
-def agent_permissions(cluster: str, node: str) -> AgentPermissions:
+def agent_permissions(cluster: str, node: str) -> Permissions:
     c, n = escape_token(cluster), escape_token(node)
-    return AgentPermissions(
+    return Permissions(
         publish=(f"{PREFIX}.evt.{c}.{n}.>",),
-        subscribe=(f"{PREFIX}.cmd.{c}.{n}.>", "_INBOX.>"),
+        subscribe=(f"{PREFIX}.cmd.{c}.{n}.>", f"{inbox_prefix('agent', node)}.>"),
+        responses=True,
     )
+
+
+def role_permissions(role: str, engine_runs_actions: bool = True, bucket: str = KV_BUCKET) -> Permissions | None:
+    """What a role's user may do (None: everything, the admin)."""
+    jetstream = ("$JS.API.>", "$JS.ACK.>", "$JS.FC.>", f"$KV.{bucket}.>")
+    records = (f"{PREFIX}.act.>", f"{PREFIX}.audit.>", f"{PREFIX}.dlq.>")
+    # Action runners command agents (kill), call functions, and publish where rules say (the `publish` action):
+    # any subject. Only runners, and an engine that runs them in its process, have that.
+    actions = (">",)
+    if role == "admin":
+        return None
+    if role == "runner":
+        return Permissions(publish=actions, subscribe=(f"{inbox_prefix('runner')}.>",))
+    if role == "engine":
+        # With its runners' rights, `gpuevents runner` may log in as the engine too (on the runners' inbox); and
+        # `gpuevents status` where the engine runs (its login) reads what the engine answers it.
+        runner_inbox = (f"{inbox_prefix('runner')}.>",) if engine_runs_actions else ()
+        return Permissions(
+            publish=actions if engine_runs_actions else (*records, *jetstream),
+            subscribe=(f"{inbox_prefix('engine')}.>", *runner_inbox, f"{inbox_prefix('operator')}.>",
+                       f"{PREFIX}.engine.>", f"{PREFIX}.audit.>"),
+            responses=True,
+        )
+    if role == "operator":
+        audit = f"$JS.API.CONSUMER.%s.{STREAM_AUDIT}"
+        return Permissions(
+            publish=(f"{PREFIX}.engine.>", "$JS.API.INFO", f"$JS.API.STREAM.INFO.{STREAM_AUDIT}",
+                     audit % "CREATE", f"{audit % 'CREATE'}.>", f"{audit % 'MSG.NEXT'}.*",
+                     f"{audit % 'DELETE'}.*", f"{audit % 'INFO'}.*"),
+            subscribe=(f"{inbox_prefix('operator')}.>",),
+        )
+    raise ValueError(f"unknown role {role!r}")
 
 
 def check_node_name(node: str) -> str:
@@ -94,28 +153,39 @@ def _list(values: Iterable[str]) -> str:
     return "[" + ", ".join(_q(v) for v in values) + "]"
 
 
-def render_auth_conf(cluster: str, engine_password: str, agents: dict[str, str]) -> str:
-    """The nats-server include for `cluster`: account GPUEVENTS with JetStream, the engine and each agent."""
+def _user(name: str, password: str, perms: Permissions | None) -> list[str]:
+    if perms is None:
+        return [f"      {{user: {_q(name)}, password: {_q(password)}}}"]
+    lines = [
+        f"      {{user: {_q(name)}, password: {_q(password)},",
+        "       permissions: {",
+        f"         publish: {{allow: {_list(perms.publish)}}},",
+        f"         subscribe: {{allow: {_list(perms.subscribe)}}}" + ("," if perms.responses else ""),
+    ]
+    if perms.responses:
+        lines.append(f"         allow_responses: {{max: 1, expires: {_q(RESPONSE_EXPIRES)}}}")
+    return [*lines, "       }}"]
+
+
+def render_auth_conf(cluster: str, roles: dict[str, str], agents: dict[str, str], *,
+                     engine_runs_actions: bool = True, js_max_file: str = JS_MAX_FILE,
+                     js_max_mem: str = JS_MAX_MEM) -> str:
+    """The nats-server include for `cluster`: account GPUEVENTS with bounded JetStream, a user per role and
+    one per agent. `roles`: the password of each role in ROLE_USERS."""
     lines = [
         f"# Generated by deploy/nats/nats_auth.py for cluster {_q(cluster)}; rerun it, do not edit.",
         "# Holds passwords: keep it as secret as a private key (a Kubernetes Secret, mode 0600).",
         "accounts: {",
         f"  {ACCOUNT}: {{",
-        "    jetstream: enabled",
+        f"    jetstream: {{max_file: {js_max_file}, max_mem: {js_max_mem}}}",
         "    users: [",
-        "      # The engine, action runners and the CLI (status, audit, snooze): the whole account.",
-        f"      {{user: {_q(ENGINE_USER)}, password: {_q(engine_password)}}}",
+        "      # One user per role (DESIGN 7.1), each reading its own replies only (_INBOX.<role>; the engine's",
+        "      # login also those of the runners it runs and of the status asked where it runs).",
     ]
+    for role, user in ROLE_USERS.items():
+        lines += _user(user, roles[role], role_permissions(role, engine_runs_actions))
     for node in sorted(agents):
-        perms = agent_permissions(cluster, node)
-        lines += [
-            f"      {{user: {_q(agent_user(cluster, node))}, password: {_q(agents[node])},",
-            "       permissions: {",
-            f"         publish: {{allow: {_list(perms.publish)}}},",
-            f"         subscribe: {{allow: {_list(perms.subscribe)}}},",
-            f"         allow_responses: {{max: 1, expires: {_q(RESPONSE_EXPIRES)}}}",
-            "       }}",
-        ]
+        lines += _user(agent_user(cluster, node), agents[node], agent_permissions(cluster, node))
     lines += ["    ]", "  }", "}", ""]
     return "\n".join(lines)
 
@@ -146,14 +216,15 @@ def _secret(name: str, namespace: str, data: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_kubernetes_secrets(auth_conf: str, engine_password: str, agents: dict[str, str]) -> str:
+def render_kubernetes_secrets(auth_conf: str, roles: dict[str, str], agents: dict[str, str]) -> str:
     """The Secrets deploy/kubernetes and deploy/nats/values.yaml refer to, by name."""
     return "".join(
         [
             "# Generated by deploy/nats/nats_auth.py. Holds passwords: apply it, do not commit it.\n",
             _secret(NATS_AUTH_SECRET, NATS_NAMESPACE, {"auth.conf": auth_conf}),
             _secret(AGENT_SECRET, GPUEVENTS_NAMESPACE, dict(agents)),
-            _secret(ENGINE_SECRET, GPUEVENTS_NAMESPACE, {"nats-password": engine_password}),
+            _secret(ENGINE_SECRET, GPUEVENTS_NAMESPACE, {"nats-password": roles["engine"]}),
+            _secret(ROLES_SECRET, GPUEVENTS_NAMESPACE, {r: p for r, p in roles.items() if r != "engine"}),
         ]
     )
 
@@ -181,16 +252,21 @@ class Generated:
     auth_conf: Path
     engine_password: str
     agent_passwords: dict[str, str]
+    role_passwords: dict[str, str]
 
 
-def generate(cluster: str, nodes: Sequence[str], out: Path) -> Generated:
+def generate(cluster: str, nodes: Sequence[str], out: Path, *, engine_runs_actions: bool = True,
+             js_max_file: str = JS_MAX_FILE, js_max_mem: str = JS_MAX_MEM) -> Generated:
     """Write every file under `out` for `cluster` and `nodes`; see the module docstring."""
     if not cluster:
         raise ValueError("--cluster must not be empty")
+    for name, size in (("--js-max-file", js_max_file), ("--js-max-mem", js_max_mem)):
+        if not _SIZE.fullmatch(size):
+            raise ValueError(f"{name} {size!r}: a size such as 20G, 512M or 1000000")
     names = sorted({check_node_name(n) for n in nodes})
     if not names:
         raise ValueError("no nodes given: list them as arguments or with --nodes-file")
-    engine_password = _password(out / "passwords" / "engine")
+    roles = {role: _password(out / "passwords" / role) for role in ROLE_USERS}
     agents_dir = out / "passwords" / "agents"
     agents = {node: _password(agents_dir / node) for node in names}
     for stale in agents_dir.iterdir():
@@ -199,13 +275,15 @@ def generate(cluster: str, nodes: Sequence[str], out: Path) -> Generated:
     env_dir = out / "env"
     for stale in env_dir.glob("agent-*.env") if env_dir.exists() else []:
         stale.unlink()
-    _write_private(env_dir / "engine.env", render_env(ENGINE_USER, engine_password))
+    for role, user in ROLE_USERS.items():
+        _write_private(env_dir / f"{role}.env", render_env(user, roles[role]))
     for node, password in agents.items():
         _write_private(env_dir / f"agent-{node}.env", render_env(agent_user(cluster, node), password))
-    auth = render_auth_conf(cluster, engine_password, agents)
+    auth = render_auth_conf(cluster, roles, agents, engine_runs_actions=engine_runs_actions,
+                            js_max_file=js_max_file, js_max_mem=js_max_mem)
     _write_private(out / "auth.conf", auth)
-    _write_private(out / "kubernetes-secrets.yaml", render_kubernetes_secrets(auth, engine_password, agents))
-    return Generated(out / "auth.conf", engine_password, agents)
+    _write_private(out / "kubernetes-secrets.yaml", render_kubernetes_secrets(auth, roles, agents))
+    return Generated(out / "auth.conf", roles["engine"], agents, roles)
 
 
 def _read_nodes(args: argparse.Namespace) -> list[str]:
@@ -225,14 +303,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cluster", required=True, help="the config's `cluster` value")
     parser.add_argument("--nodes-file", help="a file with one node name a line ('-': stdin)")
     parser.add_argument("--out", type=Path, required=True, help="output directory (kept private)")
+    parser.add_argument("--engine-without-runners", action="store_true",
+                        help="the engine may not command agents (run it with engine.runners: 0 and "
+                        "`gpuevents runner` apart, as the runner user)")
+    parser.add_argument("--js-max-file", default=JS_MAX_FILE,
+                        help=f"the account's JetStream disk (default {JS_MAX_FILE})")
+    parser.add_argument("--js-max-mem", default=JS_MAX_MEM,
+                        help=f"the account's JetStream memory (default {JS_MAX_MEM})")
     args = parser.parse_args(argv)
     try:
-        result = generate(args.cluster, _read_nodes(args), args.out)
+        result = generate(args.cluster, _read_nodes(args), args.out,
+                          engine_runs_actions=not args.engine_without_runners,
+                          js_max_file=args.js_max_file, js_max_mem=args.js_max_mem)
     except (ValueError, OSError) as e:
         print(f"nats_auth: {e}", file=sys.stderr)
         return 2
-    print(f"wrote {result.auth_conf} and the secrets for {len(result.agent_passwords)} agents "
-          f"and the engine under {args.out}")
+    print(f"wrote {result.auth_conf} and the secrets for {len(result.agent_passwords)} agents, "
+          f"the engine, runner, operator and admin under {args.out}")
     return 0
 
 

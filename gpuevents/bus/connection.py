@@ -23,7 +23,7 @@ from nats.js import JetStreamContext, api
 from gpuevents import subjects as S
 from gpuevents.aio import Backoff, guarded_task, sleep_or_stop, stop_tasks
 from gpuevents.bus.consumer import Consumer, open_consumer
-from gpuevents.bus.errors import BusError, BusNoResponders, BusTimeout, bus_errors
+from gpuevents.bus.errors import BusError, BusNoResponders, BusStoreFull, BusTimeout, BusUnreachable, bus_errors
 from gpuevents.bus.kv import Kv, open_bucket
 from gpuevents.bus.publishing import AckPipe, BusStats, EventBuffer, PublishItem, js_publish, js_publish_many
 from gpuevents.bus.replay import StoredMsg, replay
@@ -34,6 +34,11 @@ log = logging.getLogger("gpuevents.bus")
 
 DUPLICATE_WINDOW_S = 120.0
 CONNECT_BACKOFF_S = 0.2
+UNREACHABLE_LOG_S = 10.0  # while the first connect fails, one warning this often
+DLQ_PER_SUBJECT = 1_000  # malformed messages kept per source subject: one node's flood replaces its own
+# Each stream's share of nats.streams.max_bytes (DESIGN §7.1: bounded): past it, its oldest messages go
+STREAM_SHARES = {S.STREAM_EVENTS: 2 / 3, S.STREAM_AUDIT: 1 / 6, S.STREAM_ACTIONS: 1 / 12, S.STREAM_DLQ: 1 / 12}
+CLIENT_CONNECT_S = 3.0  # a command a person runs gives NATS this long, then says so (BusUnreachable)
 
 
 def _tls_context(cfg: NatsConfig) -> ssl.SSLContext | None:
@@ -49,7 +54,8 @@ def _tls_context(cfg: NatsConfig) -> ssl.SSLContext | None:
 class Bus:
     """A connection to NATS and JetStream for one gpuevents process."""
 
-    def __init__(self, config: NatsConfig, *, name: str = "gpuevents") -> None:
+    def __init__(self, config: NatsConfig, *, name: str = "gpuevents", role: str = "admin",
+                 node: str | None = None, give_up_after: float | None = None) -> None:
         if not config.servers:
             raise BusError(
                 "nats.url is not set: `gpuevents up` starts an embedded server; other commands "
@@ -57,6 +63,12 @@ class Bus:
             )
         self.config = config
         self.name = name
+        # DESIGN §7.1: every process's replies come back on its role's inbox (a node's own, for an agent)
+        self.inbox_prefix = config.inbox_prefix or S.inbox_prefix(role, node)
+        self.give_up_after = give_up_after  # a command line's connect: BusUnreachable after this many seconds
+        self._connected_once = False
+        self._last_error: str = ""
+        self._last_error_logged = 0.0
         self.stats = BusStats()
         self._nc: Client | None = None
         self._js: JetStreamContext | None = None
@@ -83,17 +95,29 @@ class Bus:
         """Connect; with `wait=False`, connect in the background while publishing buffers."""
         self._spawn(self._buffer.run(), "bus publisher")
         if wait:
-            await self._connect_forever()
+            await self._connect_forever(self.give_up_after)
         else:
             self._spawn(self._connect_forever(), "bus connect")
 
-    async def _connect_forever(self) -> None:
+    def _address(self) -> str:
+        return ", ".join(self.config.servers)
+
+    async def _connect_forever(self, give_up_after: float | None = None) -> None:
+        """Connect, retrying; with `give_up_after`, raise BusUnreachable (with the address) once it has passed."""
         backoff = Backoff(CONNECT_BACKOFF_S, self.config.reconnect_wait * 4 or 5.0, jitter=False)
+        loop = asyncio.get_running_loop()
+        deadline = None if give_up_after is None else loop.time() + give_up_after
         while not self._closing.is_set():
             try:
-                await self._connect_once()
+                # nats-py's first connect retries on its own, forever (max_reconnect_attempts -1): bounded here
+                await asyncio.wait_for(self._connect_once(),
+                                       None if deadline is None else max(0.01, deadline - loop.time()))
                 return
             except (TimeoutError, OSError, nats.errors.Error) as e:
+                self._last_error = self._last_error or str(e) or type(e).__name__
+                if deadline is not None and loop.time() >= deadline:
+                    raise BusUnreachable(f"cannot reach NATS at {self._address()} within {give_up_after:g}s "
+                                         f"({self._last_error}); is it running, and is nats.url right?") from None
                 delay = backoff.next()
                 log.warning("cannot reach NATS at %s (%s); retrying in %.1fs",
                             ", ".join(self.config.servers), e or type(e).__name__, delay)
@@ -112,9 +136,8 @@ class Bus:
             "disconnected_cb": self._on_disconnected,
             "reconnected_cb": self._on_reconnected,
             "tls": _tls_context(cfg),
+            "inbox_prefix": self.inbox_prefix,
         }
-        if cfg.inbox_prefix:
-            opts["inbox_prefix"] = cfg.inbox_prefix
         if cfg.creds_file is not None:
             opts["user_credentials"] = str(cfg.creds_file)
         if os.environ.get("NATS_USER"):
@@ -123,6 +146,7 @@ class Bus:
         if os.environ.get("NATS_TOKEN"):
             opts["token"] = os.environ["NATS_TOKEN"]
         nc = await nats.connect(**opts)
+        self._connected_once = True
         self._nc = nc
         self._js = nc.jetstream(timeout=cfg.publish_timeout)
         self._buffer.wake.set()
@@ -131,6 +155,13 @@ class Bus:
     async def _on_error(self, e: Exception) -> None:
         if isinstance(e, nats.errors.SlowConsumerError):
             log.warning("nats: a subscription fell behind and dropped a message (%s)", e)
+        elif not self._connected_once:
+            # the first connect, which nats-py retries silently: say why it does not get through
+            self._last_error = str(e) or type(e).__name__
+            now = asyncio.get_running_loop().time()
+            if now - self._last_error_logged >= UNREACHABLE_LOG_S:
+                self._last_error_logged = now
+                log.warning("cannot reach NATS at %s (%s); still trying", self._address(), self._last_error)
         else:
             log.debug("nats: %s", e)
 
@@ -166,7 +197,8 @@ class Bus:
             with contextlib.suppress(TimeoutError, nats.errors.Error):
                 if self._nc.is_connected:
                     await self._nc.flush(timeout=max(1, int(flush_timeout)))
-            await self._nc.close()
+            with contextlib.suppress(OSError):  # the connection already lost: nothing left to send
+                await self._nc.close()
         if len(self._buffer):
             log.warning("closing with %d events not delivered", len(self._buffer))
 
@@ -184,17 +216,22 @@ class Bus:
         st = self.config.streams
 
         def stream(name: str, subject: str, description: str, max_age: float | None = None,
-                   retention: api.RetentionPolicy | None = None) -> api.StreamConfig:
+                   retention: api.RetentionPolicy | None = None, per_subject: int | None = None) -> api.StreamConfig:
+            # bounded (DESIGN §7.1): past its share of max_bytes, or per_subject messages on a subject, the oldest go
+            max_bytes = int(st.max_bytes * STREAM_SHARES[name])
             return api.StreamConfig(name=name, subjects=[subject], description=description, max_age=max_age,
-                                    retention=retention, storage=api.StorageType.FILE,
+                                    retention=retention, storage=api.StorageType.FILE, max_bytes=max_bytes,
+                                    max_msgs_per_subject=per_subject or -1, discard=api.DiscardPolicy.OLD,
                                     num_replicas=st.replicas, duplicate_window=DUPLICATE_WINDOW_S)
 
         wanted = [
-            stream(S.STREAM_EVENTS, S.EVENTS_ALL, "gpuevents: events from node agents", st.events_max_age),
+            stream(S.STREAM_EVENTS, S.EVENTS_ALL, "gpuevents: events from node agents", st.events_max_age,
+                   per_subject=st.events_max_msgs_per_subject),
             stream(S.STREAM_ACTIONS, S.ACTIONS_ALL, "gpuevents: action requests (work queue)",
                    retention=api.RetentionPolicy.WORK_QUEUE),
             stream(S.STREAM_AUDIT, S.AUDIT_ALL, "gpuevents: audit records", st.audit_max_age),
-            stream(S.STREAM_DLQ, S.DLQ_ALL, "gpuevents: malformed messages", st.dlq_max_age),
+            stream(S.STREAM_DLQ, S.DLQ_ALL, "gpuevents: malformed messages", st.dlq_max_age,
+                   per_subject=DLQ_PER_SUBJECT),
         ]
         if event_partitions is not None and event_partitions > 1:
             src, dest = S.partition_transform(event_partitions)
@@ -202,14 +239,19 @@ class Bus:
         jsm = self._jetstream()
         for cfg in wanted:
             assert cfg.name is not None
+            with bus_errors(f"creating the stream {cfg.name}"):
+                try:
+                    info = await jsm.stream_info(cfg.name)
+                except nats.js.errors.NotFoundError:
+                    await jsm.add_stream(cfg)
+                    continue
+                if cfg.name == S.STREAM_EVENTS and event_partitions is None:
+                    cfg.subject_transform = info.config.subject_transform
             try:
-                info = await jsm.stream_info(cfg.name)
-            except nats.js.errors.NotFoundError:
-                await jsm.add_stream(cfg)
-                continue
-            if cfg.name == S.STREAM_EVENTS and event_partitions is None:
-                cfg.subject_transform = info.config.subject_transform
-            await jsm.update_stream(cfg)
+                with bus_errors(f"updating the stream {cfg.name}"):
+                    await jsm.update_stream(cfg)
+            except BusStoreFull as e:  # it runs as it was: not a reason to stay down
+                log.warning("%s keeps its settings for now: %s", cfg.name, e)
         await self.kv()
 
     async def event_partitions(self) -> int:
@@ -294,9 +336,10 @@ class Bus:
             raise BusTimeout(f"no answer on {subject} within {timeout:.1f}s") from None
         return msg.data
 
-    async def serve(self, subject: str, handler: Callable[[bytes, str], Awaitable[bytes]],
+    async def serve(self, subject: str, handler: Callable[[bytes, str], Awaitable[bytes | None]],
                     queue: str | None = None) -> Any:
-        """Answer requests on `subject`; a handler that raises answers `{"error": ...}`."""
+        """Answer requests on `subject`; a handler that raises answers `{"error": ...}`, one that returns None
+        leaves the request to others."""
 
         async def cb(msg: Msg) -> None:
             try:
@@ -304,7 +347,7 @@ class Bus:
             except Exception as e:
                 log.exception("handler for %s failed", msg.subject)
                 reply = orjson.dumps({"error": f"{type(e).__name__}: {e}"})
-            if msg.reply:
+            if msg.reply and reply is not None:
                 await msg.respond(reply)
 
         with bus_errors(f"serving {subject}"):

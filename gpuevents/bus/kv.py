@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 import nats.errors
 import nats.js.errors
@@ -27,9 +28,12 @@ class KvEntry:
 class Kv:
     """A JetStream key-value bucket; `create` and `update(last=)` are the compare-and-set tools."""
 
-    def __init__(self, kv: KeyValue, bucket: str, pipe: AckPipe | None = None) -> None:
+    def __init__(self, kv: KeyValue, bucket: str, pipe: AckPipe | None = None,
+                 js: JetStreamContext | None = None) -> None:
         self._kv = kv
         self._pipe = pipe
+        self._js = js
+        self._stream = f"KV_{bucket}"
         self._subjects = f"$KV.{bucket}."  # where JetStream keeps the bucket's keys
 
     async def get(self, key: str) -> KvEntry | None:
@@ -41,6 +45,18 @@ class Kv:
         if e.value is None:
             return None
         return KvEntry(key, e.value, e.revision or 0)
+
+    async def stored_at(self, revision: int) -> datetime | None:
+        """When the server stored `revision` (by the server's clock: the shared time source of DESIGN §7.1);
+        None when that revision is gone already (written over) or the bucket was opened without JetStream."""
+        if self._js is None:
+            return None
+        try:
+            with bus_errors("reading when a KV value was stored"):
+                msg = await self._js.get_msg(self._stream, seq=revision)
+        except nats.js.errors.NotFoundError:
+            return None
+        return msg.time
 
     async def put(self, key: str, value: bytes) -> int:
         with bus_errors(f"writing {key}"):
@@ -150,4 +166,4 @@ async def open_bucket(js: JetStreamContext, bucket: str, replicas: int, pipe: Ac
     except nats.js.errors.BucketNotFoundError:
         handle = await js.create_key_value(bucket=bucket, history=1, replicas=replicas,
                                            description="gpuevents: incidents, snoozes, leases, idempotency keys")
-    return Kv(handle, bucket, pipe)
+    return Kv(handle, bucket, pipe, js)

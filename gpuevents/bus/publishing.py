@@ -18,7 +18,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 
 from gpuevents.aio import Backoff, wait_any
-from gpuevents.bus.errors import BusError, BusNoResponders, BusTimeout, ack_error
+from gpuevents.bus.errors import BusError, BusNoResponders, BusStoreFull, BusTimeout, ack_error, store_full
 
 log = logging.getLogger("gpuevents.bus")
 
@@ -124,6 +124,9 @@ async def js_publish(js: JetStreamContext, subject: str, payload: bytes, *, msg_
         raise BusNoResponders(f"no stream stores {subject}") from None
     except (TimeoutError, nats.errors.TimeoutError):
         raise BusTimeout(f"JetStream publish to {subject} timed out") from None
+    except nats.js.errors.APIError as e:
+        cls = BusStoreFull if store_full(getattr(e, "err_code", None), getattr(e, "description", None)) else BusError
+        raise cls(f"JetStream publish to {subject} failed: {e}") from e
     except nats.errors.Error as e:
         raise BusError(f"JetStream publish to {subject} failed: {e}") from e
     return int(ack.seq)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from gpuevents.cli import agent, client, configcheck, free, rules, serve
+from gpuevents.cli import agent, client, configcheck, free, manual, rules, serve
 from gpuevents.cli.jobs import job_command, jobs_command
 from gpuevents.cli.report import report_command
 from gpuevents.cli.rightsize import rightsize_command
@@ -20,6 +20,7 @@ serve.register(app)  # up, engine, runner
 client.register(app)  # status, snooze, audit
 agent.register(app)  # agent, simulate
 free.register(app)  # free
+manual.register(app)  # kill, cancel (asked of the engine)
 app.add_typer(rules.app, name="rules")  # rules check | test | backtest
 app.add_typer(configcheck.app, name="config")  # config check
 app.command("report")(report_command)  # report

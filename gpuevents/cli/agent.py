@@ -212,11 +212,12 @@ async def _ensure_streams_when_connected(bus: object) -> None:
 
 
 @contextlib.asynccontextmanager
-async def _bus_and_stop(cfg: Config, name: str) -> AsyncIterator[tuple[Bus, asyncio.Event]]:
+async def _bus_and_stop(cfg: Config, name: str, role: str = "admin",
+                        node: str | None = None) -> AsyncIterator[tuple[Bus, asyncio.Event]]:
     from gpuevents.bus import Bus
     from gpuevents.cli.parts import stop_on_signals
 
-    bus = Bus(cfg.nats, name=name)
+    bus = Bus(cfg.nats, name=name, role=role, node=node)
     await bus.connect(wait=False)  # sampling starts at once; events buffer until NATS answers
     streams = guarded_task(_ensure_streams_when_connected(bus), "creating the streams")
     try:
@@ -236,7 +237,7 @@ async def _stop_after(stop: asyncio.Event, seconds: float | None) -> None:
 async def _run_one(cfg: Config, sampler: Sampler) -> None:
     from agent.runner import run_agent
 
-    async with _bus_and_stop(cfg, f"agent-{cfg.agent.node_name}") as (bus, stop):
+    async with _bus_and_stop(cfg, f"agent-{cfg.agent.node_name}", "agent", cfg.agent.node_name) as (bus, stop):
         await run_agent(cfg, bus, sampler=sampler, stop_event=stop)
 
 

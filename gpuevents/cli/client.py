@@ -13,13 +13,14 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuevents import subjects as S
-from gpuevents.bus import Bus, BusNoResponders, BusTimeout
+from gpuevents.bus import BusError, BusNoResponders, BusTimeout
 from gpuevents.cli.common import (
     ConfigOption,
     cells,
     client_config,
     duration_option,
     load_config_or_exit,
+    operator_bus,
     run_async,
 )
 from gpuevents.clock import SystemClock
@@ -86,7 +87,7 @@ def register(app: typer.Typer) -> None:
 async def show_status(config: Config, as_json: bool) -> None:
     from rules.engine.status import ask_status
 
-    async with Bus(config.nats, name="gpuevents-status") as bus:
+    async with operator_bus(config, "gpuevents-status") as bus:
         st = await ask_status(bus)  # every partition's acting engine, merged
     if st is None:
         typer.echo("no engine answers on the bus: start `gpuevents engine` or `gpuevents up`", err=True)
@@ -94,6 +95,8 @@ async def show_status(config: Config, as_json: bool) -> None:
     if as_json:
         typer.echo(st.model_dump_json())
         return
+    if st.degraded:
+        out.print(Text(f"DEGRADED: {st.degraded}", style="bold red"))
     f = st.fleet
     out.print(f"[bold]{len(f.nodes)} nodes, {f.gpu_count} GPUs[/]: {f.busy} busy, {f.idle} idle, "
               f"[yellow]{f.held_idle} held idle[/] ({f.held_idle_cost_per_hour_text or '-'}/h)")
@@ -138,11 +141,11 @@ def status_tables(st: StatusResponse) -> tuple[Table, Table]:
                                 f"{_num(g.mem_used_mib)}/{_num(g.mem_total_mib)}",
                                 Text(idle_for, style="yellow") if g.held_idle else idle_for,
                                 g.owner or "", str(g.processes)))
-    inc = Table("rule", "entity", "status", "since", "owner", "cost")
+    inc = Table("rule", "entity", "status", "since", "owner", "cost", "warning")
     for i in st.incidents:
         since = i.firing_since or i.started_at
         inc.add_row(*cells(i.rule, i.entity_id, i.status, since.strftime("%Y-%m-%d %H:%M:%S"),
-                           i.owner or "", i.cost or ""))
+                           i.owner or "", i.cost or "", i.warning or ""))
     return gpus, inc
 
 
@@ -161,16 +164,20 @@ async def do_snooze(config: Config, rule: str, entity: str, seconds: float, reas
     now = SystemClock().now()
     s = Snooze(rule=rule, entity_id=entity, until=now + timedelta(seconds=seconds),
                by=getpass.getuser(), reason=reason, bounded=bounded)
-    async with Bus(config.nats, name="gpuevents-snooze") as bus:
-        await bus.ensure_streams()
+    async with operator_bus(config, "gpuevents-snooze") as bus:
         try:
             reply = orjson.loads(await bus.request(S.ENGINE_SNOOZE, s.model_dump_json().encode(), timeout=5))
         except (BusNoResponders, BusTimeout):
-            store = ModelStore(await bus.kv(), "snooze.", Snooze)
-            await store.save(snooze_key(rule, entity), s)
-            record = AuditRecord(time=now, kind="snooze", rule=rule, entity_id=entity,
-                                 detail=f"until {s.until.isoformat()} by {s.by} (no engine running)")
-            await bus.js_publish(S.audit_subject(rule), record.model_dump_json().encode(), msg_id=record.id)
+            try:  # no engine: the snooze waits in KV for the next one (a login that may write there)
+                await bus.ensure_streams()
+                store = ModelStore(await bus.kv(), "snooze.", Snooze)
+                await store.save(snooze_key(rule, entity), s)
+                record = AuditRecord(time=now, kind="snooze", rule=rule, entity_id=entity,
+                                     detail=f"until {s.until.isoformat()} by {s.by} (no engine running)")
+                await bus.js_publish(S.audit_subject(rule), record.model_dump_json().encode(), msg_id=record.id)
+            except BusError as e:
+                raise BusError(f"no engine answers, and the snooze could not be stored for the next one ({e}); "
+                               "an operator's login asks the engine only: start `gpuevents engine`") from None
             reply = {"ok": True, "stored": True}
     if not reply.get("ok"):
         typer.echo(f"error: {reply.get('error')}", err=True)
@@ -196,7 +203,7 @@ async def show_audit(config: Config, rule: str | None, entity: str | None, secon
     since = SystemClock().now() - timedelta(seconds=seconds)
     subject = S.audit_subject(rule) if rule else S.AUDIT_ALL
     records: list[AuditRecord] = []
-    async with Bus(config.nats, name="gpuevents-audit") as bus:
+    async with operator_bus(config, "gpuevents-audit") as bus:
         async for m in bus.replay(S.STREAM_AUDIT, subject, since=since):
             records += [r for r in decode_audit(m.data) if not entity or r.entity_id == entity]
     records = unique_records(records)  # a transition sent again after a crash is one transition

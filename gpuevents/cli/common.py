@@ -12,7 +12,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.text import Text
 
-from gpuevents.bus import BusError
+from gpuevents.bus import CLIENT_CONNECT_S, Bus, BusError, BusUnreachable
 from gpuevents.cli.parts import PartFailed
 from gpuevents.config import Config, load_config
 from gpuevents.durations import DurationError, parse_duration
@@ -57,6 +57,12 @@ def client_config(config: Config) -> Config:
     return config.model_copy(update={"nats": config.nats.model_copy(update={"url": url})})
 
 
+def operator_bus(config: Config, name: str) -> Bus:
+    """The connection of a command a person runs: the operator's inbox (DESIGN §7.1), and BusUnreachable, with
+    the address, when NATS does not answer within CLIENT_CONNECT_S."""
+    return Bus(config.nats, name=name, role="operator", give_up_after=CLIENT_CONNECT_S)
+
+
 def duration_option(text: str, option: str) -> float:
     """Seconds in a duration option, or a clear error and exit 2."""
     try:
@@ -67,11 +73,15 @@ def duration_option(text: str, option: str) -> float:
 
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
-    """Run `coro`; Ctrl-C exits 130, a NATS or embedded-server failure prints one line and exits 1."""
+    """Run `coro`; Ctrl-C exits 130, NATS out of reach prints one line and exits 2, another NATS or embedded-server
+    failure prints one line and exits 1."""
     try:
         return asyncio.run(coro)
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
+    except BusUnreachable as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
     except (ServerError, BusError, PartFailed) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from None

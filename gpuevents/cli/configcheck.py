@@ -9,7 +9,7 @@ import typer
 
 from gpuevents.cli.common import load_config_or_exit
 from gpuevents.config import Config
-from gpuevents.yamlpos import Located, YamlDoc, parse_yaml
+from gpuevents.yamlpos import Located, YamlDoc, parse_yaml, read_yaml_text
 
 app = typer.Typer(help="Configuration.", no_args_is_help=True)
 
@@ -34,6 +34,6 @@ def unknown_limit_types(cfg: Config, path: Path | None) -> list[Located]:
     unknown = [k for k in cfg.engine.limits if k not in known]
     if not unknown:
         return []
-    doc = parse_yaml(path.read_text(), str(path)) if path is not None else YamlDoc(file="<env>", data={})
+    doc = parse_yaml(read_yaml_text(path, "config"), str(path)) if path is not None else YamlDoc(file="<env>", data={})
     return [doc.locate(("engine", "limits", k), f"engine.limits.{k}: unknown action type; known: "
                        f"{', '.join(sorted(known))}") for k in unknown]

@@ -10,8 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gpuevents import subjects as S
-from gpuevents.bus import Bus
-from gpuevents.cli.common import ConfigOption, cells, client_config, load_config_or_exit, run_async
+from gpuevents.cli.common import ConfigOption, cells, client_config, load_config_or_exit, operator_bus, run_async
 from gpuevents.config import Config
 from gpuevents.durations import format_duration
 
@@ -76,7 +75,7 @@ async def ask_free(config: Config, query: FreeQuery) -> FreeAnswer | None:
         parts = [orjson.loads(r) for r in replies]
         return bool(parts) and len({p.get("partition") for p in parts}) >= int(parts[0].get("partitions") or 1)
 
-    async with Bus(config.nats, name="gpuevents-free") as bus:
+    async with operator_bus(config, "gpuevents-free") as bus:
         replies = await bus.request_many(S.ENGINE_FREE, query.model_dump_json().encode(), 5.0, enough=complete)
     seen: dict[Any, FreeAnswer] = {}
     for raw in replies:

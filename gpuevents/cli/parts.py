@@ -72,13 +72,15 @@ async def run_parts(parts: dict[str, Part], stop: asyncio.Event) -> None:
         raise PartFailed(f"{', '.join(failed)} stopped unexpectedly (see the log above)")
 
 
-def start_metrics(port: int | None, registry: Any) -> None:
+def start_metrics(port: int | None, registry: Any, addr: str = "0.0.0.0") -> Any:
+    """/metrics on `addr`:`port` in a thread (config `engine.metrics_address`); the server, or None."""
     if port is None:
-        return
+        return None
     from prometheus_client import start_http_server
 
-    start_http_server(port, registry=registry)
-    log.info("metrics on http://0.0.0.0:%d/metrics", port)
+    server, _ = start_http_server(port, addr=addr, registry=registry)
+    log.info("metrics on http://%s:%d/metrics", addr, port)
+    return server
 
 
 def engine_parts(config: Config, bus: Bus, clock: Clock) -> dict[str, Part]:
@@ -99,7 +101,7 @@ def engine_parts(config: Config, bus: Bus, clock: Clock) -> dict[str, Part]:
     else:
         engine = Engine(config, bus, clock=clock)
         engines, run, metrics = [engine], engine.run, engine.metrics
-    start_metrics(config.engine.metrics_port, metrics.registry)
+    start_metrics(config.engine.metrics_port, metrics.registry, config.engine.metrics_address)
     parts: dict[str, Part] = {"engine": run}
     parts.update(runner_parts(config, bus, clock, config.engine.runners))
     if config.engine.dashboard_port is not None:
@@ -159,14 +161,33 @@ async def _dashboard(engines: list[Any], config: Config, stop: asyncio.Event) ->
 
 
 async def run_connected(config: Config, name: str, parts: Callable[[Bus], dict[str, Part]],
-                        event_partitions: int | None = None) -> None:
+                        event_partitions: int | None = None, role: str = "admin") -> None:
     """Connect, make sure the streams exist (partitioned for the engines), run the parts until Ctrl-C or SIGTERM,
     close."""
     async with stop_on_signals() as stop:
-        bus = Bus(config.nats, name=name)
-        await bus.connect()
+        bus = Bus(config.nats, name=name, role=role)
         try:
+            if not await connect_or_stop(bus, stop):
+                return
             await bus.ensure_streams(event_partitions)
             await run_parts(parts(bus), stop)
         finally:
             await bus.close()
+
+
+async def connect_or_stop(bus: Bus, stop: asyncio.Event) -> bool:
+    """Connect, unless `stop` comes first (Ctrl-C or SIGTERM while NATS is out of reach): True when connected."""
+    connecting = asyncio.ensure_future(bus.connect())
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait([connecting, stopping], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if connecting.done():
+        connecting.result()  # what connecting raised, if it did
+        return True
+    connecting.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await connecting
+    log.info("stopped before NATS answered")
+    return False

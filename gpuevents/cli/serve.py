@@ -18,7 +18,14 @@ from gpuevents.cli.common import (
     run_async,
     setup_logging,
 )
-from gpuevents.cli.parts import engine_parts, run_connected, run_parts, runner_parts, stop_on_signals
+from gpuevents.cli.parts import (
+    connect_or_stop,
+    engine_parts,
+    run_connected,
+    run_parts,
+    runner_parts,
+    stop_on_signals,
+)
 from gpuevents.clock import Clock, SystemClock
 from gpuevents.config import Config
 from gpuevents.server import EmbeddedServer, ServerError
@@ -44,11 +51,26 @@ def up(
 def engine(config: ConfigOption = None, verbose: VerboseOption = False) -> None:
     """The rules engine and its action runners (engine.runners of them)."""
     setup_logging(verbose)
-    cfg = client_config(load_config_or_exit(config))
+    cfg = _with_nats_url(load_config_or_exit(config))
     if not cfg.engine.rules:
         typer.echo("error: engine.rules is empty: list rule files or directories in the config", err=True)
         raise typer.Exit(1)
+    rules_or_exit(cfg)
     run_async(run_engine(cfg))
+
+
+def rules_or_exit(config: Config) -> None:
+    """Load and check the rule files before connecting anywhere: problems as `file:line: message`, exit 1."""
+    from gpuevents.yamlpos import LocatedError
+    from rules.intake.check import load_checked
+
+    try:
+        load_checked(config.engine.rules, config.engine.timezone, config)
+    except LocatedError as e:
+        typer.echo("error: the rule files do not load (gpuevents rules check says the same):", err=True)
+        for p in e.problems:
+            typer.echo(str(p), err=True)
+        raise typer.Exit(1) from None
 
 
 def runner(
@@ -58,7 +80,16 @@ def runner(
 ) -> None:
     """Action runners apart from the engine: they share GPUEVENTS_ACT as a queue."""
     setup_logging(verbose)
-    run_async(run_runners(client_config(load_config_or_exit(config)), count))
+    run_async(run_runners(_with_nats_url(load_config_or_exit(config)), count))
+
+
+def _with_nats_url(cfg: Config) -> Config:
+    """The config with nats.url; without one, the embedded server's address, and a line saying so."""
+    if not cfg.nats.servers:
+        cfg = client_config(cfg)
+        typer.secho(f"nats.url is not set: trying {cfg.nats.url}, where `gpuevents up` runs its embedded NATS. "
+                    "Set nats.url (or GPUEVENTS_NATS__URL) to your NATS servers.", fg="yellow", err=True)
+    return cfg
 
 
 def register(app: typer.Typer) -> None:
@@ -70,12 +101,13 @@ def register(app: typer.Typer) -> None:
 async def run_engine(config: Config, clock: Clock | None = None) -> None:
     clock = clock or SystemClock()
     await run_connected(config, f"engine-{config.cluster}", lambda bus: engine_parts(config, bus, clock),
-                        event_partitions=config.engine.partitions)
+                        event_partitions=config.engine.partitions, role="engine")
 
 
 async def run_runners(config: Config, count: int, clock: Clock | None = None) -> None:
     clock = clock or SystemClock()
-    await run_connected(config, f"runner-{config.cluster}", lambda bus: runner_parts(config, bus, clock, count))
+    await run_connected(config, f"runner-{config.cluster}", lambda bus: runner_parts(config, bus, clock, count),
+                        role="runner")
 
 
 def demo_config(config: Config) -> Config:
@@ -156,8 +188,9 @@ async def run_up(config: Config, *, demo: bool = False, echo: Callable[[str], No
                 echo(line)
         async with stop_on_signals() as stop:
             bus = Bus(config.nats, name="gpuevents-up")
-            await bus.connect()
             try:
+                if not await connect_or_stop(bus, stop):
+                    return
                 await bus.ensure_streams(config.engine.partitions)
                 parts = engine_parts(config, bus, clock)
                 parts["agent"] = lambda s: run_agent(config, bus, clock, sampler=sampler, stop_event=s)

@@ -18,6 +18,7 @@ from datetime import datetime
 from gpuevents.clock import utc
 from gpuevents.config import Config
 from gpuevents.events import JobEndedEvent
+from rules.core import warnings
 from rules.core.book import IncidentBook
 from rules.core.evaluation import Evaluator
 from rules.core.incidents import Incident, ResolveReason
@@ -31,10 +32,12 @@ from rules.core.sends import Sender
 from rules.core.settling import Settling
 from rules.core.state import Entity, FleetState
 from rules.core.timers import Timers
+from rules.core.warnings import ActionOutcome
 from rules.lang.model import RuleSet
 from rules.lang.views import EvalClock, GpuView, NodeView, ProcessView
 
-__all__ = ["Core", "CoreInput", "EvalProblem", "ForgetNode", "Snooze", "StepResult", "Sweep", "Tick"]
+__all__ = ["ActionOutcome", "Core", "CoreInput", "EvalProblem", "ForgetNode", "Snooze", "StepResult", "Sweep",
+           "Tick"]
 
 
 class Core:
@@ -181,6 +184,8 @@ class Core:
             self.evaluator.apply_snooze(item, now, out)
         elif isinstance(item, ForgetNode):
             self.liveness.forget(self.state.node_key(item.cluster, item.node), now, out)
+        elif isinstance(item, ActionOutcome):
+            warnings.apply_outcome(self, item, out)
         elif isinstance(item, JobEndedEvent):
             # the job's one occasion: its rules see `ended_at` and `summary` once, then it is gone
             ended = self.state.ended_job(item)
@@ -208,6 +213,8 @@ class Core:
         if sends:
             totals = {k: len(v) for k, v in self.state.by_kind.items()}
             for p in sends:
-                out.actions += self.sender.requests(p.rule, p.entity, p.incident, p.phase, now, totals, p.event_time)
+                requests = self.sender.requests(p.rule, p.entity, p.incident, p.phase, now, totals, p.event_time)
+                out.actions += requests
+                warnings.record_sent(self, p, requests, out)
         if self.limiter.dirty:
             out.limits = self.limiter.windows(now.timestamp())

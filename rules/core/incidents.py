@@ -11,10 +11,11 @@ import itertools
 from datetime import datetime, timedelta
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from gpuevents.durations import format_duration
 from gpuevents.records import EntityKind, IncidentStatus, Phase
+from rules.core.warnings import SentWarning
 
 ResolveReason = Literal["condition", "gone", "snoozed", "kept", "exempt", "rule_changed", "rule_removed"]
 """Why an incident closed: `condition` (it cleared), `gone` (its node went away), `snoozed` / `kept` (an operator's
@@ -51,6 +52,8 @@ class Incident(BaseModel):
     """Until when it is snoozed or kept (a `snoozed` or `kept` resolution)."""
     last_eval_at: datetime | None = None
     """Scheduled rules: when the incident was last evaluated (a cron instant, or a catch-up after a restart)."""
+    warnings: dict[str, SentWarning] = Field(default_factory=dict)
+    """The warnings it sent (by request key) and what became of them: see rules/core/warnings.py."""
 
     @property
     def open(self) -> bool:

@@ -13,6 +13,7 @@ from gpuevents.records import ActionRequest, Phase
 from rules.core.incidents import Incident, Transition
 from rules.core.limits import LimitWindows
 from rules.core.state import Entity
+from rules.core.warnings import ActionOutcome
 from rules.lang.model import Rule
 
 
@@ -74,7 +75,7 @@ class EvalProblem(BaseModel):
     message: str
 
 
-CoreInput = Event | Tick | Sweep | Snooze | ForgetNode
+CoreInput = Event | Tick | Sweep | Snooze | ForgetNode | ActionOutcome
 
 
 @dataclass(frozen=True, slots=True)

@@ -108,6 +108,22 @@ class Limiter:
         self._type_runs.setdefault(action.type, deque()).append(now_ts)
         self.dirty = True
 
+    def decide_type(self, type_: str, now_ts: float) -> tuple[Decision, str | None]:
+        """A request no rule made (a person's kill): `suppressed` past engine.limits.<type>.max_per_hour."""
+        fleet = self.engine_limits.get(type_)
+        if fleet is not None and fleet.max_per_hour is not None and (
+            self._recent(self._type_runs.get(type_), now_ts)
+            + (self._recent_elsewhere(now_ts, type_=type_) if self.elsewhere.windows else 0) >= fleet.max_per_hour
+        ):
+            return "suppressed", (f"{fleet.max_per_hour} {type_} actions ran in the last hour "
+                                  f"(engine.limits.{type_}.max_per_hour)")
+        return "run", None
+
+    def record_type(self, type_: str, now_ts: float) -> None:
+        """Count one run against the action type's hourly budget (a person's action has no rule)."""
+        self._type_runs.setdefault(type_, deque()).append(now_ts)
+        self.dirty = True
+
     # ------------------------------------------------------------ the fleet share
     def reset_matching(self) -> None:
         self._matching.clear()

@@ -18,6 +18,7 @@ from gpuevents.resolution import resolution_words
 from rules.core.incidents import Incident
 from rules.core.limits import Limiter
 from rules.core.state import Entity
+from rules.core.warnings import undelivered
 from rules.lang.expr import jinja_names
 from rules.lang.model import CompiledAction, Rule
 from rules.lang.templates import render_params
@@ -131,7 +132,8 @@ def _jsonable(value: Any) -> Any:
 
 def _proc_facts(p: ProcessView) -> dict[str, Any]:
     return {
-        "pid": p.pid, "create_time": p.create_time.isoformat(), "name": p.name, "user": p.user, "owner": p.owner,
+        "pid": p.pid, "create_time": p.create_time.isoformat(), "name": p.name, "exe": p.exe, "user": p.user,
+        "owner": p.owner,
         "cmdline": p.cmdline, "pod": p.pod, "gpus": list(p.gpus), "age_s": round(p.age_s, 1), "node": p.node,
         "job": p.job,
     }
@@ -147,23 +149,13 @@ def _gpu_facts(g: GpuView) -> dict[str, Any]:
     return facts
 
 
-def facts_of(ent: Entity, incident: Incident, cost: CostView | None, now: datetime,
-             nxt: NextStage | None = None) -> dict[str, Any]:
-    """What messages and safety checks read from a request (see actions/slack_format, gpuevents/commands)."""
+def entity_facts(ent: Entity) -> dict[str, Any]:
+    """What safety checks and messages read about an entity: its node, GPUs, processes, job."""
     ctx = ent.ctx
     node: NodeView | None = ctx.get("node")
     out: dict[str, Any] = {
         "node": _jsonable({"name": node.name, "cluster": node.cluster, "labels": node.labels, "online": node.online})
         if node is not None else {"name": ctx["entity"].node, "cluster": ctx["entity"].cluster},
-        "incident": {
-            "id": incident.id, "started_at": incident.active_at.isoformat(),
-            "firing_since": incident.fired_at.isoformat() if incident.fired_at else None,
-            "firing_for": incident.firing_for(now), "active_for": incident.active_for(now), "count": incident.sends,
-            "next": nxt.as_dict() if nxt is not None else None,
-            "resolve_reason": incident.resolve_reason,
-            "resolved_by": incident.resolved_by or None,
-            "kept_until": incident.kept_until.isoformat() if incident.kept_until else None,
-        },
     }
     v = ent.view
     if isinstance(v, GpuView):
@@ -188,6 +180,22 @@ def facts_of(ent: Entity, incident: Incident, cost: CostView | None, now: dateti
         procs = {p.id: p for g in gpus for p in g.processes}
         out["processes"] = [_proc_facts(p) for p in procs.values()]
         out["owners"] = sorted({p.owner for p in procs.values() if p.owner})
+    return out
+
+
+def facts_of(ent: Entity, incident: Incident, cost: CostView | None, now: datetime,
+             nxt: NextStage | None = None) -> dict[str, Any]:
+    """What messages and safety checks read from a request (see actions/slack_format, gpuevents/commands)."""
+    out = entity_facts(ent)
+    out["incident"] = {
+        "id": incident.id, "started_at": incident.active_at.isoformat(),
+        "firing_since": incident.fired_at.isoformat() if incident.fired_at else None,
+        "firing_for": incident.firing_for(now), "active_for": incident.active_for(now), "count": incident.sends,
+        "next": nxt.as_dict() if nxt is not None else None,
+        "resolve_reason": incident.resolve_reason,
+        "resolved_by": incident.resolved_by or None,
+        "kept_until": incident.kept_until.isoformat() if incident.kept_until else None,
+    }
     if cost is not None:
         out["cost"] = {"amount": round(cost.so_far, 2), "currency": cost.currency, "text": cost.text,
                        "per_hour": round(cost.per_hour, 4)}
@@ -267,6 +275,8 @@ class Sender:
             why = protection_reason(req, self.config.protect)
             if why is not None:
                 return req.model_copy(update={"decision": "refused", "reason": f"protected: {why}"})
+            if phase == "stage" and a.require_warning and (unwarned := undelivered(incident)) is not None:
+                return req.model_copy(update={"decision": "refused", "reason": unwarned})
         if phase == "resolve" and (not a.destructive or registry.restores(a.type, params)):
             # A restore (uncordon, scale back) is never rate-limited, held or counted: a suppressed one is not
             # retried and would leave the change in place. Other destructive on_resolve actions are limited.

@@ -103,6 +103,8 @@ class FleetIncident(BaseModel):
     severity: str | None = None
     owner: str | None = None
     cost: str | None = None  # estimated waste so far, already formatted ("$12.40")
+    warning: str | None = None
+    """Set while none of the warnings it sent was delivered: its staged destructive actions will be refused."""
 
 
 class IncidentsResponse(BaseModel):

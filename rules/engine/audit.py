@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from datetime import datetime
 
 from gpuevents.bus import PublishItem
-from gpuevents.records import AuditRecord, audit_messages, decode_audit, transition_id, unique_records
+from gpuevents.records import ActionRequest, AuditRecord, audit_messages, decode_audit, transition_id, unique_records
 from rules.core.incidents import Transition
 from rules.core.inputs import Snooze
 
@@ -30,6 +30,14 @@ def reload_record(now: datetime, rules: int) -> AuditRecord:
 def snooze_record(now: datetime, s: Snooze) -> AuditRecord:
     return AuditRecord(time=now, kind="snooze", rule=s.rule, entity_id=s.entity_id,
                        detail=f"until {s.until.isoformat()} by {s.by or '?'}" + (f": {s.reason}" if s.reason else ""))
+
+
+def request_record(now: datetime, by: str, req: ActionRequest) -> AuditRecord:
+    """A person's kill or cancel as the engine decided it (the runner records what it then did)."""
+    return AuditRecord(time=now, kind="request", rule=req.rule, entity_id=req.entity_id, cluster=req.cluster,
+                       incident_id=req.incident_id, action_type=req.type, action_key=req.key,
+                       outcome="ok" if req.decision == "run" else req.decision, dry_run=req.dry_run,
+                       detail=f"asked by {by}: {req.decision}" + (f" ({req.reason})" if req.reason else ""))
 
 
 def audit_items(records: Iterable[AuditRecord]) -> list[PublishItem]:

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 
 from gpuevents.aio import Backoff
-from gpuevents.bus import Bus, BusError, PublishItem
+from gpuevents.bus import Bus, BusError, BusStoreFull, PublishItem
 from gpuevents.clock import Clock
 from gpuevents.records import ActionRequest, AuditRecord, action_message
 from rules.core.core import Snooze, StepResult
@@ -42,19 +42,32 @@ class Committer:
         self.limits: ModelStore[LimitWindows] | None = None
         self.stopping = False  # set while the engine stops: a failing commit then raises instead of retrying
         self.partition: int | None = None  # the fleet partition this engine acts for (None: the whole fleet)
+        self.degraded: str | None = None  # why, while JetStream refuses the engine's writes for lack of room
 
     async def retry(self, op: Callable[[], Awaitable[None]], what: str) -> None:
-        """Run `op` until the bus takes it; gives up, raising, only once the engine is stopping."""
+        """Run `op` until the bus takes it; gives up, raising, only once the engine is stopping. While JetStream
+        has no room the engine is degraded (status, metrics, one error line) until a write goes through."""
         backoff = Backoff(RETRY_BASE_S, RETRY_MAX_S, jitter=False)
         while True:
             try:
                 await op()
+                if self.degraded is not None:
+                    log.warning("JetStream stores the engine's writes again: no longer degraded")
+                    self.degraded = None
+                    self.metrics.degraded.set(0)
                 return
             except BusError as e:
                 if self.stopping:
                     raise
                 self.metrics.bus_retries.inc()
                 delay = backoff.next()
+                if isinstance(e, BusStoreFull):
+                    self.metrics.store_full.inc()
+                    if self.degraded is None:
+                        log.error("DEGRADED: JetStream has no room for the engine's writes (%s); the engine keeps "
+                                  "running and retries: free space or raise the limits (docs/deploy.md)", e)
+                    self.degraded = f"JetStream has no room: {e}"
+                    self.metrics.degraded.set(1)
                 log.warning("could not %s (%s); retrying in %.1fs", what, e, delay)
                 await asyncio.sleep(delay)
 

@@ -2,12 +2,28 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
+
+from gpuevents.kvstate import KINDS, UNREADABLE
 
 if TYPE_CHECKING:
     from rules.core.core import Core
+
+
+class _KvUnreadable(Collector):
+    """gpuevents_kv_unreadable_total: values in KV read as absent and repaired (gpuevents.kvstate), by kind."""
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily("gpuevents_kv_unreadable", "Unreadable KV values read as absent and repaired, "
+                                     "by kind of key", labels=["kind"])
+        for kind in KINDS:
+            family.add_metric([kind], UNREADABLE.counts.get(kind, 0))
+        yield family
 
 
 class EngineMetrics:
@@ -57,6 +73,14 @@ class EngineMetrics:
         self.exemptions = Gauge("gpuevents_job_exemptions",
                                 "Jobs' gpuevents.io/keep-until and exclude annotations: in force, or malformed "
                                 "(not applied)", ["state"], registry=r)
+        self.clock_offset = Gauge("gpuevents_engine_clock_offset_seconds",
+                                  "This engine's clock minus the NATS server's (beyond engine.max_clock_offset it "
+                                  "does not lead)", registry=r)
+        self.degraded = Gauge("gpuevents_engine_degraded",
+                              "1 while JetStream refuses the engine's writes for lack of room", registry=r)
+        self.store_full = Counter("gpuevents_store_full_total",
+                                  "Engine writes JetStream refused for lack of room (retried)", registry=r)
+        r.register(_KvUnreadable())
 
     def observe_fleet(self, core: Core) -> None:
         """Set the gauges that count the fleet and its incidents (on every tick)."""

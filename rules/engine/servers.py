@@ -1,4 +1,4 @@
-"""The acting engine's request servers: `gpuevents status` and `gpuevents snooze` over the bus."""
+"""The acting engine's request servers over the bus: `gpuevents status`, `snooze`, `free`, `kill` and `cancel`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pydantic import ValidationError
 
 from gpuevents import subjects as S
 from gpuevents.bus import Bus
+from gpuevents.manual import OperatorAction, OperatorActionReply
 from rules.core.core import Snooze
 from rules.dashboard.free import FreeQuery, free_gpus
 from rules.engine.status import StatusResponse
@@ -20,6 +21,8 @@ class Answers(Protocol):
     async def status(self) -> StatusResponse: ...
 
     async def snooze(self, s: Snooze) -> dict[str, Any]: ...
+
+    async def operator_action(self, req: OperatorAction) -> OperatorActionReply | None: ...
 
 
 async def serve_requests(bus: Bus, engine: Answers) -> list[Any]:
@@ -46,5 +49,14 @@ async def serve_requests(bus: Bus, engine: Answers) -> list[Any]:
         return orjson.dumps({"ok": True, "partition": st.partition, "partitions": st.partitions,
                              "answer": answer.model_dump(mode="json")})
 
+    async def act(payload: bytes, subject: str) -> bytes | None:
+        """`gpuevents kill` / `cancel`: decided by the engine whose part of the fleet holds the target."""
+        try:
+            req = OperatorAction.model_validate_json(payload)
+        except ValidationError as e:
+            return OperatorActionReply(ok=False, error=str(e)).model_dump_json().encode()
+        reply = await engine.operator_action(req)
+        return None if reply is None else reply.model_dump_json().encode()
+
     return [await bus.serve(S.ENGINE_STATUS, status), await bus.serve(S.ENGINE_SNOOZE, snooze),
-            await bus.serve(S.ENGINE_FREE, free)]
+            await bus.serve(S.ENGINE_FREE, free), await bus.serve(S.ENGINE_ACT, act)]

@@ -15,9 +15,10 @@ from typing import Any
 from gpuevents import subjects as S
 from gpuevents.aio import guarded_task, sleep_or_stop, stop_tasks, until_stop_or_end, wait_any
 from gpuevents.bus import Bus, BusError, Consumer, Delivery
-from gpuevents.clock import Clock, SystemClock
+from gpuevents.clock import Clock, ManualClock, SystemClock
 from gpuevents.config import Config
 from gpuevents.events import SnapshotEvent
+from gpuevents.manual import OperatorAction, OperatorActionReply
 from gpuevents.records import AuditRecord
 from gpuevents.yamlpos import LocatedError
 from rules.core.core import Core, Snooze, StepResult, Sweep, Tick
@@ -31,6 +32,8 @@ from rules.engine.gcpolicy import GcPolicy
 from rules.engine.intake import Intake
 from rules.engine.lease import Lease, lease_key
 from rules.engine.metrics import EngineMetrics
+from rules.engine.operator import act_for
+from rules.engine.outcomes import awaiting_since, learn, replayed_outcomes, warning_outcomes
 from rules.engine.planner import TickPlanner
 from rules.engine.rulefiles import RuleFiles
 from rules.engine.servers import serve_requests
@@ -104,7 +107,7 @@ class Engine:
     async def reload(self) -> bool:
         """Load the rules again; on error keep the running set and log every `file:line`."""
         try:
-            rules = self.rule_files.load()
+            rules = await self.rule_files.reload()  # a child process first: a hostile file costs the child
         except LocatedError as e:
             self.metrics.reloads.labels(result="failed").inc()
             log.error("rule reload failed; the previous %d rules keep running:\n%s",
@@ -138,8 +141,10 @@ class Engine:
         self.committer.snoozes = PipelinedStore(kv, "snooze.", Snooze)
         self.committer.limits = PipelinedStore(kv, "limits.", LimitWindows)
         self.committer.stopping = False
+        wall = not isinstance(self.clock, ManualClock)  # checked against the server's; a virtual clock is not
         lease = self._lease = Lease(kv, self.clock, self.config.engine.lease_ttl, holder=self.holder,
-                                    key=lease_key(self.partition))
+                                    key=lease_key(self.partition),
+                                    max_offset=self.config.engine.max_clock_offset if wall else None)
         loop = asyncio.get_running_loop()
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(signal.SIGHUP, self._reload.set)
@@ -201,6 +206,7 @@ class Engine:
                             "and keeps trying to take it back")
                 await self._step_down()
             self.metrics.leader.set(1 if self.leader.is_set() else 0)
+            self.metrics.clock_offset.set(lease.offset)
             await sleep_or_stop(stop, period)
 
     async def _take_over(self) -> None:
@@ -213,6 +219,8 @@ class Engine:
             limits = (await c.limits.load()).get(limits_key(self.partition))
             self.core = Core(self.core.rules, self.config)
             self.core.restore(incidents, snoozes, now=self.clock.now(), limits=limits)
+            if (since := awaiting_since(incidents, self.clock.now())) is not None:  # reported while none acted
+                await learn(self.core, self.committer, self.clock.now(), await replayed_outcomes(self.bus, since))
             durable, subjects = self.config.engine.consumer, S.EVENTS_ALL
             if self.partition is not None:
                 durable, subjects = f"{durable}-p{self.partition}", S.partition_filter(self.partition)
@@ -395,6 +403,12 @@ class Engine:
     # ------------------------------------------------------------ audit tail, status and snooze (servers.py)
     async def _on_audit(self, msg: Any) -> None:
         self._audit_tail.add(msg.data)
+        outcomes = warning_outcomes(msg.data)
+        if outcomes:
+            async with self._lock:
+                if self.core is not None and self.leader.is_set():
+                    await self._settle()
+                    await learn(self.core, self.committer, self.clock.now(), outcomes)
 
     @property
     def audit_tail(self) -> list[AuditRecord]:
@@ -402,14 +416,17 @@ class Engine:
         return self._audit_tail.records()
 
     async def status(self) -> StatusResponse:
-        """The fleet and open incidents, as `gpuevents status` shows them, once the batch in flight is committed."""
-        async with self._lock:
-            await self._settle()
-            assert self.core is not None
-            status = fleet_status(self.core, self.clock.now())
-            claimed = self.intake.claims.conflicts(self.clock.now())
-            if claimed:
-                status = status.model_copy(update={"warnings": [c.text() for c in claimed]})
+        """The fleet and open incidents, as `gpuevents status` shows them, once the batch in flight is committed
+        (while degraded, at once: a commit may wait for room for long)."""
+        if self.committer.degraded is None:
+            async with self._lock:
+                await self._settle()
+        assert self.core is not None
+        status = fleet_status(self.core, self.clock.now())
+        status.degraded = self.committer.degraded
+        claimed = self.intake.claims.conflicts(self.clock.now())
+        if claimed:
+            status = status.model_copy(update={"warnings": [c.text() for c in claimed]})
         if self.partition is None:
             return status
         return status.model_copy(update={"partition": self.partition, "partitions": self.config.engine.partitions})
@@ -431,4 +448,11 @@ class Engine:
         # A keep longer than the rule's snooze_max is cut to it: the answer says so (`capped`, the maximum).
         return {"ok": True, "until": s.until.isoformat(), "asked_until": asked.isoformat(),
                 "capped": s.until < asked, "snooze_max_s": cap}
+
+    async def operator_action(self, req: OperatorAction) -> OperatorActionReply | None:
+        """A person's kill or cancel, decided like a rule's action (rules.engine.operator)."""
+        async with self._lock:
+            await self._settle()
+            assert self.core is not None
+            return await act_for(req, self.core, self.config, self.committer, self.clock.now(), self.partition)
 

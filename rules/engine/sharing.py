@@ -9,6 +9,7 @@ import logging
 import re
 
 from gpuevents.bus import BusError, Kv
+from gpuevents.kvstate import parse_or_none
 from rules.core.core import Core
 from rules.core.limits import Elsewhere, LimitWindows, ShareCounts
 from rules.engine.store import shares_key
@@ -35,13 +36,13 @@ async def exchange(kv: Kv, core: Core, partition: int, now_ts: float) -> None:
         m = _PARTITION_KEY.search(e.key)
         if m is None or int(m.group(1)) == partition:
             continue  # not a partition's record, or this partition's own
-        try:
-            if e.key.startswith("limits."):
-                windows.append(LimitWindows.model_validate_json(e.value))
-            else:
-                counts = ShareCounts.model_validate_json(e.value)
-                if now_ts - counts.at <= SHARES_MAX_AGE_S:
-                    shares.append(counts)
-        except ValueError as err:
-            log.warning("ignoring unreadable %s in KV: %s", e.key, err)
+        # another partition's records: it writes them over on its next tick
+        if e.key.startswith("limits."):
+            w = parse_or_none(LimitWindows, e, "its partition writes it over")
+            if w is not None:
+                windows.append(w)
+        else:
+            counts = parse_or_none(ShareCounts, e, "its partition writes it over")
+            if counts is not None and now_ts - counts.at <= SHARES_MAX_AGE_S:
+                shares.append(counts)
     core.limiter.elsewhere = Elsewhere(windows=windows, shares=shares)

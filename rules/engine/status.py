@@ -13,6 +13,7 @@ from gpuevents.events import NodeSnapshot
 from gpuevents.records import AuditRecord
 from gpuevents.subjects import ENGINE_STATUS
 from rules.core.core import Core
+from rules.core.warnings import undelivered
 from rules.dashboard.fleet_view import DemandLine, FleetIncident, FleetView, fleet_view
 
 
@@ -34,6 +35,7 @@ class StatusResponse(BaseModel):
     incidents: list[FleetIncident]
     partition: int | None = None
     partitions: int = 1
+    degraded: str | None = None  # why, while JetStream has no room for the engine's writes
     warnings: list[str] = []
     """What the engine cannot set right itself: a node two agents claim."""
     exemptions: list[ExemptionView] = []
@@ -56,9 +58,10 @@ def merge_status(replies: list[StatusResponse]) -> StatusResponse:
         "demand": [d for r in parts for d in r.fleet.demand],  # one engine reads it; the others have none
     })
     incidents = sorted((i for r in parts for i in r.incidents), key=lambda i: i.firing_since or i.started_at)
+    degraded = "; ".join(f"partition {r.partition}: {r.degraded}" for r in parts if r.degraded) or None
     return StatusResponse(fleet=fleet, incidents=incidents, partition=None, partitions=first.partitions,
                           exemptions=[e for r in parts for e in r.exemptions],
-                          warnings=[w for r in parts for w in r.warnings])
+                          warnings=[w for r in parts for w in r.warnings], degraded=degraded)
 
 
 async def ask_status(bus: Bus, timeout: float = 5.0) -> StatusResponse | None:
@@ -106,7 +109,7 @@ def incident_views(core: Core, now: datetime, costs: CostModel | None = None,
             id=inc.id, rule=inc.rule, entity_id=inc.entity_id, entity_kind=inc.entity_kind,
             status=inc.status, started_at=inc.active_at, firing_since=inc.fired_at,
             severity=(rule.spec.labels.get("severity") if rule is not None else None),
-            owner=owner, cost=cost,
+            owner=owner, cost=cost, warning=undelivered(inc),
         ))
     return out
 

@@ -8,7 +8,8 @@ from typing import Generic, TypeVar
 
 from pydantic import BaseModel
 
-from gpuevents.bus import Kv, KvExists, KvWrongRevision
+from gpuevents.bus import BusError, Kv, KvExists, KvWrongRevision
+from gpuevents.kvstate import parse_or_none
 from gpuevents.subjects import kv_token
 
 log = logging.getLogger(__name__)
@@ -49,11 +50,14 @@ class ModelStore(Generic[M]):
     async def load(self) -> dict[str, M]:
         out: dict[str, M] = {}
         for entry in await self.kv.items(self.prefix):
-            try:
-                out[entry.key] = self.model.model_validate_json(entry.value)
-            except ValueError as e:
-                log.error("ignoring unreadable %s in KV: %s", entry.key, e)
+            record = parse_or_none(self.model, entry, "deleting it")
+            if record is None:
+                try:
+                    await self.kv.delete(entry.key)  # repaired: absent, as it was read
+                except BusError as e:
+                    log.warning("could not delete the unreadable %s (%s); it is read as absent", entry.key, e)
                 continue
+            out[entry.key] = record
             self._revisions[entry.key] = entry.revision
         return out
 

@@ -12,7 +12,7 @@ from jinja2 import nodes
 from pydantic import ValidationError
 
 from actions import registry
-from gpuevents.yamlpos import Located, LocatedError, YamlDoc, parse_yaml
+from gpuevents.yamlpos import Located, LocatedError, YamlDoc, parse_yaml, read_yaml_text
 from rules.lang import calendars
 from rules.lang.expr import ExprError, compile_condition, parse_expression
 from rules.lang.model import (
@@ -54,16 +54,7 @@ def load_rule_set(paths: Sequence[Path | str], default_timezone: str = "UTC") ->
     seen: dict[str, Rule] = {}
     for f in files:
         try:
-            text = f.read_text(encoding="utf-8")
-        except OSError as e:
-            problems.append(Located(str(f), 0, f"cannot read: {e.strerror}"))
-            continue
-        except UnicodeDecodeError as e:
-            line = f.read_bytes()[: e.start].count(b"\n") + 1
-            problems.append(Located(str(f), line,
-                                    f"not UTF-8 text (byte {e.object[e.start]:#04x}); save the file as UTF-8"))
-            continue
-        try:
+            text = read_yaml_text(f, "rule file")
             doc = parse_yaml(text, str(f))
         except LocatedError as e:
             problems.extend(e.problems)
@@ -200,6 +191,8 @@ def _hash_body(spec: RuleSpec, tz_name: str) -> dict[str, Any]:
             if action.get("approve") is None:
                 action.pop("approve", None)
                 action.pop("approve_within", None)
+            if action.get("require_warning") is True:
+                action.pop("require_warning", None)
     return body
 
 
@@ -262,7 +255,8 @@ def _compile_actions(
         out.append(CompiledAction(type=spec.type, index=idx, params=tree,
                                   destructive=bool(getattr(cls, "destructive", False)),
                                   unit=getattr(cls, "unit", "entity"), line=doc.line_of(path),
-                                  after_s=spec.after, approve=spec.approve, approve_within_s=spec.approve_within))
+                                  after_s=spec.after, approve=spec.approve, approve_within_s=spec.approve_within,
+                                  require_warning=spec.require_warning))
     return out
 
 

@@ -35,6 +35,8 @@ class ActionSpec(BaseModel):
     approve: str | None = Field(None, description="a destructive action runs only once a member of this Slack "
                                 "channel (or actions.slack.admins) approves it")
     approve_within: Duration = Field(3600, description="unanswered this long, the approval ends `expired`")
+    require_warning: bool = Field(True, description="a staged destructive action runs only if a warning its "
+                                  "incident sent before was delivered (DESIGN §5); false: run regardless")
 
     @field_validator("after")
     @classmethod
@@ -181,6 +183,8 @@ class CompiledAction:
     """A staged action: how long after the incident fired it runs (None: at firing and each repeat)."""
     approve: str | None = None
     approve_within_s: float = 3600.0
+    require_warning: bool = True
+    """A staged destructive action: run only if a warning of its incident was delivered (rules/core/warnings.py)."""
 
 
 @dataclass(frozen=True, eq=False)

@@ -159,13 +159,14 @@ class ProcessView:
     """`process`: a process holding a GPU, with `age_s` measured at evaluation time."""
 
     __slots__ = (
-        "_clock", "_create_ts", "cmdline", "container_id", "create_time", "gpu_mem_mib", "gpu_util_pct",
+        "_clock", "_create_ts", "cmdline", "container_id", "create_time", "exe", "gpu_mem_mib", "gpu_util_pct",
         "gpus", "id", "job", "labels", "name", "node", "owner", "pid", "pod", "pod_uid", "ppid", "service", "uid",
         "user",
     )
     cmdline: str
     container_id: str | None
     create_time: datetime
+    exe: str
     gpu_mem_mib: float | None
     gpu_util_pct: float | None
     gpus: list[int]

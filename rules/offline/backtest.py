@@ -11,10 +11,11 @@ from pathlib import Path
 from pydantic import BaseModel, ValidationError
 
 from gpuevents import subjects as S
-from gpuevents.bus import Bus, BusError, StoredMsg
+from gpuevents.bus import CLIENT_CONNECT_S, Bus, BusError, StoredMsg
 from gpuevents.config import Config
 from gpuevents.durations import format_duration
 from rules.core.core import Core, StepResult, Tick
+from rules.core.warnings import assume_delivered
 from rules.intake.decoder import RepeatDecoder
 from rules.intake.skew import believable
 from rules.lang.loader import load_rule_set
@@ -118,7 +119,9 @@ def tick_until(core: Core, now: datetime, until: datetime, summary: StreamSummar
             wake = now + timedelta(seconds=max(core.tick_s, 1.0))
         if wake > until:
             return now
-        summary.add(core.step(Tick(), wake))
+        result = core.step(Tick(), wake)
+        summary.add(result)
+        assume_delivered(core, result, wake)  # what would have happened had the warnings reached people
         now = wake
 
 
@@ -144,7 +147,9 @@ async def stream_backtest(core: Core, messages: AsyncIterator[StoredMsg], start:
             when = m.time
         t = max(now, when)
         now = tick_until(core, now, t, summary)
-        summary.add(core.step(event, t))
+        result = core.step(event, t)
+        summary.add(result)
+        assume_delivered(core, result, t)
         now = t
         events += 1
     tick_until(core, now, end, summary)
@@ -159,7 +164,7 @@ async def run_backtest(config: Config, paths: Sequence[Path], since_s: float, no
     core = Core(rules, config)
     summary = StreamSummary(start)
     started = time.monotonic()
-    async with Bus(config.nats, name="gpuevents-backtest") as bus:
+    async with Bus(config.nats, name="gpuevents-backtest", give_up_after=CLIENT_CONNECT_S) as bus:
         first_seq: list[int] = []
         last_seq = 0
         with contextlib.suppress(BusError):

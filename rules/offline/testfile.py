@@ -24,7 +24,7 @@ from gpuevents.events import (
     ProcessInfo,
     SnapshotEvent,
 )
-from gpuevents.yamlpos import Located, LocatedError, parse_yaml
+from gpuevents.yamlpos import LocatedError, parse_yaml, read_yaml_text
 from rules.core.core import CoreInput, ForgetNode
 from rules.lang import calendars
 from rules.usage.jobledger import JobLedger
@@ -69,6 +69,7 @@ class TestProcess(_Strict):
     age: Duration | None = None
     create_time: datetime | None = None
     name: str = ""
+    exe: str = ""
     cmdline: str = ""
     uid: int | None = None
     owner: str | None = None
@@ -237,11 +238,7 @@ class TestFile(_Strict):
 
 def load_test_file(path: Path) -> TestFile:
     """Parse and validate a test file; LocatedError on any problem."""
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise LocatedError([Located(str(path), 0, f"cannot read: {e.strerror}")]) from None
-    doc = parse_yaml(text, str(path))
+    doc = parse_yaml(read_yaml_text(path, "rule test file"), str(path))
     if not isinstance(doc.data, dict):
         raise LocatedError([doc.locate((), "a rule test file is a mapping with rule_files and tests")])
     try:

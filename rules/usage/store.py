@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
 import sqlite3
+import threading
 from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import dataclass, fields
@@ -11,6 +15,8 @@ from typing import Any
 
 from rules.usage.fits import BINS, FitAmounts, FitKey
 from rules.usage.rollup import UsageBatch
+
+log = logging.getLogger(__name__)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS usage (
@@ -117,17 +123,60 @@ class IdleJobRow:
 
 
 class UsageStore:
-    """The SQLite file behind rollups. One writer (the engine); readers (reports) may come and go."""
+    """The SQLite file behind rollups. One writer (the engine); readers (reports) may come and go.
+
+    The file is known by its identity (device and inode) as well as its path: when someone deletes or replaces
+    it, the next use says so in the log and opens the file at the path again (a new, empty one when it was
+    deleted), instead of writing on into an unlinked file no report can read and that no one can free."""
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
-        if str(path) != ":memory:":
+        self._memory = str(path) == ":memory:"
+        self._reopening = threading.Lock()  # the writer (a worker thread) and readers may notice at once
+        self._db = self._open()
+        self._identity = self._current_identity()
+
+    def _open(self) -> sqlite3.Connection:
+        if not self._memory:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(path), timeout=10, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
-        self._db.executescript(_FITS_SCHEMA)
+        db = sqlite3.connect(":memory:" if self._memory else str(self.path), timeout=10, check_same_thread=False)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.executescript(_SCHEMA)
+        db.executescript(_FITS_SCHEMA)
+        return db
+
+    def _current_identity(self) -> tuple[int, int] | None:
+        if self._memory:
+            return None
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        return st.st_dev, st.st_ino
+
+    def _ensure_file(self) -> None:
+        """Reopen the file at the path if the one open is not it any more (deleted, or replaced)."""
+        if self._memory:
+            return
+        with self._reopening:
+            self._reopen_if_changed()
+
+    def _reopen_if_changed(self) -> None:
+        now = self._current_identity()
+        if now is not None and now == self._identity:
+            return
+        what = "was deleted: a new, empty one is created" if now is None else "was replaced: the new file is used"
+        log.warning("the usage database %s %s (the rollups in the old one are not in it)", self.path, what)
+        with contextlib.suppress(sqlite3.Error):
+            self._db.close()
+        # SQLite leaves the old file's write-ahead log at `<path>-wal` (it does not checkpoint into a file that
+        # has moved): opened with the new file, its pages would overwrite it. They belong to the old file.
+        for stale in (f"{self.path}-wal", f"{self.path}-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(stale)
+        self._db = self._open()
+        self._identity = self._current_identity()
 
     def close(self) -> None:
         self._db.close()
@@ -140,6 +189,7 @@ class UsageStore:
 
     def add(self, batch: UsageBatch) -> None:
         """Add a drained batch to the stored buckets, in one transaction."""
+        self._ensure_file()
         with self._db:
             self._db.executemany(
                 _ADD_USAGE,
@@ -159,6 +209,7 @@ class UsageStore:
             )
 
     def add_fits(self, items: list[tuple[FitKey, FitAmounts]]) -> None:
+        self._ensure_file()
         with self._db:
             self._db.executemany(_ADD_FIT, [
                 (k.hour, k.cluster, k.workload, a.owner, a.team, a.model, a.node, a.gpus, a.held_s, a.peak_mem_mib,
@@ -170,6 +221,7 @@ class UsageStore:
         """What each workload used, per hour, in [since, until)."""
         sql = f"SELECT {', '.join(_FIT_COLUMNS)} FROM fits WHERE hour >= ? AND hour < ?"
         out = []
+        self._ensure_file()
         with closing(self._db.execute(sql, (since, until))) as cur:
             for r in cur:
                 hist = [float(x) for x in r[11:]]
@@ -181,6 +233,7 @@ class UsageStore:
 
     def mark_simulated(self) -> None:
         """Say that simulated usage was written here: every report that reads this file says so."""
+        self._ensure_file()
         with self._db:
             self._db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('simulated', '1')")
 
@@ -191,6 +244,7 @@ class UsageStore:
     def prune(self, before: float, fits_since: float = 0.0) -> int:
         """Delete buckets that started before `before` (epoch seconds), and fit rows before `fits_since` too;
         returns how many rows went."""
+        self._ensure_file()
         with self._db:
             n = self._db.execute("DELETE FROM usage WHERE hour < ?", (before,)).rowcount
             n += self._db.execute("DELETE FROM idle_jobs WHERE hour < ?", (before,)).rowcount
@@ -203,6 +257,7 @@ class UsageStore:
         rows before `fits_before` (default `before`: right-sizing looks at days, not hours). Returns how many
         hourly usage rows were folded."""
         fits_before = before if fits_before is None else fits_before
+        self._ensure_file()
         day = "(hour - hour % 86400)"
         sums = ", ".join(f"SUM({c})" for c in ("busy_s", "held_s", "free_s", "util_s", "util_known_s",
                                                   "busy_kwh", "held_kwh", "free_kwh"))
@@ -241,6 +296,7 @@ class UsageStore:
     def recorded_hours(self, since: float, until: float) -> set[tuple[int, str, str]]:
         """The (hour, cluster, node) buckets with any usage in [since, until)."""
         sql = "SELECT DISTINCT hour, cluster, node FROM usage WHERE hour >= ? AND hour < ?"
+        self._ensure_file()
         with closing(self._db.execute(sql, (since, until))) as cur:
             return {(int(h), c, n) for h, c, n in cur}
 
@@ -258,5 +314,6 @@ class UsageStore:
         if team is not None:
             sql += " AND team = ?"
             args.append(team)
+        self._ensure_file()
         with closing(self._db.execute(sql, args)) as cur:
             yield from cur

@@ -52,10 +52,11 @@ async def publish_request(bus: Bus, request: ActionRequest) -> int:
 
 
 def process_facts(*procs: tuple[int, str, str], node: str = "n1") -> dict[str, Any]:
-    """facts.processes as the engine sends them: (pid, user, name) with a create time."""
+    """facts.processes as the engine sends them: (pid, user, name) with a create time; the program is
+    /usr/bin/<name>."""
     return {"node": {"name": node, "labels": {}},
-            "processes": [{"pid": pid, "user": user, "name": name, "create_time": T0.isoformat()}
-                          for pid, user, name in procs]}
+            "processes": [{"pid": pid, "user": user, "name": name, "exe": f"/usr/bin/{name}",
+                           "create_time": T0.isoformat()} for pid, user, name in procs]}
 
 
 @pytest.fixture

@@ -134,6 +134,25 @@ def test_a_machine_value_that_would_start_an_option_refuses_the_command() -> Non
     assert render_params(tree, {"process": {"name": "a-b"}}) == {"argv": ["rm", "a-b"]}
 
 
+ARGV_ACTIONS = [
+    ("command", {}),
+    ("cordon", {"provider": "command"}),
+    ("uncordon", {"provider": "command"}),
+    ("scale", {"provider": "command", "replicas": 0}),
+]
+
+
+@pytest.mark.parametrize(("type_", "extra"), ARGV_ACTIONS, ids=[t for t, _ in ARGV_ACTIONS])
+def test_every_action_that_builds_an_argv_refuses_a_machine_value_that_starts_an_option(
+        type_: str, extra: dict[str, object]) -> None:
+    tree, errors = compile_params({**extra, "argv": ["tool", "--node={{ node }}", "{{ node }}"]}, "process",
+                                  escape_for(type_))
+    assert errors == []
+    with pytest.raises(UnsafeValue, match="starts with '-'"):
+        render_params(tree, {"node": "--all"})
+    assert render_params(tree, {"node": "n-1"})["argv"] == ["tool", "--node=n-1", "n-1"]
+
+
 async def test_command_argv_takes_a_hostile_value_as_one_literal_argument() -> None:
     hostile = '$(touch /tmp/gpuevents-pwned); x" ; rm -rf / #'
     params = rendered("command", {"argv": [sys.executable, "-c", "import sys; print(repr(sys.argv[1]))",

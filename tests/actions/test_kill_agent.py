@@ -142,8 +142,8 @@ async def test_the_agent_refuses_and_the_audit_says_why(bus: Bus, on_gpu: set[in
         "pid": 1, "create_time": "2020-01-01T00:00:00+00:00", "user": "alice", "name": "init"}}))
     assert [r.outcome for r in (not_on_gpu, by_name, stale, init)] == ["refused"] * 4
     assert not_on_gpu.error == f"pid {no_gpu.pid} refused (it holds no GPU (per the latest sample))"
-    assert by_name.error == (f"pid {protected.pid} refused (process name 'sleep' matches protected "
-                             "pattern 'sleep')")
+    assert by_name.error == (f"pid {protected.pid} refused (program {psutil.Process(protected.pid).exe()} "
+                             "matches protected pattern 'sleep')")
     assert "the pid was reused" in (stale.error or "")
     assert init.error == "pid 1 refused (pid 1 is never killed)"
     assert no_gpu.returncode is None and protected.returncode is None

@@ -7,6 +7,8 @@ from datetime import timedelta
 
 from actions.ledger import Ledger
 from actions.store import MemoryKv
+from gpuevents.bus import Bus
+from gpuevents.kvstate import UNREADABLE
 from gpuevents.records import AuditRecord
 from tests.actions.conftest import T0
 
@@ -50,3 +52,15 @@ async def test_prune_forgets_only_keys_finished_long_ago() -> None:
     assert running.won
     assert await lg.prune(T0 + timedelta(days=8), keep_s=7 * 86400) == 1
     assert await lg.read("old") is None and await lg.read("new") is not None and await lg.read("busy") is not None
+
+
+async def test_an_unreadable_entry_in_the_real_bucket_is_read_as_absent_counted_and_replaced(bus: Bus) -> None:
+    """Before: LedgerEntry's ValidationError ended the runner's attempt at the action, every time."""
+    kv = await bus.kv()
+    await kv.put(Ledger.kv_key("k1"), b"not json")
+    before = UNREADABLE.counts["ledger"]
+    claim = await Ledger(kv, "r1").claim("k1", T0, T0 + timedelta(seconds=30))
+    assert claim.won
+    found = await Ledger(kv, "r2").read("k1")
+    assert found is not None and found[0].runner == "r1"
+    assert UNREADABLE.counts["ledger"] == before + 1

@@ -12,7 +12,7 @@ PROTECT = ProtectConfig(users=["root"], process_patterns=["nvidia-*"], node_labe
 
 def test_kill_on_a_gpu_is_refused_when_any_of_its_processes_is_protected() -> None:
     req = make_request("kill", facts=process_facts((10, "alice", "python"), (11, "bob", "nvidia-smi")))
-    assert protection_reason(req, PROTECT) == "process name 'nvidia-smi' matches 'nvidia-*'"
+    assert protection_reason(req, PROTECT) == "program /usr/bin/nvidia-smi matches protected pattern 'nvidia-*'"
 
 
 def test_kill_of_an_ordinary_process_is_allowed() -> None:
@@ -44,7 +44,7 @@ def test_a_protected_process_entity_is_protected_from_any_destructive_action() -
 
 
 def test_a_process_whose_user_is_only_a_uid_is_refused_when_users_are_protected() -> None:
-    facts = {"process": {"pid": 7, "user": "0", "uid": 0, "name": "python"}}
+    facts = {"process": {"pid": 7, "user": "0", "uid": 0, "name": "python", "exe": "/usr/bin/python3"}}
     req = make_request("kill", entity_kind="process", entity_id="n1/pid7", facts=facts)
     assert protection_reason(req, PROTECT) == "user of pid 7 unknown (uid 0): cannot tell whether it is protected"
     nouser = make_request("kill", entity_kind="process", entity_id="n1/pid7", facts={"process": {"pid": 7}})
@@ -57,7 +57,7 @@ def test_a_container_process_with_no_known_pod_is_refused_when_namespaces_are_pr
     req = make_request("kill", entity_kind="process", entity_id="n1/pid8", facts=facts)
     why = protection_reason(req, PROTECT)
     assert why == "pid 8 runs in a container whose pod is unknown: cannot tell its namespace"
-    bare = {"process": {"pid": 8, "user": "alice", "name": "python"}}  # bare metal: no container, no pod
+    bare = {"process": {"pid": 8, "user": "alice", "name": "python", "exe": "/usr/bin/python3"}}  # no container
     assert protection_reason(make_request("kill", entity_kind="process", entity_id="n1/pid8", facts=bare),
                              PROTECT) is None
 
@@ -69,3 +69,20 @@ def test_scaling_a_workload_in_a_protected_namespace_is_refused_but_restoring_it
     assert protection_reason(back, PROTECT) is None
     other = make_request("scale", {"namespace": "ml", "name": "nb", "replicas": 0}, facts={})
     assert protection_reason(other, PROTECT) is None
+
+
+def test_the_name_a_process_gives_itself_protects_nothing_its_program_does() -> None:
+    renamed = {"process": {"pid": 9, "user": "alice", "name": "nvidia-smi", "exe": "/usr/bin/python3.12"}}
+    req = make_request("kill", entity_kind="process", entity_id="n1/pid9", facts=renamed)
+    assert protection_reason(req, PROTECT) is None
+    by_path = PROTECT.model_copy(update={"process_patterns": ["/usr/bin/nvidia-*"]})
+    real = {"process": {"pid": 9, "user": "alice", "name": "x", "exe": "/usr/bin/nvidia-smi"}}
+    assert protection_reason(make_request("kill", entity_kind="process", entity_id="n1/pid9", facts=real),
+                             by_path) == "program /usr/bin/nvidia-smi matches protected pattern '/usr/bin/nvidia-*'"
+
+
+def test_an_unknown_program_is_refused_when_programs_are_protected() -> None:
+    unknown = {"process": {"pid": 9, "user": "alice", "name": "nvidia-smi"}}  # an agent that did not say
+    req = make_request("kill", entity_kind="process", entity_id="n1/pid9", facts=unknown)
+    assert protection_reason(req, PROTECT) == "the program of pid 9 is unknown: cannot tell whether it is protected"
+    assert protection_reason(req, PROTECT.model_copy(update={"process_patterns": []})) is None

@@ -70,7 +70,7 @@ async def test_protected_name_patterns_and_node_labels_refuse_destructive_action
     facts = {"node": {"name": "n1", "labels": {"tier": "prod"}}}
     by_label = await runner.process(make_request("cordon", {}, entity_kind="node", entity_id="n1", facts=facts))
     notify = await runner.process(make_request("log", {"message": "still told"}, facts=facts))
-    assert by_name.error == "protected: process name 'jupyter-lab' matches 'jupyter*'"
+    assert by_name.error == "protected: program /usr/bin/jupyter-lab matches protected pattern 'jupyter*'"
     assert by_label.error == "protected: node label tier=prod"
     assert notify.outcome == "ok"
 

@@ -190,6 +190,15 @@ async def test_the_http_endpoint_checks_slacks_signature(config: Config, bus: Bu
                 assert forged.status == 401
             async with http.post(url, data=body, headers=signed("s3cret", body, now - 3600)) as replayed:
                 assert replayed.status == 401  # an old timestamp: a replayed request
+            for timestamp in (None, "", "soon", "１２３", "-5"):  # missing, empty, garbage, non-ASCII digits
+                headers = signed("s3cret", body, now)
+                if timestamp is None:
+                    del headers["X-Slack-Request-Timestamp"]
+                else:
+                    headers["X-Slack-Request-Timestamp"] = timestamp
+                async with http.post(url, data=body, headers=headers) as malformed:
+                    assert malformed.status == 400, (timestamp, malformed.status, await malformed.text())
+                    assert "Traceback" not in await malformed.text()
         await wait_for(lambda: seen, what="the signed click handled")
         assert len(seen) == 1
     finally:

@@ -6,7 +6,6 @@ import time
 
 import pytest
 
-from actions.builtin.cancel import parse_show_job
 from actions.runner import ActionRunner
 from tests.actions.conftest import make_config, make_request
 from tests.slurm_cluster import SlurmCluster
@@ -67,9 +66,20 @@ async def test_requeue_puts_a_running_job_back_in_the_queue(slurm_env: SlurmClus
     job = await running(slurm_env)
     record = await runner().process(cancel_request(job, requeue=True))
     assert record.outcome == "ok" and "requeued" in (record.detail or "")
-    show = parse_show_job(slurm_env.run("scontrol", "show", "job", "-o", job))
-    assert show["Restarts"] == "1"
+    assert " Restarts=1 " in slurm_env.run("scontrol", "show", "job", "-o", job)
     slurm_env.run("scancel", job)
+
+
+async def test_a_job_name_that_spells_other_fields_cannot_pass_for_them(slurm_env: SlurmCluster) -> None:
+    # `scontrol show job -o` puts the name before the job's own fields: this one read as partition debug
+    job = await running(slurm_env, "--partition=protected", "--job-name=x Partition=debug Account=(null)")
+    try:
+        record = await runner(partitions=["protected"]).process(cancel_request(job))
+        assert record.outcome == "refused", record.detail
+        assert f"job {job}: partition protected is protected (protect.partitions)" in (record.error or "")
+        assert slurm_env.job_state(job) == "RUNNING"
+    finally:
+        slurm_env.run("scancel", job)
 
 
 @pytest.mark.parametrize("job", ["1,2", "-u root", "gpu[01-02]", ""])

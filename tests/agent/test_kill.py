@@ -100,6 +100,38 @@ async def test_a_protected_process_name_is_refused(children: list[subprocess.Pop
     assert p.poll() is None
 
 
+RENAMES_ITSELF = ("import ctypes, time\n"
+                  "ctypes.CDLL(None).prctl(15, b'nvidia-smi', 0, 0, 0)  # PR_SET_NAME\n"
+                  "print('ready', flush=True)\n"
+                  "time.sleep(60)\n")
+
+
+async def test_a_process_that_renames_itself_after_a_protected_program_is_not_protected(
+        children: list[subprocess.Popen[str]]) -> None:
+    p = spawn(RENAMES_ITSELF)
+    children.append(p)
+    assert psutil.Process(p.pid).name() == "nvidia-smi"  # what /proc/<pid>/comm now says
+    agent = agent_for([p.pid], Config(protect=ProtectConfig(users=[], process_patterns=["nvidia-smi", "nvidia-*"])))
+    reply = await kill(agent, p.pid, grace_s=5)
+    assert reply.outcome == "exited", reply.reason
+    assert p.wait(5) == -15
+
+
+async def test_a_program_is_protected_by_its_path_and_the_user_that_runs_it(
+        children: list[subprocess.Popen[str]]) -> None:
+    p = spawn(RENAMES_ITSELF)
+    children.append(p)
+    exe = psutil.Process(p.pid).exe()
+    mine = ProtectConfig(users=[], processes=[{"exe": exe, "user": getpass.getuser()}])  # type: ignore[list-item]
+    reply = await kill(agent_for([p.pid], Config(protect=mine)), p.pid)
+    assert reply.outcome == "refused" and reply.reason == f"program {exe} run by {getpass.getuser()} is protected"
+    assert p.poll() is None
+    others = ProtectConfig(users=[], processes=[{"exe": exe, "user": "someone-else"}])  # type: ignore[list-item]
+    reply = await kill(agent_for([p.pid], Config(protect=others)), p.pid, grace_s=5)
+    assert reply.outcome == "exited", reply.reason  # the same program run by another user is not protected
+    assert p.wait(5) == -15
+
+
 async def test_a_child_ignoring_term_gets_kill_after_the_grace(children: list[subprocess.Popen[str]]) -> None:
     p = spawn(IGNORES_TERM)
     children.append(p)

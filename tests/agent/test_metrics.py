@@ -8,6 +8,7 @@ import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
 from agent.dcgm import DCGM_FIELDS
@@ -264,3 +265,46 @@ def test_label_values_are_escaped_and_empty_ones_left_out() -> None:
 def test_every_field_is_served_once() -> None:
     names = [f.name for f in DCGM_FIELDS]
     assert len(names) == len(set(names))
+
+
+def test_process_labels_can_be_dropped_leaving_sums_per_gpu() -> None:
+    agents = ticked("steady")
+    series, _, _ = parse(served(agents, process_labels=False))
+    procs = series["gpuevents_process_gpu_memory_mib"]
+    assert procs and all(not {"pid", "user", "name"} & lb.keys() for lb, _ in procs)
+    assert all(not {"pid", "user", "name"} & lb.keys() for lb, _ in series["gpuevents_process_sm_util_pct"])
+    total = sum(h.mem_mib or 0 for h in agents[0].core.held.values())
+    assert abs(sum(v for _, v in procs) - total) < 0.01
+    named, _, _ = parse(served(agents))  # the default names them
+    assert all({"pid", "user", "name"} <= lb.keys() for lb, _ in named["gpuevents_process_gpu_memory_mib"])
+
+
+def listening_on(port: int) -> set[str]:
+    return {c.laddr.ip for c in psutil.Process().net_connections(kind="tcp")
+            if c.status == psutil.CONN_LISTEN and c.laddr.port == port}
+
+
+def test_the_agents_metrics_listen_where_config_says() -> None:
+    config = Config.model_validate({"agent": {"metrics_address": "127.0.0.1"}})
+    assert Config().agent.metrics_address == "0.0.0.0"  # the default: reachable for Prometheus
+    server = MetricsServer(AgentCollector(lambda: [], AgentCounters()), 0, config.agent.metrics_address).start()
+    try:
+        assert listening_on(server.port) == {"127.0.0.1"}
+    finally:
+        server.stop()
+
+
+def test_the_engines_metrics_listen_where_config_says() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from gpuevents.cli.parts import start_metrics
+    from gpuevents.server import free_port
+
+    config = Config.model_validate({"engine": {"metrics_address": "127.0.0.1", "metrics_port": free_port()}})
+    assert Config().engine.metrics_address == "0.0.0.0"
+    server = start_metrics(config.engine.metrics_port, CollectorRegistry(), config.engine.metrics_address)
+    try:
+        assert listening_on(config.engine.metrics_port) == {"127.0.0.1"}
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -47,10 +47,16 @@ class AuthServer:
     engine_password: str
     agent_passwords: dict[str, str]
     log: Path
+    role_users: dict[str, str]
+    role_passwords: dict[str, str]
 
     def agent(self, node: str) -> tuple[str, str]:
         """(user, password) of `node`'s agent."""
         return f"agent/{self.cluster}/{node}", self.agent_passwords[node]
+
+    def role(self, role: str) -> tuple[str, str]:
+        """(user, password) of a role: engine, runner, operator, admin."""
+        return self.role_users[role], self.role_passwords[role]
 
 
 def _answers(port: int) -> bool:
@@ -107,6 +113,8 @@ def nats_auth_server(tmp_path: Path, nats_auth: ModuleType) -> Iterator[AuthServ
             engine_password=generated.engine_password,
             agent_passwords=generated.agent_passwords,
             log=log,
+            role_users=dict(nats_auth.ROLE_USERS),
+            role_passwords=generated.role_passwords,
         )
     finally:
         proc.send_signal(signal.SIGTERM)

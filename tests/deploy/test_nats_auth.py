@@ -36,8 +36,8 @@ def test_rerun_keeps_passwords_and_revokes_removed_nodes(nats_auth: ModuleType, 
 def test_every_written_file_is_private(nats_auth: ModuleType, tmp_path: Path) -> None:
     nats_auth.generate("c1", NODES, tmp_path)
     files = [p for p in tmp_path.rglob("*") if p.is_file()]
-    # auth.conf, kubernetes-secrets.yaml, the engine's password and env file, two per node
-    assert len(files) == 4 + 2 * len(NODES)
+    # auth.conf, kubernetes-secrets.yaml, a password and an env file per role, two per node
+    assert len(files) == 2 + 2 * len(nats_auth.ROLE_USERS) + 2 * len(NODES)
     assert {oct(p.stat().st_mode & 0o777) for p in files} == {"0o600"}
     dirs = [p for p in tmp_path.rglob("*") if p.is_dir()]
     assert {oct(p.stat().st_mode & 0o777) for p in dirs} == {"0o700"}
@@ -45,7 +45,7 @@ def test_every_written_file_is_private(nats_auth: ModuleType, tmp_path: Path) ->
 
 def test_passwords_are_long_and_distinct(nats_auth: ModuleType, tmp_path: Path) -> None:
     result = nats_auth.generate("c1", NODES, tmp_path)
-    passwords = [result.engine_password, *result.agent_passwords.values()]
+    passwords = [*result.role_passwords.values(), *result.agent_passwords.values()]
     assert len(set(passwords)) == len(passwords)
     assert min(len(p) for p in passwords) >= 40
 
@@ -66,6 +66,8 @@ def test_cli_reads_node_names_from_kubectl_output(
     assert nats_auth.main(["--cluster", "prod-a", "--out", str(tmp_path), "--nodes-file", "-"]) == 0
     assert sorted(p.name for p in (tmp_path / "passwords" / "agents").iterdir()) == ["gpu-01", "gpu-02"]
     assert "2 agents" in capsys.readouterr().out
+    assert sorted(p.name for p in (tmp_path / "env").iterdir()) == [
+        "admin.env", "agent-gpu-01.env", "agent-gpu-02.env", "engine.env", "operator.env", "runner.env"]
 
 
 def test_cli_without_nodes_says_so(nats_auth: ModuleType, tmp_path: Path,
@@ -78,7 +80,8 @@ def test_example_auth_conf_is_what_the_generator_writes(nats_auth: ModuleType) -
     example = (DEPLOY / "nats" / "auth.example.conf").read_text()
     body = example.split("\n", 1)[1]  # after the one line that says it is an example
     assert body == nats_auth.render_auth_conf(
-        "prod-a", "<engine password>", {"gpu-01": "<gpu-01 password>", "gpu-02": "<gpu-02 password>"}
+        "prod-a", {r: f"<{r} password>" for r in nats_auth.ROLE_USERS},
+        {"gpu-01": "<gpu-01 password>", "gpu-02": "<gpu-02 password>"},
     )
 
 
@@ -110,3 +113,5 @@ def test_kubernetes_secrets_hold_every_password_and_pass_the_schema(
     )
     assert by_name[nats_auth.AGENT_SECRET]["stringData"] == result.agent_passwords
     assert by_name[nats_auth.ENGINE_SECRET]["stringData"] == {"nats-password": result.engine_password}
+    assert by_name[nats_auth.ROLES_SECRET]["stringData"] == {
+        r: p for r, p in result.role_passwords.items() if r != "engine"}

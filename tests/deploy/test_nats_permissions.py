@@ -41,14 +41,14 @@ class Conn:
 
 
 @asynccontextmanager
-async def connect(server: AuthServer, user: str, password: str) -> AsyncIterator[Conn]:
+async def connect(server: AuthServer, user: str, password: str, inbox_prefix: str = "_INBOX") -> AsyncIterator[Conn]:
     conn = Conn()
 
     async def on_error(e: Exception) -> None:
         conn.errors.append(str(e))
 
     conn.nc = await nats.connect(server.url, user=user, password=password, error_cb=on_error,
-                                 allow_reconnect=False, connect_timeout=2)
+                                 allow_reconnect=False, connect_timeout=2, inbox_prefix=inbox_prefix)
     try:
         yield conn
     finally:
@@ -71,13 +71,13 @@ def subjects_of(msgs: list[Msg]) -> Callable[[], list[str]]:
 
 
 @asynccontextmanager
-async def bus_as(server: AuthServer, user: str, password: str,
-                 monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Bus]:
-    """The real gpuevents Bus, logged in as `user` (the bus reads NATS_USER/NATS_PASSWORD)."""
+async def bus_as(server: AuthServer, user: str, password: str, monkeypatch: pytest.MonkeyPatch,
+                 role: str = "engine", node: str | None = None) -> AsyncIterator[Bus]:
+    """The real gpuevents Bus, logged in as `user` (the bus reads NATS_USER/NATS_PASSWORD) with `role`'s inbox."""
     monkeypatch.setenv("NATS_USER", user)
     monkeypatch.setenv("NATS_PASSWORD", password)
     bus = Bus(NatsConfig(url=server.url, connect_timeout=2, publish_timeout=2, reconnect_wait=0.2),
-              name=user)
+              name=user, role=role, node=node)
     await bus.connect()
     try:
         yield bus
@@ -94,7 +94,7 @@ async def test_agent_bus_stores_its_own_events_in_the_stream(
         # a node name with dots: the permission must use the same escaping as the agent's subjects
         for node in ("n1", "gpu-7.example.com"):
             user, password = server.agent(node)
-            async with bus_as(server, user, password, monkeypatch) as agent:
+            async with bus_as(server, user, password, monkeypatch, "agent", node) as agent:
                 agent.publish_event(make_event("agent.started", node, AgentInfo(node=node),
                                                cluster=server.cluster))
                 assert await agent.flush(5), f"{node}'s event was not acknowledged by JetStream"
@@ -110,20 +110,20 @@ async def test_agent_answers_commands_to_its_own_node(
 ) -> None:
     server = nats_auth_server
     user, password = server.agent("n1")
-    async with bus_as(server, user, password, monkeypatch) as agent:
+    async with bus_as(server, user, password, monkeypatch, "agent", "n1") as agent:
 
         async def handler(payload: bytes, subject: str) -> bytes:
             return b"done:" + payload
 
         await agent.serve(S.node_commands_filter("c1", "n1"), handler)
-        async with bus_as(server, server.engine_user, server.engine_password, monkeypatch) as engine:
-            reply = await engine.request(S.command_subject("c1", "n1", "kill"), b"4242", timeout=5)
+        async with bus_as(server, *server.role("runner"), monkeypatch, "runner") as runner:
+            reply = await runner.request(S.command_subject("c1", "n1", "kill"), b"4242", timeout=5)
     assert reply == b"done:4242"
 
 
 async def test_agent_cannot_publish_as_another_node(nats_auth_server: AuthServer) -> None:
     server = nats_auth_server
-    async with connect(server, server.engine_user, server.engine_password) as watcher:
+    async with connect(server, *server.role("admin")) as watcher:
         assert watcher.nc is not None
         seen = await collect(watcher.nc, "gpuevents.>")
         async with connect(server, *server.agent("n1")) as agent:
@@ -152,11 +152,11 @@ async def test_agent_cannot_receive_another_nodes_commands(nats_auth_server: Aut
         await wait_for(lambda: n1.violations("subscription", S.node_commands_filter("c1", "n2")),
                        5, what="a subscription permissions violation")
         assert n1.violations("subscription", "gpuevents.cmd.>")
-        async with connect(server, server.engine_user, server.engine_password) as engine:
-            assert engine.nc is not None
-            await engine.nc.publish(S.command_subject("c1", "n2", "kill"), b"for n2")
-            await engine.nc.publish(S.command_subject("c1", "n1", "kill"), b"for n1")
-            await engine.nc.flush()
+        async with connect(server, *server.role("runner")) as runner:
+            assert runner.nc is not None
+            await runner.nc.publish(S.command_subject("c1", "n2", "kill"), b"for n2")
+            await runner.nc.publish(S.command_subject("c1", "n1", "kill"), b"for n1")
+            await runner.nc.flush()
             await wait_for(lambda: len(n1_own) == 1 and len(n2_own) == 1, 5,
                            what="each agent's own command")
     assert [m.data for m in n1_own] == [b"for n1"]

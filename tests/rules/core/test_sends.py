@@ -78,3 +78,16 @@ rules:
     assert first.params["message"] == f"{inc.id} firing {at(0)} 1 0s"
     (again,) = core.step(Tick(), at(90)).actions
     assert again.params["message"] == f"{inc.id} firing {at(0)} 2 1m 30s"
+
+
+def test_a_scale_command_is_refused_when_a_machine_value_would_start_an_option(tmp_path: Path) -> None:
+    core = Core(rules_from(tmp_path, """\
+rules:
+  - name: s
+    entity: process
+    when: true
+    actions:
+      - {type: scale, provider: command, replicas: 0, argv: [scale-pool, "{{ process.name }}", "{replicas}"]}
+"""))
+    (req,) = core.step(snapshot(at(0), gpus=[gpu(0)], processes=[proc(7, name="--all-pools")]), at(0)).actions
+    assert req.decision == "refused" and "starts with '-'" in (req.reason or "")

@@ -106,7 +106,7 @@ async def test_the_engine_keeps_demand_from_the_reader_and_dead_letters_it_from_
         book = engine.core.state.demand
         await wait_for(lambda: book.reports, what="the reader's report in the engine")
         assert book.lookup("c1", "gpu", None, None)[0] == 3
-        assert engine.metrics.malformed.labels(kind="SubjectMismatch")._value.get() == 1
+        assert engine.metrics.malformed.labels(kind="spoofed")._value.get() == 1
 
         # `gpuevents status` and the dashboard's /api/fleet show it
         code, out = await gpuevents("status", "--json", "-c", str(write_config(engine_config, tmp_path / "c.yaml")))

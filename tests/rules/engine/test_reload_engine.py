@@ -84,3 +84,49 @@ async def test_a_reload_rejected_by_rules_check_keeps_the_running_rules(config: 
         assert engine.metrics.reloads.labels(result="failed")._value.get() == 1
         assert incident(engine, "n1/gpu0") == firing
         assert engine.core is not None and engine.core.rules.by_name["held-gpu"].spec.description == "first"
+
+
+SLOW = """\
+rules:
+  - name: slow
+    entity: gpu
+    when: gpu.idle
+    actions:
+      - type: log
+        message: "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}x"
+"""
+"""A rule whose check renders 10^10 loop turns that write nothing: cheap YAML, costly in time (not memory) to load."""
+
+BOMB = 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n' + "".join(
+    f"{n}: &{n} [" + ",".join([f"*{p}"] * 9) + "]\n" for p, n in zip("abcdefgh", "bcdefghi", strict=True)
+) + "rules: *i\n"
+
+
+async def test_an_alias_bomb_dropped_into_the_rules_folder_is_refused_and_the_old_rules_keep_running(
+        config: Config, bus: Bus) -> None:
+    rules = Path(config.engine.rules[0])
+    async with running(Engine(config, bus, clock=ManualClock(T0))) as engine:
+        (rules / "bomb.yaml").write_text(BOMB)
+        await wait_for(lambda: failed_reloads(engine) == 1, timeout=30, what="the reload refused")
+        assert engine.core is not None and list(engine.core.rules.by_name) == ["held-gpu"]
+        await publish(bus, snapshot("n1", T0))
+        await wait_for(lambda: incident(engine, "n1/gpu0"), what="the old rule firing after the refused reload")
+
+
+async def test_a_reload_that_costs_too_much_time_is_refused_while_the_engine_keeps_consuming(
+        config: Config, bus: Bus, caplog: pytest.LogCaptureFixture) -> None:
+    rules = Path(config.engine.rules[0])
+    async with running(Engine(config, bus, clock=ManualClock(T0))) as engine:
+        engine.rule_files.reload_timeout = 10
+        (rules / "slow.yaml").write_text(SLOW)
+        await wait_for(lambda: not engine.rule_files.changed(), what="the reload to start")
+        await publish(bus, snapshot("n1", T0))
+        await wait_for(lambda: incident(engine, "n1/gpu0"), what="an event handled during the reload")
+        assert failed_reloads(engine) == 0  # the child still grinds: the engine's loop never ran the file's cost
+        await wait_for(lambda: failed_reloads(engine) == 1, timeout=30, what="the reload refused")
+        assert "took longer than 10s to load" in caplog.text
+        assert engine.core is not None and list(engine.core.rules.by_name) == ["held-gpu"]
+
+
+def failed_reloads(engine: Engine) -> float:
+    return float(engine.metrics.reloads.labels(result="failed")._value.get())

@@ -37,7 +37,7 @@ async def test_an_event_the_core_cannot_apply_is_dead_lettered_and_the_next_is_p
         await wait_for(lambda: incident(engine, "n1/gpu0"), what="the event after the poison one")
         dead = [m async for m in bus.replay(S.STREAM_DLQ, S.DLQ_ALL)]
         assert [m.subject for m in dead] == ["gpuevents.dlq.evt.c1.poison.node.snapshot"]
-        assert engine.dead_letters.seen == {"RuntimeError": 1}
+        assert engine.dead_letters.seen == {"unapplicable": 1}
 
 
 async def test_a_commit_the_bus_refuses_is_retried_not_fatal(

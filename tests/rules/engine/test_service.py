@@ -268,7 +268,7 @@ async def test_an_envelope_that_names_another_node_than_its_subject_is_dead_lett
         await wait_for(lambda: seen(engine, "node-a", T0), what="node-a's own snapshot")
         assert engine.core is not None and [n.name for n in engine.core.nodes()] == ["node-a"]
         assert incident(engine, "sim-000/gpu0") is None
-        assert engine.metrics.malformed.labels(kind="SubjectMismatch")._value.get() == 1
+        assert engine.metrics.malformed.labels(kind="spoofed")._value.get() == 1
     stored = [m async for m in bus.replay(S.STREAM_DLQ, S.DLQ_ALL)]
     assert len(stored) == 1
 

@@ -43,3 +43,28 @@ def test_the_report_notes_a_window_with_no_events_or_events_only_late() -> None:
     late = coverage_note(T0, end, end - timedelta(hours=2), 500)
     assert late.startswith("events only from ") and "13d 22h before holds none" in late
     assert coverage_note(T0, end, T0 + timedelta(minutes=5), 500) == ""  # covered: nothing to say
+
+
+async def test_a_backtest_takes_warnings_as_delivered_so_staged_actions_show_as_run(tmp_path: Path) -> None:
+    rules = rules_from(tmp_path, """\
+rules:
+  - name: warn-then-kill
+    entity: gpu
+    when: gpu.idle and gpu.processes
+    for: 1h
+    actions:
+      - {type: slack, to: "{{ gpu.owner }}", text: "idle; ended in 30m"}
+      - {type: kill, after: 30m}
+""")
+    core = Core(rules)
+    summary = StreamSummary(T0)
+
+    async def messages() -> AsyncIterator[StoredMsg]:
+        for i in range(200):  # 1h40m of one node at 30 s
+            at = T0 + timedelta(seconds=30 * i)
+            yield StoredMsg("gpuevents.evt.c1.n1.node.snapshot", encode_event(snapshot("n1", at, idle_since=T0)), i,
+                            at)
+
+    await stream_backtest(core, messages(), T0, T0 + timedelta(minutes=100), summary)
+    decided = [(a.phase, a.type, a.decision) for a in summary.rec.actions]
+    assert decided == [("fire", "slack", "run"), ("stage", "kill", "run")]

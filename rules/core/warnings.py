@@ -1,0 +1,132 @@
+"""Warn before you act (DESIGN §5): a staged destructive action runs only if a warning of its incident was delivered.
+
+A warning is a `slack`, `email` or `notify` action an incident sent before the stage (at firing, at a repeat or
+at an earlier stage). Each is recorded on the incident (`Incident.warnings`, persisted with it) when it is
+decided: `sent` when it went to a runner, `delivered` for a dry run, or the decision that stopped it (`refused`,
+`suppressed`, `held`). The runner's final outcome comes back as an `ActionOutcome` input (the engine feeds the
+audit stream's action records to the core): `ok` makes it `delivered`, `failed`, `refused` or `expired` say so.
+
+When the stage comes due, the destructive actions in it (`kill`, `cancel`, `cordon`, `scale`, …) run only if
+at least one of the incident's warnings is `delivered`; otherwise they are decided `refused` ("its warning was
+not delivered"). A warning still `sent` then (no outcome known: still retrying, or its record lost) counts as not
+delivered: where the engine cannot tell, it does not act. An incident that sent no warning, and an action with
+`require_warning: false`, are not concerned.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from gpuevents.records import ActionRequest, AuditRecord, Outcome
+
+if TYPE_CHECKING:
+    from rules.core.core import Core
+    from rules.core.incidents import Incident
+    from rules.core.inputs import PendingSend, StepResult
+
+WARNING_TYPES = frozenset({"slack", "email", "notify"})
+"""Actions that tell a person: what a staged destructive action waits to have been delivered."""
+
+NOT_DELIVERED = "its warning was not delivered"
+
+WarningStatus = Literal["sent", "delivered", "refused", "failed", "expired", "suppressed", "held"]
+
+
+class SentWarning(BaseModel):
+    """One warning an incident sent, and what became of it."""
+
+    model_config = ConfigDict(frozen=True)
+    type: str
+    status: WarningStatus
+
+
+class ActionOutcome(BaseModel):
+    """A runner's final outcome of an action request (from the audit stream), fed back to the core."""
+
+    model_config = ConfigDict(frozen=True)
+    type: Literal["action_outcome"] = "action_outcome"
+    rule: str
+    incident_id: str
+    key: str
+    """The request's idempotency key (`<incident>:<phase>:<index>:<repeat>`)."""
+    outcome: Outcome
+
+    @classmethod
+    def of(cls, record: AuditRecord) -> ActionOutcome | None:
+        """The outcome an audit record reports of a warning, or None for any other record."""
+        if (record.kind != "action" or record.action_type not in WARNING_TYPES or not record.incident_id
+                or not record.action_key or record.outcome is None):
+            return None
+        return cls(rule=record.rule, incident_id=record.incident_id, key=record.action_key, outcome=record.outcome)
+
+
+def _status(decision_or_outcome: str) -> WarningStatus:
+    if decision_or_outcome in ("ok", "dry_run"):  # a dry run counts as run (DESIGN §4)
+        return "delivered"
+    if decision_or_outcome == "run":
+        return "sent"
+    assert decision_or_outcome in ("refused", "failed", "expired", "suppressed", "held"), decision_or_outcome
+    return decision_or_outcome  # type: ignore[return-value]
+
+
+def undelivered(incident: Incident) -> str | None:
+    """Why a staged destructive action of `incident` must not run now, or None: no warning was sent, or one
+    was delivered."""
+    if not incident.warnings or any(w.status == "delivered" for w in incident.warnings.values()):
+        return None
+    told = ", ".join(f"{w.type} {'with no outcome known' if w.status == 'sent' else w.status}"
+                     for w in incident.warnings.values())
+    return f"{NOT_DELIVERED} ({told})"
+
+
+def _replace(core: Core, updated: Incident, out: StepResult) -> None:
+    incs = core.incidents.get(updated.rule)
+    if incs is not None and (cur := incs.get(updated.entity_key)) is not None and cur.id == updated.id:
+        incs[updated.entity_key] = updated
+    for i, inc in enumerate(out.incidents):
+        if inc.id == updated.id:
+            out.incidents[i] = updated
+    if not any(inc is updated for inc in out.incidents):
+        out.incidents.append(updated)
+
+
+def record_sent(core: Core, send: PendingSend, requests: list[ActionRequest], out: StepResult) -> None:
+    """Note on the incident the warnings among `requests` (a fire, repeat or stage phase) and their decisions."""
+    if send.phase == "resolve":
+        return
+    sent = {r.key: SentWarning(type=r.type, status=_status(r.decision)) for r in requests
+            if r.type in WARNING_TYPES and not r.destructive}
+    if not sent:
+        return
+    incs = core.incidents.get(send.rule.name, {})
+    current = incs.get(send.incident.entity_key)
+    if current is None or current.id != send.incident.id:
+        return  # closed in the same step: nothing will be staged after it
+    _replace(core, current.model_copy(update={"warnings": {**current.warnings, **sent}}), out)
+
+
+def assume_delivered(core: Core, result: StepResult, now: datetime) -> None:
+    """Report every warning `result` sent to a runner as delivered: for runs with no runner (rule tests,
+    backtests), where a warning is undelivered only when the engine itself decided so."""
+    for a in result.actions:
+        if a.decision == "run" and a.type in WARNING_TYPES and not a.destructive and a.phase != "resolve":
+            core.step(ActionOutcome(rule=a.rule, incident_id=a.incident_id, key=a.key, outcome="ok"), now)
+
+
+def apply_outcome(core: Core, item: ActionOutcome, out: StepResult) -> None:
+    """Record a runner's outcome of one of an open incident's warnings (`ok` wins over any other)."""
+    incs = core.incidents.get(item.rule)
+    if not incs:
+        return
+    inc = next((i for i in incs.values() if i.id == item.incident_id), None)
+    if inc is None or item.key not in inc.warnings:
+        return
+    known = inc.warnings[item.key]
+    status = _status(item.outcome)
+    if known.status == status or known.status == "delivered":
+        return
+    updated = {**inc.warnings, item.key: known.model_copy(update={"status": status})}
+    _replace(core, inc.model_copy(update={"warnings": updated}), out)
