@@ -15,13 +15,23 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gpuevents.durations import format_duration
 from gpuevents.records import EntityKind, IncidentStatus, Phase
-from rules.core.warnings import SentWarning
 
 ResolveReason = Literal["condition", "gone", "snoozed", "kept", "exempt", "rule_changed", "rule_removed"]
 """Why an incident closed: `condition` (it cleared), `gone` (its node went away), `snoozed` / `kept` (an operator's
 snooze / the owner's keep, see `resolved_by` and `kept_until`), `exempt` (a gpuevents.io/keep-until or exclude
 annotation on its Kubernetes job); `rule_changed` / `rule_removed`: a reload (or a restart) changed or removed its
 rule."""
+
+
+WarningStatus = Literal["sent", "delivered", "refused", "failed", "expired", "suppressed", "held"]
+
+
+class SentWarning(BaseModel):
+    """One warning an incident sent, and what became of it."""
+
+    model_config = ConfigDict(frozen=True)
+    type: str
+    status: WarningStatus
 
 
 class Incident(BaseModel):
