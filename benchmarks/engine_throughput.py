@@ -46,8 +46,8 @@ import psutil  # noqa: E402
 from nats.js import api  # noqa: E402
 
 import rules.engine.commit as commit  # noqa: E402
-import rules.engine.decoder as decoder  # noqa: E402
 import rules.engine.service as service  # noqa: E402
+import rules.intake.decoder as decoder  # noqa: E402
 from gpuevents import subjects as S  # noqa: E402
 from gpuevents.bus import Bus  # noqa: E402
 from gpuevents.config import Config, EmbeddedServerConfig  # noqa: E402

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot, encode_event, make_event
 from rules.engine.claims import NodeClaims
-from rules.engine.decoder import RepeatDecoder
+from rules.intake.decoder import RepeatDecoder
 
 T0 = datetime(2026, 12, 3, tzinfo=UTC)
 
@@ -47,7 +47,11 @@ def main() -> None:
     raw = events(a.nodes, a.rounds)
     t0 = time.perf_counter()
     decoder = RepeatDecoder()
-    decoded = [decoder.decode(r) for r in raw]
+    decoded = []
+    for r in raw:  # as the engine's intake: each event accepted (its subject checked) before the next
+        e = decoder.decode(r)
+        decoder.accepted(e)
+        decoded.append(e)
     t1 = time.perf_counter()
     claims = NodeClaims()
     found = sum(1 for e in decoded if claims.see(e, e.time) is not None)

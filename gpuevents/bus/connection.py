@@ -175,6 +175,11 @@ class Bus:
         log.info("reconnected to NATS; draining %d buffered events", len(self._buffer))
         self._buffer.wake.set()
 
+    @property
+    def max_payload(self) -> int:
+        """The largest message the server takes, from its INFO (1 MiB unless configured otherwise)."""
+        return int(self._nats().max_payload)
+
     def _nats(self) -> Client:
         if self._nc is None:
             raise BusError("not connected to NATS yet")

@@ -130,15 +130,20 @@ def free_prefix(prefix: str, used: set[str]) -> str:
 async def names_in_use(cfg: Config) -> set[str]:
     """The node names an engine sees online in this cluster now; empty when no engine answers."""
     from gpuevents.bus import Bus, BusError
-    from rules.engine.status import ask_status
+    from rules.engine.status import StatusError, ask_pages
 
+    names: set[str] = set()
     try:
-        async with asyncio.timeout(float(cfg.nats.connect_timeout) + 3), Bus(cfg.nats, name="gpuevents-names") as bus:
-            st = await ask_status(bus, timeout=2)
+        async with asyncio.timeout(float(cfg.nats.connect_timeout) + 30), \
+                Bus(cfg.nats, name="gpuevents-names") as bus:
+            async for page in ask_pages(bus, timeout=2):  # every node once, a page at a time
+                names |= {n.name for n in page.nodes if n.online and n.cluster == cfg.cluster}
+    except StatusError:
+        return set()  # no engine answers
     except (BusError, TimeoutError, OSError) as e:
         log.info("could not ask the engine which node names are in use (%s); assuming none", e)
         return set()
-    return set() if st is None else {n.name for n in st.fleet.nodes if n.online and n.cluster == cfg.cluster}
+    return names
 
 
 def _has_identity(cfg: Config) -> bool:

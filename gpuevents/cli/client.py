@@ -28,17 +28,26 @@ from gpuevents.records import AuditRecord, decode_audit, unique_records
 
 if TYPE_CHECKING:
     from gpuevents.config import Config
-    from rules.engine.status import StatusResponse
+    from rules.dashboard.fleet_view import FleetIncident, FleetNode
+    from rules.engine.status import StatusSummary
 
 out = Console()
 
 
 def status(
+    node: Annotated[str | None, typer.Option("--node", help="one node in full, with its open incidents")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="every node and open incident, fetched a page at a time")] = False,
+    top: Annotated[int, typer.Option("--top", min=1, max=20, help="incidents and nodes in the summary")] = 10,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON (with --all: one JSON object a line)")] = False,
     config: ConfigOption = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print the raw JSON")] = False,
 ) -> None:
-    """The fleet now: nodes, GPUs, idle time, firing incidents (from the acting engine)."""
-    run_async(show_status(client_config(load_config_or_exit(config)), as_json))
+    """The fleet now, from the acting engines: a summary (GPUs busy, idle and held idle, what the waste costs),
+    the costliest firing incidents and the nodes with the most GPUs held idle. `--node` shows one node in full,
+    `--all` every node, page by page (each page under the bus's max payload, whatever the fleet's size)."""
+    if node is not None and all_:
+        typer.echo("error: --node and --all do not go together: ask for one node, or for all of them", err=True)
+        raise typer.Exit(2)
+    run_async(show_status(client_config(load_config_or_exit(config)), as_json, node=node, all_=all_, top=top))
 
 
 def snooze(
@@ -83,40 +92,82 @@ def register(app: typer.Typer) -> None:
     app.command("audit")(audit)
 
 
-async def show_status(config: Config, as_json: bool) -> None:
-    from rules.engine.status import ask_status
+async def show_status(config: Config, as_json: bool, *, node: str | None = None, all_: bool = False,
+                      top: int = 10) -> None:
+    from gpuevents.bus import BusNoResponders, BusTimeout
+    from rules.engine.status import StatusError, ask_node, ask_pages, ask_summary
 
-    async with operator_bus(config, "gpuevents-status") as bus:
-        st = await ask_status(bus)  # every partition's acting engine, merged
+    try:
+        async with operator_bus(config, "gpuevents-status") as bus:
+            if node is not None:
+                _show_node(await ask_node(bus, node), node, as_json)
+            elif all_:
+                shown = False
+                for view in ("nodes", "incidents"):
+                    async for page in ask_pages(bus, view):
+                        shown = True
+                        _show_page(page.nodes, page.incidents, as_json)
+                if not shown:
+                    _no_engine()
+            else:
+                _show_summary(await ask_summary(bus, top), as_json)
+    except (BusNoResponders, BusTimeout):
+        _no_engine()
+    except StatusError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from None
+
+
+def _no_engine() -> None:
+    typer.echo("no engine answers on the bus: start `gpuevents engine` or `gpuevents up`", err=True)
+    raise typer.Exit(1)
+
+
+def _show_summary(st: StatusSummary | None, as_json: bool) -> None:
     if st is None:
-        typer.echo("no engine answers on the bus: start `gpuevents engine` or `gpuevents up`", err=True)
-        raise typer.Exit(1)
+        _no_engine()
+        return
     if as_json:
         typer.echo(st.model_dump_json())
         return
     if st.degraded:
         out.print(Text(f"DEGRADED: {st.degraded}", style="bold red"))
-    f = st.fleet
-    out.print(f"[bold]{len(f.nodes)} nodes, {f.gpu_count} GPUs[/]: {f.busy} busy, {f.idle} idle, "
-              f"[yellow]{f.held_idle} held idle[/] ({f.held_idle_cost_per_hour_text or '-'}/h)")
-    waiting = [d for d in f.demand if d.partition is None and d.pool is None and d.model is None]
-    if f.demand:
-        parts = ", ".join(f"{d.partition or d.pool or d.model}: {d.pending_gpus}" for d in f.demand
+    f = st.summary
+    offline = f" ({f.nodes - f.nodes_online} offline)" if f.nodes_online < f.nodes else ""
+    out.print(f"[bold]{f.nodes} nodes{offline}, {f.gpus} GPUs[/]: {f.busy} busy, {f.idle} idle, "
+              f"[yellow]{f.held_idle} held idle[/] ({f.held_idle_cost_per_hour_text or '-'}/h); "
+              f"incidents: {f.incidents_firing} firing, {f.incidents_pending} pending", soft_wrap=True)
+    waiting = [d for d in st.demand if d.partition is None and d.pool is None and d.model is None]
+    if st.demand:
+        parts = ", ".join(f"{d.partition or d.pool or d.model}: {d.pending_gpus}" for d in st.demand
                           if d not in waiting)
         total = sum(d.pending_gpus for d in waiting)
-        oldest = max((d.waiting_for_s or 0.0 for d in f.demand), default=0.0)
+        oldest = max((d.waiting_for_s or 0.0 for d in st.demand), default=0.0)
         out.print(f"[bold]{total} GPUs waiting[/] to be allocated (oldest {format_duration(oldest)})"
                   + (f": {escape(parts)}" if parts else ""), highlight=False)  # names from the scheduler
-    gpus, inc = status_tables(st)
-    out.print(gpus)
-    out.print(inc if st.incidents else "no open incidents")
+    if st.incidents:
+        out.print(incident_table(st.incidents, "firing incidents, most costly first"))
+        if st.incidents_more:
+            out.print(f"… and {st.incidents_more} more firing (`gpuevents status --all` lists every one)")
+    else:
+        out.print("no firing incidents")
+    if st.worst_nodes:
+        worst = Table("node", "cluster", "GPUs", "idle", "held idle", "held idle /h",
+                      title="nodes with the most GPUs held idle")
+        for w in st.worst_nodes:
+            worst.add_row(*cells(w.name if w.online else f"{w.name} (offline)", w.cluster, str(w.gpus), str(w.idle),
+                                 str(w.held_idle), f"{w.held_idle_cost_per_hour:,.2f} {f.currency}"))
+        out.print(worst)
+        out.print("`gpuevents status --node NAME` shows one node in full")
     for warning in st.warnings:
         out.print(Text(f"warning: {warning}", style="bold red"))
     if st.exemptions:
         out.print(exemptions_table(st))
+        if st.exemptions_more:
+            out.print(f"… and {st.exemptions_more} more exemptions")
 
 
-def exemptions_table(st: StatusResponse) -> Table:
+def exemptions_table(st: StatusSummary) -> Table:
     """Jobs exempt by their annotations until a time, and annotations not applied (malformed)."""
     t = Table("job", "exempt until", "rules", "annotation")
     for e in st.exemptions:
@@ -129,10 +180,39 @@ def exemptions_table(st: StatusResponse) -> Table:
     return t
 
 
-def status_tables(st: StatusResponse) -> tuple[Table, Table]:
-    """The GPUs and the open incidents, every machine string shown as written."""
+def _show_node(found: object, name: str, as_json: bool) -> None:
+    from rules.engine.status import StatusNode
+
+    if not isinstance(found, StatusNode):
+        _no_engine()
+        return
+    if as_json:
+        typer.echo(found.model_dump_json())
+    elif not found.nodes:
+        typer.echo(f"no node named {name!r} is known to the engine", err=True)
+    else:
+        _show_page(found.nodes, found.incidents, False)
+    if not found.nodes:
+        raise typer.Exit(1)
+
+
+def _show_page(nodes: list[FleetNode], incidents: list[FleetIncident], as_json: bool) -> None:
+    if as_json:
+        for n in nodes:
+            typer.echo(orjson.dumps({"node": n.model_dump(mode="json")}).decode())
+        for i in incidents:
+            typer.echo(orjson.dumps({"incident": i.model_dump(mode="json")}).decode())
+        return
+    if nodes:
+        out.print(gpu_table(nodes))
+    if incidents:
+        out.print(incident_table(incidents, "open incidents"))
+
+
+def gpu_table(nodes: list[FleetNode]) -> Table:
+    """Every GPU of these nodes, every machine string shown as written."""
     gpus = Table("node", "gpu", "model", "util %", "mem MiB", "idle for", "owner", "procs")
-    for n in st.fleet.nodes:
+    for n in nodes:
         for g in n.gpus:
             idle_for = format_duration(g.idle_for_s) if g.idle and g.idle_for_s is not None else ""
             name = n.name if n.online else f"{n.name} (offline)"
@@ -140,12 +220,16 @@ def status_tables(st: StatusResponse) -> tuple[Table, Table]:
                                 f"{_num(g.mem_used_mib)}/{_num(g.mem_total_mib)}",
                                 Text(idle_for, style="yellow") if g.held_idle else idle_for,
                                 g.owner or "", str(g.processes)))
-    inc = Table("rule", "entity", "status", "since", "owner", "cost", "warning")
-    for i in st.incidents:
+    return gpus
+
+
+def incident_table(incidents: list[FleetIncident], title: str | None = None) -> Table:
+    inc = Table("rule", "entity", "status", "since", "owner", "cost", "warning", title=title)
+    for i in incidents:
         since = i.firing_since or i.started_at
         inc.add_row(*cells(i.rule, i.entity_id, i.status, since.strftime("%Y-%m-%d %H:%M:%S"),
                            i.owner or "", i.cost or "", i.warning or ""))
-    return gpus, inc
+    return inc
 
 
 def _num(v: float | None) -> str:

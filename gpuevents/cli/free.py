@@ -106,6 +106,9 @@ def show_free(answer: FreeAnswer) -> None:
                                  format_duration(g.idle_for_s) if g.idle_for_s is not None else "",
                                  "-" if g.util_pct is None else f"{g.util_pct:.0f}", _gib(g.mem_free_mib)))
     out.print(table)
+    if answer.more_nodes:
+        out.print(f"… and {answer.more_nodes} more node(s) with free GPUs, left out to keep the answer within what the "
+                  "bus carries: narrow it with --count, --model, --label or --limit", soft_wrap=True)
     for node in answer.nodes:
         # printed plainly (no markup, no wrapping, no control characters), so it can be copied as it is
         out.print(f"{_printable(node.node)}: {node.env}", markup=False, highlight=False, soft_wrap=True)

@@ -31,7 +31,10 @@ VERBS: dict[str, Verb] = {
     "runner": Verb("gpuevents.cli.serve", "register",
                    "Action runners apart from the engine: they share GPUEVENTS_ACT as a queue."),
     "status": Verb("gpuevents.cli.client", "register",
-                   "The fleet now: nodes, GPUs, idle time, firing incidents (from the acting engine)."),
+                   "The fleet now, from the acting engines: a summary (GPUs busy, idle and held idle, what the "
+                   "waste costs), the costliest firing incidents and the nodes with the most GPUs held idle. "
+                   "`--node` shows one node in full, `--all` every node, page by page (each page under the bus's "
+                   "max payload, whatever the fleet's size)."),
     "snooze": Verb("gpuevents.cli.client", "register",
                    "Exempt one entity from one rule for a while (stored in KV, audited)."),
     "keep": Verb("gpuevents.cli.client", "register",

@@ -148,7 +148,7 @@ async def _dashboard(engines: list[Any], config: Config, stop: asyncio.Event) ->
     from gpuevents.costs import CostModel
     from rules.dashboard.pages import bound_port, serve_dashboard
     from rules.dashboard.usage_source import UsageSource
-    from rules.engine.status import EngineDashboardSource
+    from rules.engine.dashboard_source import EngineDashboardSource
 
     usage = UsageSource(config.engine.usage_db, CostModel(config.costs))  # the rollups the engine writes
     runner = await serve_dashboard(EngineDashboardSource(engines), "127.0.0.1", config.engine.dashboard_port or 0,

@@ -15,13 +15,23 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gpuevents.durations import format_duration
 from gpuevents.records import EntityKind, IncidentStatus, Phase
-from rules.core.warnings import SentWarning
 
 ResolveReason = Literal["condition", "gone", "snoozed", "kept", "exempt", "rule_changed", "rule_removed"]
 """Why an incident closed: `condition` (it cleared), `gone` (its node went away), `snoozed` / `kept` (an operator's
 snooze / the owner's keep, see `resolved_by` and `kept_until`), `exempt` (a gpuevents.io/keep-until or exclude
 annotation on its Kubernetes job); `rule_changed` / `rule_removed`: a reload (or a restart) changed or removed its
 rule."""
+
+
+WarningStatus = Literal["sent", "delivered", "refused", "failed", "expired", "suppressed", "held"]
+
+
+class SentWarning(BaseModel):
+    """One warning an incident sent, and what became of it."""
+
+    model_config = ConfigDict(frozen=True)
+    type: str
+    status: WarningStatus
 
 
 class Incident(BaseModel):
@@ -103,7 +113,8 @@ def open_incident(
     rule: str, rule_hash: str, entity_id: str, entity_key: str, kind: EntityKind, cluster: str, node: str,
     now: datetime,
 ) -> Incident:
-    return Incident(
+    # Built from the core's own, already valid values: not validated again (thousands open at a fleet's start).
+    return Incident.model_construct(
         id=incident_id(rule, entity_key, now, rule_hash), rule=rule, rule_hash=rule_hash, entity_id=entity_id,
         entity_key=entity_key, entity_kind=kind, cluster=cluster, node=node, status="pending", active_at=now,
     )
@@ -170,7 +181,7 @@ def transitions(before: Incident | None, after: Incident, reason: str = "") -> l
         path.append("pending")
     path.append(after.status)
     return [
-        Transition(
+        Transition.model_construct(
             time=after.resolved_at if after.status in ("resolved", "inactive") and after.resolved_at else (
                 after.fired_at if after.status == "firing" and after.fired_at else after.active_at),
             rule=after.rule, entity_id=after.entity_id, entity_key=after.entity_key, incident_id=after.id,

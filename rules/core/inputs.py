@@ -9,11 +9,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from gpuevents.events import Event
-from gpuevents.records import ActionRequest, Phase
+from gpuevents.records import ActionRequest, AuditRecord, Outcome, Phase
 from rules.core.incidents import Incident, Transition
 from rules.core.limits import LimitWindows
 from rules.core.state import Entity
-from rules.core.warnings import ActionOutcome
 from rules.lang.model import Rule
 
 
@@ -64,6 +63,29 @@ class ForgetNode(BaseModel):
     type: Literal["forget_node"] = "forget_node"
     node: str
     cluster: str = "default"
+
+
+WARNING_TYPES = frozenset({"slack", "email", "notify"})
+"""Actions that tell a person: what a staged destructive action waits to have been delivered."""
+
+class ActionOutcome(BaseModel):
+    """A runner's final outcome of an action request (from the audit stream), fed back to the core."""
+
+    model_config = ConfigDict(frozen=True)
+    type: Literal["action_outcome"] = "action_outcome"
+    rule: str
+    incident_id: str
+    key: str
+    """The request's idempotency key (`<incident>:<phase>:<index>:<repeat>`)."""
+    outcome: Outcome
+
+    @classmethod
+    def of(cls, record: AuditRecord) -> ActionOutcome | None:
+        """The outcome an audit record reports of a warning, or None for any other record."""
+        if (record.kind != "action" or record.action_type not in WARNING_TYPES or not record.incident_id
+                or not record.action_key or record.outcome is None):
+            return None
+        return cls(rule=record.rule, incident_id=record.incident_id, key=record.action_key, outcome=record.outcome)
 
 
 class EvalProblem(BaseModel):

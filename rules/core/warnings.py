@@ -16,52 +16,25 @@ delivered: where the engine cannot tell, it does not act. An incident that sent 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Literal
+from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict
+from gpuevents.records import ActionRequest
+from rules.core.incidents import Incident, SentWarning, WarningStatus
+from rules.core.inputs import WARNING_TYPES, ActionOutcome, PendingSend, StepResult
 
-from gpuevents.records import ActionRequest, AuditRecord, Outcome
+__all__ = ["WARNING_TYPES", "ActionOutcome", "SentWarning", "WarningStatus"]
 
-if TYPE_CHECKING:
-    from rules.core.core import Core
-    from rules.core.incidents import Incident
-    from rules.core.inputs import PendingSend, StepResult
 
-WARNING_TYPES = frozenset({"slack", "email", "notify"})
-"""Actions that tell a person: what a staged destructive action waits to have been delivered."""
+class _Core(Protocol):
+    """What these functions need of the core: its open incidents (and, for `assume_delivered`, its step)."""
+
+    @property
+    def incidents(self) -> dict[str, dict[str, Incident]]: ...
+
+    def step(self, item: Any, now: datetime) -> StepResult: ...
+
 
 NOT_DELIVERED = "its warning was not delivered"
-
-WarningStatus = Literal["sent", "delivered", "refused", "failed", "expired", "suppressed", "held"]
-
-
-class SentWarning(BaseModel):
-    """One warning an incident sent, and what became of it."""
-
-    model_config = ConfigDict(frozen=True)
-    type: str
-    status: WarningStatus
-
-
-class ActionOutcome(BaseModel):
-    """A runner's final outcome of an action request (from the audit stream), fed back to the core."""
-
-    model_config = ConfigDict(frozen=True)
-    type: Literal["action_outcome"] = "action_outcome"
-    rule: str
-    incident_id: str
-    key: str
-    """The request's idempotency key (`<incident>:<phase>:<index>:<repeat>`)."""
-    outcome: Outcome
-
-    @classmethod
-    def of(cls, record: AuditRecord) -> ActionOutcome | None:
-        """The outcome an audit record reports of a warning, or None for any other record."""
-        if (record.kind != "action" or record.action_type not in WARNING_TYPES or not record.incident_id
-                or not record.action_key or record.outcome is None):
-            return None
-        return cls(rule=record.rule, incident_id=record.incident_id, key=record.action_key, outcome=record.outcome)
-
 
 def _status(decision_or_outcome: str) -> WarningStatus:
     if decision_or_outcome in ("ok", "dry_run"):  # a dry run counts as run (DESIGN §4)
@@ -82,7 +55,7 @@ def undelivered(incident: Incident) -> str | None:
     return f"{NOT_DELIVERED} ({told})"
 
 
-def _replace(core: Core, updated: Incident, out: StepResult) -> None:
+def _replace(core: _Core, updated: Incident, out: StepResult) -> None:
     incs = core.incidents.get(updated.rule)
     if incs is not None and (cur := incs.get(updated.entity_key)) is not None and cur.id == updated.id:
         incs[updated.entity_key] = updated
@@ -93,7 +66,7 @@ def _replace(core: Core, updated: Incident, out: StepResult) -> None:
         out.incidents.append(updated)
 
 
-def record_sent(core: Core, send: PendingSend, requests: list[ActionRequest], out: StepResult) -> None:
+def record_sent(core: _Core, send: PendingSend, requests: list[ActionRequest], out: StepResult) -> None:
     """Note on the incident the warnings among `requests` (a fire, repeat or stage phase) and their decisions."""
     if send.phase == "resolve":
         return
@@ -108,7 +81,7 @@ def record_sent(core: Core, send: PendingSend, requests: list[ActionRequest], ou
     _replace(core, current.model_copy(update={"warnings": {**current.warnings, **sent}}), out)
 
 
-def assume_delivered(core: Core, result: StepResult, now: datetime) -> None:
+def assume_delivered(core: _Core, result: StepResult, now: datetime) -> None:
     """Report every warning `result` sent to a runner as delivered: for runs with no runner (rule tests,
     backtests), where a warning is undelivered only when the engine itself decided so."""
     for a in result.actions:
@@ -116,7 +89,7 @@ def assume_delivered(core: Core, result: StepResult, now: datetime) -> None:
             core.step(ActionOutcome(rule=a.rule, incident_id=a.incident_id, key=a.key, outcome="ok"), now)
 
 
-def apply_outcome(core: Core, item: ActionOutcome, out: StepResult) -> None:
+def apply_outcome(core: _Core, item: ActionOutcome, out: StepResult) -> None:
     """Record a runner's outcome of one of an open incident's warnings (`ok` wins over any other)."""
     incs = core.incidents.get(item.rule)
     if not incs:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-from rules.dashboard.fleet_view import FleetGpu, FleetNode, FleetView
+from rules.dashboard.fleet_view import FleetGpu, FleetNode, FleetRows, FleetView
 
 MIB_PER = {"": 1.0, "m": 1.0, "mb": 1.0, "mib": 1.0, "g": 1024.0, "gb": 1024.0, "gib": 1024.0,
            "t": 1024.0**2, "tb": 1024.0**2, "tib": 1024.0**2}
@@ -108,6 +109,7 @@ class FreeAnswer(BaseModel):
     nodes: list[FreeNode]
     free_gpus: int  # GPUs that could be offered (before `count` and `limit`)
     excluded: dict[str, int]  # GPUs not offered, by reason (see REASONS)
+    more_nodes: int = 0  # nodes that matched but were left out to keep the answer under the bus's max payload
 
 
 def _reason(node: FleetNode, gpu: FleetGpu, q: FreeQuery) -> str | None:
@@ -216,4 +218,37 @@ def merge_answers(answers: list[FreeAnswer], query: FreeQuery) -> FreeAnswer:
         for k, v in a.excluded.items():
             excluded[k] = excluded.get(k, 0) + v
     nodes = [n for a in answers for n in a.nodes]
-    return _answer(max(a.time for a in answers), query, nodes, sum(a.free_gpus for a in answers), excluded)
+    merged = _answer(max(a.time for a in answers), query, nodes, sum(a.free_gpus for a in answers), excluded)
+    merged.more_nodes = sum(a.more_nodes for a in answers)
+    return merged
+
+
+async def free_gpus_sliced(fleet: FleetView | FleetRows, query: FreeQuery, chunk: int = 128) -> FreeAnswer:
+    """`free_gpus` a chunk of nodes at a time, letting the event loop run in between (a large fleet's answer
+    would otherwise hold it for a good part of a second); the same answer."""
+    total = len(fleet.nodes) if isinstance(fleet, FleetView) else len(fleet.node_json)
+    answers = []
+    for start in range(0, total, chunk):
+        nodes: Sequence[FleetNode] = (fleet.nodes[start:start + chunk] if isinstance(fleet, FleetView)
+                                      else list(fleet.nodes(start, start + chunk)))
+        answers.append(free_gpus(FleetView.model_construct(time=fleet.time, nodes=list(nodes)), query))
+        await asyncio.sleep(0)
+    if not answers:
+        return free_gpus(FleetView(time=fleet.time), query)
+    return merge_answers(answers, query)
+
+
+def bounded(answer: FreeAnswer, max_bytes: int) -> FreeAnswer:
+    """The answer with as many of its best nodes as fit in `max_bytes` of JSON; the rest counted in
+    `more_nodes`."""
+    head = len(answer.model_copy(update={"nodes": []}).model_dump_json()) + 64
+    kept = []
+    for node in answer.nodes:
+        size = len(node.model_dump_json()) + 1
+        if head + size > max_bytes:
+            break
+        kept.append(node)
+        head += size
+    if len(kept) == len(answer.nodes):
+        return answer
+    return answer.model_copy(update={"nodes": kept, "more_nodes": answer.more_nodes + len(answer.nodes) - len(kept)})

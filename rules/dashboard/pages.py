@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 from collections.abc import Awaitable
 from pathlib import Path
-from typing import TypeVar, cast, get_args
+from typing import Any, TypeVar, cast, get_args
 
+import orjson
 from aiohttp import web
 from aiohttp.typedefs import Handler
 from pydantic import BaseModel
 
-from rules.dashboard.fleet_view import AuditResponse, DashboardSource, IncidentsResponse
-from rules.dashboard.free import FreeQuery, FreeQueryError, free_gpus
+from rules.dashboard.fleet_view import AuditResponse, DashboardSource, FleetRows, FleetView
+from rules.dashboard.free import FreeQuery, FreeQueryError, free_gpus_sliced
 from rules.dashboard.timeline import Per
 from rules.dashboard.usage_source import UsageSource
 
@@ -29,6 +31,8 @@ MAX_AUDIT = 500
 PER_CHOICES: tuple[str, ...] = get_args(Per)
 DEFAULT_AUDIT = 50
 _NO_STORE = {"Cache-Control": "no-store"}
+SLICE = 128  # items serialised between two yields to the event loop (the engine consumes in between)
+MAX_PAGE = 100_000
 # The page loads nothing from elsewhere and runs no inline script.
 _PAGE_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self'; "
@@ -50,12 +54,46 @@ def _json(model: BaseModel) -> web.Response:
     return web.Response(body=model.model_dump_json(), content_type="application/json", headers=_NO_STORE)
 
 
+async def _sliced_json(head: dict[str, Any], key: str, items: list[Any]) -> web.Response:
+    """`head` with `items` (pydantic models, or their JSON) under `key`, serialised a slice at a time: a large
+    fleet's answer never holds the event loop (and the engine consuming on it) for long."""
+    parts = []
+    for i, item in enumerate(items):
+        parts.append(item if isinstance(item, bytes) else item.model_dump_json().encode())
+        if i % SLICE == SLICE - 1:
+            await asyncio.sleep(0)
+    head[key] = "\0"
+    prefix, _, suffix = orjson.dumps(head).partition(b'"\\u0000"')
+    return web.Response(body=prefix + b"[" + b",".join(parts) + b"]" + suffix, content_type="application/json",
+                        headers=_NO_STORE)
+
+
 async def _fleet(request: web.Request) -> web.Response:
-    return _json(await _resolve(request.app[SOURCE_KEY].fleet()))
+    """The fleet; `?offset=N&limit=M` for a page of its nodes (the counts are always the whole fleet's)."""
+    view: FleetView | FleetRows = await _resolve(request.app[SOURCE_KEY].fleet())
+    offset = _whole(request, "offset", 0, 0, 10**9)
+    limit = _whole(request, "limit", MAX_PAGE, 1, MAX_PAGE) if "limit" in request.query else None
+    end = offset + limit if limit is not None else None
+    if isinstance(view, FleetRows):
+        head = view.header()
+        head.update(total_nodes=len(view.node_json), offset=offset)
+        return await _sliced_json(head, "nodes", list(view.node_json[offset:end]))
+    counts = {"gpu_count": 0, "busy": 0, "idle": 0, "held_idle": 0}
+    for i, node in enumerate(view.nodes):
+        counts["gpu_count"] += len(node.gpus)
+        for g in node.gpus:
+            counts["idle" if g.idle else "busy"] += 1
+            counts["held_idle"] += g.held_idle
+        if i % (SLICE * 8) == 0:
+            await asyncio.sleep(0)
+    nodes = view.nodes[offset:end]
+    head = view.model_dump(mode="json", exclude={"nodes", *counts})
+    head.update(counts, total_nodes=len(view.nodes), offset=offset)
+    return await _sliced_json(head, "nodes", nodes)
 
 
 async def _incidents(request: web.Request) -> web.Response:
-    return _json(IncidentsResponse(incidents=await _resolve(request.app[SOURCE_KEY].incidents())))
+    return await _sliced_json({}, "incidents", list(await _resolve(request.app[SOURCE_KEY].incidents())))
 
 
 async def _free(request: web.Request) -> web.Response:
@@ -63,7 +101,7 @@ async def _free(request: web.Request) -> web.Response:
         query = FreeQuery.from_params(request.query, request.query.getall("label", []))
     except (FreeQueryError, ValueError) as e:
         raise web.HTTPBadRequest(text=str(e)) from None
-    return _json(free_gpus(await _resolve(request.app[SOURCE_KEY].fleet()), query))
+    return _json(await free_gpus_sliced(await _resolve(request.app[SOURCE_KEY].fleet()), query))
 
 
 def _whole(request: web.Request, name: str, default: int, low: int, high: int) -> int:
@@ -119,7 +157,8 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 
 def make_dashboard_app(source: DashboardSource, usage: UsageSource | None = None) -> web.Application:
-    """The app: `/` (the page), `/wall` (the office screen; also `/?view=wall`), `/static/*`, `/api/fleet`,
+    """The app: `/` (the page), `/wall` (the office screen; also `/?view=wall`), `/static/*`,
+    `/api/fleet[?offset=N&limit=M]`,
     `/api/incidents`, `/api/audit?limit=N`, `/api/free?count=N&min_free_mem=40G&model=M&label=K=V`, and with
     `usage`, `/api/timeline?hours=24&per=auto|gpu|node&q=TEXT&limit=N`."""
     app = web.Application(middlewares=[_errors])

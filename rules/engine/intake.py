@@ -14,9 +14,9 @@ from gpuevents.bus import Delivery
 from gpuevents.events import SCHEDULER_SOURCE, DemandEvent, Event, JobEndedEvent
 from rules.engine.claims import NodeClaims
 from rules.engine.deadletter import SubjectMismatch
-from rules.engine.decoder import RepeatDecoder
 from rules.engine.metrics import EngineMetrics
-from rules.engine.skew import SkewGuard
+from rules.intake.decoder import RepeatDecoder
+from rules.intake.skew import SkewGuard
 
 log = logging.getLogger(__name__)
 _stored_subject = functools.lru_cache(maxsize=1 << 16)(S.stored_event_subject)
@@ -52,6 +52,7 @@ class Intake:
             await self._dead_letter(d, SubjectMismatch(
                 f"{event.type} from {event.source}: believed only from node/{SCHEDULER_SOURCE}"))
             return None
+        self.decoder.accepted(event)  # only now: a rejected event never takes a place in the decoder's cache
         checked = self.skew.check(event, d.time)
         if checked is not event:
             self.metrics.clock_skew.inc()

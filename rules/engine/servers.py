@@ -1,7 +1,9 @@
-"""The acting engine's request servers over the bus: `gpuevents status`, `snooze`, `free`, `kill` and `cancel`."""
+"""The acting engine's request servers over the bus: `gpuevents status`, `snooze`, `free`, `kill` and `cancel`;
+status and free answered from the read model (never from the core under the engine's lock), under the max payload."""
 
 from __future__ import annotations
 
+import time
 from typing import Any, Protocol
 
 import orjson
@@ -11,25 +13,60 @@ from gpuevents import subjects as S
 from gpuevents.bus import Bus
 from gpuevents.manual import OperatorAction, OperatorActionReply
 from rules.core.core import Snooze
-from rules.dashboard.free import FreeQuery, free_gpus
-from rules.engine.status import StatusResponse
+from rules.dashboard.free import FreeQuery, bounded, free_gpus_sliced
+from rules.engine.readmodel import ReadModel
+from rules.engine.status import HEADROOM, answer
+
+KEEP_PAGED = 2  # read models kept for paging (each ~1.2 KB a GPU: 200 MB at 160,000 GPUs)
+KEEP_PAGED_S = 120.0  # how long one is kept after its last page was asked
 
 
 class Answers(Protocol):
     """What the servers ask of the engine (rules.engine.service.Engine)."""
 
-    async def status(self) -> StatusResponse: ...
+    partition: int | None
+
+    @property
+    def partitions(self) -> int: ...
+
+    @property
+    def degraded(self) -> str | None: ...
+
+    async def read_model(self, max_age_s: float = 0.0) -> ReadModel: ...
 
     async def snooze(self, s: Snooze) -> dict[str, Any]: ...
 
     async def operator_action(self, req: OperatorAction) -> OperatorActionReply | None: ...
 
 
+class PagedModels:
+    """The read models that pages are being asked of: a pager reads every page from the model of its first."""
+
+    def __init__(self, engine: Answers) -> None:
+        self.engine = engine
+        self.kept: dict[int, tuple[float, ReadModel]] = {}
+
+    async def __call__(self, version: int | None) -> ReadModel | None:
+        now = time.monotonic()
+        self.kept = {v: kv for v, kv in self.kept.items() if now - kv[0] <= KEEP_PAGED_S}
+        if version is not None:
+            found = self.kept.get(version)
+            if found is not None:
+                self.kept[version] = (now, found[1])
+            return found[1] if found is not None else None
+        model = await self.engine.read_model()
+        self.kept[model.version] = (now, model)
+        for v in sorted(self.kept, key=lambda v: self.kept[v][0])[:-KEEP_PAGED]:
+            del self.kept[v]
+        return model
+
+
 async def serve_requests(bus: Bus, engine: Answers) -> list[Any]:
-    """Answer status and snooze requests from `engine`; the subscriptions, to end when it stops acting."""
+    """Answer status, free and snooze requests from `engine`; the subscriptions, to end when it stops acting."""
+    paged = PagedModels(engine)
 
     async def status(payload: bytes, subject: str) -> bytes:
-        return orjson.dumps((await engine.status()).model_dump(mode="json"))
+        return await answer(paged, payload, engine.partition, engine.partitions, bus.max_payload, engine.degraded)
 
     async def snooze(payload: bytes, subject: str) -> bytes:
         try:
@@ -39,15 +76,16 @@ async def serve_requests(bus: Bus, engine: Answers) -> list[Any]:
         return orjson.dumps(await engine.snooze(s))
 
     async def free(payload: bytes, subject: str) -> bytes:
-        """`gpuevents free`: the answer for this engine's part of the fleet (small, whatever the fleet's size)."""
+        """`gpuevents free`: the answer for this engine's part of the fleet, its best nodes cut to fit a message."""
         try:
             query = FreeQuery.model_validate_json(payload)
         except ValidationError as e:
             return orjson.dumps({"ok": False, "error": str(e)})
-        st = await engine.status()
-        answer = free_gpus(st.fleet, query)
-        return orjson.dumps({"ok": True, "partition": st.partition, "partitions": st.partitions,
-                             "answer": answer.model_dump(mode="json")})
+        model = await engine.read_model()
+        found = await free_gpus_sliced(model.fleet_rows(), query)
+        found = bounded(found, bus.max_payload - HEADROOM)
+        return orjson.dumps({"ok": True, "partition": engine.partition, "partitions": engine.partitions,
+                             "answer": found.model_dump(mode="json")})
 
     async def act(payload: bytes, subject: str) -> bytes | None:
         """`gpuevents kill` / `cancel`: decided by the engine whose part of the fleet holds the target."""

@@ -17,6 +17,7 @@ from gpuevents.aio import guarded_task, sleep_or_stop, stop_tasks, until_stop_or
 from gpuevents.bus import Bus, BusError, Consumer, Delivery
 from gpuevents.clock import Clock, ManualClock, SystemClock
 from gpuevents.config import Config
+from gpuevents.costs import CostModel
 from gpuevents.events import SnapshotEvent
 from gpuevents.manual import OperatorAction, OperatorActionReply
 from gpuevents.records import AuditRecord
@@ -35,10 +36,10 @@ from rules.engine.metrics import EngineMetrics
 from rules.engine.operator import act_for
 from rules.engine.outcomes import awaiting_since, learn, replayed_outcomes, warning_outcomes
 from rules.engine.planner import TickPlanner
+from rules.engine.readmodel import ReadModel, ReadSide, build_read_model, empty_model
 from rules.engine.rulefiles import RuleFiles
 from rules.engine.servers import serve_requests
 from rules.engine.sharing import exchange
-from rules.engine.status import StatusResponse, fleet_status
 from rules.engine.store import PipelinedStore, limits_key
 from rules.usage.jobstore import ended_event
 from rules.usage.recorder import UsageRecorder
@@ -88,6 +89,8 @@ class Engine:
         self._own_gc = gc is None  # a replica's engines share one policy, which the replica starts and stops
         self.usage: UsageRecorder | None = usage
         self._own_usage = usage is None
+        self._changes = 0  # counts what changed the core: a reader waits for a read model that saw them
+        self.read_side = ReadSide(self._build_read_model, lambda: self._changes)
 
     def _reads_demand(self) -> bool:
         """One engine reads the schedulers' demand: the leader of the whole fleet, or of partition 0."""
@@ -118,6 +121,7 @@ class Engine:
             assert self.core is not None
             # Incidents of changed or removed rules close through the normal path: audited, on_resolve run.
             closed = self.core.replace_rules(rules, self.clock.now())
+            self._changes += 1
             if self.committer.incidents is not None:
                 await self.committer.commit(closed, "commit the incidents a reload closed")
             self.planner.replan()  # new and changed rules are evaluated in full at the next tick: make it now
@@ -219,6 +223,7 @@ class Engine:
             limits = (await c.limits.load()).get(limits_key(self.partition))
             self.core = Core(self.core.rules, self.config)
             self.core.restore(incidents, snoozes, now=self.clock.now(), limits=limits)
+            self._changes += 1
             if (since := awaiting_since(incidents, self.clock.now())) is not None:  # reported while none acted
                 await learn(self.core, self.committer, self.clock.now(), await replayed_outcomes(self.bus, since))
             durable, subjects = self.config.engine.consumer, S.EVENTS_ALL
@@ -247,6 +252,7 @@ class Engine:
 
     async def _step_down(self) -> None:
         self.leader.clear()
+        await self.read_side.close()
         for sub in self._subs:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
@@ -298,6 +304,7 @@ class Engine:
                     snap = self.core.state.current_snapshot(event)
                     self.usage.observe(event if snap is event.data else event.model_copy(update={"data": snap}),
                                        now)
+            self._changes += 1
             for type_, n in counts.items():
                 self.metrics.events.labels(type=type_).inc(n)
             await self._settle()
@@ -336,6 +343,7 @@ class Engine:
                 await wait_any(stop, self.leader, timeout=1.0)
             elif await self.planner.wait(self.core, stop) and self.leader.is_set():
                 await self.tick()
+                self.read_side.refresh()  # the read model, published per tick (built in slices meanwhile)
 
     async def tick(self, now: datetime | None = None) -> StepResult:
         """Step the core through a tick; the periodic sweep of time-dependent rules runs SWEEP_SLICE entities at
@@ -344,6 +352,7 @@ class Engine:
             await self._settle()
             assert self.core is not None
             result = self.core.step(Tick(sweep=False), now or self.clock.now())
+            self._changes += 1
             await self.committer.commit(result, "commit a tick")
         core = self.core
         for name in result.sweeps:
@@ -359,6 +368,7 @@ class Engine:
                     await self._settle()
                     part = core.step(Sweep(rule=name, rule_hash=rule.hash, keys=tuple(keys[i:i + SWEEP_SLICE])),
                                      now or self.clock.now())
+                    self._changes += 1
                     await self.committer.commit(part, "commit a sweep")
                 result.extend(part)
         if self.core is not None:
@@ -415,21 +425,27 @@ class Engine:
         """The newest audit records (ours and the runners'), oldest first, for the dashboard."""
         return self._audit_tail.records()
 
-    async def status(self) -> StatusResponse:
-        """The fleet and open incidents, as `gpuevents status` shows them, once the batch in flight is committed
-        (while degraded, at once: a commit may wait for room for long)."""
-        if self.committer.degraded is None:
-            async with self._lock:
-                await self._settle()
-        assert self.core is not None
-        status = fleet_status(self.core, self.clock.now())
-        status.degraded = self.committer.degraded
-        claimed = self.intake.claims.conflicts(self.clock.now())
-        if claimed:
-            status = status.model_copy(update={"warnings": [c.text() for c in claimed]})
-        if self.partition is None:
-            return status
-        return status.model_copy(update={"partition": self.partition, "partitions": self.config.engine.partitions})
+    @property
+    def partitions(self) -> int:
+        return 1 if self.partition is None else self.config.engine.partitions
+
+    @property
+    def degraded(self) -> str | None:
+        """Why, while JetStream has no room for the engine's writes (status says so at once)."""
+        return self.committer.degraded
+
+    async def read_model(self, max_age_s: float = 0.0) -> ReadModel:
+        """The fleet for status, `free` and the dashboard, built in slices off the lock (rules/engine/readmodel.py):
+        one that saw every event consumed before this call, or with `max_age_s` the latest if it is that young."""
+        return await self.read_side.get(max_age_s)
+
+    async def _build_read_model(self, version: int) -> ReadModel:
+        costs = CostModel(self.config.costs)
+        if self.core is None:
+            return empty_model(self.clock.now(), costs, version)
+        now = self.clock.now()
+        warnings = tuple(c.text() for c in self.intake.claims.conflicts(now))  # a node two agents claim
+        return await build_read_model(self.core, now, version, costs, warnings=warnings)
 
     async def snooze(self, s: Snooze) -> dict[str, Any]:
         """Exempt `s.entity_id` from `s.rule` until `s.until` (`gpuevents snooze`); stored and audited."""
@@ -440,6 +456,7 @@ class Engine:
                 return {"ok": False, "error": f"no rule named {s.rule!r}"}
             asked = s.until
             result = self.core.step(s, self.clock.now())
+            self._changes += 1
             s = next((x for x in result.snoozes if x.rule == s.rule and x.entity_id == s.entity_id), s)  # as applied
             cap = self.core.rules.by_name[s.rule].snooze_max_s
             await self.committer.commit(result, "commit a snooze")

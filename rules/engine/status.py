@@ -1,178 +1,255 @@
-"""The engine's state for people: `gpuevents status`, and the source the live dashboard reads."""
+"""`gpuevents status` over the bus: bounded answers from the read model (a summary, one node, or pages of the
+fleet each under the server's max payload), asked of every acting engine and merged."""
 
 from __future__ import annotations
 
-from datetime import datetime
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Literal, Protocol
 
-from pydantic import BaseModel
+import orjson
+from pydantic import BaseModel, Field, ValidationError
 
 from gpuevents.bus import Bus
 from gpuevents.config import CostsConfig
 from gpuevents.costs import CostModel
-from gpuevents.events import NodeSnapshot
-from gpuevents.records import AuditRecord
 from gpuevents.subjects import ENGINE_STATUS
-from rules.core.core import Core
-from rules.core.warnings import undelivered
-from rules.dashboard.fleet_view import DemandLine, FleetIncident, FleetView, fleet_view
+from rules.dashboard.fleet_view import DemandLine, FleetIncident, FleetNode
+from rules.engine.readings import ExemptionView
+from rules.engine.readmodel import TOP, FleetSummary, ReadModel, WorstNode
+
+HEADROOM = 8 * 1024  # bytes of a reply's budget kept for its envelope and the message's headers
+ALL = "all"  # the offsets key of an engine that acts for the whole fleet
+MAX_EXEMPTIONS = 200  # exemptions a summary lists
 
 
-class ExemptionView(BaseModel):
-    """A job's exemption from its annotations (gpuevents.io/keep-until, exclude), or one that is malformed."""
+class StatusQuery(BaseModel):
+    """A status request. `summary` (the default, also for an empty `{}`): the fleet's numbers, the firing
+    incidents most costly first and the worst nodes, `top` of each. `node`: one node in full, with its open
+    incidents. `nodes` / `incidents`: a page of them from each engine's offset, under `max_bytes`."""
 
-    job: str
-    until: datetime | None = None
-    rules: list[str] | None = None  # None: every rule
-    source: str
-    malformed: str | None = None  # why it is not applied
+    view: Literal["summary", "node", "nodes", "incidents"] = "summary"
+    node: str | None = None
+    offsets: dict[str, int] = Field(default_factory=dict)  # partition (or "all") -> where its page starts
+    versions: dict[str, int] = Field(default_factory=dict)  # partition -> the read model its first page came from
+    done: list[str] = Field(default_factory=list)  # partitions whose pages have all been read: an empty answer
+    max_bytes: int | None = Field(None, ge=16 * 1024)  # the asker's max payload; the engine's own bounds it too
+    top: int = Field(TOP, ge=1, le=TOP)
 
 
-class StatusResponse(BaseModel):
-    """What an acting engine answers on `gpuevents.engine.status`: its partition of the fleet (all of it when
-    the fleet is not partitioned)."""
+class StatusSummary(BaseModel):
+    """The default answer: small whatever the fleet's size."""
 
-    fleet: FleetView
-    incidents: list[FleetIncident]
-    partition: int | None = None
-    partitions: int = 1
+    summary: FleetSummary
+    incidents: list[FleetIncident]  # firing, most costly first, then the longest firing
+    incidents_more: int = 0  # firing incidents not listed
+    worst_nodes: list[WorstNode]  # most GPUs held idle first
+    demand: list[DemandLine] = []  # what the schedulers report as waiting (one engine reads it)
     degraded: str | None = None  # why, while JetStream has no room for the engine's writes
     warnings: list[str] = []
     """What the engine cannot set right itself: a node two agents claim."""
-    exemptions: list[ExemptionView] = []
+    exemptions: list[ExemptionView] = []  # jobs exempt by their annotations, and annotations not applied
+    exemptions_more: int = 0  # exemptions not listed (at most MAX_EXEMPTIONS are)
+    partition: int | None = None
+    partitions: int = 1
 
 
-def merge_status(replies: list[StatusResponse]) -> StatusResponse:
-    """One answer from every partition's: nodes and incidents together, each partition once."""
-    seen: dict[int | None, StatusResponse] = {}
-    for r in replies:
-        seen.setdefault(r.partition, r)
-    parts = list(seen.values())
+class StatusNode(BaseModel):
+    nodes: list[FleetNode]  # one per cluster that has a node of that name (usually one, or none)
+    incidents: list[FleetIncident]
+    partition: int | None = None
+    partitions: int = 1
+
+
+class StatusPage(BaseModel):
+    """A page of one engine's nodes or open incidents; `next` is where its next page starts (None: done)."""
+
+    view: Literal["nodes", "incidents"]
+    nodes: list[FleetNode] = []
+    incidents: list[FleetIncident] = []
+    version: int = 0  # the read model the pages come from: ask the next page of the same one
+    offset: int = 0
+    next: int | None = None
+    total: int = 0
+    partition: int | None = None
+    partitions: int = 1
+
+
+class ModelSource(Protocol):
+    """The engine's read models: the latest (version None), or one kept for paging (None when no longer kept)."""
+
+    async def __call__(self, version: int | None) -> ReadModel | None: ...
+
+
+class StatusError(Exception):
+    """An engine could not answer (a malformed request, or a node too large for a message)."""
+
+
+def summary_of(model: ReadModel, top: int = TOP, partition: int | None = None, partitions: int = 1,
+               degraded: str | None = None) -> StatusSummary:
+    """The default answer from a read model: its numbers and the first `top` of its rankings; `degraded` is the
+    engine's state now (not the model's)."""
+    return StatusSummary(summary=model.summary, incidents=model.top_firing(top),
+                         incidents_more=max(0, model.summary.incidents_firing - top),
+                         worst_nodes=list(model.worst_nodes[:top]), demand=list(model.demand),
+                         warnings=list(model.warnings), degraded=degraded,
+                         exemptions=list(model.exemptions[:MAX_EXEMPTIONS]),
+                         exemptions_more=max(0, len(model.exemptions) - MAX_EXEMPTIONS),
+                         partition=partition, partitions=partitions)
+
+
+def partition_key(partition: int | None) -> str:
+    return ALL if partition is None else str(partition)
+
+
+async def answer(models: ModelSource, payload: bytes, partition: int | None, partitions: int,
+                 max_payload: int, degraded: str | None = None) -> bytes:
+    """The reply to one status request, from a read model (never larger than `max_payload`)."""
+    try:
+        q = StatusQuery.model_validate_json(payload or b"{}")
+    except ValidationError as e:
+        return orjson.dumps({"ok": False, "error": str(e)})
+    where = {"partition": partition, "partitions": partitions}
+    if q.view in ("nodes", "incidents") and partition_key(partition) in q.done:
+        return StatusPage(view=q.view, **where).model_dump_json().encode()
+    model = await models(q.versions.get(partition_key(partition)) if q.view in ("nodes", "incidents") else None)
+    if model is None:
+        return orjson.dumps({"ok": False, "error": "the fleet moved on since the first page (or another engine "
+                                                   "took this partition over): ask again from the start"})
+    if q.view == "summary":
+        reply: BaseModel = summary_of(model, q.top, partition, partitions, degraded)
+    elif q.view == "node":
+        nodes, incidents = model.node(q.node or "")
+        reply = StatusNode(nodes=nodes, incidents=incidents, **where)
+    else:
+        budget = min(max_payload, q.max_bytes or max_payload) - HEADROOM
+        return await _page(model, q, budget, partition, partitions)
+    body = reply.model_dump_json().encode()
+    if len(body) > max_payload - HEADROOM:  # a node with thousands of GPUs: say so rather than fail to send
+        return orjson.dumps({"ok": False, "error": f"the answer ({len(body)} bytes) is larger than the bus takes "
+                                                  f"({max_payload}); ask for less (--top)"})
+    return body
+
+
+async def _page(model: ReadModel, q: StatusQuery, budget: int, partition: int | None, partitions: int) -> bytes:
+    """As many items from the offset as fit in `budget` bytes (each held as JSON already)."""
+    items = model.node_json if q.view == "nodes" else model.incidents
+    start = max(0, q.offsets.get(partition_key(partition), 0))
+    head = StatusPage(view=q.view, version=model.version, offset=start, total=len(items), partition=partition,
+                      partitions=partitions)
+    parts: list[bytes] = []
+    used = len(head.model_dump_json()) + 64  # the envelope, and room for `next`
+    i = start
+    while i < len(items):
+        raw = items[i]
+        if used + len(raw) + 1 > budget:
+            if not parts:
+                return orjson.dumps({"ok": False, "error": f"{q.view[:-1]} {i} alone ({len(raw)} bytes) is larger "
+                                                          f"than a message may be ({budget} bytes)"})
+            break
+        parts.append(raw)
+        used += len(raw) + 1
+        i += 1
+        if i % 1024 == 0:
+            await asyncio.sleep(0)
+    head.next = i if i < len(items) else None
+    envelope = orjson.loads(head.model_dump_json())
+    envelope[q.view] = "\0"
+    prefix, _, suffix = orjson.dumps(envelope).partition(b'"\\u0000"')
+    return prefix + b"[" + b",".join(parts) + b"]" + suffix
+
+
+# ------------------------------------------------------------------ asking (the command line, tests)
+def _decode(raw: bytes, model: type[BaseModel]) -> BaseModel:
+    data = orjson.loads(raw)
+    if isinstance(data, dict) and data.get("ok") is False:
+        raise StatusError(str(data.get("error")))
+    return model.model_validate(data)
+
+
+def _complete(replies: list[bytes]) -> bool:
+    """Whether the replies gathered so far cover every partition."""
+    parts = [orjson.loads(r) for r in replies]
+    seen = {p.get("partition") for p in parts if isinstance(p, dict)}
+    return bool(parts) and len(seen) >= int(parts[0].get("partitions") or 1)
+
+
+async def _ask(bus: Bus, q: StatusQuery, model: type[BaseModel], timeout: float) -> list[BaseModel]:
+    """Every acting engine's answer to `q` (one per partition)."""
+    replies = await bus.request_many(ENGINE_STATUS, q.model_dump_json().encode(), timeout, enough=_complete)
+    seen: dict[int | None, BaseModel] = {}
+    for raw in replies:
+        r = _decode(raw, model)
+        seen.setdefault(getattr(r, "partition", None), r)
+    return list(seen.values())
+
+
+def merge_summaries(parts: list[StatusSummary], top: int = TOP) -> StatusSummary:
+    """One summary from every partition's: numbers added, incidents and worst nodes ranked together."""
     if len(parts) == 1:
         return parts[0]
-    first = parts[0]
-    held = sum(r.fleet.held_idle_cost_per_hour for r in parts)
-    fleet = first.fleet.model_copy(update={
-        "nodes": sorted((n for r in parts for n in r.fleet.nodes), key=lambda n: (n.cluster, n.name)),
-        "held_idle_cost_per_hour": held,
-        "held_idle_cost_per_hour_text": CostModel(CostsConfig(currency=first.fleet.currency)).format(held),
-        "demand": [d for r in parts for d in r.fleet.demand],  # one engine reads it; the others have none
-    })
-    incidents = sorted((i for r in parts for i in r.incidents), key=lambda i: i.firing_since or i.started_at)
-    degraded = "; ".join(f"partition {r.partition}: {r.degraded}" for r in parts if r.degraded) or None
-    return StatusResponse(fleet=fleet, incidents=incidents, partition=None, partitions=first.partitions,
-                          exemptions=[e for r in parts for e in r.exemptions],
-                          warnings=[w for r in parts for w in r.warnings], degraded=degraded)
+    first = parts[0].summary
+    s = first.model_copy()
+    for name in ("nodes", "nodes_online", "gpus", "busy", "idle", "held_idle", "held_idle_cost_per_hour",
+                 "incidents_firing", "incidents_pending"):
+        setattr(s, name, sum(getattr(p.summary, name) for p in parts))
+    s.time = max(p.summary.time for p in parts)
+    s.held_idle_cost_per_hour_text = CostModel(CostsConfig(currency=first.currency)).format(
+        s.held_idle_cost_per_hour)
+    incidents = sorted((i for p in parts for i in p.incidents),
+                       key=lambda i: (-(i.cost_value or 0.0), i.firing_since or i.started_at))
+    worst = sorted((w for p in parts for w in p.worst_nodes),
+                   key=lambda w: (-w.held_idle, -w.held_idle_cost_per_hour, -w.idle, w.cluster, w.name))
+    return StatusSummary(summary=s, incidents=incidents[:top],
+                         incidents_more=sum(p.incidents_more for p in parts) + max(0, len(incidents) - top),
+                         worst_nodes=worst[:top], demand=[d for p in parts for d in p.demand],
+                         warnings=[w for p in parts for w in p.warnings],
+                         degraded="; ".join(f"partition {p.partition}: {p.degraded}" for p in parts if p.degraded)
+                         or None,
+                         exemptions=[e for p in parts for e in p.exemptions][:MAX_EXEMPTIONS],
+                         exemptions_more=sum(p.exemptions_more for p in parts) + max(
+                             0, sum(len(p.exemptions) for p in parts) - MAX_EXEMPTIONS), partition=None,
+                         partitions=parts[0].partitions)
 
 
-async def ask_status(bus: Bus, timeout: float = 5.0) -> StatusResponse | None:
-    """Every acting engine's answer, merged (None when no engine answers)."""
-    replies = await bus.request_many(ENGINE_STATUS, b"{}", timeout, enough=status_complete)
-    if not replies:
+async def ask_summary(bus: Bus, top: int = TOP, timeout: float = 5.0) -> StatusSummary | None:
+    """The fleet summary from every acting engine, merged (None when no engine answers)."""
+    parts = await _ask(bus, StatusQuery(top=top), StatusSummary, timeout)
+    return merge_summaries(parts, top) if parts else None  # type: ignore[arg-type]
+
+
+async def ask_node(bus: Bus, name: str, timeout: float = 5.0) -> StatusNode | None:
+    """One node in full, with its open incidents (None when no engine answers; no nodes when none is named so)."""
+    parts: list[StatusNode] = await _ask(bus, StatusQuery(view="node", node=name), StatusNode,  # type: ignore[assignment]
+                                         timeout)
+    if not parts:
         return None
-    return merge_status([StatusResponse.model_validate_json(r) for r in replies])
+    return StatusNode(nodes=[n for p in parts for n in p.nodes], incidents=[i for p in parts for i in p.incidents],
+                      partitions=parts[0].partitions)
 
 
-def status_complete(replies: list[bytes]) -> bool:
-    """Whether the status replies gathered so far cover every partition."""
-    parts = [StatusResponse.model_validate_json(r) for r in replies]
-    return bool(parts) and len({p.partition for p in parts}) >= parts[0].partitions
-
-
-def node_snapshots(core: Core, now: datetime) -> list[NodeSnapshot]:
-    """The latest known state of every node, with `online`, `last_seen` and `idle_for_s` as of `now`."""
-    out = []
-    for ns in core.state.nodes.values():
-        gpus = []
-        for g in sorted(ns.gpu_infos.values(), key=lambda g: g.index):
-            idle_for = max(0.0, (now - g.idle_since).total_seconds()) if g.idle and g.idle_since else None
-            gpus.append(g.model_copy(update={"idle_for_s": idle_for}))
-        info = ns.info.model_copy(update={"online": ns.online, "last_seen": ns.last_seen})
-        out.append(NodeSnapshot(node=info, gpus=gpus, processes=list(ns.proc_infos.values())))
-    return out
-
-
-def incident_views(core: Core, now: datetime, costs: CostModel | None = None,
-                   statuses: tuple[str, ...] = ("firing",)) -> list[FleetIncident]:
-    out = []
-    for inc in sorted(core.open_incidents(), key=lambda i: (i.fired_at or i.active_at)):
-        if inc.status not in statuses:
-            continue
-        rule = core.rules.by_name.get(inc.rule)
-        ent = core.entity(inc.entity_key)
-        owner = getattr(ent.view, "owner", None) if ent is not None else None
-        cost = None
-        if costs is not None and ent is not None and inc.entity_kind == "gpu" and inc.fired_at:
-            hourly = costs.hourly(getattr(ent.view, "model", None), getattr(ent.view, "power_w", None))
-            hours = (now - inc.active_at).total_seconds() / 3600
-            cost = costs.format(hourly * hours)
-        out.append(FleetIncident(
-            id=inc.id, rule=inc.rule, entity_id=inc.entity_id, entity_kind=inc.entity_kind,
-            status=inc.status, started_at=inc.active_at, firing_since=inc.fired_at,
-            severity=(rule.spec.labels.get("severity") if rule is not None else None),
-            owner=owner, cost=cost, warning=undelivered(inc),
-        ))
-    return out
-
-
-def demand_lines(core: Core, now: datetime) -> list[DemandLine]:
-    """What the schedulers report as waiting, from the reports still valid at `now`."""
-    out = []
-    for (cluster, scheduler), (until, entries) in sorted(core.state.demand.reports.items()):
-        if now.timestamp() > until:
-            continue
-        for e in entries:
-            waited = max(0.0, (now - e.waiting_since).total_seconds()) if e.waiting_since is not None else None
-            out.append(DemandLine(cluster=cluster, scheduler=scheduler, partition=e.partition, pool=e.pool,
-                                  model=e.model, pending_gpus=e.pending_gpus, waiting_for_s=waited))
-    return out
-
-
-def fleet_status(core: Core, now: datetime) -> StatusResponse:
-    costs = CostModel(core.config.costs)
-    fleet = fleet_view(node_snapshots(core, now), now, costs)
-    return StatusResponse(
-        fleet=fleet.model_copy(update={"demand": demand_lines(core, now)}),
-        incidents=incident_views(core, now, costs, statuses=("pending", "firing")),
-        exemptions=exemption_views(core, now),
-    )
-
-
-def exemption_views(core: Core, now: datetime) -> list[ExemptionView]:
-    """The jobs' exemptions in force and the malformed ones, by job."""
-    ex = core.state.jobs.exemptions
-    out = [ExemptionView(job=job, until=e.until, rules=sorted(e.rules) if e.rules else None, source=e.source)
-           for job, found in ex.active.items() for e in found if e.until > now]
-    out += [ExemptionView(job=job, source=f"{m.annotation}: {m.value}", malformed=m.why)
-            for job, bad in ex.malformed.items() for m in bad]
-    return sorted(out, key=lambda v: (v.job, v.source))
-
-
-class EngineDashboardSource:
-    """The dashboard's view of this process's engines (rules.dashboard.fleet_view.DashboardSource): one, or
-    the partitions a replica acts for."""
-
-    def __init__(self, engines: object) -> None:
-        from rules.engine.service import Engine
-
-        self.engines: list[Engine] = list(engines) if isinstance(engines, list | tuple) else [engines]  # type: ignore[list-item]
-        assert self.engines and all(isinstance(e, Engine) for e in self.engines)
-        self.engine = self.engines[0]
-        self.costs = CostModel(self.engine.config.costs)
-
-    def _cores(self) -> list[Core]:
-        return [e.core for e in self.engines if e.core is not None and (len(self.engines) == 1 or e.leader.is_set())]
-
-    def fleet(self) -> FleetView:
-        now = self.engine.clock.now()
-        cores = self._cores()
-        view = fleet_view([s for core in cores for s in node_snapshots(core, now)], now, self.costs)
-        return view.model_copy(update={"demand": [d for core in cores for d in demand_lines(core, now)]})
-
-    def incidents(self) -> list[FleetIncident]:
-        now = self.engine.clock.now()
-        found = [i for core in self._cores() for i in incident_views(core, now, self.costs)]
-        return sorted(found, key=lambda i: i.firing_since or i.started_at)
-
-    def recent_audit(self, limit: int) -> list[AuditRecord]:
-        tails = [r for e in self.engines if e.leader.is_set() or len(self.engines) == 1 for r in e.audit_tail]
-        return list(reversed(sorted({r.id: r for r in tails}.values(), key=lambda r: r.time)[-limit:]))
+async def ask_pages(bus: Bus, view: Literal["nodes", "incidents"] = "nodes",
+                    timeout: float = 5.0) -> AsyncIterator[StatusPage]:
+    """Every engine's nodes (or open incidents), a page at a time, each page under the bus's max payload; every
+    item once: each engine pages through the read model it answered the first page from, so a page never
+    repeats or skips an item because the fleet moved meanwhile (StatusError when that model is gone)."""
+    offsets: dict[str, int] = {}
+    versions: dict[str, int] = {}
+    done: set[str] = set()
+    while True:
+        q = StatusQuery(view=view, offsets=offsets, versions=versions, done=sorted(done), max_bytes=bus.max_payload)
+        pages: list[StatusPage] = await _ask(bus, q, StatusPage, timeout)  # type: ignore[assignment]
+        if not pages:
+            raise StatusError("no engine answered a page of the status")
+        for p in pages:
+            key = partition_key(p.partition)
+            if key in done:
+                continue
+            yield p
+            versions[key] = p.version
+            if p.next is None:
+                done.add(key)
+            else:
+                offsets[key] = p.next
+        if len(done) >= pages[0].partitions:
+            return

@@ -16,8 +16,8 @@ from gpuevents.config import Config
 from gpuevents.durations import format_duration
 from rules.core.core import Core, StepResult, Tick
 from rules.core.warnings import assume_delivered
-from rules.engine.decoder import RepeatDecoder
-from rules.engine.skew import believable
+from rules.intake.decoder import RepeatDecoder
+from rules.intake.skew import believable
 from rules.lang.loader import load_rule_set
 from rules.offline.replay import RAN, Recording
 
@@ -141,6 +141,7 @@ async def stream_backtest(core: Core, messages: AsyncIterator[StoredMsg], start:
         except ValidationError:
             malformed += 1
             continue
+        decoder.accepted(event)
         when = event.time
         if m.time is not None and not believable((when - m.time).total_seconds(), max_skew_s):
             when = m.time

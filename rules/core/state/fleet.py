@@ -23,7 +23,7 @@ from gpuevents.events import (
 from rules.core.state.demand import DemandBook
 from rules.core.state.jobs import Jobs, ended_entity
 from rules.core.state.node import Change, Entity, NodeState
-from rules.core.state.rebuild import rebuild, snapshot_sig
+from rules.core.state.rebuild import rebuild, snapshot_sig, timed
 from rules.lang.views import DemandView, EvalClock
 
 CREATE_TIME_TOLERANCE_S = 1.0
@@ -42,6 +42,7 @@ class FleetState:
         self.jobs = Jobs(clock, self.owners)
         self.demand = DemandBook(clock)
         self.node_jobs: dict[str, list[JobInfo]] = {}  # node key -> the jobs its last snapshot listed
+        self._offline: set[str] = set()  # keys of the known nodes that are offline
         self._announced: dict[str, float] = {}  # snapshot intervals agents announced before their first snapshot
 
     def node_key(self, cluster: str, name: str) -> str:
@@ -60,7 +61,8 @@ class FleetState:
             snap = event.data
             # The very snapshot object the views stand on (the engine's decoder reuses it for repeated bytes)
             # is equal to itself: no need to compare.
-            sig = ns.snap_sig if ns is not None and snap is ns.snapshot else snapshot_sig(snap)
+            sig = ns.snap_sig if ns is not None and snap is ns.snapshot and not ns.snap_timed else snapshot_sig(
+                snap, event.time)
             if ns is not None and sig is not None and sig == ns.snap_sig and self._unchanged(ns):
                 # The node repeats its last snapshot (times aside): every view stays, nothing to evaluate.
                 self._seen(ns, now)
@@ -85,6 +87,7 @@ class FleetState:
             self._seen(ns, now)
             change = self.rebuild(ns)
             ns.snap_sig = sig
+            ns.snap_timed = timed(snap)
             ns.snapshot = snap
             if snap.jobs:
                 self.node_jobs[key] = list(snap.jobs)
@@ -140,12 +143,16 @@ class FleetState:
         if jobs or ns.key in self.jobs.of_node:
             changed, gone = self.jobs.update_node(ns, jobs, self.nodes, self.by_kind)
             change = Change(change.node_key, [*change.changed, *changed], [*change.gone, *gone], change.deltas)
-        for e in change.changed:
+        self._with_demand(change.changed, ns.cluster)
+        return change
+
+    def _with_demand(self, ents: list[Entity], cluster: str) -> None:
+        """Give new entities `demand`, as every entity has."""
+        for e in ents:
             if "demand" not in e.ctx:
                 head = self.nodes.get(e.node_key) if e.kind == "job" else None
-                e.ctx["demand"] = DemandView(self.clock, self.demand, ns.cluster, e.ctx,
+                e.ctx["demand"] = DemandView(self.clock, self.demand, cluster, e.ctx,
                                              dict(head.info.labels) if head is not None else None)
-        return change
 
     @staticmethod
     def _keep_xids(ns: NodeState, t: datetime) -> None:
@@ -216,25 +223,57 @@ class FleetState:
         ns = self.nodes.get(self.node_key(event.cluster, event.node))
         return ns.snapshot if ns is not None and ns.snapshot is not None else event.data
 
-    def remove_node(self, key: str) -> list[Entity]:
-        """Forget a node; its entities are gone."""
+    def remove_node(self, key: str) -> Change:
+        """Forget a node: its entities are gone, and the jobs it held part of are rebuilt from their other nodes
+        (to evaluate again) or gone with it."""
         ns = self.nodes.pop(key, None)
         if ns is None:
-            return []
+            return Change(key, [], [])
+        self._offline.discard(key)
         for e in ns.entities.values():
             self.by_kind[e.kind].pop(e.key, None)
         self.node_jobs.pop(key, None)
-        _, jobs_gone = self.jobs.remove_node(key, self.nodes, self.by_kind)
-        return [*ns.entities.values(), *jobs_gone]
+        jobs_changed, jobs_gone = self.jobs.remove_node(key, self.nodes, self.by_kind)
+        self._with_demand(jobs_changed, ns.cluster)
+        return Change(key, jobs_changed, [*ns.entities.values(), *jobs_gone])
+
+    def jobs_of(self, node_key: str) -> list[Entity]:
+        """The job entities the node holds a part of."""
+        keys = self.jobs.of_node.get(node_key)
+        if not keys:
+            return []
+        table = self.by_kind["job"]
+        return [e for e in map(table.get, sorted(keys)) if e is not None]
+
+    def entities_by_id(self, kind: str, entity_id: str) -> list[Entity]:
+        """The entities of `kind` with this id (a process's id is its node and pid: its key adds the start)."""
+        e = self.by_kind[kind].get(entity_id)
+        if e is not None:
+            return [e]
+        if kind != "process":
+            return []
+        ns = self.nodes.get(entity_id.rsplit("/", 1)[0])
+        if ns is not None:
+            return [e for e in ns.entities.values() if e.kind == "process" and e.id == entity_id]
+        return [e for e in self.by_kind["process"].values() if e.id == entity_id]
 
     def online(self, ent: Entity) -> bool:
         """Whether `ent`'s node is known and online."""
         ns = self.nodes.get(ent.node_key)
         return ns is not None and ns.online
 
+    @property
+    def any_offline(self) -> bool:
+        """Whether some known node is offline."""
+        return bool(self._offline)
+
     def set_online(self, ns: NodeState, online: bool, now: datetime) -> None:
         ns.online = online
         ns.offline_since = None if online else (ns.offline_since or now)
+        if online:
+            self._offline.discard(ns.key)
+        else:
+            self._offline.add(ns.key)
         if ns.node_entity is not None:
             ns.node_entity.view.online = online and not ns.stopping
 

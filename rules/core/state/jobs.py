@@ -97,15 +97,20 @@ class Jobs:
                     gone.append(old)
                 continue
             ent = self._entity(key, parts, nodes)
-            for bad in self.exemptions.update(ent.view.id, ent.view.annotations, self.clock.utc):
-                log.warning("job %s: %s (not applied: fix the annotation)", ent.view.id, bad)
-            ex = self.exemptions.until(ent.view.id, self.clock.utc)
-            ent.view.exempt_until = ex.until if ex is not None else None
-            ent.view.exemption = ex.source if ex is not None else None
-            ent.view.exemptions_malformed = [str(m) for m in self.exemptions.malformed.get(ent.view.id, [])]
+            self.refresh_exemption(ent)
             table[key] = ent
             changed.append(ent)
         return changed, gone
+
+    def refresh_exemption(self, ent: Entity) -> None:
+        """Take the job's annotations as of now, and show its exemption on its view (a job not rebuilt since its
+        exemption ended shows what a rebuilt one would)."""
+        for bad in self.exemptions.update(ent.view.id, ent.view.annotations, self.clock.utc):
+            log.warning("job %s: %s (not applied: fix the annotation)", ent.view.id, bad)
+        ex = self.exemptions.until(ent.view.id, self.clock.utc)
+        ent.view.exempt_until = ex.until if ex is not None else None
+        ent.view.exemption = ex.source if ex is not None else None
+        ent.view.exemptions_malformed = [str(m) for m in self.exemptions.malformed.get(ent.view.id, [])]
 
     def _entity(self, key: str, parts: Mapping[str, JobInfo], nodes: Mapping[str, NodeState]) -> Entity:
         order = sorted(parts, key=lambda nk: nodes[nk].name)

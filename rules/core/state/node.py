@@ -45,6 +45,7 @@ class NodeState:
     view_proc_infos: dict[str, ProcessInfo] = field(default_factory=dict)
     gpu_views: list[GpuView] = field(default_factory=list)
     snap_sig: tuple[Any, ...] | None = None  # the last snapshot's inputs, while nothing else changed them
+    snap_timed: bool = False  # the signature depends on the snapshot's time (see `rebuild.timed`)
     snapshot: NodeSnapshot | None = None  # the snapshot the views were built from (kept while repeated)
     xids: dict[int, tuple[int, datetime]] = field(default_factory=dict)  # GPU index -> its last XID and when
 

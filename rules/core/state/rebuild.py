@@ -11,6 +11,7 @@ evaluated on ticks and for the node's every event). This runs for every changing
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
 from operator import itemgetter
 from typing import Any
 
@@ -38,23 +39,31 @@ PROCESS_COPIED = tuple(sorted(f for f in PROCESS_FIELDS & set(ProcessInfo.model_
                               if f not in {"node", "owner", "gpus", "labels", "age_s"}))
 
 
-def _gpu_raw(g: GpuInfo) -> tuple[Any, ...]:
-    """A GPU's inputs; `idle_for_s` counts only when it is what `idle_since` is derived from."""
+def _gpu_raw(g: GpuInfo, t: datetime) -> tuple[Any, ...]:
+    """A GPU's inputs; when its idle start is derived from `idle_for_s` (no `idle_since`), that start as of the
+    event's time `t` counts, as `FleetState` derives it: a repeat 30 minutes later with the same `idle_for_s` is
+    another start."""
     if g.idle and g.idle_since is None and g.idle_for_s is not None:
-        return (*_gpu_fields(g), g.idle_for_s)
+        return (*_gpu_fields(g), t - timedelta(seconds=g.idle_for_s))
     return _gpu_fields(g)
 
 
-def snapshot_sig(snap: NodeSnapshot) -> tuple[Any, ...]:
-    """A snapshot's inputs, times aside: equal signatures build equal views."""
+def timed(snap: NodeSnapshot) -> bool:
+    """Whether the snapshot's signature depends on its time (a GPU's idle start derived from `idle_for_s`)."""
+    return any(g.idle and g.idle_since is None and g.idle_for_s is not None for g in snap.gpus)
+
+
+def snapshot_sig(snap: NodeSnapshot, t: datetime) -> tuple[Any, ...]:
+    """A snapshot's inputs at its time `t`, times aside: equal signatures build equal views."""
     return (
-        _node_fields(snap.node), tuple(map(_gpu_raw, snap.gpus)), tuple(map(_process_fields, snap.processes)),
+        _node_fields(snap.node), tuple(_gpu_raw(g, t) for g in snap.gpus), tuple(map(_process_fields, snap.processes)),
         tuple(snap.jobs),
     )
 
 
 _MEMBERSHIP = frozenset({"gpus", "owner", "create_time"})
-"""Process changes that move it between GPUs' lists (or reorder them, or change their owners)."""
+"""Process changes that move it between GPUs' lists (or reorder them, or change their owners); a GPU's own `pids`
+and `owners` (what the agent says of a GPU with no process attributed) count too."""
 
 
 def _same_items(a: list[Any], b: list[Any]) -> bool:
@@ -222,7 +231,7 @@ def _patch(ns: NodeState, clock: EvalClock, owners: Mapping[str, str],
     # change: otherwise every GPU keeps its lists (the common case of readings that move).
     same_members = old_pinfos.keys() == ns.proc_infos.keys() and old_ginfos.keys() == ns.gpu_infos.keys() and all(
         d is not None and not d & _MEMBERSHIP for d in proc_delta.values()) and all(
-        g is old_ginfos[i] or g.pids == old_ginfos[i].pids for i, g in ns.gpu_infos.items())
+        g is (o := old_ginfos[i]) or (g.pids == o.pids and g.owners == o.owners) for i, g in ns.gpu_infos.items())
     pids_of, by_pid = _attribution(ns, procs) if not same_members else ({}, {})
     key_of = {id(v): k for k, v in procs.items()}
     # GPUs

@@ -44,12 +44,30 @@ async def test_status_snooze_audit_and_backtest(engine_config: Config, bus: Bus,
         code, out = await gpuevents("status", "--json", "-c", str(cfg_file))
         assert code == 0, out
         status = orjson.loads(out)
-        assert status["fleet"]["gpu_count"] == 1
-        assert status["fleet"]["held_idle"] == 1
-        assert [(i["rule"], i["entity_id"]) for i in status["incidents"]] == [("idle-gpu-1h", "n1/gpu0")]
+        assert (status["summary"]["gpus"], status["summary"]["held_idle"]) == (1, 1)
+        assert (status["summary"]["incidents_pending"], status["incidents"]) == (1, [])  # it lists firing ones
+        assert [(w["name"], w["held_idle"]) for w in status["worst_nodes"]] == [("n1", 1)]
 
         code, out = await gpuevents("status", "-c", str(cfg_file))
-        assert code == 0 and "idle-gpu-1h" in out and "n1" in out
+        assert code == 0 and "1 held idle" in out and "1 pending" in out and "n1" in out
+
+        code, out = await gpuevents("status", "--node", "n1", "--json", "-c", str(cfg_file))
+        assert code == 0, out
+        node = orjson.loads(out)
+        assert [n["name"] for n in node["nodes"]] == ["n1"] and len(node["nodes"][0]["gpus"]) == 1
+        assert [(i["rule"], i["entity_id"]) for i in node["incidents"]] == [("idle-gpu-1h", "n1/gpu0")]
+        code, out = await gpuevents("status", "--node", "n1", "-c", str(cfg_file))
+        assert code == 0 and "idle-gpu-1h" in out and "n1/gpu0" in out
+        code, out = await gpuevents("status", "--node", "nowhere", "-c", str(cfg_file))
+        assert code == 1 and "no node named 'nowhere'" in out
+
+        code, out = await gpuevents("status", "--all", "--json", "-c", str(cfg_file))
+        assert code == 0, out
+        lines = [orjson.loads(line) for line in out.splitlines()]
+        assert [next(iter(x)) for x in lines] == ["node", "incident"]
+        assert lines[0]["node"]["name"] == "n1" and lines[1]["incident"]["entity_id"] == "n1/gpu0"
+        code, out = await gpuevents("status", "--all", "--node", "n1", "-c", str(cfg_file))
+        assert code == 2 and "do not go together" in out
 
         code, out = await gpuevents("snooze", "idle-gpu-1h", "n1/gpu0", "--for", "4h", "-c", str(cfg_file))
         assert code == 0, out

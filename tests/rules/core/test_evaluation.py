@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from rules.core.core import Core, Snooze, StepResult, Tick
-from rules.core.evaluation import evaluate, sweep
 from tests.rules.helpers import at, gpu, held_idle, idle_core, proc, rules_from, snapshot
 
 
@@ -43,23 +42,23 @@ def test_one_loop_skips_offline_nodes_and_entities_evaluated_since_when_asked(tm
     rule = core.rules.by_name["idle"]
     ents = list(core.state.by_kind["gpu"].values())
     out = StepResult()
-    evaluate(core, rule, ents, at(3600), out, since=at(0))
+    core.evaluator.evaluate(rule, ents, at(3600), out, since=at(0))
     assert out.incidents == []  # both incidents were evaluated at 0: nothing to catch up
-    evaluate(core, rule, ents, at(3600), out, online_only=True)
+    core.evaluator.evaluate(rule, ents, at(3600), out, online_only=True)
     assert [(t.entity_id, t.to_status) for t in out.transitions] == [("n1/gpu0", "firing")]  # n2 is offline
-    evaluate(core, rule, ents, at(3600), out)
+    core.evaluator.evaluate(rule, ents, at(3600), out)
     assert [(t.entity_id, t.to_status) for t in out.transitions][1:] == [("n2/gpu0", "firing")]
 
 
 def test_a_sweep_closes_the_incident_of_a_snoozed_entity_and_opens_none(tmp_path: Path) -> None:
     core = idle_core(tmp_path)
     core.step(held_idle(), at(0))
-    core.snoozes[("idle", "n1/gpu0")] = Snooze(rule="idle", entity_id="n1/gpu0", until=at(600))
+    core.book.set_snooze(Snooze(rule="idle", entity_id="n1/gpu0", until=at(600)))
     out = StepResult()
-    sweep(core, core.rules.by_name["idle"], at(10), out)
+    core.evaluator.sweep(core.rules.by_name["idle"], at(10), out)
     assert [(t.to_status, t.reason) for t in out.transitions] == [("resolved", "snoozed")]
     again = StepResult()
-    sweep(core, core.rules.by_name["idle"], at(20), again)
+    core.evaluator.sweep(core.rules.by_name["idle"], at(20), again)
     assert again.transitions == [] and core.open_incidents() == []
 
 

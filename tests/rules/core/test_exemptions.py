@@ -57,15 +57,18 @@ def test_exemptions_cover_the_job_and_its_gpus_are_reported_once_and_expire() ->
     assert ex.for_view(job, "any-rule", NOW + timedelta(hours=2)) is None
 
 
-def test_status_shows_the_exemptions_and_the_malformed_ones() -> None:
+async def test_status_shows_the_exemptions_and_the_malformed_ones() -> None:
     from io import StringIO
 
     from rich.console import Console
 
     from gpuevents.cli.client import exemptions_table
+    from gpuevents.config import Config
+    from gpuevents.costs import CostModel
     from gpuevents.events import GpuInfo, JobInfo, NodeInfo, NodeSnapshot, SnapshotEvent
     from rules.core.core import Core
-    from rules.engine.status import fleet_status
+    from rules.engine.readmodel import build_read_model
+    from rules.engine.status import summary_of
     from rules.lang.model import RuleSet
 
     core = Core(RuleSet())
@@ -76,7 +79,7 @@ def test_status_shows_the_exemptions_and_the_malformed_ones() -> None:
         JobInfo(id="b/Deployment/d", scheduler="kubernetes", namespace="b", gpus=[1],
                 annotations={EXCLUDE: "forever"})])
     core.step(SnapshotEvent(source="node/n1", time=NOW, data=snap), NOW)
-    st = fleet_status(core, NOW)
+    st = summary_of(await build_read_model(core, NOW, 0, CostModel(Config().costs)))
     assert [(e.job, e.until, e.malformed is not None) for e in st.exemptions] == [
         ("a/Notebook/nb", datetime(2026, 12, 3, 18, tzinfo=UTC), False), ("b/Deployment/d", None, True)]
     job = core.state.by_kind["job"]["job/kubernetes/a/Notebook/nb"].view

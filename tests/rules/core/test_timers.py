@@ -12,7 +12,6 @@ from zoneinfo import ZoneInfo
 from gpuevents.config import Config
 from rules.core.core import Core, Tick
 from rules.core.incidents import Incident, Transition
-from rules.core.timers import due
 from rules.lang.loader import load_rule_set
 from rules.lang.model import RuleSet
 from tests.rules.helpers import T0, at, config, gpu, held_idle, idle_core, rules_from, snapshot
@@ -177,15 +176,17 @@ rules:
     assert [t.to_status for t in out.transitions] == ["pending", "firing"]
 
 
-def test_due_names_the_incidents_past_their_deadline_and_the_soonest_of_the_others(tmp_path: Path) -> None:
+def test_the_book_keeps_each_incidents_deadline_and_the_earliest(tmp_path: Path) -> None:
     core = idle_core(tmp_path, "for: 2m\n    repeat: 10m",
                      Config.model_validate({"agent": {"snapshot_interval": "1h"}}))
     core.step(held_idle(), at(0))
     core.step(held_idle(node="n2"), at(60))
-    rule = core.rules.by_name["idle"]
-    incs = core.incidents["idle"]
-    assert due(incs, rule, at(100)) == ([], at(120))
-    assert due(incs, rule, at(150)) == (["n1/gpu0"], at(180))
+    book = core.book
+    assert (book.deadline("idle", "n1/gpu0"), book.deadline("idle", "n2/gpu0")) == (at(120), at(180))
+    assert book.next_deadline() == at(120) and book.pop_due(at(100)) == []
     core.step(Tick(), at(150))  # n1 fires at 150: its first repeat is due at 750
-    assert due(incs, rule, at(200)) == (["n2/gpu0"], at(750))
-    assert due(incs, rule, at(750)) == (["n1/gpu0", "n2/gpu0"], None)
+    assert book.deadline("idle", "n1/gpu0") == at(750) and book.next_deadline() == at(180)
+    core.step(Tick(), at(200))  # n2 fires at 200: 800
+    assert book.next_deadline() == at(750)
+    assert book.pop_due(at(800)) == [("idle", "n1/gpu0"), ("idle", "n2/gpu0")]
+    assert book.next_deadline() is None  # taken: evaluated now, each that changes notes its next deadline

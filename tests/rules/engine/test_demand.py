@@ -19,9 +19,9 @@ from gpuevents.clock import SystemClock
 from gpuevents.config import Config
 from gpuevents.events import SCHEDULER_SOURCE, DemandEntry, DemandReport, encode_event, make_event
 from gpuevents.schedconfig import DemandConfig, DemandKubernetesConfig, DemandSlurmConfig
+from rules.engine.dashboard_source import EngineDashboardSource
 from rules.engine.demand import KubernetesDemandReader, LightkubePods, SlurmDemandReader
 from rules.engine.service import Engine
-from rules.engine.status import EngineDashboardSource
 from tests.gpuevents.cli.test_client import gpuevents, write_config
 from tests.kube_cluster import KubeCluster
 from tests.rules.engine.helpers import running
@@ -111,10 +111,10 @@ async def test_the_engine_keeps_demand_from_the_reader_and_dead_letters_it_from_
         # `gpuevents status` and the dashboard's /api/fleet show it
         code, out = await gpuevents("status", "--json", "-c", str(write_config(engine_config, tmp_path / "c.yaml")))
         assert code == 0, out
-        [line] = orjson.loads(out)["fleet"]["demand"]
+        [line] = orjson.loads(out)["demand"]
         assert (line["partition"], line["pending_gpus"], line["scheduler"]) == ("gpu", 3, "slurm")
         assert line["waiting_for_s"] >= 0
-        fleet = EngineDashboardSource(engine).fleet()
+        fleet = await EngineDashboardSource(engine).fleet()
         assert [(d.partition, d.pending_gpus) for d in fleet.demand] == [("gpu", 3)]
 
 

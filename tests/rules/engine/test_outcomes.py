@@ -114,8 +114,8 @@ async def test_the_staged_command_runs_where_the_warning_was_delivered_and_is_re
 
         await wait_for(lambda: learned() == {"n1/gpu0": ["delivered"], "n1/gpu1": ["failed"]},
                        what="the engine to learn both outcomes from the audit")
-        status = await engine.status()
-        assert {i.entity_id: i.warning for i in status.incidents} == {
+        _nodes, incidents = (await engine.read_model()).node("n1")
+        assert {i.entity_id: i.warning for i in incidents} == {
             "n1/gpu0": None, "n1/gpu1": f"{NOT_DELIVERED} (email failed)"}
 
         clock.advance(1801)

@@ -27,8 +27,11 @@ async def test_status_answers_the_fleet_and_its_open_incidents(engine_config: Co
         await publish(bus, snapshot("n1", T0))
         await wait_for(lambda: incident(engine, "n1/gpu0"), what="a pending incident")
         status = await ask(bus, S.ENGINE_STATUS, b"{}")
-    assert status["fleet"]["gpu_count"] == 1
-    assert [(i["rule"], i["entity_id"], i["status"]) for i in status["incidents"]] == [
+        node = await ask(bus, S.ENGINE_STATUS, b'{"view": "node", "node": "n1"}')
+    assert (status["summary"]["gpus"], status["summary"]["incidents_pending"]) == (1, 1)
+    assert status["incidents"] == []  # the summary lists firing incidents; this one is pending
+    assert [n["name"] for n in node["nodes"]] == ["n1"]
+    assert [(i["rule"], i["entity_id"], i["status"]) for i in node["incidents"]] == [
         ("idle-gpu-1h", "n1/gpu0", "pending")]
 
 
@@ -54,6 +57,6 @@ async def test_a_snooze_is_applied_and_audited_and_a_bad_one_is_answered_with_wh
 
 async def test_an_engine_that_stopped_acting_answers_no_more(engine_config: Config, bus: Bus) -> None:
     async with running(Engine(engine_config, bus, clock=ManualClock(T0))):
-        assert "fleet" in await ask(bus, S.ENGINE_STATUS, b"{}")
+        assert "summary" in await ask(bus, S.ENGINE_STATUS, b"{}")
     with pytest.raises(BusNoResponders):
         await bus.request(S.ENGINE_STATUS, b"{}", timeout=5)

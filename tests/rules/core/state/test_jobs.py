@@ -34,7 +34,7 @@ def test_a_job_on_two_nodes_is_one_entity_until_its_last_node_drops_it() -> None
     assert change is not None
     job = state.by_kind["job"]["job/slurm/7"]
     assert job.view.nodes == ["a"] and job.view.idle is True and job.view.idle_since == T0
-    gone = state.remove_node("a")
+    gone = state.remove_node("a").gone
     assert "job/slurm/7" in {e.key for e in gone} and "job/slurm/7" not in state.by_kind["job"]
 
 

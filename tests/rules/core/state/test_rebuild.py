@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-from gpuevents.events import AgentInfo, GpuInfo, ProcessInfo, make_event
-from rules.core.core import Core, CoreInput, Tick
-from rules.core.inputs import StepResult
+from rules.core.core import Core
 from rules.core.state import FleetState
 from rules.lang.views import EvalClock
-from tests.quick import examples
 from tests.rules.helpers import T0, at, gpu, proc, rules_from, snapshot
 
 RULES = """\
@@ -113,79 +106,3 @@ def test_an_erroring_condition_is_evaluated_again_on_every_event(tmp_path: Path)
     before = sum(n for (rule, _), n in core.error_counts.items() if rule == "tier")
     core.step(two_gpus(15), at(15))
     assert sum(n for (rule, _), n in core.error_counts.items() if rule == "tier") == 2 * before == 4
-
-
-# ---------------------------------------------------------------- property: diffed == rebuilt every time
-
-
-def _gpu(index: int, state: int, temp: float, noise: int = 0) -> GpuInfo:
-    """A GPU busy (0) or idle, held (1) or not (2); `noise` moves its readings as a real agent's do."""
-    util = 0.0 if state else 90.0 + noise
-    return gpu(index, util, temp_c=temp + noise, power_w=80.0 + 110 * noise, idle_since=T0 if state else None,
-               pids=[40 + index] if state != 2 else [])
-
-
-def _procs(n: int, ppid: int, noise: int = 0) -> list[ProcessInfo]:
-    return [proc(40 + i, gpus=[i], ppid=ppid, created=T0 - timedelta(minutes=5), gpu_util_pct=float(noise))
-            for i in range(n)]
-
-
-@st.composite
-def _inputs(draw: st.DrawFn) -> list[tuple[float, CoreInput]]:
-    out: list[tuple[float, CoreInput]] = []
-    t = 0.0
-    temps = st.sampled_from([50.0, 50.0, 95.0])
-    for _ in range(draw(st.integers(3, 14))):
-        t += draw(st.sampled_from([5.0, 15.0, 15.0, 70.0, 400.0]))
-        node = draw(st.sampled_from(["n1", "n2"]))
-        kind = draw(st.sampled_from(["snap", "snap", "snap", "gpu", "proc", "stop", "start", "tick"]))
-        if kind == "snap":
-            n = draw(st.integers(0, 3))
-            noise = st.integers(0, 2)
-            gpus = [_gpu(i, draw(st.integers(0, 2)), draw(temps), draw(noise)) for i in range(n)]
-            procs = _procs(draw(st.integers(0, n)), draw(st.sampled_from([1, 7])), draw(noise))
-            labels = {"pool": draw(st.sampled_from(["a", "a", "b"]))}
-            out.append((t, snapshot(at(t), node, gpus=gpus, processes=procs, labels=labels)))
-        elif kind == "gpu":
-            g = _gpu(draw(st.integers(0, 2)), draw(st.integers(0, 2)), draw(temps)).model_copy(update={"node": node})
-            out.append((t, make_event("gpu.hot", node, g, time=at(t))))
-        elif kind == "proc":
-            p = _procs(3, 1)[draw(st.integers(0, 2))].model_copy(update={"node": node})
-            ev = draw(st.sampled_from(["process.started", "process.ended"]))
-            out.append((t, make_event(ev, node, p, time=at(t))))
-        elif kind in ("stop", "start"):
-            ev = "agent.stopping" if kind == "stop" else "agent.started"
-            out.append((t,
-                        make_event(ev, node, AgentInfo(node=node, version="1", snapshot_interval_s=15.0), time=at(t))))
-        else:
-            out.append((t, Tick()))
-    return out
-
-
-def _summary(result: StepResult) -> list[tuple[str, ...]]:
-    return sorted([(tr.rule, tr.entity_id, tr.from_status, tr.to_status, tr.reason) for tr in result.transitions]
-                  + [(a.rule, a.entity_id, a.key, str(a.params)) for a in result.actions])
-
-
-_RULES_CACHE: dict[str, Any] = {}
-
-
-@settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                     HealthCheck.function_scoped_fixture])
-@given(inputs=_inputs())
-def test_evaluating_only_changed_entities_gives_what_rebuilding_everything_gives(
-    tmp_path: Path, inputs: list[tuple[float, CoreInput]],
-) -> None:
-    if "rules" not in _RULES_CACHE:
-        _RULES_CACHE["rules"] = rules_from(tmp_path, RULES)
-    diffed = Core(_RULES_CACHE["rules"])
-    rebuilt = Core(_RULES_CACHE["rules"])
-    for t, item in inputs:
-        for ns in rebuilt.state.nodes.values():
-            ns.full_next = True  # what the state did before it kept unchanged views: rebuild and evaluate all
-        ours = diffed.step(item, at(t))
-        theirs = rebuilt.step(item, at(t))
-        assert _summary(ours) == _summary(theirs), item
-        assert sorted(diffed.error_counts) == sorted(rebuilt.error_counts)
-    assert {(i.rule, i.entity_key, i.status) for i in diffed.open_incidents()} == {
-        (i.rule, i.entity_key, i.status) for i in rebuilt.open_incidents()}

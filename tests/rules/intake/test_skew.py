@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from rules.engine.skew import SkewGuard
+from rules.intake.skew import SkewGuard
 from tests.rules.engine.conftest import T0, snapshot
 
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from gpuevents.events import decode_event, encode_event, make_event
-from rules.engine.decoder import RepeatDecoder
+from rules.intake.decoder import RepeatDecoder
 from tests.quick import examples
 from tests.rules.helpers import T0, at, gpu, proc, snapshot
 
@@ -23,6 +23,7 @@ def raw_snapshot(t: float, node: str = "n1", temp: float = 50.0) -> bytes:
 def test_a_repeated_snapshot_reuses_the_validated_data_and_equals_decode_event() -> None:
     dec = RepeatDecoder()
     first = dec.decode(raw_snapshot(0))
+    dec.accepted(first)
     raw = raw_snapshot(15)
     again = dec.decode(raw)
     assert again == decode_event(raw) and again.time == at(15)
@@ -38,7 +39,7 @@ def test_a_repeated_snapshot_reuses_the_validated_data_and_equals_decode_event()
 ])
 def test_a_bad_envelope_around_repeated_data_fails_as_decode_event_does(field: str, value: Any) -> None:
     dec = RepeatDecoder()
-    dec.decode(raw_snapshot(0))
+    dec.accepted(dec.decode(raw_snapshot(0)))
     obj = orjson.loads(raw_snapshot(15))
     obj[field] = value
     raw = orjson.dumps(obj)
@@ -50,7 +51,7 @@ def test_a_bad_envelope_around_repeated_data_fails_as_decode_event_does(field: s
 
 def test_other_events_and_other_layouts_take_the_full_path() -> None:
     dec = RepeatDecoder()
-    dec.decode(raw_snapshot(0))
+    dec.accepted(dec.decode(raw_snapshot(0)))
     hot = encode_event(make_event("gpu.hot", "n1", gpu(0, temp_c=99), time=at(5)))
     assert dec.decode(hot) == decode_event(hot)
     reordered = orjson.dumps({"data": orjson.loads(raw_snapshot(10))["data"], **{
@@ -69,7 +70,7 @@ ENVELOPE_VALUES = st.one_of(st.none(), st.integers(-2, 2), st.text(max_size=8), 
                                ENVELOPE_VALUES, max_size=3), same_data=st.booleans())
 def test_any_envelope_decodes_as_decode_event_decodes_it(changes: dict[str, Any], same_data: bool) -> None:
     dec = RepeatDecoder()
-    dec.decode(raw_snapshot(0))
+    dec.accepted(dec.decode(raw_snapshot(0)))
     obj = orjson.loads(raw_snapshot(15, temp=50.0 if same_data else 60.0))
     data = obj.pop("data")
     obj.update(changes)
@@ -82,3 +83,14 @@ def test_any_envelope_decodes_as_decode_event_decodes_it(changes: dict[str, Any]
             return ("invalid", None)
 
     assert outcome(dec.decode) == outcome(decode_event)
+
+
+def test_a_snapshot_is_kept_for_its_node_only_once_accepted() -> None:
+    dec = RepeatDecoder()
+    first = dec.decode(raw_snapshot(0))
+    again = dec.decode(raw_snapshot(15))
+    assert again.data is not first.data and len(dec) == 0  # not accepted: nothing kept, validated afresh
+    dec.accepted(again)
+    assert len(dec) == 1 and dec.decode(raw_snapshot(30)).data is again.data
+    dec.accepted(first)  # not the last decoded: ignored
+    assert len(dec) == 1

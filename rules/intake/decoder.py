@@ -15,14 +15,24 @@ class RepeatDecoder:
     of `data` that the previous one did (already validated into a NodeSnapshot), only the envelope is parsed
     and validated, and the NodeSnapshot is reused; the event is the one `decode_event` would give. Anything
     else (another shape, another type, different bytes, any error on the way) takes `decode_event`, so a
-    malformed event raises the same ValidationError."""
+    malformed event raises the same ValidationError.
+
+    A decoded snapshot is kept for its node only once the caller believes it (`accepted`): an event the caller
+    rejects (its subject names another node, say) never takes a place, so a publisher that makes up sources
+    cannot grow the cache; it holds at most one snapshot per node whose events were accepted."""
 
     MAX_NODES = 200_000
 
     def __init__(self) -> None:
         self._last: dict[str, tuple[bytes, NodeSnapshot]] = {}
+        self._candidate: tuple[SnapshotEvent, bytes] | None = None  # the last snapshot decoded, not yet accepted
+
+    def __len__(self) -> int:
+        """How many nodes' snapshots are kept."""
+        return len(self._last)
 
     def decode(self, raw: bytes) -> Event:
+        self._candidate = None
         i = raw.find(b',"data":')
         if i > 0 and raw[-1:] == b"}":
             repeated = self._repeat(raw, i)
@@ -33,10 +43,18 @@ class RepeatDecoder:
             segment = b""
         event = decode_event(raw)
         if segment and isinstance(event, SnapshotEvent):
-            if len(self._last) >= self.MAX_NODES:
-                self._last.clear()
-            self._last[event.source] = (segment, event.data)
+            self._candidate = (event, segment)
         return event
+
+    def accepted(self, event: Event) -> None:
+        """The caller believes `event` (the last one decoded): keep its snapshot data for its node's repeats."""
+        cand = self._candidate
+        self._candidate = None
+        if cand is None or cand[0] is not event:
+            return
+        if event.source not in self._last and len(self._last) >= self.MAX_NODES:
+            self._last.clear()
+        self._last[event.source] = (cand[1], cand[0].data)
 
     def _repeat(self, raw: bytes, i: int) -> SnapshotEvent | None:
         try:

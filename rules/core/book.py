@@ -1,0 +1,154 @@
+"""The incident book: open incidents by rule and by entity, their next deadlines, and the snoozes.
+
+It is the one owner of these: evaluation reads and records through it. Each open incident's next deadline (a
+`for` coming due, the next repeat or stage) is kept as the incident changes, in a heap with one live entry per
+incident, so the earliest is known and what is due is found without looking at any incident that is not.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator, Mapping
+from datetime import datetime
+
+from rules.core.incidents import Incident, next_deadline
+from rules.core.inputs import Snooze
+from rules.lang.model import Rule
+
+
+class IncidentBook:
+    """Open incidents (rule -> entity key -> incident), the rules open on each entity, deadlines and snoozes."""
+
+    __slots__ = ("_by_entity", "_deadline_of", "_heap", "_parked", "incidents", "snoozes")
+
+    def __init__(self) -> None:
+        self.incidents: dict[str, dict[str, Incident]] = {}
+        self._by_entity: dict[str, set[str]] = {}
+        self.snoozes: dict[tuple[str, str], Snooze] = {}  # (rule, entity id) -> snooze
+        self._deadline_of: dict[tuple[str, str], datetime] = {}  # (rule, key) -> its incident's next deadline
+        self._heap: list[tuple[datetime, str, str]] = []  # (deadline, rule, key); stale entries skipped
+        self._parked: set[tuple[str, str]] = set()  # due, taken off the heap, not changed since
+
+    # ------------------------------------------------------------------ incidents
+    def add_rule(self, name: str) -> None:
+        self.incidents.setdefault(name, {})
+
+    def drop_rule(self, name: str) -> list[Incident]:
+        """Forget a rule's incidents (closed or restored elsewhere); the ones it had."""
+        incs = self.incidents.pop(name, {})
+        for inc in incs.values():
+            self._unindex(inc)
+        return list(incs.values())
+
+    def of_rule(self, name: str) -> dict[str, Incident]:
+        """Read only: the rule's open incidents by entity key."""
+        return self.incidents[name]
+
+    def get(self, rule: str, key: str) -> Incident | None:
+        return self.incidents[rule].get(key)
+
+    def rules_on(self, key: str) -> tuple[str, ...]:
+        """The rules with an open incident on the entity `key` (a copy: closing one does not disturb it)."""
+        names = self._by_entity.get(key)
+        return tuple(names) if names else ()
+
+    def has_any(self, key: str) -> bool:
+        return key in self._by_entity
+
+    def __iter__(self) -> Iterator[Incident]:
+        for incs in self.incidents.values():
+            yield from incs.values()
+
+    def __len__(self) -> int:
+        return sum(map(len, self.incidents.values()))
+
+    def put(self, rule: Rule, inc: Incident) -> None:
+        """Record `inc` as it is now: open, it is indexed and its next deadline noted; closed, it is dropped."""
+        if not inc.open:
+            self.remove(inc)
+            return
+        self.incidents[rule.name][inc.entity_key] = inc
+        self._by_entity.setdefault(inc.entity_key, set()).add(rule.name)
+        ident = (rule.name, inc.entity_key)
+        d = None if rule.scheduled else next_deadline(inc, rule.for_s, rule.repeat_s, rule.stages)
+        if d is None:
+            self._deadline_of.pop(ident, None)
+            self._parked.discard(ident)
+        elif self._deadline_of.get(ident) != d:
+            self._deadline_of[ident] = d
+            self._parked.discard(ident)
+            heapq.heappush(self._heap, (d, *ident))
+            if len(self._heap) > 64 + 2 * len(self._deadline_of):
+                self._compact()
+
+    def remove(self, inc: Incident) -> None:
+        incs = self.incidents.get(inc.rule)
+        if incs is not None:
+            incs.pop(inc.entity_key, None)
+        self._unindex(inc)
+
+    def _unindex(self, inc: Incident) -> None:
+        rules = self._by_entity.get(inc.entity_key)
+        if rules is not None:
+            rules.discard(inc.rule)
+            if not rules:
+                del self._by_entity[inc.entity_key]
+        self._deadline_of.pop((inc.rule, inc.entity_key), None)
+        self._parked.discard((inc.rule, inc.entity_key))
+
+    # ------------------------------------------------------------------ deadlines
+    @property
+    def deadlines(self) -> Mapping[tuple[str, str], datetime]:
+        """Read only: each open incident's next deadline by (rule, entity key)."""
+        return self._deadline_of
+
+    def deadline(self, rule: str, key: str) -> datetime | None:
+        """The (rule, key) incident's next deadline, if it has one."""
+        return self._deadline_of.get((rule, key))
+
+    def pop_due(self, now: datetime) -> list[tuple[str, str]]:
+        """The (rule, key) of every incident whose deadline is at or before `now`, taken off the heap: they are
+        evaluated now, and each that changes notes its next deadline again. One that does not (its node is
+        offline, say) keeps its past deadline, off the heap: its node's next event sees it due (`deadline`),
+        and no tick is asked for it."""
+        heap, live, parked = self._heap, self._deadline_of, self._parked
+        out: list[tuple[str, str]] = []
+        while heap and heap[0][0] <= now:
+            d, rule, key = heapq.heappop(heap)
+            ident = (rule, key)
+            if live.get(ident) == d and ident not in parked:
+                parked.add(ident)
+                out.append(ident)
+        return out
+
+    def next_deadline(self) -> datetime | None:
+        """The earliest deadline of any open incident (it may be past: an offline node's, due when it is back)."""
+        heap, live = self._heap, self._deadline_of
+        while heap:
+            d, rule, key = heap[0]
+            if live.get((rule, key)) == d and (rule, key) not in self._parked:
+                return d
+            heapq.heappop(heap)
+        return None
+
+    def _compact(self) -> None:
+        self._heap = [(d, r, k) for (r, k), d in self._deadline_of.items() if (r, k) not in self._parked]
+        heapq.heapify(self._heap)
+
+    # ------------------------------------------------------------------ snoozes
+    def snooze(self, rule: str, entity_id: str) -> Snooze | None:
+        return self.snoozes.get((rule, entity_id)) if self.snoozes else None
+
+    def set_snooze(self, s: Snooze) -> None:
+        self.snoozes[(s.rule, s.entity_id)] = s
+
+    def lift_snooze(self, rule: str, entity_id: str) -> Snooze | None:
+        return self.snoozes.pop((rule, entity_id), None)
+
+    def snoozes_ended(self, now: datetime) -> list[Snooze]:
+        """The snoozes that ended by `now`, lifted."""
+        ended = [k for k, s in self.snoozes.items() if s.until <= now]
+        return [self.snoozes.pop(k) for k in ended]
+
+    def next_snooze_end(self) -> datetime | None:
+        return min((s.until for s in self.snoozes.values()), default=None)
