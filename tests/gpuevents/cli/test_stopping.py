@@ -17,6 +17,8 @@ from gpuevents.bus import CLIENT_CONNECT_S
 from gpuevents.config import EmbeddedServerConfig
 from gpuevents.server import EmbeddedServer, free_port
 
+pytestmark = pytest.mark.slow  # every test runs real `gpuevents` processes that wait out timeouts
+
 REPO = Path(__file__).resolve().parents[3]
 GPUEVENTS = [sys.executable, "-m", "gpuevents.cli"]
 STOP_WITHIN_S = 10.0
