@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict
 from gpuevents.costs import CostModel
 from gpuevents.events import SCHEDULER_SOURCE, JobEnded, JobEndedEvent, make_event
 from rules.usage.jobledger import JobTally
+from rules.usage.rightsize import WorkloadUse, advise
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS job_summaries (
@@ -72,13 +73,15 @@ class JobSummary(BaseModel):
     idle_share_pct: float | None
     cost: float
     smaller_fit: str | None = None
-    """The smallest slice the job would have fitted (MIG profile, smaller model); None until right-sizing fills it."""
+    """The smallest MIG slice of its GPU the job would have fitted (`MIG 2g.20gb`), from its peak memory and peak
+    utilization; None when it needed its whole GPU, or too little is known."""
 
     def line(self, costs: CostModel) -> str:
         """`your job used 12 % of 4 GPUs for 3 h ($41)`."""
         util = f"{self.mean_util_pct:.0f} %" if self.mean_util_pct is not None else "an unknown share"
+        fits = f"; it would have fitted a {self.smaller_fit} slice" if self.smaller_fit else ""
         return (f"job {self.id} used {util} of {self.gpu_count} GPU(s) for {_hours(self.hours)} "
-                f"({costs.format(self.cost)})")
+                f"({costs.format(self.cost)}){fits}")
 
 
 def _hours(h: float) -> str:
@@ -113,10 +116,21 @@ def ended_event(s: JobSummary, costs: CostModel) -> JobEndedEvent:
     return event
 
 
+def smaller_fit(t: JobTally, costs: CostModel) -> str | None:
+    """The MIG slice the job would have fitted (rules/usage/rightsize.py), with its peak utilization standing in
+    for the 95th percentile (a summary keeps no spread: the advice errs on the big side); None when it needed its
+    whole GPU or too little is known."""
+    use = WorkloadUse(key=f"job/{t.scheduler}/{t.id}", owner=t.user, team=None, model=t.model,
+                      gpus=max(t.gpu_count, 1), held_hours=t.gpu_s / 3600, peak_mem_mib=t.mem_peak_mib,
+                      p95_util_pct=t.util_peak)
+    fit = advise(use, [], costs, window_hours=max(t.gpu_s / 3600 / max(t.gpu_count, 1), 1.0))
+    return fit.target if fit.kind == "mig" else None
+
+
 def _row(t: JobTally, costs: CostModel) -> dict[str, Any]:
     row: dict[str, Any] = {c: getattr(t, c, None) for c in _COLUMNS}
     row.update({c: _ts(getattr(t, c)) for c in _TIMES}, nodes=json.dumps(t.nodes), cost=cost_of(t, costs),
-               smaller_fit=None)
+               smaller_fit=smaller_fit(t, costs))
     return row
 
 

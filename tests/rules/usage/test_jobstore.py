@@ -55,11 +55,13 @@ async def test_a_running_job_survives_a_restart_and_its_summary_is_complete_when
     assert s["peak_util_pct"] == 20 and s["peak_mem_mib"] == 30000
     assert s["idle_share_pct"] == 50
     assert s["mean_sm_active_pct"] is None  # not measured
-    assert s["smaller_fit"] is None
+    # peak 30,000 MiB + 20 % and peak 20 % + 20 % of the SMs: 3 of the H100's 7 slices, 40 GB
+    assert s["smaller_fit"] == "MIG 3g.40gb"
     assert s["cost"] > 0
 
     text = CliRunner().invoke(app, ["job", "42", "-c", str(write_config(tmp_path))])
     assert "Job 42 (slurm, train): ended" in text.output and "of 2 GPU(s)" in text.output
+    assert "MIG 3g.40gb" in text.output
 
 
 def test_a_store_from_before_job_summaries_gains_the_table_and_keeps_its_rows(tmp_path: Path) -> None:
