@@ -14,13 +14,22 @@ from gpuevents.clock import SystemClock
 from gpuevents.config import Config, load_config
 from gpuevents.costs import CostModel
 from gpuevents.yamlpos import LocatedError
+from rules.usage.jobstore import JobStore
 from rules.usage.quarter import build_quarter, compare
 from rules.usage.render import render
 from rules.usage.render_quarter import render_quarter
 from rules.usage.rightsize import rightsize_lines
 from rules.usage.store import UsageStore
 from rules.usage.summary import summary_text
-from rules.usage.weekly import NO_TEAM_LABEL, KpiLine, WeeklyReport, build_report, week_before, week_ending
+from rules.usage.weekly import (
+    NO_TEAM_LABEL,
+    ExemptionLine,
+    KpiLine,
+    WeeklyReport,
+    build_report,
+    week_before,
+    week_ending,
+)
 
 
 class ReportFormat(StrEnum):
@@ -64,6 +73,13 @@ def make_report(config: Config, now: datetime, team: str | None = None) -> tuple
     report.kpi = [KpiLine(team=s.team, text=s.change_text(), on_target=s.on_target) for s in shown if s.known]
     report.rightsize = rightsize_lines(fit_rows, costs, (until - since).total_seconds() / 3600, team)
     report.simulated = simulated
+    with JobStore(path) as jobs_store:
+        exempt = [j for j in jobs_store.window(since.timestamp()) if j.exemption
+                  and (team is None or j.namespace == team)]  # a team's report: its namespace's
+    report.exemptions = [
+        ExemptionLine(job=f"job/{j.scheduler}/{j.id}", user=j.user, namespace=j.namespace, exemption=j.exemption or "",
+                      until=j.exempt_until, gpu_hours=j.gpu_hours, idle_share_pct=j.idle_share_pct)
+        for j in sorted(exempt, key=lambda j: -(j.gpu_hours * (j.idle_share_pct or 0)))][:20]
     return report, costs
 
 

@@ -17,15 +17,14 @@ from gpuevents.aio import guarded_task, sleep_or_stop, stop_tasks, until_stop_or
 from gpuevents.bus import Bus, BusError, Consumer, Delivery
 from gpuevents.clock import Clock, ManualClock, SystemClock
 from gpuevents.config import Config
-from gpuevents.costs import CostModel
 from gpuevents.events import SnapshotEvent
-from gpuevents.manual import OperatorAction, OperatorActionReply
 from gpuevents.records import AuditRecord
 from gpuevents.yamlpos import LocatedError
 from rules.core.core import Core, Snooze, StepResult, Sweep, Tick
 from rules.core.incidents import Incident
 from rules.core.limits import LimitWindows
-from rules.engine.audit import AuditTail, reload_record, snooze_record
+from rules.engine.answers import EngineAnswers
+from rules.engine.audit import AuditTail, reload_record
 from rules.engine.commit import Committer
 from rules.engine.deadletter import DeadLetters
 from rules.engine.demand import readers_from_config, run_reader
@@ -33,10 +32,9 @@ from rules.engine.gcpolicy import GcPolicy
 from rules.engine.intake import Intake
 from rules.engine.lease import Lease, lease_key
 from rules.engine.metrics import EngineMetrics
-from rules.engine.operator import act_for
 from rules.engine.outcomes import awaiting_since, learn, replayed_outcomes, warning_outcomes
 from rules.engine.planner import TickPlanner
-from rules.engine.readmodel import ReadModel, ReadSide, build_read_model, empty_model
+from rules.engine.readmodel import ReadSide
 from rules.engine.rulefiles import RuleFiles
 from rules.engine.servers import serve_requests
 from rules.engine.sharing import exchange
@@ -53,7 +51,7 @@ RELOAD_POLL_S = 1.0
 LAST_BATCH_WAIT_S = FETCH_TIMEOUT_S * 2 + 10  # how long a stopping engine lets its last fetch and batch finish
 
 
-class Engine:
+class Engine(EngineAnswers):
     """One engine replica. Only the replica holding the KV lease consumes and acts."""
 
     def __init__(self, config: Config, bus: Bus, *, clock: Clock | None = None,
@@ -433,43 +431,3 @@ class Engine:
     def degraded(self) -> str | None:
         """Why, while JetStream has no room for the engine's writes (status says so at once)."""
         return self.committer.degraded
-
-    async def read_model(self, max_age_s: float = 0.0) -> ReadModel:
-        """The fleet for status, `free` and the dashboard, built in slices off the lock (rules/engine/readmodel.py):
-        one that saw every event consumed before this call, or with `max_age_s` the latest if it is that young."""
-        return await self.read_side.get(max_age_s)
-
-    async def _build_read_model(self, version: int) -> ReadModel:
-        costs = CostModel(self.config.costs)
-        if self.core is None:
-            return empty_model(self.clock.now(), costs, version)
-        now = self.clock.now()
-        warnings = tuple(c.text() for c in self.intake.claims.conflicts(now))  # a node two agents claim
-        return await build_read_model(self.core, now, version, costs, warnings=warnings)
-
-    async def snooze(self, s: Snooze) -> dict[str, Any]:
-        """Exempt `s.entity_id` from `s.rule` until `s.until` (`gpuevents snooze`); stored and audited."""
-        async with self._lock:
-            await self._settle()
-            assert self.core is not None
-            if s.rule not in self.core.rules.by_name:
-                return {"ok": False, "error": f"no rule named {s.rule!r}"}
-            asked = s.until
-            result = self.core.step(s, self.clock.now())
-            self._changes += 1
-            s = next((x for x in result.snoozes if x.rule == s.rule and x.entity_id == s.entity_id), s)  # as applied
-            cap = self.core.rules.by_name[s.rule].snooze_max_s
-            await self.committer.commit(result, "commit a snooze")
-            self.planner.replan()  # its end, or the evaluation it asks for, may come before the planned tick
-        await self.committer.audit([snooze_record(self.clock.now(), s)])
-        # A keep longer than the rule's snooze_max is cut to it: the answer says so (`capped`, the maximum).
-        return {"ok": True, "until": s.until.isoformat(), "asked_until": asked.isoformat(),
-                "capped": s.until < asked, "snooze_max_s": cap}
-
-    async def operator_action(self, req: OperatorAction) -> OperatorActionReply | None:
-        """A person's kill or cancel, decided like a rule's action (rules.engine.operator)."""
-        async with self._lock:
-            await self._settle()
-            assert self.core is not None
-            return await act_for(req, self.core, self.config, self.committer, self.clock.now(), self.partition)
-

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from gpuevents.events import GpuInfo, JobInfo, SnapshotEvent
+from rules.lang.exemptions import parse as parse_exemptions
 
 JobKey = tuple[str, str, str]
 """(cluster, scheduler, job id)"""
@@ -45,16 +46,24 @@ class JobTally:
     samples: dict[str, list[GpuInfo]] = field(default_factory=dict)  # node -> its job's GPUs, last sampled
     on_nodes: dict[str, datetime] = field(default_factory=dict)
     """Node -> its latest snapshot that listed this job (the job is on no node once it has ended)."""
+    exemption: str | None = None  # the annotations exempting it (`gpuevents.io/keep-until: …`), or None
+    exempt_until: datetime | None = None
 
     @property
     def key(self) -> JobKey:
         return (self.cluster, self.scheduler, self.id)
 
-    def describe(self, j: JobInfo) -> None:
+    def describe(self, j: JobInfo, at: datetime) -> None:
         for name in ("user", "name", "account", "partition", "qos", "namespace", "started_at"):
             value = getattr(j, name)
             if value is not None:
                 setattr(self, name, value)
+        if j.annotations:  # the exemption its annotations grant (DESIGN's keep-until / exclude), as last seen
+            granted, malformed = parse_exemptions(j.annotations, at)
+            said = [e.source for e in granted] + [f"malformed {m}" for m in malformed]
+            self.exemption = "; ".join(said) or None
+            ends = [e.until for e in granted]
+            self.exempt_until = max(ends) if ends else None
 
 
 def _peak(old: float | None, new: float | None) -> float | None:
@@ -91,7 +100,7 @@ class JobLedger:
             tally = self.jobs.get(key)
             if tally is None:
                 tally = self.jobs[key] = JobTally(cluster, j.scheduler, j.id, first_seen=t, last_seen=t)
-            tally.describe(j)
+            tally.describe(j, t)
             self._credit(tally, node, t)
             held = [gpus[i] for i in j.gpus if i in gpus]
             tally.on_nodes[node] = t

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict
 from gpuevents.costs import CostModel
 from gpuevents.events import SCHEDULER_SOURCE, JobEnded, JobEndedEvent, make_event
 from rules.usage.jobledger import JobTally
+from rules.usage.rightsize import WorkloadUse, advise
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS job_summaries (
@@ -26,7 +27,7 @@ CREATE TABLE IF NOT EXISTS job_summaries (
     gpu_s REAL NOT NULL DEFAULT 0, util_s REAL NOT NULL DEFAULT 0, util_known_s REAL NOT NULL DEFAULT 0,
     util_peak REAL, sm_s REAL NOT NULL DEFAULT 0, sm_known_s REAL NOT NULL DEFAULT 0, mem_peak_mib REAL,
     idle_gpu_s REAL NOT NULL DEFAULT 0, kwh REAL NOT NULL DEFAULT 0, cost REAL NOT NULL DEFAULT 0,
-    smaller_fit TEXT,
+    smaller_fit TEXT, exemption TEXT, exempt_until REAL,
     PRIMARY KEY (cluster, scheduler, id)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS job_summaries_seen ON job_summaries (last_seen);
@@ -36,8 +37,9 @@ CREATE INDEX IF NOT EXISTS job_summaries_seen ON job_summaries (last_seen);
 _COLUMNS = ("cluster", "scheduler", "id", "user", "name", "account", "partition", "qos", "namespace", "model",
             "nodes", "gpu_count", "started_at", "first_seen", "last_seen", "ended_at", "gpu_s", "util_s",
             "util_known_s", "util_peak", "sm_s", "sm_known_s", "mem_peak_mib", "idle_gpu_s", "kwh", "cost",
-            "smaller_fit")
-_TIMES = ("started_at", "first_seen", "last_seen", "ended_at")
+            "smaller_fit", "exemption", "exempt_until")
+_TIMES = ("started_at", "first_seen", "last_seen", "ended_at", "exempt_until")
+_ADDED = {"exemption": "TEXT", "exempt_until": "REAL"}  # columns a store from before them gains
 _UPSERT = (f"INSERT OR REPLACE INTO job_summaries ({', '.join(_COLUMNS)}) "
            f"VALUES ({', '.join('?' for _ in _COLUMNS)})")
 
@@ -71,14 +73,19 @@ class JobSummary(BaseModel):
     peak_mem_mib: float | None
     idle_share_pct: float | None
     cost: float
+    exemption: str | None = None
+    """The annotations that exempted it (`gpuevents.io/keep-until: …`) when last seen, or None."""
+    exempt_until: datetime | None = None
     smaller_fit: str | None = None
-    """The smallest slice the job would have fitted (MIG profile, smaller model); None until right-sizing fills it."""
+    """The smallest MIG slice of its GPU the job would have fitted (`MIG 2g.20gb`), from its peak memory and peak
+    utilization; None when it needed its whole GPU, or too little is known."""
 
     def line(self, costs: CostModel) -> str:
         """`your job used 12 % of 4 GPUs for 3 h ($41)`."""
         util = f"{self.mean_util_pct:.0f} %" if self.mean_util_pct is not None else "an unknown share"
+        fits = f"; it would have fitted a {self.smaller_fit} slice" if self.smaller_fit else ""
         return (f"job {self.id} used {util} of {self.gpu_count} GPU(s) for {_hours(self.hours)} "
-                f"({costs.format(self.cost)})")
+                f"({costs.format(self.cost)}){fits}")
 
 
 def _hours(h: float) -> str:
@@ -113,10 +120,21 @@ def ended_event(s: JobSummary, costs: CostModel) -> JobEndedEvent:
     return event
 
 
+def smaller_fit(t: JobTally, costs: CostModel) -> str | None:
+    """The MIG slice the job would have fitted (rules/usage/rightsize.py), with its peak utilization standing in
+    for the 95th percentile (a summary keeps no spread: the advice errs on the big side); None when it needed its
+    whole GPU or too little is known."""
+    use = WorkloadUse(key=f"job/{t.scheduler}/{t.id}", owner=t.user, team=None, model=t.model,
+                      gpus=max(t.gpu_count, 1), held_hours=t.gpu_s / 3600, peak_mem_mib=t.mem_peak_mib,
+                      p95_util_pct=t.util_peak)
+    fit = advise(use, [], costs, window_hours=max(t.gpu_s / 3600 / max(t.gpu_count, 1), 1.0))
+    return fit.target if fit.kind == "mig" else None
+
+
 def _row(t: JobTally, costs: CostModel) -> dict[str, Any]:
     row: dict[str, Any] = {c: getattr(t, c, None) for c in _COLUMNS}
     row.update({c: _ts(getattr(t, c)) for c in _TIMES}, nodes=json.dumps(t.nodes), cost=cost_of(t, costs),
-               smaller_fit=None)
+               smaller_fit=smaller_fit(t, costs))
     return row
 
 
@@ -129,6 +147,11 @@ class JobStore:
         self._db = sqlite3.connect(str(path), timeout=10, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.executescript(_SCHEMA)
+        have = {r[1] for r in self._db.execute("PRAGMA table_info(job_summaries)")}
+        for column, kind in _ADDED.items():
+            if column not in have:
+                with self._db:
+                    self._db.execute(f"ALTER TABLE job_summaries ADD COLUMN {column} {kind}")
 
     def close(self) -> None:
         self._db.close()
@@ -178,6 +201,7 @@ class JobStore:
     @staticmethod
     def _tally(r: dict[str, Any]) -> JobTally:
         fields = {c: r[c] for c in _COLUMNS if c not in ("nodes", "cost", "smaller_fit", *_TIMES)}
+        fields["exempt_until"] = _dt(r["exempt_until"])
         first, last = _dt(r["first_seen"]), _dt(r["last_seen"])
         assert first is not None and last is not None
         return JobTally(**fields, nodes=json.loads(r["nodes"]), first_seen=first, last_seen=last,
@@ -200,5 +224,6 @@ class JobStore:
             mean_sm_active_pct=round(r["sm_s"] / r["sm_known_s"], 1) if r["sm_known_s"] else None,
             peak_mem_mib=r["mem_peak_mib"],
             idle_share_pct=round(100 * r["idle_gpu_s"] / gpu_s, 1) if gpu_s else None,
-            cost=round(r["cost"], 2), smaller_fit=r["smaller_fit"],
+            cost=round(r["cost"], 2), smaller_fit=r["smaller_fit"], exemption=r["exemption"],
+            exempt_until=_dt(r["exempt_until"]),
         )

@@ -134,6 +134,15 @@ def render_html(report: WeeklyReport, costs: CostModel) -> str:
                          f'<td class="t">{r.gpus}× {e(r.model or "?")}</td><td class="t">{e(r.fits)}</td>'
                          f'<td>{e(f(r.saving_per_week))}</td><td class="t">{e(r.reason)}</td></tr>')
         parts.append("</table>")
+    if report.exemptions:
+        parts.append('<h2>Exempt by annotation</h2><table id="exemptions"><tr><th>job</th><th>user</th>'
+                     "<th>exemption</th><th>until</th><th>GPU-h</th><th>idle</th></tr>")
+        for x in report.exemptions:
+            until = f"{x.until:%Y-%m-%d %H:%M %Z}" if x.until else "–"
+            parts.append(f'<tr><td class="t">{e(x.job)}</td><td class="t">{e(x.user or "–")}</td>'
+                         f'<td class="t">{e(x.exemption)}</td><td class="t">{e(until)}</td>'
+                         f"<td>{_h(x.gpu_hours)}</td><td>{_pct(x.idle_share_pct)}</td></tr>")
+        parts.append("</table>")
     parts.append(_leaderboard_html(report, costs))
     parts.append("<h2>Top idle jobs</h2>")
     if report.top_idle_jobs:
@@ -265,6 +274,12 @@ def render_markdown(report: WeeklyReport, costs: CostModel) -> str:
         lines += [f"| {markdown_cell(r.workload)} | {markdown_cell(r.owner or '–')} | {r.gpus}× "
                   f"{markdown_cell(r.model or '?')} | {markdown_cell(r.fits)} | {f(r.saving_per_week)} |"
                   for r in report.rightsize]
+    if report.exemptions:
+        lines += ["", "## Exempt by annotation", "", "| job | user | exemption | until | GPU-h | idle |",
+                  "| --- | --- | --- | --- | ---: | ---: |"]
+        lines += [f"| {markdown_cell(x.job)} | {markdown_cell(x.user or '–')} | {markdown_cell(x.exemption)} | "
+                  f"{f'{x.until:%Y-%m-%d %H:%M %Z}' if x.until else '–'} | {_h(x.gpu_hours)} | "
+                  f"{_pct(x.idle_share_pct)} |" for x in report.exemptions]
     lines += ["", "## Held-idle leaderboard", ""]
     if report.leaderboard:
         lines += ["| # | owner | teams | held idle GPU-h | held idle cost | busy GPU-h | utilization | used share |",

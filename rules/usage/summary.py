@@ -49,6 +49,10 @@ def summary_text(report: WeeklyReport, costs: CostModel, top_jobs: int) -> str:
         best = report.rightsize[0]
         lines.append(f"{len(report.rightsize)} workloads would fit smaller, saving {f(total)} a week; the most: "
                      f"{e(best.workload)} ({e(best.owner or 'unknown')}) on {e(best.fits)}")
+    if report.exemptions:
+        idle = [x for x in report.exemptions if (x.idle_share_pct or 0) >= 50]
+        lines.append(f"{len(report.exemptions)} job(s) exempt by annotation this week, {len(idle)} of them idle "
+                     "half their time or more: " + ", ".join(e(x.job) for x in report.exemptions[:3]))
     if report.simulated:
         lines.append("_Includes simulated usage (gpuevents simulate --history)._")
     for j in report.top_idle_jobs[:top_jobs]:

@@ -90,6 +90,18 @@ class KpiLine(BaseModel):
     on_target: bool | None
 
 
+class ExemptionLine(BaseModel):
+    """A job its annotations exempted from rules this week (`gpuevents.io/keep-until`, `gpuevents.io/exclude`)."""
+
+    job: str
+    user: str | None
+    namespace: str | None
+    exemption: str  # the annotation and its value, or why it was malformed
+    until: datetime | None
+    gpu_hours: float
+    idle_share_pct: float | None  # of the time it held its GPUs
+
+
 class RightsizeLine(BaseModel):
     workload: str
     owner: str | None
@@ -117,6 +129,7 @@ class WeeklyReport(BaseModel):
     simulated: bool = False  # the store holds simulated usage (gpuevents simulate --history)
     kpi: list[KpiLine] = []  # each team's utilization over the last 13 weeks against its target
     rightsize: list[RightsizeLine] = []  # workloads that would fit smaller, biggest saving first
+    exemptions: list[ExemptionLine] = []  # jobs exempt by annotation this week, most idle GPU-hours first
 
 
 

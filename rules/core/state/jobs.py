@@ -11,8 +11,8 @@ import logging
 from collections.abc import Mapping
 
 from gpuevents.events import JobEnded, JobInfo
-from rules.core.exemptions import Exemptions
 from rules.core.state.node import Entity, NodeState
+from rules.lang.exemptions import Exemptions
 from rules.lang.expr import CLOCK_KEY
 from rules.lang.views import EntityView, EvalClock, GpuView, JobView
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from rules.core.exemptions import EXCLUDE, KEEP_UNTIL, Exemptions, parse
+from rules.lang.exemptions import EXCLUDE, KEEP_UNTIL, Exemptions, parse
 from rules.lang.views import EvalClock, GpuView, JobView
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)

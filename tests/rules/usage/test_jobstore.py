@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from gpuevents.cli import app
 from gpuevents.config import Config, CostsConfig
 from gpuevents.costs import CostModel
+from gpuevents.events import JobInfo
 from rules.usage.recorder import UsageRecorder
 from rules.usage.store import UsageStore
 from tests.rules.usage.test_jobledger import job, snap
@@ -55,11 +56,13 @@ async def test_a_running_job_survives_a_restart_and_its_summary_is_complete_when
     assert s["peak_util_pct"] == 20 and s["peak_mem_mib"] == 30000
     assert s["idle_share_pct"] == 50
     assert s["mean_sm_active_pct"] is None  # not measured
-    assert s["smaller_fit"] is None
+    # peak 30,000 MiB + 20 % and peak 20 % + 20 % of the SMs: 3 of the H100's 7 slices, 40 GB
+    assert s["smaller_fit"] == "MIG 3g.40gb"
     assert s["cost"] > 0
 
     text = CliRunner().invoke(app, ["job", "42", "-c", str(write_config(tmp_path))])
     assert "Job 42 (slurm, train): ended" in text.output and "of 2 GPU(s)" in text.output
+    assert "MIG 3g.40gb" in text.output
 
 
 def test_a_store_from_before_job_summaries_gains_the_table_and_keeps_its_rows(tmp_path: Path) -> None:
@@ -83,3 +86,30 @@ def write_config(tmp_path: Path) -> Path:
     p = tmp_path / "config.yaml"
     p.write_text(f"engine: {{usage_db: {tmp_path / 'usage.sqlite'}}}\n")
     return p
+
+
+async def test_a_job_exempt_by_annotation_is_in_the_weekly_report_with_its_end(tmp_path: Path) -> None:
+    now = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=2)
+    until = (now + timedelta(days=2)).isoformat().replace("+00:00", "Z")
+    kept = JobInfo(id="team-a/Deployment/chat", scheduler="kubernetes", user="carol", namespace="team-a", gpus=[0],
+                   annotations={"gpuevents.io/keep-until": until})
+    sloppy = JobInfo(id="team-a/Deployment/notebook", scheduler="kubernetes", user="dave", namespace="team-a",
+                     gpus=[1], annotations={"gpuevents.io/exclude": "forever"})
+    rec = UsageRecorder.from_config(config(tmp_path))
+    for m in range(61):
+        at = now + timedelta(minutes=m)
+        rec.observe(snap("n1", at, [0, 0], [kept, sloppy]), at)
+    await rec.flush(now + timedelta(minutes=60))
+    rec.close()
+
+    report = json.loads(CliRunner().invoke(app, ["report", "--format", "json", "-c",
+                                                 str(write_config(tmp_path))]).output)
+    lines = {x["job"]: x for x in report["exemptions"]}
+    chat = lines["job/kubernetes/team-a/Deployment/chat"]
+    assert chat["exemption"] == f"gpuevents.io/keep-until: {until}" and chat["user"] == "carol"
+    assert datetime.fromisoformat(chat["until"]) == datetime.fromisoformat(until.replace("Z", "+00:00"))
+    assert chat["idle_share_pct"] == 100 and chat["gpu_hours"] == 1.0
+    notebook = lines["job/kubernetes/team-a/Deployment/notebook"]
+    assert notebook["exemption"].startswith("malformed gpuevents.io/exclude") and notebook["until"] is None
+    md = CliRunner().invoke(app, ["report", "--format", "md", "-c", str(write_config(tmp_path))]).output
+    assert "## Exempt by annotation" in md and "keep-until" in md
