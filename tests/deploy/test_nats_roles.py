@@ -152,11 +152,10 @@ async def test_a_kill_from_the_command_line_is_decided_by_the_engine_dry_run_and
 
                 assert await wait_for(runner_recorded, 10, what="the runner's record") == ["dry_run"]
                 records = [r for r in await audit_records(engine_bus) if r.rule == "operator"]
-                status = await asyncio.to_thread(_cli, ["status", "--json", "-c", str(path)], server, "operator",
-                                                 tmp_path)
+                one_node = ["status", "--node", "n1", "--json", "-c", str(path)]
+                status = await asyncio.to_thread(_cli, one_node, server, "operator", tmp_path)
                 # where the engine runs, with its login (docs/deploy.md: kubectl exec ... gpuevents status)
-                status_there = await asyncio.to_thread(_cli, ["status", "--json", "-c", str(path)], server,
-                                                       "engine", tmp_path)
+                status_there = await asyncio.to_thread(_cli, one_node, server, "engine", tmp_path)
         finally:
             stop.set()
             await asyncio.wait_for(runner, 15)
@@ -166,9 +165,9 @@ async def test_a_kill_from_the_command_line_is_decided_by_the_engine_dry_run_and
     assert (request.action_type, request.outcome, request.dry_run) == ("kill", "dry_run", True)
     assert request.entity_id.endswith("4242") and "asked by" in (request.detail or "")
     assert status.returncode == 0, status.stderr
-    assert [n["name"] for n in json.loads(status.stdout)["fleet"]["nodes"]] == ["n1"]
+    assert [n["name"] for n in json.loads(status.stdout)["nodes"]] == ["n1"]
     assert status_there.returncode == 0, status_there.stderr
-    assert [n["name"] for n in json.loads(status_there.stdout)["fleet"]["nodes"]] == ["n1"]
+    assert [n["name"] for n in json.loads(status_there.stdout)["nodes"]] == ["n1"]
     assert shown.returncode == 0, shown.stderr
     assert {json.loads(line)["kind"] for line in shown.stdout.splitlines()} >= {"request", "action"}
 
