@@ -25,6 +25,7 @@ import orjson
 from pydantic import BaseModel, Field
 
 from actions.approvals import APPROVE, DENY, Approval, approval_key, decide, question
+from actions.slack_format import KEEP_PREFIX, NOT_MINE, RELEASE
 from actions.store import KeyValue, kv_key
 from gpuevents import subjects as S
 from gpuevents.bus import Bus, BusError, KvExists
@@ -36,9 +37,6 @@ from gpuevents.records import ActionRequest, AuditRecord
 
 log = logging.getLogger(__name__)
 
-KEEP_PREFIX = "gpuevents_keep_"
-RELEASE = "gpuevents_release"
-NOT_MINE = "gpuevents_not_mine"
 
 
 class SentMessage(BaseModel):
@@ -204,6 +202,3 @@ def _answered(blocks: list[dict[str, Any]], said: str) -> list[dict[str, Any]]:
     kept = [b for b in blocks if b.get("type") != "actions"]
     return [*kept, {"type": "context", "elements": [{"type": "mrkdwn", "text": said, "verbatim": True}]}]
 
-
-def keep_label(seconds: float) -> str:
-    return f"Keep {format_duration(seconds)}"

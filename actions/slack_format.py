@@ -9,6 +9,15 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpuevents.durations import format_duration
 
+# The buttons' action ids (DESIGN §5.1): the message is built here, the clicks are read in actions/slack_clicks.py.
+KEEP_PREFIX = "gpuevents_keep_"
+RELEASE = "gpuevents_release"
+NOT_MINE = "gpuevents_not_mine"
+
+
+def keep_label(seconds: float) -> str:
+    return f"Keep {format_duration(seconds)}"
+
 # Slack's mrkdwn gives meaning to exactly these three characters: `<…>` makes links and mentions
 # (`<!channel>`, `<!here>`, `<@U123>`), `&` starts an entity. Escaped, text shows as written.
 _ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
@@ -254,8 +263,6 @@ def _button(text: str, action_id: str, value: str, style: str | None = None) -> 
 
 def button_block(request_key: str, keep: list[float], release: bool, not_mine: bool) -> dict[str, Any]:
     """The buttons of DESIGN §5.1; each carries the request key (how the click finds the message)."""
-    from actions.slack_clicks import KEEP_PREFIX, NOT_MINE, RELEASE, keep_label
-
     elements = [_button(keep_label(s), f"{KEEP_PREFIX}{int(s)}", request_key, "primary" if i == 0 else None)
                 for i, s in enumerate(keep[:4])]
     if release:
@@ -267,8 +274,6 @@ def button_block(request_key: str, keep: list[float], release: bool, not_mine: b
 
 def buttons_text(item: MessageItem, keep: list[float], release: bool, not_mine: bool) -> str:
     """The buttons as the console shows them without a Slack token, with the command that does the same."""
-    from actions.slack_clicks import keep_label
-
     parts = [f"[{keep_label(s)}]" for s in keep[:4]]
     if release:
         parts.append("[Release now]")
