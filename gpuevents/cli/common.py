@@ -50,6 +50,18 @@ def load_config_or_exit(path: Path | None) -> Config:
         raise typer.Exit(1) from None
 
 
+class NoUsageError(LookupError):
+    """There is no usage store to report from."""
+
+
+def usage_db(config: Config, what: str = "it") -> Path:
+    """The usage store's path (config `engine.usage_db`); NoUsageError, saying where, when nothing was recorded."""
+    path = config.engine.usage_db
+    if not path.exists():
+        raise NoUsageError(f"{path}: no usage recorded yet; the engine records {what} there (config engine.usage_db)")
+    return path
+
+
 def client_config(config: Config) -> Config:
     """For commands that talk to a running gpuevents: with no nats.url, the embedded server's address."""
     if config.nats.servers:

@@ -9,33 +9,23 @@ from typing import Annotated
 import orjson
 import typer
 
+from gpuevents.cli.common import NoUsageError, load_config_or_exit, usage_db
 from gpuevents.clock import SystemClock
-from gpuevents.config import Config, load_config
+from gpuevents.config import Config
 from gpuevents.costs import CostModel
 from gpuevents.durations import format_duration, parse_duration
-from gpuevents.yamlpos import LocatedError
 from rules.usage.jobstore import JobStore, JobSummary
 
 ConfigOption = Annotated[Path | None, typer.Option("-c", "--config", help="config YAML")]
 JsonOption = Annotated[bool, typer.Option("--json", help="JSON instead of text")]
 
 
-def _config(path: Path | None) -> Config:
-    try:
-        return load_config(path)
-    except LocatedError as e:
-        for p in e.problems:
-            typer.echo(str(p), err=True)
-        raise typer.Exit(1) from None
-
-
 def _store(cfg: Config) -> JobStore:
-    path = cfg.engine.usage_db
-    if not path.exists():
-        typer.echo(f"{path}: no usage recorded yet; the engine records job summaries there (config "
-                   "engine.usage_db)", err=True)
-        raise typer.Exit(1)
-    return JobStore(path)
+    try:
+        return JobStore(usage_db(cfg, "job summaries"))
+    except NoUsageError as e:
+        typer.echo(str(e), err=True)
+        raise typer.Exit(1) from None
 
 
 def _pct(x: float | None) -> str:
@@ -73,7 +63,7 @@ def job_command(
     config: ConfigOption = None,
 ) -> None:
     """A job's summary: GPU-hours, mean and peak utilisation, SM activity, peak memory, idle share, cost."""
-    cfg = _config(config)
+    cfg = load_config_or_exit(config)
     with _store(cfg) as store:
         found = store.find(job_id)
     if not found:
@@ -99,7 +89,7 @@ def jobs_command(
     except ValueError as e:
         typer.echo(f"--since: {e}", err=True)
         raise typer.Exit(2) from None
-    cfg = _config(config)
+    cfg = load_config_or_exit(config)
     with _store(cfg) as store:
         found = store.window(SystemClock().now().timestamp() - window, user)
     if json:

@@ -10,10 +10,10 @@ from typing import Annotated
 
 import typer
 
+from gpuevents.cli.common import NoUsageError, load_config_or_exit, usage_db
 from gpuevents.clock import SystemClock
-from gpuevents.config import Config, load_config
+from gpuevents.config import Config
 from gpuevents.costs import CostModel
-from gpuevents.yamlpos import LocatedError
 from rules.usage.jobstore import JobStore
 from rules.usage.quarter import build_quarter, compare
 from rules.usage.render import render
@@ -39,18 +39,10 @@ class ReportFormat(StrEnum):
     json = "json"
 
 
-class NoUsageError(Exception):
-    """There is no rollups store to report from."""
-
-
 def make_report(config: Config, now: datetime, team: str | None = None) -> tuple[WeeklyReport, CostModel]:
     """The report for the seven days up to `now` (the current hour included), with the week before for week over
     week, from `engine.usage_db`."""
-    path = config.engine.usage_db
-    if not path.exists():
-        raise NoUsageError(
-            f"{path}: no usage recorded yet; the engine records it there (config engine.usage_db)"
-        )
+    path = usage_db(config)
     costs = CostModel(config.costs)
     since, until = week_ending(now)
     before, _ = week_before(since)
@@ -119,9 +111,7 @@ def _period(text: str) -> tuple[datetime, datetime]:
 def quarter_text(cfg: Config, now: datetime, weeks: int | None, since: str | None, until: str | None,
                  compare_with: str | None, team: str | None, fmt: str) -> tuple[str, int]:
     """The KPI report over many weeks (and a comparison): its text and how many teams it shows."""
-    path = cfg.engine.usage_db
-    if not path.exists():
-        raise NoUsageError(f"{path}: no usage recorded yet; the engine records it there (config engine.usage_db)")
+    path = usage_db(cfg)
     costs = CostModel(cfg.costs)
     end = now
     if until:
@@ -162,12 +152,7 @@ def report_command(
 ) -> None:
     """Weekly GPU usage: per team and owner, hours used and held idle, waste in money, week over week, the owners'
     leaderboard, top idle jobs, a heatmap."""
-    try:
-        cfg = load_config(config)
-    except LocatedError as e:
-        for p in e.problems:
-            typer.echo(str(p), err=True)
-        raise typer.Exit(1) from None
+    cfg = load_config_or_exit(config)
     wanted = "" if team == NO_TEAM_LABEL else team
     fmt_name = "md" if fmt is ReportFormat.markdown else fmt.value  # markdown is md's long name
     if weeks is not None or since is not None or until is not None or compare_with is not None:

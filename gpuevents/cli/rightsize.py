@@ -12,11 +12,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from gpuevents.cli.common import load_config_or_exit, usage_db
 from gpuevents.clock import SystemClock
-from gpuevents.config import Config, load_config
+from gpuevents.config import Config
 from gpuevents.costs import CostModel
 from gpuevents.durations import parse_duration
-from gpuevents.yamlpos import LocatedError
 from rules.usage.rightsize import Fit, WorkloadUse, advise, observed_hours, rank, uses_from_fits
 from rules.usage.schedules import Proposal, propose
 from rules.usage.store import UsageStore
@@ -26,9 +26,7 @@ out = Console()
 
 def rightsize(cfg: Config, since_s: float, team: str | None) -> tuple[list[tuple[Fit, WorkloadUse]], bool]:
     """Every workload's advice over the last `since_s` seconds, ranked; and whether simulated usage is included."""
-    path = cfg.engine.usage_db
-    if not path.exists():
-        raise LookupError(f"{path}: no usage recorded yet; the engine records it there (config engine.usage_db)")
+    path = usage_db(cfg)
     now = SystemClock().now().timestamp()
     with UsageStore(path) as store:
         items = store.fits(now - since_s, now + 1)
@@ -43,9 +41,7 @@ def rightsize(cfg: Config, since_s: float, team: str | None) -> tuple[list[tuple
 
 
 def schedules(cfg: Config, since_s: float) -> tuple[list[Proposal], bool]:
-    path = cfg.engine.usage_db
-    if not path.exists():
-        raise LookupError(f"{path}: no usage recorded yet; the engine records it there (config engine.usage_db)")
+    path = usage_db(cfg)
     now = SystemClock().now().timestamp()
     with UsageStore(path) as store:
         usage = store.usage(now - since_s, now + 1)
@@ -84,13 +80,9 @@ def rightsize_command(
     config: Annotated[Path | None, typer.Option("-c", "--config", help="config YAML")] = None,
 ) -> None:
     """Which jobs and workloads would run on a MIG slice, a smaller GPU or a shared GPU, and what that saves."""
+    cfg = load_config_or_exit(config)
     try:
-        cfg = load_config(config)
         window = parse_duration(since)
-    except LocatedError as e:
-        for p in e.problems:
-            typer.echo(str(p), err=True)
-        raise typer.Exit(1) from None
     except ValueError as e:
         typer.echo(f"--since: {e}", err=True)
         raise typer.Exit(2) from None
