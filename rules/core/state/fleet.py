@@ -23,7 +23,7 @@ from gpuevents.events import (
 from rules.core.state.demand import DemandBook
 from rules.core.state.jobs import Jobs, ended_entity
 from rules.core.state.node import Change, Entity, NodeState
-from rules.core.state.rebuild import rebuild, snapshot_sig, timed
+from rules.core.state.rebuild import rebuild, same_inputs, timed
 from rules.lang.views import DemandView, EvalClock
 
 CREATE_TIME_TOLERANCE_S = 1.0
@@ -61,9 +61,10 @@ class FleetState:
             snap = event.data
             # The very snapshot object the views stand on (the engine's decoder reuses it for repeated bytes)
             # is equal to itself: no need to compare.
-            sig = ns.snap_sig if ns is not None and snap is ns.snapshot and not ns.snap_timed else snapshot_sig(
-                snap, event.time)
-            if ns is not None and sig is not None and sig == ns.snap_sig and self._unchanged(ns):
+            old = ns.snapshot if ns is not None and ns.snap_valid and ns.snap_time is not None else None
+            if old is not None and self._unchanged(ns) and (
+                (snap is old and not ns.snap_timed) or same_inputs(old, ns.snap_time, snap, event.time)
+            ):
                 # The node repeats its last snapshot (times aside): every view stays, nothing to evaluate.
                 self._seen(ns, now)
                 assert ns.node_entity is not None
@@ -86,7 +87,8 @@ class FleetState:
                 ns.proc_infos[self._process_key(key, p, old_procs)] = p
             self._seen(ns, now)
             change = self.rebuild(ns)
-            ns.snap_sig = sig
+            ns.snap_valid = True
+            ns.snap_time = event.time
             ns.snap_timed = timed(snap)
             ns.snapshot = snap
             if snap.jobs:
@@ -105,11 +107,11 @@ class FleetState:
             if isinstance(event, GpuXidEvent):
                 ns.xids[g.index] = (event.data.xid, event.time)
                 g = g.model_copy(update={"xid_at": event.time})
-            ns.snap_sig = None
+            ns.snap_valid = False
             ns.gpu_infos[g.index] = self._idle_since(g, ns.gpu_infos.get(g.index), event.time)
         elif isinstance(event, ProcessEvent):
             p = event.data
-            ns.snap_sig = None
+            ns.snap_valid = False
             pkey = self._process_key(key, p, ns.proc_infos)
             if event.type == "process.started":
                 ns.proc_infos[pkey] = p

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
-from operator import itemgetter
+from operator import is_, itemgetter
 from typing import Any
 
 from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot, ProcessInfo
@@ -53,12 +53,17 @@ def timed(snap: NodeSnapshot) -> bool:
     return any(g.idle and g.idle_since is None and g.idle_for_s is not None for g in snap.gpus)
 
 
-def snapshot_sig(snap: NodeSnapshot, t: datetime) -> tuple[Any, ...]:
-    """A snapshot's inputs at its time `t`, times aside: equal signatures build equal views."""
-    return (
-        _node_fields(snap.node), tuple(_gpu_raw(g, t) for g in snap.gpus), tuple(map(_process_fields, snap.processes)),
-        tuple(snap.jobs),
-    )
+def same_inputs(old: NodeSnapshot, old_t: datetime, new: NodeSnapshot, t: datetime) -> bool:
+    """Whether two snapshots, at their times, have the same inputs, times aside: such snapshots build equal views.
+    Compared part by part, the cheapest first, up to the first difference (a changing snapshot's first GPU)."""
+    if _node_fields(old.node) != _node_fields(new.node) or len(old.gpus) != len(new.gpus) or len(
+        old.processes) != len(new.processes) or tuple(old.jobs) != tuple(new.jobs):
+        return False
+    for a, b in zip(old.gpus, new.gpus, strict=True):
+        if _gpu_raw(a, old_t) != _gpu_raw(b, t):
+            return False
+    return all(a is b or _process_fields(a) == _process_fields(b)
+               for a, b in zip(old.processes, new.processes, strict=True))
 
 
 _MEMBERSHIP = frozenset({"gpus", "owner", "create_time"})
@@ -67,7 +72,7 @@ and `owners` (what the agent says of a GPU with no process attributed) count too
 
 
 def _same_items(a: list[Any], b: list[Any]) -> bool:
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+    return len(a) == len(b) and all(map(is_, a, b))
 
 
 def rebuild(ns: NodeState, clock: EvalClock, owners: Mapping[str, str],
