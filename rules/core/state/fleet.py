@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from datetime import datetime, timedelta
 
 from gpuevents.events import (
@@ -263,6 +264,11 @@ class FleetState:
         """Whether `ent`'s node is known and online."""
         ns = self.nodes.get(ent.node_key)
         return ns is not None and ns.online
+
+    @property
+    def offline_keys(self) -> AbstractSet[str]:
+        """Read only: the keys of the known nodes that are offline."""
+        return self._offline
 
     @property
     def any_offline(self) -> bool:
