@@ -71,6 +71,10 @@ _MEMBERSHIP = frozenset({"gpus", "owner", "create_time"})
 and `owners` (what the agent says of a GPU with no process attributed) count too."""
 
 
+_NONE: frozenset[str] = frozenset()
+"""No field changed (shared: never modified)."""
+
+
 def _same_items(a: list[Any], b: list[Any]) -> bool:
     return len(a) == len(b) and all(map(is_, a, b))
 
@@ -258,7 +262,7 @@ def _patch(ns: NodeState, clock: EvalClock, owners: Mapping[str, str],
         attributed = (gv.pids, gv.processes, gv.owners) if same_members else _on_gpu(idx, g, pids_of, by_pid)
         d = _patch_gpu(gv, old_g, g, *attributed)
         for pv in gv.processes:  # the GPU shows its processes: their changes are its changes
-            pd = proc_delta.get(key_of[id(pv)], set())
+            pd = proc_delta.get(key_of[id(pv)], _NONE)
             if pd is None:
                 d.add("processes")
             elif pd:
@@ -274,7 +278,7 @@ def _patch(ns: NodeState, clock: EvalClock, owners: Mapping[str, str],
     all_gpu_changes: set[str] = set(node_delta)
     for idx, gv in gpus.items():
         key = gv.id
-        d = gpu_delta.get(idx, set())
+        d = gpu_delta.get(idx, _NONE)
         if d is None:
             ent = Entity(key, key, "gpu", nkey, gv, {
                 "gpu": gv, "node": node_view, "entity": EntityView(key, "gpu", ns.name, ns.cluster), CLOCK_KEY: clock,
@@ -283,7 +287,7 @@ def _patch(ns: NodeState, clock: EvalClock, owners: Mapping[str, str],
             all_gpu_changes.add("gpus")
         else:
             ent = old_entities[key]
-            d = d | node_delta
+            d = node_delta | d
             if d:
                 changed.append(ent)
                 deltas[key] = frozenset(d)
@@ -296,7 +300,7 @@ def _patch(ns: NodeState, clock: EvalClock, owners: Mapping[str, str],
         changed.insert(0, node_ent)
         deltas[nkey] = frozenset(all_gpu_changes)
     for pkey, pv in procs.items():
-        d = proc_delta.get(pkey, set())
+        d = proc_delta.get(pkey, _NONE)
         pgpus = [gpus[i] for i in pv.gpus if i in gpus] if d is None or not (same_members and not gpus_moved) else []
         if d is None:
             ent = Entity(pkey, pv.id, "process", nkey, pv, {
@@ -306,12 +310,12 @@ def _patch(ns: NodeState, clock: EvalClock, owners: Mapping[str, str],
             changed.append(ent)
         else:
             ent = old_entities[pkey]
-            d = d | node_delta
+            d = node_delta | d
             if not (same_members and not gpus_moved) and not _same_items(ent.ctx["gpus"], pgpus):
                 ent.ctx["gpus"] = pgpus
                 d.add("gpus")
             for i in pv.gpus:  # the process shows its GPUs
-                gd = gpu_delta.get(i, set())
+                gd = gpu_delta.get(i, _NONE)
                 d |= gd if gd is not None else {"gpus"}
             if d:
                 changed.append(ent)
