@@ -32,6 +32,7 @@ BUILTIN_MODULES: tuple[str, ...] = (
     "actions.builtin.cancel",
     "actions.builtin.pause",
     "actions.builtin.drain",
+    "actions.builtin.keep",
 )
 
 _registry: dict[str, type[Any]] = {}

@@ -155,20 +155,23 @@ class ActionRunner:
             kinds = ", ".join(sorted(cls.entity_kinds))
             return _Final(self._record(req, "refused", error=f"{req.type} acts on {kinds}, "
                                        f"not on a {req.entity_kind}"))
-        if cls.destructive or req.destructive:
+        destructive = cls.destructive or req.destructive
+        if destructive:
             why = protection_reason(req, self.config.protect)
             if why is not None:
                 return _Final(self._record(req, "refused", error=f"protected: {why}"))
-            decided_at = req.created_at
-            if req.approve and not (req.dry_run or self.config.engine.dry_run):
-                status, info = await approvals.gate(req, services.kv, self.config, self.clock.now())
-                if status == "pending":
-                    return _Retry(float(info), f"waiting for an approval from {req.approve}", deferred=True)
-                if status == "denied":
-                    return _Final(self._record(req, "refused", error=f"denied by {info} in {req.approve}"))
-                if status == "expired":
-                    return _Final(self._record(req, "expired", detail=info))
-                decided_at = datetime.fromisoformat(info)  # approved: the decision is as old as the approval
+        decided_at = req.created_at
+        if req.approve and not (req.dry_run or self.config.engine.dry_run):
+            # a destructive action with `approve:`, or an owner's keep longer than the rule's snooze_max
+            status, info = await approvals.gate(req, services.kv, self.config, self.clock.now())
+            if status == "pending":
+                return _Retry(float(info), f"waiting for an approval from {req.approve}", deferred=True)
+            if status == "denied":
+                return _Final(self._record(req, "refused", error=f"denied by {info} in {req.approve}"))
+            if status == "expired":
+                return _Final(self._record(req, "expired", detail=info))
+            decided_at = datetime.fromisoformat(info)  # approved: the decision is as old as the approval
+        if destructive:
             age = (self.clock.now() - decided_at).total_seconds()
             if age > self.config.engine.request_ttl:
                 return _Final(self._record(req, "expired", detail=(
