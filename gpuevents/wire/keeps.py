@@ -51,7 +51,7 @@ class KeepReply(BaseModel):
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
-    ok: bool
+    ok: bool = False  # a handler that raised answers {"error": ...} alone (gpuevents/bus)
     error: str | None = None
     until: datetime | None = None
     asked_until: datetime | None = None
