@@ -57,7 +57,8 @@ class KeepAction:
         if p.until <= services.clock.now():
             return ActionResult(status="refused", detail=f"approved after the keep's end ({p.until:%Y-%m-%d %H:%M})")
         req = KeepRequest(rule=ctx.request.rule, entity_id=ctx.request.entity_id, until=p.until,
-                          by=f"{p.by}, approved by {approval.by} in {ctx.request.approve}", reason=p.asked_reason)
+                          by=f"{p.by}, approved by {approval.by} in {ctx.request.approve}", reason=p.asked_reason,
+                          approved_by=f"{approval.by} in {ctx.request.approve}")
         try:
             raw = await services.bus.request(S.ENGINE_SNOOZE, req.model_dump_json().encode(), timeout=5)
         except (BusNoResponders, BusTimeout) as e:

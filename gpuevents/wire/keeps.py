@@ -30,6 +30,8 @@ class KeepRequest(BaseModel):
     by: str = Field(min_length=1, max_length=100)
     reason: str = Field("", max_length=REASON_MAX)
     keep: bool = Field(False, description="an owner's keep: at most the rule's snooze_max, longer by approval")
+    approved_by: str = Field("", max_length=200, description="the rest of a keep past snooze_max, approved "
+                             "(who, where): applied as asked, and counted as that keep's extension")
 
     @model_validator(mode="after")
     def _reason(self) -> KeepRequest:

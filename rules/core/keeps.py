@@ -4,10 +4,12 @@ rule's actions), and the request that asks it (a `keep` action, run by the runne
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from gpuevents.durations import format_duration
 from gpuevents.records import ActionRequest, EntityKind
 from gpuevents.wire import KeepRequest
+from rules.core.state import Entity
 from rules.lang.model import Rule
 
 KEEP_ACTION = "keep"
@@ -36,3 +38,10 @@ def keep_approval(rule: Rule, req: KeepRequest, channel: str, within_s: float, e
                 "reason": question},
         created_at=now, approve=channel, approve_within=within_s, reason=req.reason,
     )
+
+
+def entity_gpus(ent: Entity) -> list[tuple[str, int]]:
+    """The GPUs (node, index) a kept entity holds now: a GPU itself, a node's, a process's or a job's."""
+    ctx: dict[str, Any] = ent.ctx
+    gpus = [ctx["gpu"]] if ent.kind == "gpu" else ctx.get("gpus") or []  # a node's, a process's, a job's
+    return [(g.node, g.index) for g in gpus]

@@ -11,10 +11,11 @@ from gpuevents.manual import OperatorAction, OperatorActionReply
 from gpuevents.records import new_id
 from gpuevents.wire import KeepReply, KeepRequest
 from rules.core.core import Snooze, StepResult
-from rules.core.keeps import approving_channel, keep_approval
+from rules.core.keeps import approving_channel, entity_gpus, keep_approval
 from rules.engine.audit import snooze_record
 from rules.engine.operator import act_for
 from rules.engine.readmodel import ReadModel, build_read_model, empty_model
+from rules.usage.keeps import KeepRow, KeptGpu
 
 if TYPE_CHECKING:
     from gpuevents.clock import Clock
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from rules.engine.intake import Intake
     from rules.engine.planner import TickPlanner
     from rules.engine.readmodel import ReadSide
+    from rules.usage.recorder import UsageRecorder
 
 
 class EngineAnswers:
@@ -37,6 +39,7 @@ class EngineAnswers:
     planner: TickPlanner
     partition: int | None
     read_side: ReadSide
+    usage: UsageRecorder | None
     _lock: asyncio.Lock
     _changes: int
 
@@ -72,16 +75,23 @@ class EngineAnswers:
             self._changes += 1
             s = next((x for x in result.snoozes if x.rule == s.rule and x.entity_id == s.entity_id), s)  # as applied
             approving = approving_channel(rule) if s.until < req.until else None
+            ents = self.core.state.entities_by_id(rule.kind, req.entity_id)
+            where = ents[0].ctx["entity"] if ents else None
+            cluster = where.cluster if where is not None else self.config.cluster
             if approving is not None:
-                ents = self.core.state.entities_by_id(rule.kind, req.entity_id)
-                where = ents[0].ctx["entity"] if ents else None
                 result.extend(StepResult(actions=[keep_approval(
-                    rule, req, approving[0], approving[1], rule.kind, getattr(where, "cluster", "default"),
-                    getattr(where, "node", None), now, new_id())]))
+                    rule, req, approving[0], approving[1], rule.kind, cluster, getattr(where, "node", None), now,
+                    new_id())]))
             await self.committer.commit(result, "commit a snooze")
             self.planner.replan()  # its end, or the evaluation it asks for, may come before the planned tick
         pending = f"; {req.until.isoformat()} awaits approval in {approving[0]}" if approving else ""
         await self.committer.audit([snooze_record(self.clock.now(), s, pending)])
+        if self.usage is not None and (req.keep or req.approved_by or s.until <= now):
+            gpus = tuple(KeptGpu(n, i) for e in ents[:1] for n, i in entity_gpus(e))
+            row = KeepRow(id=new_id(), cluster=cluster, rule=s.rule, entity_id=s.entity_id, gpus=gpus, by=req.by,
+                          reason=req.reason, start=now.timestamp(), until=s.until.timestamp(),
+                          asked_until=req.until.timestamp(), approved_by=req.approved_by)
+            await self.usage.record_keep(row)  # for the weekly report: a lift ends the keep
         return KeepReply(ok=True, until=s.until, asked_until=req.until, snooze_max_s=rule.snooze_max_s,
                          approval=approving[0] if approving else None,
                          admins=list(self.config.actions.slack.admins))

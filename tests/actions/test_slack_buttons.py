@@ -32,6 +32,7 @@ from gpuevents.clock import SystemClock
 from gpuevents.config import Config, NatsConfig
 from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot, ProcessInfo, make_event
 from rules.engine.service import Engine
+from rules.usage.keeps import KeepStore
 from tests.actions.conftest import audit_records, make_request, publish_request
 from tests.actions.fakes import FakeSlack
 from tests.actions.test_kill_agent import Children, children, control, gone, on_gpu  # noqa: F401 - fixtures
@@ -212,6 +213,10 @@ async def test_a_keep_past_snooze_max_waits_for_the_rules_approving_channel(
         assert full.by == "slack:U001, approved by U002 in #gpu-leads" and full.reason == "a 3-day fine-tune"
     keeps = [r for r in await audit_records(bus) if r.kind == "action" and r.action_type == "keep"]
     assert [r.outcome for r in keeps] == ["ok"]
+    with KeepStore(config.engine.usage_db) as stored:  # one keep for the report, extended by the approval
+        [row] = stored.window(0, 2e9)
+    assert (row.reason, row.approved_by, row.until) == ("a 3-day fine-tune", "U002 in #gpu-leads",
+                                                        full.until.timestamp())
     assert proc.returncode is None
 
 

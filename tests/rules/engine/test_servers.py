@@ -15,6 +15,7 @@ from gpuevents.clock import ManualClock
 from gpuevents.config import Config
 from gpuevents.wire import ErrorReply, KeepReply, KeepRequest, keep_request
 from rules.engine.service import Engine
+from rules.usage.keeps import KeepStore, KeptGpu
 from tests.rules.engine.conftest import IDLE_RULES, T0, snapshot
 from tests.rules.engine.helpers import act_requests, audit_records, incident, publish, running
 from tests.waiting import wait_for
@@ -112,6 +113,11 @@ async def test_a_keep_longer_than_snooze_max_asks_the_rules_approving_channel(
     [audited] = [r for r in await audit_records(bus) if r.kind == "snooze"]
     assert audited.detail is not None and audited.detail.endswith(
         f"a 30-day training run; {req.until.isoformat()} awaits approval in #gpu-leads")
+    with KeepStore(engine_config.engine.usage_db) as keeps:  # for the weekly report: the GPU, who, why, how long
+        [row] = keeps.window(0, 2e9)
+    assert (row.cluster, row.entity_id, row.gpus, row.by, row.reason) == (
+        "c1", "n1/gpu0", (KeptGpu("n1", 0),), "alice", "a 30-day training run")
+    assert (row.start, row.until, row.asked_until) == (T0.timestamp(), kept.until.timestamp(), req.until.timestamp())
 
 
 async def test_a_keep_longer_than_snooze_max_without_an_approver_says_who_to_ask(
