@@ -10,7 +10,7 @@ import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from gpuevents.aio import guarded_task, stop_tasks
+from gpuevents.aio import guarded_task, stop_tasks, unless_stopped
 from gpuevents.bus import Bus
 from gpuevents.clock import Clock
 from gpuevents.config import Config
@@ -177,17 +177,7 @@ async def run_connected(config: Config, name: str, parts: Callable[[Bus], dict[s
 
 async def connect_or_stop(bus: Bus, stop: asyncio.Event) -> bool:
     """Connect, unless `stop` comes first (Ctrl-C or SIGTERM while NATS is out of reach): True when connected."""
-    connecting = asyncio.ensure_future(bus.connect())
-    stopping = asyncio.ensure_future(stop.wait())
-    try:
-        await asyncio.wait([connecting, stopping], return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stopping.cancel()
-    if connecting.done():
-        connecting.result()  # what connecting raised, if it did
+    if await unless_stopped(bus.connect(), stop, "connecting to NATS"):
         return True
-    connecting.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await connecting
     log.info("stopped before NATS answered")
     return False

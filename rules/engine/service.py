@@ -10,11 +10,10 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from gpuevents import subjects as S
 from gpuevents.aio import guarded_task, sleep_or_stop, stop_tasks, until_stop_or_end, wait_any
-from gpuevents.bus import Bus, BusError, Consumer, Delivery
+from gpuevents.bus import Bus, BusError, Consumer, Delivery, Message, Subscription
 from gpuevents.clock import Clock, ManualClock, SystemClock
 from gpuevents.config import Config
 from gpuevents.events import SnapshotEvent
@@ -73,7 +72,7 @@ class Engine(EngineAnswers):
         self._reload = asyncio.Event()
         self.planner = TickPlanner(self.clock, float(config.engine.tick))
         self._consumer: Consumer | None = None
-        self._subs: list[Any] = []
+        self._subs: list[Subscription] = []
         self.dead_letters = DeadLetters(bus, self.metrics)
         self.partition = partition  # the fleet partition this engine acts for; None: the whole fleet
         self.may_acquire = may_acquire  # asked before taking a lapsed lease (a replica's fair share)
@@ -306,7 +305,8 @@ class Engine(EngineAnswers):
             for type_, n in counts.items():
                 self.metrics.events.labels(type=type_).inc(n)
             await self._settle()
-            self._inflight = asyncio.create_task(self._commit_and_ack(total, deliveries), name="commit")
+            # awaited by the next `_settle`, which raises what it raised
+            self._inflight = guarded_task(self._commit_and_ack(total, deliveries), "commit", awaited=True)
             self.planner.stepped(self.core)
         self._collect()
 
@@ -409,7 +409,7 @@ class Engine(EngineAnswers):
                     log.exception("rule reload failed; the previous rules keep running")
 
     # ------------------------------------------------------------ audit tail, status and snooze (servers.py)
-    async def _on_audit(self, msg: Any) -> None:
+    async def _on_audit(self, msg: Message) -> None:
         self._audit_tail.add(msg.data)
         outcomes = warning_outcomes(msg.data)
         if outcomes:

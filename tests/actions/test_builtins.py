@@ -15,7 +15,7 @@ from actions.escaping import UnsafeValue
 from actions.registry import escape_for
 from actions.runner import ActionRunner
 from gpuevents import subjects as S
-from gpuevents.bus import Bus
+from gpuevents.bus import Bus, Message
 from gpuevents.yamlpos import LocatedError
 from rules.lang.loader import load_rule_set
 from rules.lang.templates import compile_params, render_params
@@ -182,8 +182,8 @@ async def test_webhook_connection_errors_are_retried_then_fail() -> None:
 async def test_publish_chains_data_onto_a_subject(bus: Bus) -> None:
     got: list[bytes] = []
 
-    async def on_msg(msg: object) -> None:
-        got.append(msg.data)  # type: ignore[attr-defined]
+    async def on_msg(msg: Message) -> None:
+        got.append(msg.data)
 
     await bus.subscribe("team.ml.gpu-idle", on_msg)
     runner = ActionRunner(bus, make_config())
@@ -197,8 +197,8 @@ async def test_publish_chains_data_onto_a_subject(bus: Bus) -> None:
 async def test_function_gets_the_incident_and_its_reply_is_the_outcome(bus: Bus) -> None:
     seen: list[dict[str, object]] = []
 
-    async def triage(payload: bytes, subject: str) -> bytes:
-        seen.append(orjson.loads(payload))
+    async def triage(msg: Message) -> bytes:
+        seen.append(orjson.loads(msg.data))
         return b'{"status": "refused", "detail": "job is on the allow list"}'
 
     await bus.serve(S.function_subject("acme.triage"), triage)
