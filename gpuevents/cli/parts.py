@@ -12,6 +12,7 @@ from typing import Any
 
 from gpuevents.aio import guarded_task, stop_tasks, unless_stopped
 from gpuevents.bus import Bus
+from gpuevents.cli.common import PartFailed
 from gpuevents.clock import Clock
 from gpuevents.config import Config
 
@@ -19,11 +20,6 @@ log = logging.getLogger("gpuevents")
 
 Part = Callable[[asyncio.Event], Awaitable[Any]]
 PART_STOP_S = 30.0  # how long the parts get to stop cleanly before they are cancelled
-
-
-class PartFailed(RuntimeError):
-    """A part ended on its own (it failed, or returned while it should have run on): the process stops and
-    exits non-zero, so a supervisor that restarts on failure starts it again."""
 
 
 @contextlib.asynccontextmanager
