@@ -17,7 +17,6 @@ from actions.protocol import (
     ActionContext,
     ActionParams,
     ActionResult,
-    ActionUnit,
     PermanentError,
     TransientError,
 )
@@ -26,6 +25,7 @@ from actions.services import services_of
 from gpuevents import subjects as S
 from gpuevents.bus import BusNoResponders, BusTimeout
 from gpuevents.kvstate import parse_or_none
+from gpuevents.records import ActionUnit
 from gpuevents.wire import KeepReply, KeepRequest
 
 

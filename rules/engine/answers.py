@@ -7,8 +7,8 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from gpuevents.costs import CostModel
+from gpuevents.events import new_id
 from gpuevents.manual import OperatorAction, OperatorActionReply
-from gpuevents.records import new_id
 from gpuevents.wire import KeepReply, KeepRequest
 from rules.core.core import Snooze, StepResult
 from rules.core.keeps import approving_channel, entity_gpus, keep_approval
@@ -34,7 +34,6 @@ class EngineAnswers:
     config: Config
     clock: Clock
     core: Core | None
-    committer: Committer
     intake: Intake
     planner: TickPlanner
     partition: int | None
@@ -42,6 +41,10 @@ class EngineAnswers:
     usage: UsageRecorder | None
     _lock: asyncio.Lock
     _changes: int
+
+    @property
+    def committer(self) -> Committer:
+        raise NotImplementedError
 
     async def _settle(self) -> None:
         raise NotImplementedError

@@ -4,12 +4,12 @@ status and free answered from the read model (never from the core under the engi
 from __future__ import annotations
 
 import time
-from typing import Any, Protocol
+from typing import Protocol
 
 from pydantic import ValidationError
 
 from gpuevents import subjects as S
-from gpuevents.bus import Bus
+from gpuevents.bus import Bus, Message, Subscription
 from gpuevents.manual import OperatorAction, OperatorActionReply
 from gpuevents.wire import FreeReply, KeepReply, KeepRequest, bad_request
 from rules.dashboard.free import FreeQuery, bounded, free_gpus_sliced
@@ -60,25 +60,25 @@ class PagedModels:
         return model
 
 
-async def serve_requests(bus: Bus, engine: Answers) -> list[Any]:
+async def serve_requests(bus: Bus, engine: Answers) -> list[Subscription]:
     """Answer status, free and snooze requests from `engine`; the subscriptions, to end when it stops acting."""
     paged = PagedModels(engine)
 
-    async def status(payload: bytes, subject: str) -> bytes:
-        return await answer(paged, payload, engine.partition, engine.partitions, bus.max_payload, engine.degraded)
+    async def status(msg: Message) -> bytes:
+        return await answer(paged, msg.data, engine.partition, engine.partitions, bus.max_payload, engine.degraded)
 
-    async def snooze(payload: bytes, subject: str) -> bytes:
+    async def snooze(msg: Message) -> bytes:
         """`gpuevents snooze` / `keep`, Slack's Keep, an approved long keep: one request model."""
         try:
-            req = KeepRequest.model_validate_json(payload)
+            req = KeepRequest.model_validate_json(msg.data)
         except ValidationError as e:
             return bad_request("snooze", e)
         return (await engine.keep(req)).model_dump_json().encode()
 
-    async def free(payload: bytes, subject: str) -> bytes:
+    async def free(msg: Message) -> bytes:
         """`gpuevents free`: the answer for this engine's part of the fleet, its best nodes cut to fit a message."""
         try:
-            query = FreeQuery.model_validate_json(payload)
+            query = FreeQuery.model_validate_json(msg.data)
         except ValidationError as e:
             return bad_request("free", e)
         model = await engine.read_model()
@@ -87,10 +87,10 @@ async def serve_requests(bus: Bus, engine: Answers) -> list[Any]:
         return FreeReply(partition=engine.partition, partitions=engine.partitions,
                          answer=found.model_dump(mode="json")).model_dump_json().encode()
 
-    async def act(payload: bytes, subject: str) -> bytes | None:
+    async def act(msg: Message) -> bytes | None:
         """`gpuevents kill` / `cancel`: decided by the engine whose part of the fleet holds the target."""
         try:
-            req = OperatorAction.model_validate_json(payload)
+            req = OperatorAction.model_validate_json(msg.data)
         except ValidationError as e:
             return bad_request("kill or cancel", e)
         reply = await engine.operator_action(req)

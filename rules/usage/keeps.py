@@ -152,7 +152,7 @@ def team_keeps(keeps: Iterable[KeepRow], usage: Iterable[UsageRow], since: float
         start, end = max(k.start, since), min(k.until, until)
         if end <= start:
             continue
-        tally, votes = _Tally(), defaultdict(float)
+        tally, votes = _Tally(), defaultdict[str, float](float)
         for g in k.gpus:
             tally.kept_s += end - start
             for r in by_gpu.get((k.cluster, g.node, g.gpu), ()):

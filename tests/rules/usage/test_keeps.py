@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from actions import slack_format
 from gpuevents.cli import app
 from gpuevents.config import Config
 from gpuevents.costs import CostModel
@@ -106,5 +107,5 @@ def test_the_report_and_the_slack_summary_show_the_keeps(usage_db: Path, tmp_pat
     assert 'id="keeps"' in html and "waiting for the dataset copy" in html
     team = CliRunner().invoke(app, ["report", "--format", "json", "--team", "nlp", "-c", str(cfg)]).output
     assert [t.team for t in WeeklyReport.model_validate(json.loads(team)).keeps] == ["nlp"]
-    text = summary_text(report, CostModel(Config().costs), 3)
+    text = summary_text(report, CostModel(Config().costs), 3, escape=slack_format.escape, cut=slack_format.truncate)
     assert "Keeps, vision: 2 (3.0 GPU-h kept, 67% of it idle); why: waiting for the dataset copy; benchmark" in text

@@ -16,7 +16,7 @@ from actions.slack_format import KEEP_PREFIX
 from actions.slack_keep import keep_view
 from actions.store import MemoryKv
 from gpuevents import subjects as S
-from gpuevents.bus import Bus
+from gpuevents.bus import Bus, Message
 from gpuevents.cli import app
 from gpuevents.clock import ManualClock
 from gpuevents.config import Config, NatsConfig
@@ -41,9 +41,9 @@ async def test_the_command_line_and_slacks_keep_form_send_the_same_request(
         nats_config: NatsConfig, bus: Bus, tmp_path: Path) -> None:
     asked: list[bytes] = []
 
-    async def engine(payload: bytes, *_: Any) -> bytes:
-        asked.append(payload)
-        req = KeepRequest.model_validate_json(payload)
+    async def engine(msg: Message) -> bytes:
+        asked.append(msg.data)
+        req = KeepRequest.model_validate_json(msg.data)
         return KeepReply(ok=True, until=req.until, asked_until=req.until, snooze_max_s=86400).model_dump_json().encode()
 
     await bus.serve(S.ENGINE_SNOOZE, engine)
@@ -72,7 +72,7 @@ async def test_the_command_line_and_slacks_keep_form_send_the_same_request(
 
     cli, click = (KeepRequest.model_validate_json(p) for p in asked)  # each parses as the one model
     assert cli.model_dump(exclude={"by", "until"}) == click.model_dump(exclude={"by", "until"}) == {
-        "rule": "idle-held", "entity_id": "n1/gpu0", "reason": "the eval runs tonight", "keep": True}
+        "rule": "idle-held", "entity_id": "n1/gpu0", "reason": "the eval runs tonight", "keep": True, "approved_by": ""}
     assert click.until - T0 == timedelta(hours=8) and click.by == "slack:U001"
     assert abs((cli.until - datetime.now(UTC)) - timedelta(hours=8)) < timedelta(minutes=5)
     assert said == [f"kept until {click.until:%Y-%m-%d %H:%M} UTC by <@U001>"]
