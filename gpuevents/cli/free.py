@@ -14,7 +14,8 @@ from gpuevents.config import Config
 from gpuevents.durations import format_duration
 
 if TYPE_CHECKING:
-    from rules.dashboard.free import FreeAnswer, FreeQuery
+    from gpuevents.wire import FreeQuery
+    from rules.dashboard.free import FreeAnswer
 
 out = Console()
 
@@ -41,7 +42,7 @@ def free(
 
     Never offers a GPU that a process holds, that a scheduler allocated, or that is on an offline or cordoned
     node. Exit 0 when something is free, 1 when nothing matches."""
-    from rules.dashboard.free import FreeQuery, FreeQueryError, parse_labels, parse_mem_mib
+    from gpuevents.wire.free import FreeQuery, FreeQueryError, parse_labels, parse_mem_mib
 
     try:
         query = FreeQuery(count=count, min_free_mem_mib=parse_mem_mib(min_free_mem) if min_free_mem else None,

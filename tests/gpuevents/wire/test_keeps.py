@@ -78,6 +78,35 @@ async def test_the_command_line_and_slacks_keep_form_send_the_same_request(
     assert said == [f"kept until {click.until:%Y-%m-%d %H:%M} UTC by <@U001>"]
 
 
+async def test_with_no_engine_the_form_and_the_command_line_say_the_same_and_store_nothing(
+        nats_config: NatsConfig, bus: Bus, tmp_path: Path) -> None:
+    await bus.ensure_streams()
+    kv = MemoryKv()
+    sent = _sent()
+    await remember(kv, sent)
+    said: list[str] = []
+
+    async def update(channel: str, ts: str, text: str, blocks: Any) -> None:
+        said.append(text)
+
+    handler = ClickHandler(Config(), bus, kv, ManualClock(T0), post=_nothing, update=update, ephemeral=_nothing)
+    form = keep_view(sent.request.key, 8 * 3600, [8 * 3600], "keep")
+    values = {"reason": {"reason": {"value": "eval"}}, "for": {"for": {"selected_option": {"value": "28800"}}}}
+    await handler.handle({"type": "view_submission", "user": {"id": "U001"},
+                          "view": {**form, "id": "V1", "state": {"values": values}}})
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(Config.model_validate({"nats": nats_config.model_dump()}).model_dump(
+        mode="json", include={"nats"})))
+    result = await asyncio.to_thread(CliRunner().invoke, app, ["keep", "idle-held", "n1/gpu0", "8h", "--reason",
+                                                               "eval", "-c", str(cfg)])
+    assert result.exit_code == 1
+    [slack] = said
+    common = "no engine answered (nobody answers on gpuevents.engine.snooze): n1/gpu0 was not kept. Nothing was stored"
+    assert slack.startswith(f"not kept: {common}")
+    assert common in " ".join(result.output.split())
+    assert await (await bus.kv()).keys("snooze.") == []
+
+
 def test_a_reply_from_a_handler_that_raised_is_a_refusal_not_a_crash() -> None:
     reply = KeepReply.model_validate_json(b'{"error": "RuntimeError: boom"}')  # what gpuevents/bus answers then
     assert (reply.ok, reply.error, reply.capped, reply.note(3600)) == (False, "RuntimeError: boom", False, "")
