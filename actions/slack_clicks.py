@@ -184,7 +184,22 @@ class ClickHandler:
         req = state.request
         await self._audit(SentMessage(request=req, channel=state.channel, ts=state.ts),
                           f"{req.type} {verb} by {clicker}")
+        if answered.by == clicker and req.type == "keep":
+            await self._tell_keeper(req, answered.status == "approved", clicker)
         return ClickResult(done=True, message=said)
+
+    async def _tell_keeper(self, req: ActionRequest, approved: bool, clicker: str) -> None:
+        """The owner who asked for a keep past snooze_max from Slack hears the answer (a terminal's asker reads
+        `gpuevents audit`)."""
+        by = str(req.params.get("by", ""))
+        if not by.startswith("slack:"):
+            return
+        until = str(req.params.get("until", ""))[:16].replace("T", " ")
+        text = (f"Your keep of {req.entity_id} (rule `{req.rule}`) until {until} UTC was approved by <@{clicker}>."
+                if approved else
+                f"Your keep of {req.entity_id} (rule `{req.rule}`) until {until} UTC was denied by <@{clicker}>: "
+                "it stays kept for the rule's snooze_max.")
+        await self.post(by.removeprefix("slack:"), text, [])
 
     async def _keep(self, sent: SentMessage, clicker: str, seconds: float, reason: str) -> str:
         req = sent.request

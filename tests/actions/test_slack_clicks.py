@@ -211,6 +211,9 @@ async def test_a_keep_past_snooze_max_waits_for_the_rules_approving_channel(
                        what="the full keep once approved")
         full = engine.core.snoozes[("idle-held", "n1/gpu0")]
         assert full.by == "slack:U001, approved by U002 in #gpu-leads" and full.reason == "a 3-day fine-tune"
+        told = [p["text"] for p in slack.posted if p["channel"] == "U001"]
+        assert len(told) == 1 and "Your keep of n1/gpu0 (rule `idle-held`) until" in told[0]
+        assert "was approved by <@U002>" in told[0]
     keeps = [r for r in await audit_records(bus) if r.kind == "action" and r.action_type == "keep"]
     assert [r.outcome for r in keeps] == ["ok"]
     with KeepStore(config.engine.usage_db) as stored:  # one keep for the report, extended by the approval
@@ -218,6 +221,33 @@ async def test_a_keep_past_snooze_max_waits_for_the_rules_approving_channel(
     assert (row.reason, row.approved_by, row.until) == ("a 3-day fine-tune", "U002 in #gpu-leads",
                                                         full.until.timestamp())
     assert proc.returncode is None
+
+
+async def test_a_denied_long_keep_stays_at_snooze_max(
+        config: Config, bus: Bus, slack: FakeSlack, children: Children, tmp_path: Path) -> None:  # noqa: F811
+    (tmp_path / "rules" / "idle.yaml").write_text(RULES + '        approve: "#gpu-leads"\n')
+    proc = await children.start(sys.executable, "-c", "import time; time.sleep(60)")
+    created = datetime.fromtimestamp(psutil.Process(proc.pid).create_time(), UTC)
+    async with conversation(config, bus) as engine:
+        await wait_for(lambda: len(slack.sockets) == 1, timeout=20, what="the Socket Mode connection")
+        bus.publish_event(idle_node(proc.pid, created))
+        sent = await dm_with_buttons(bus, slack)
+        await keep_through_the_form(slack, sent, 3 * 86400, "please", "k2")
+        post = await wait_for(lambda: [p for p in slack.posted if p["channel"] == "#gpu-leads"],
+                              what="the approval asked")
+        assert engine.core is not None
+        first = engine.core.snoozes[("idle-held", "n1/gpu0")]
+        await slack.send_interactive("deny", answer(post[0], False, "U003", slack))  # an admin denies
+
+        async def decided() -> list[str | None]:
+            return [r.outcome for r in await audit_records(bus) if r.kind == "action" and r.action_type == "keep"]
+
+        await wait_for(decided, timeout=30, what="the keep's request decided")
+        assert await decided() == ["refused"]
+        assert engine.core.snoozes[("idle-held", "n1/gpu0")] == first  # still snooze_max, as it was
+        told = [p["text"] for p in slack.posted if p["channel"] == "U001"]
+        assert len(told) == 1 and told[0].endswith("was denied by <@U003>: it stays kept for the rule's snooze_max.")
+        assert (first.until - datetime.now(UTC)).total_seconds() <= 86400
 
 
 async def test_release_ends_the_real_process_through_the_agent(
