@@ -45,6 +45,8 @@ class KeepAction:
     destructive: ClassVar[bool] = False
     unit: ClassVar[ActionUnit] = "entity"
     escape = staticmethod(no_escape)
+    engine_only: ClassVar[str] = ("the engine asks it for an owner's keep past the rule's snooze_max; to let owners "
+                                  "keep, give a slack action `buttons: {keep: [4h, 24h]}`")
 
     async def run(self, ctx: ActionContext) -> ActionResult:
         p = ctx.params

@@ -234,6 +234,11 @@ def _compile_actions(
         except registry.UnknownActionError as e:
             problems.append(doc.locate((*path, "type"), f"{at[-1]}[{idx}].type: {e}"))
             continue
+        made_by_engine = getattr(cls, "engine_only", "")
+        if made_by_engine:
+            problems.append(doc.locate((*path, "type"), f"{at[-1]}[{idx}].type: `{spec.type}` is not written in "
+                                       f"rules: {made_by_engine}"))
+            continue
         kinds = getattr(cls, "entity_kinds", None)
         if kinds and kind not in kinds:
             problems.append(doc.locate((*path, "type"), f"{at[-1]}[{idx}]: a {spec.type} action does not apply "
