@@ -86,7 +86,7 @@ def read_form(view: dict[str, Any], offered: list[float]) -> KeepForm:
         reason = str(values[REASON_BLOCK][REASON_BLOCK]["value"] or "").strip()
         chosen = float(values[FOR_BLOCK][FOR_BLOCK]["selected_option"]["value"])
     except (KeyError, TypeError, ValueError) as e:
-        raise KeepFormError(f"the Keep form is missing {e}") from None
+        raise KeepFormError(f"the Keep form is incomplete or altered ({e})") from None
     if not key:
         raise KeepFormError("the Keep form names no message")
     if chosen not in offered:
