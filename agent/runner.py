@@ -71,9 +71,10 @@ class NodeAgent:
         )
         self.attributor = Attributor(a.attribution, config.owners, pods.get if pods else None,
                                      team_label=config.costs.team_label)
-        real = not isinstance(sampler, SimulatedNode)
+        sim = sampler if isinstance(sampler, SimulatedNode) else None
+        real = sim is None
         if control is None:
-            control = PsutilControl(users=UserDb.for_host(a.attribution.passwd)) if real else sampler
+            control = PsutilControl(users=UserDb.for_host(a.attribution.passwd)) if sim is None else sim
         host_pids = in_host_pid_namespace() if real else True
         if not host_pids:
             log.warning("the agent is not in the host's pid namespace (run it with hostPID / --pid=host): kills are "
@@ -126,7 +127,8 @@ class SamplerUnavailable(Exception):
 
 def open_sampler(config: Config, *, simulate: bool = False, start: datetime | None = None) -> Sampler:
     """NVML where it loads (config `agent.sampler: auto|nvml`), else the simulated sampler when allowed."""
-    from agent.nvml import NvmlSampler, NvmlUnavailable
+    from agent.nvml import NvmlSampler
+    from agent.nvmlcalls import NvmlUnavailable
 
     a = config.agent
     if not simulate and a.sampler != "simulated":

@@ -48,10 +48,10 @@ async def wait_any(*events: asyncio.Event, timeout: float | None = None) -> None
 def backoff_delay(attempt: int, base: float, cap: float, rng: random.Random | None = None,
                   jitter: bool = True) -> float:
     """The delay before retry `attempt` (1, 2, ...): d = min(cap, base * 2^(attempt-1)), with jitter in [d/2, d]."""
-    d = min(cap, base * (2 ** min(max(attempt, 1) - 1, 62)))
+    d = min(cap, base * (2.0 ** min(max(attempt, 1) - 1, 62)))
     if not jitter:
         return d
-    return d / 2 + (rng or random).random() * d / 2
+    return d / 2 + (rng.random() if rng is not None else random.random()) * d / 2
 
 
 class Backoff:
@@ -184,8 +184,8 @@ async def until_stop_or_end(tasks: Iterable[asyncio.Task[Any]], stop: asyncio.Ev
     for t in done:
         if t is stopped or t.cancelled():
             continue
-        if t.exception() is not None:
-            raise t.exception()  # type: ignore[misc]
+        if (error := t.exception()) is not None:
+            raise error
         if not stop.is_set():
             log.error("%s has finished unexpectedly; %s stops", t.get_name(), what)
 
