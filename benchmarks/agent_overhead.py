@@ -50,7 +50,7 @@ class NullBus:
     def publish_event(self, event: Event) -> None:
         self.events += 1
 
-    async def subscribe(self, *a: Any, **kw: Any) -> None:
+    async def serve(self, *a: Any, **kw: Any) -> None:
         return None
 
 
