@@ -16,14 +16,7 @@ from pydantic import ValidationError
 from actions import approvals, registry
 from actions.ledger import Claim, Ledger, LedgerEntry
 from actions.protection import protection_reason
-from actions.protocol import (
-    ActionContext,
-    ActionResult,
-    Deferred,
-    PermanentError,
-    TransientError,
-    run_timeout,
-)
+from actions.protocol import Action, ActionContext, ActionResult, Deferred, PermanentError, TransientError
 from actions.services import Services, WeeklySummary
 from actions.store import KeyValue
 from gpuevents import subjects as S
@@ -104,7 +97,7 @@ class ActionRunner:
         self._report = report
         self._services: Services | None = None
         self._ledger: Ledger | None = None
-        self._instances: dict[str, Any] = {}
+        self._instances: dict[str, Action[Any]] = {}
         self._rng = random.Random()
 
     # ------------------------------------------------------------ lifecycle
@@ -121,10 +114,11 @@ class ActionRunner:
         if self._services is not None:
             await self._services.close()
 
-    def _instance(self, type_: str) -> Any:
+    def _instance(self, type_: str) -> Action[Any]:
+        """One instance of the action's runtime per runner (its caches live on it), imported on first use."""
         inst = self._instances.get(type_)
         if inst is None:
-            inst = self._instances[type_] = registry.get(type_)()
+            inst = self._instances[type_] = registry.runtime(type_)()
         return inst
 
     # ------------------------------------------------------------ one attempt
@@ -178,8 +172,13 @@ class ActionRunner:
         if req.dry_run or self.config.engine.dry_run:
             return _Final(self._record(req, "dry_run", detail=f"dry run: {req.type} not executed",
                                        params=dump))
-        instance = self._instance(req.type)
-        timeout = run_timeout(instance, params, self.config.actions.timeout)
+        try:
+            instance = self._instance(req.type)
+        except Exception as e:  # a plugin's runtime that will not import: fail it, keep the runner
+            log.exception("the runtime of action %s failed to load", req.type)
+            return _Final(self._record(req, "failed", params=dump, error=(
+                f"cannot load the runtime of {req.type}: {type(e).__name__}: {e}")), permanent=True)
+        timeout = instance.run_timeout(params, self.config.actions.timeout)
         now = self.clock.now()
         claim = await ledger.claim(req.key, now, now + timedelta(seconds=timeout + CLAIM_MARGIN_S))
         if not claim.won:
@@ -189,16 +188,15 @@ class ActionRunner:
             return _Busy(claim.entry)
         assert claim.entry is not None
         attempt = claim.entry.attempts
-        ctx = ActionContext(request=req, params=params, config=self.config,
-                            services=services.as_dict(), attempt=attempt)
+        ctx = ActionContext(request=req, params=params, config=self.config, services=services, attempt=attempt)
         return await self._execute(ledger, claim, instance, ctx, timeout, dump)
 
-    async def _execute(self, ledger: Ledger, claim: Claim, instance: Any, ctx: ActionContext,
+    async def _execute(self, ledger: Ledger, claim: Claim, instance: Action[Any], ctx: ActionContext,
                        timeout: float, dump: dict[str, Any]) -> _Step:
         req, attempt = ctx.request, ctx.attempt
         retry = self.config.actions.retry
         try:
-            result: ActionResult = await asyncio.wait_for(instance.run(ctx), timeout)
+            result: ActionResult = await asyncio.wait_for(instance.run(ctx.params, ctx), timeout)
         except Deferred as d:
             await ledger.release(claim, "deferred")
             return _Retry(max(d.delay, 0.0), str(d), deferred=True)

@@ -10,10 +10,10 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
-from actions.builtin.publish import PublishParams
 from actions.escaping import UnsafeValue
 from actions.registry import escape_for
 from actions.runner import ActionRunner
+from actions.specs.publish import PublishParams
 from gpuevents import subjects as S
 from gpuevents.bus import Bus
 from gpuevents.yamlpos import LocatedError
