@@ -42,7 +42,7 @@ _registry: dict[str, type[AnyAction]] = {}
 _runtimes: dict[str, type[AnyAction]] = {}
 _loaded = False
 
-A = TypeVar("A", bound=type[AnyAction])
+A = TypeVar("A", bound=type[Any])
 
 
 class UnknownActionError(KeyError):
@@ -56,11 +56,11 @@ class UnknownActionError(KeyError):
 
 
 def register(cls: A) -> A:
-    """Class decorator: make `cls` (an `Action` subclass) the action for `cls.type`."""
-    if not (isinstance(cls, type) and issubclass(cls, Action)):
-        raise TypeError(f"{getattr(cls, '__name__', cls)!r} is not an Action subclass; a plugin written against "
-                        "the earlier protocol goes through its entry point (see docs/actions.md)")
-    _add(cls)
+    """Class decorator: make `cls` (an `Action` subclass) the action for `cls.type`. A class of the earlier
+    protocol is wrapped (actions/legacy.py), with a DeprecationWarning."""
+    if not isinstance(cls, type):
+        raise TypeError(f"{cls!r} is not a class")
+    _add(cls if issubclass(cls, Action) else adapt(cls))
     return cls
 
 

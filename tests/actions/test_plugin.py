@@ -10,6 +10,7 @@ from typing import ClassVar
 import pytest
 
 from actions import registry
+from actions.legacy import LegacyAction
 from actions.protocol import ALL_KINDS, Action, ActionParams
 from actions.runner import ActionRunner
 from tests.actions.conftest import make_config, make_request
@@ -43,14 +44,19 @@ def test_a_unit_that_is_neither_entity_nor_node_is_refused_at_registration() -> 
     assert "odd-unit-test" not in registry.types()
 
 
-def test_register_takes_only_action_classes() -> None:
+def test_register_wraps_a_class_of_the_earlier_protocol(monkeypatch: pytest.MonkeyPatch) -> None:
+    registry.load()
+    monkeypatch.setattr(registry, "_registry", dict(registry._registry))
+
     class Plain:
         type: ClassVar[str] = "plain-test"
         params = ActionParams
+        destructive: ClassVar[bool] = True
 
-    with pytest.raises(TypeError, match="is not an Action subclass"):
-        registry.register(Plain)  # type: ignore[type-var]
-    assert "plain-test" not in registry.types()
+    with pytest.warns(DeprecationWarning, match="uses the earlier action protocol"):
+        assert registry.register(Plain) is Plain
+    wrapped = registry.get("plain-test")
+    assert issubclass(wrapped, LegacyAction) and wrapped.legacy is Plain and wrapped.destructive
 
 
 def test_the_example_plugin_is_an_action_of_the_base() -> None:
