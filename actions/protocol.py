@@ -8,10 +8,15 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-# Re-exported for plugins: `from actions.protocol import no_escape`.
+# Re-exported for plugins: `from actions.protocol import no_escape, PermanentError`.
+from actions.errors import Deferred as Deferred
+from actions.errors import PermanentError as PermanentError
+from actions.errors import TransientError as TransientError
 from actions.escaping import UnsafeValue as UnsafeValue
 from actions.escaping import no_escape as no_escape
-from gpuevents.records import ActionRequest, ActionUnit, EntityKind
+from gpuevents.records import ActionRequest
+from gpuevents.records import ActionUnit as ActionUnit
+from gpuevents.records import EntityKind as EntityKind
 
 if TYPE_CHECKING:
     from actions.services import Services
@@ -34,29 +39,6 @@ class ActionResult(BaseModel):
     status: Literal["ok", "failed", "refused"] = "ok"
     detail: str = ""
     data: dict[str, Any] = {}
-
-
-class TransientError(Exception):
-    """Worth retrying (a 5xx, a timeout, a lost connection); `delay` overrides the backoff."""
-
-    def __init__(self, message: str, delay: float | None = None) -> None:
-        super().__init__(message)
-        self.delay = delay
-
-
-class PermanentError(Exception):
-    """Retrying will not help (a 4xx, an unknown user, a bad parameter)."""
-
-
-class Deferred(Exception):
-    """Not now: come back after `delay` seconds. Not a failure, not an attempt, not audited.
-
-    The Slack digest uses it: the first message of a window waits for the window to close.
-    """
-
-    def __init__(self, delay: float, why: str = "") -> None:
-        super().__init__(why or f"deferred for {delay:.0f}s")
-        self.delay = delay
 
 
 class ActionContext:

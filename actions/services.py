@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from actions.protocol import ActionContext, PermanentError
+from actions.errors import PermanentError
 from actions.store import KeyValue, MemoryKv
 from gpuevents.clock import Clock, SystemClock
 from gpuevents.config import Config
@@ -94,6 +94,11 @@ class Services:
             self._kube = None
 
 
-def services_of(ctx: ActionContext) -> Services:
+class _HasServices(Protocol):
+    @property
+    def services(self) -> Services: ...
+
+
+def services_of(ctx: _HasServices) -> Services:
     """`ctx.services`, for plugins written before it was typed (they called this)."""
     return ctx.services
