@@ -33,7 +33,7 @@ class Capture:
         if isinstance(event, SnapshotEvent):
             self.snapshots.append(event)
 
-    async def subscribe(self, *a: Any, **kw: Any) -> None:
+    async def serve(self, *a: Any, **kw: Any) -> None:
         return None
 
 

@@ -16,6 +16,7 @@ from agent.attribution import PsutilIdentifier
 from agent.kill import RateLimit
 from agent.nvml import NvmlSampler
 from agent.runner import NodeAgent
+from gpuevents.bus import Message
 from gpuevents.commands import KillCommand, KillReply
 from gpuevents.config import AgentConfig, AgentKillConfig, Config, ProtectConfig
 from tests.agent.fake_pynvml import FakeDevice, FakeNvml
@@ -59,7 +60,7 @@ def created(pid: int) -> datetime:
 async def kill(agent: NodeAgent, pid: int, **kw: object) -> KillReply:
     ct = kw.pop("create_time") if "create_time" in kw else created(pid)
     cmd = KillCommand(pid=pid, create_time=ct, **kw)  # type: ignore[arg-type]
-    raw = await agent.kill.serve_bytes(cmd.model_dump_json().encode(), "gpuevents.cmd.default.n1.kill")
+    raw = await agent.kill.answer(Message(cmd.model_dump_json().encode(), "gpuevents.cmd.default.n1.kill"))
     return KillReply.model_validate_json(raw)
 
 
@@ -190,7 +191,7 @@ async def test_node_rate_limit_refuses_past_the_limit(children: list[subprocess.
 
 
 async def test_malformed_command_is_refused() -> None:
-    raw = await agent_for([]).kill.serve_bytes(b'{"pid": "x"}', "s")
+    raw = await agent_for([]).kill.answer(Message(b'{"pid": "x"}', "s"))
     assert KillReply.model_validate_json(raw).outcome == "refused"
 
 

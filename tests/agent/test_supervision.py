@@ -54,12 +54,12 @@ class FlakyBus:
     def publish_event(self, event: Event) -> None:
         self.bus.publish_event(event)
 
-    async def subscribe(self, subject: str, handler: Any, queue: str | None = None) -> Any:
+    async def serve(self, subject: str, handler: Any, queue: str | None = None, **kw: Any) -> Any:
         if self.failures > 0:
             self.failures -= 1
             raise ConnectionError("nats: connection closed")
         self.subscribed.append(subject)
-        return await self.bus.subscribe(subject, handler, queue)
+        return await self.bus.serve(subject, handler, queue, **kw)
 
 
 class Running:

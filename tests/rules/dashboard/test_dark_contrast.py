@@ -16,7 +16,7 @@ from rules.dashboard.usage_source import UsageSource
 from rules.usage.rollup import HOUR, UsageAmounts, UsageBatch, UsageKey
 from rules.usage.store import UsageStore
 from tests.rules.dashboard.cdp import Chromium
-from tests.rules.dashboard.test_dashboard_pages import ARTIFACTS, COSTS, NOW, Fleet, Page
+from tests.rules.dashboard.test_pages import ARTIFACTS, COSTS, NOW, Fleet, Page
 
 pytestmark = pytest.mark.slow  # every test drives a real Chromium
 

@@ -146,8 +146,8 @@ class RecordingBus:
         self.sent.append(event)
         self.bus.publish_event(event)
 
-    async def subscribe(self, *a: Any, **kw: Any) -> Any:
-        return await self.bus.subscribe(*a, **kw)
+    async def serve(self, *a: Any, **kw: Any) -> Any:
+        return await self.bus.serve(*a, **kw)
 
 
 async def test_nats_restart_loses_no_threshold_event(nats_server: EmbeddedServer, nats_config: NatsConfig) -> None:
