@@ -4,7 +4,7 @@ runtime actions.builtin.cordon."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import Field, model_validator
 
@@ -40,7 +40,10 @@ class UncordonParams(NodeParams):
     force: bool = Field(default=False, description="also uncordon a node that gpuevents did not cordon")
 
 
-class _NodeAction(Action[Any]):
+NP = TypeVar("NP", bound=NodeParams)
+
+
+class _NodeAction(Action[NP]):
     entity_kinds: ClassVar[frozenset[EntityKind]] = frozenset({"node", "gpu"})
     unit: ClassVar[ActionUnit] = "node"  # its fleet share counts nodes
 
@@ -50,7 +53,7 @@ class _NodeAction(Action[Any]):
 
 
 @register
-class CordonSpec(_NodeAction):
+class CordonSpec(_NodeAction[CordonParams]):
     type: ClassVar[str] = "cordon"
     params = CordonParams
     destructive: ClassVar[bool] = True
@@ -58,7 +61,7 @@ class CordonSpec(_NodeAction):
 
 
 @register
-class UncordonSpec(_NodeAction):
+class UncordonSpec(_NodeAction[UncordonParams]):
     type: ClassVar[str] = "uncordon"
     params = UncordonParams
     runtime: ClassVar[str | None] = "actions.builtin.cordon:UncordonAction"
