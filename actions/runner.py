@@ -121,6 +121,19 @@ class ActionRunner:
             inst = self._instances[type_] = registry.runtime(type_)()
         return inst
 
+    def load_runtimes(self) -> list[str]:
+        """Import every action's runtime now (a runner that consumes the queue does, before its first request),
+        so no request waits on an import; the types whose runtime will not load are logged and returned, and
+        their requests fail one by one."""
+        broken = []
+        for type_ in registry.types():
+            try:
+                self._instance(type_)
+            except Exception as e:
+                log.error("the runtime of action %s will not load: %s: %s", type_, type(e).__name__, e)
+                broken.append(type_)
+        return broken
+
     # ------------------------------------------------------------ one attempt
     def _record(self, req: ActionRequest, outcome: Outcome, *, attempt: int = 0, error: str | None = None,
                 detail: str | None = None, params: dict[str, Any] | None = None) -> AuditRecord:
@@ -310,6 +323,7 @@ class ActionRunner:
         """Consume GPUEVENTS_ACT until `stop` is set, up to `concurrency` requests at once."""
         assert self.bus is not None, "run() needs a bus; use process() without one"
         await self._ready()
+        self.load_runtimes()
         consumer = await self.bus.consumer(S.STREAM_ACTIONS, self.durable, S.ACTIONS_ALL,
                                            ack_wait=self.ack_wait, max_deliver=-1,
                                            max_ack_pending=max(self.concurrency * 64, 1024))

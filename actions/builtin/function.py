@@ -33,7 +33,8 @@ def incident_payload(ctx: ActionContext, data: Any) -> bytes:
 
 
 class FunctionAction(FunctionSpec):
-    async def run(self, p: FunctionParams, ctx: ActionContext) -> ActionResult:
+    async def run(self, params: FunctionParams, ctx: ActionContext) -> ActionResult:
+        p = params
         subject = function_subject(p.name)
         timeout = p.timeout or ctx.config.actions.timeout
         try:

@@ -42,7 +42,8 @@ class KillAction(KillSpec):
     def run_timeout(self, params: KillParams, default: float) -> float:
         return reply_timeout(params) + default
 
-    async def run(self, p: KillParams, ctx: ActionContext) -> ActionResult:
+    async def run(self, params: KillParams, ctx: ActionContext) -> ActionResult:
+        p = params
         req = ctx.request
         try:
             targets = kill_targets(req.facts)

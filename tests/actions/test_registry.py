@@ -137,3 +137,4 @@ async def test_a_runtime_that_is_not_its_specs_subclass_fails_the_action_not_the
                                                                 "TypeError: the runtime of action")
     ok = await runner.process(make_request("log", {"message": "still running"}))
     assert (ok.outcome, ok.detail) == ("ok", "still running")
+    assert ActionRunner(None, make_config()).load_runtimes() == ["broken-runtime-test"]  # named, the rest loaded
