@@ -48,7 +48,7 @@ def agent_for(pids: list[int], config: Config | None = None) -> NodeAgent:
     """An agent whose (stand-in) NVML reports `pids` on GPU 0, after one sample."""
     config = config or Config(protect=ProtectConfig(users=[]))
     nv = FakeNvml([FakeDevice(compute=[(pid, 1000) for pid in pids])])
-    agent = NodeAgent(config, NvmlSampler(nv, identifier=PsutilIdentifier()), node="n1")  # type: ignore[arg-type]
+    agent = NodeAgent(config, NvmlSampler(nv, identifier=PsutilIdentifier()), node="n1")
     agent.tick(datetime.now(UTC))
     return agent
 
@@ -59,7 +59,7 @@ def created(pid: int) -> datetime:
 
 async def kill(agent: NodeAgent, pid: int, **kw: object) -> KillReply:
     ct = kw.pop("create_time") if "create_time" in kw else created(pid)
-    cmd = KillCommand(pid=pid, create_time=ct, **kw)  # type: ignore[arg-type]
+    cmd = KillCommand(pid=pid, create_time=ct, **kw)
     raw = await agent.kill.answer(Message(cmd.model_dump_json().encode(), "gpuevents.cmd.default.n1.kill"))
     return KillReply.model_validate_json(raw)
 
@@ -123,11 +123,11 @@ async def test_a_program_is_protected_by_its_path_and_the_user_that_runs_it(
     p = spawn(RENAMES_ITSELF)
     children.append(p)
     exe = psutil.Process(p.pid).exe()
-    mine = ProtectConfig(users=[], processes=[{"exe": exe, "user": getpass.getuser()}])  # type: ignore[list-item]
+    mine = ProtectConfig(users=[], processes=[{"exe": exe, "user": getpass.getuser()}])
     reply = await kill(agent_for([p.pid], Config(protect=mine)), p.pid)
     assert reply.outcome == "refused" and reply.reason == f"program {exe} run by {getpass.getuser()} is protected"
     assert p.poll() is None
-    others = ProtectConfig(users=[], processes=[{"exe": exe, "user": "someone-else"}])  # type: ignore[list-item]
+    others = ProtectConfig(users=[], processes=[{"exe": exe, "user": "someone-else"}])
     reply = await kill(agent_for([p.pid], Config(protect=others)), p.pid, grace_s=5)
     assert reply.outcome == "exited", reply.reason  # the same program run by another user is not protected
     assert p.wait(5) == -15

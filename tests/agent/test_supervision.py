@@ -21,8 +21,9 @@ from gpuevents import subjects as S
 from gpuevents.bus import Bus
 from gpuevents.clock import SystemClock
 from gpuevents.commands import KillCommand, KillReply
-from gpuevents.config import AgentConfig, Config, KubeletConfig, NatsConfig, ProtectConfig
+from gpuevents.config import AgentConfig, Config, NatsConfig, ProtectConfig
 from gpuevents.events import Event
+from gpuevents.kubeconfig import KubeletConfig
 from tests.agent.test_attribution import POD_UID, kubelet  # noqa: F401  (the fixture)
 from tests.waiting import wait_for
 

@@ -106,7 +106,7 @@ async def test_a_rule_with_every_built_in_action_runs_end_to_end(
         return bool(node.spec and node.spec.unschedulable)
 
     def replicas() -> int | None:
-        return kube.get(Deployment, "web", namespace=ns).spec.replicas  # type: ignore[union-attr]
+        return kube.get(Deployment, "web", namespace=ns).spec.replicas
 
     out = tmp_path / "command.txt"
     rules = tmp_path / "rules"
