@@ -62,10 +62,7 @@ class FleetState:
             snap = event.data
             # The very snapshot object the views stand on (the engine's decoder reuses it for repeated bytes)
             # is equal to itself: no need to compare.
-            old = ns.snapshot if ns is not None and ns.snap_valid and ns.snap_time is not None else None
-            if old is not None and self._unchanged(ns) and (
-                (snap is old and not ns.snap_timed) or same_inputs(old, ns.snap_time, snap, event.time)
-            ):
+            if ns is not None and self._repeats(ns, snap, event.time):
                 # The node repeats its last snapshot (times aside): every view stays, nothing to evaluate.
                 self._seen(ns, now)
                 assert ns.node_entity is not None
@@ -170,6 +167,14 @@ class FleetState:
                 ns.xids[idx] = (g.xid, at)
             elif known is not None:
                 ns.gpu_infos[idx] = g.model_copy(update={"xid": known[0], "xid_at": known[1]})
+
+    def _repeats(self, ns: NodeState, snap: NodeSnapshot, t: datetime) -> bool:
+        """Whether `snap` (at `t`) repeats the snapshot the node's views stand on, times aside, while nothing else
+        changed them."""
+        old, old_t = ns.snapshot, ns.snap_time
+        if old is None or old_t is None or not ns.snap_valid or not self._unchanged(ns):
+            return False
+        return (snap is old and not ns.snap_timed) or same_inputs(old, old_t, snap, t)
 
     @staticmethod
     def _unchanged(ns: NodeState) -> bool:
