@@ -216,6 +216,9 @@ class Engine(EngineAnswers):
         c = self.committer
         assert self.core is not None and c.incidents is not None and c.snoozes is not None and c.limits is not None
         async with self._lock:
+            # A batch stepped before the lease lapsed may still be committing: KV holds its incidents (and its
+            # events are acknowledged, never to come again) only once it is through, so wait for it first.
+            await self._settle()
             incidents = [i for i in (await c.incidents.load()).values() if self._owns(i.cluster, i.node)]
             snoozes = list((await c.snoozes.load()).values())
             limits = (await c.limits.load()).get(limits_key(self.partition))
