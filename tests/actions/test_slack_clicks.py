@@ -26,7 +26,8 @@ from aiohttp.test_utils import TestServer
 
 from actions import slack_transport
 from actions.runner import ActionRunner
-from actions.slack_clicks import KEEP_PREFIX, RELEASE, SentMessage, sent_key
+from actions.slack_clicks import SentMessage, sent_key
+from actions.slack_format import KEEP_PREFIX, RELEASE
 from gpuevents.bus import Bus
 from gpuevents.clock import SystemClock
 from gpuevents.config import Config, NatsConfig

@@ -7,15 +7,15 @@ import orjson
 
 from actions.runner import ActionRunner
 from gpuevents import subjects as S
-from gpuevents.bus import Bus
+from gpuevents.bus import Bus, Message
 from tests.actions.conftest import make_config, make_request
 
 
 async def test_function_gets_the_incident_and_its_reply_is_the_outcome(bus: Bus) -> None:
     seen: list[dict[str, object]] = []
 
-    async def triage(payload: bytes, subject: str) -> bytes:
-        seen.append(orjson.loads(payload))
+    async def triage(msg: Message) -> bytes:
+        seen.append(orjson.loads(msg.data))
         return b'{"status": "refused", "detail": "job is on the allow list"}'
 
     await bus.serve(S.function_subject("acme.triage"), triage)

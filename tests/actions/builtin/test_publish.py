@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from actions.builtin.publish import PublishParams
 from actions.runner import ActionRunner
 from gpuevents import subjects as S
-from gpuevents.bus import Bus
+from gpuevents.bus import Bus, Message
 from gpuevents.yamlpos import LocatedError
 from rules.lang.loader import load_rule_set
 from tests.actions.conftest import make_config, make_request
@@ -22,8 +22,8 @@ from tests.waiting import wait_for
 async def test_publish_chains_data_onto_a_subject(bus: Bus) -> None:
     got: list[bytes] = []
 
-    async def on_msg(msg: object) -> None:
-        got.append(msg.data)  # type: ignore[attr-defined]
+    async def on_msg(msg: Message) -> None:
+        got.append(msg.data)
 
     await bus.subscribe("team.ml.gpu-idle", on_msg)
     runner = ActionRunner(bus, make_config())

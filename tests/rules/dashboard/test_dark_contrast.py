@@ -44,7 +44,7 @@ async def _open(tmp_path: Path, path: str) -> AsyncIterator[Page]:
     fleet.hold("node-01", 0, "alice")
     fleet.hold("node-02", 2, "bob")
     _recent_usage(tmp_path / "usage.sqlite", fleet)
-    runner = await serve_dashboard(fleet, "127.0.0.1", 0, UsageSource(tmp_path / "usage.sqlite", COSTS))  # type: ignore[arg-type]
+    runner = await serve_dashboard(fleet, "127.0.0.1", 0, UsageSource(tmp_path / "usage.sqlite", COSTS))
     browser = Chromium(tmp_path / "profile")
     base = f"http://127.0.0.1:{bound_port(runner)}"
     try:

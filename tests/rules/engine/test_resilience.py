@@ -157,8 +157,7 @@ async def test_a_commit_still_retrying_when_the_lease_comes_back_is_in_the_resto
     ttl = engine_config.engine.model_copy(update={"lease_ttl": 0.3})
     async with running(Engine(engine_config.model_copy(update={"engine": ttl}), bus,
                               clock=ManualClock(T0))) as engine:
-        store = engine.committer.incidents
-        assert store is not None
+        store = engine.committer.stores.incidents
         refused: list[object] = []
         may_write = asyncio.Event()
         save_many = store.save_many
