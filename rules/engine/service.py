@@ -71,7 +71,7 @@ class Engine(EngineAnswers):
         self.planner = TickPlanner(self.clock, float(config.engine.tick))
         self._consumer: Consumer | None = None
         self._subs: list[Subscription] = []
-        self.dead_letters = DeadLetters(bus, self.metrics)
+        self.dead_letters = DeadLetters(bus, self.metrics, monotonic=self.clock.monotonic)
         self.partition = partition  # the fleet partition this engine acts for; None: the whole fleet
         self.may_acquire = may_acquire  # asked before taking a lapsed lease (a replica's fair share)
         self.intake = Intake(float(config.engine.max_clock_skew), self.metrics, partition, self._dead_letter)
