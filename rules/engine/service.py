@@ -423,6 +423,7 @@ class Engine(EngineAnswers):
                 if self.core is not None and self.leader.is_set():
                     await self._settle()
                     await learn(self.core, self.committer, self.clock.now(), outcomes)
+                    self._changes += 1  # a warning's outcome is shown (status, dashboard): not an older model
 
     @property
     def audit_tail(self) -> list[AuditRecord]:

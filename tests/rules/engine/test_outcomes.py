@@ -152,3 +152,29 @@ async def test_an_engine_that_takes_over_learns_the_outcomes_reported_while_none
 async def _len(coro: object, n: int) -> object:
     got = await coro  # type: ignore[misc]
     return got if len(got) >= n else None
+
+
+async def test_a_learned_outcome_is_in_the_next_read_model_not_an_older_one(config: Config, bus: Bus) -> None:
+    """Status and the dashboard read a model that saw every change of the core: learning a warning's outcome
+    from the audit is one (it was not counted, so a model built before it was served on: the warning said no
+    outcome was known after the engine had learned the mail failed, seen under load)."""
+    clock = ManualClock(T0)
+    async with running(Engine(config, bus, clock=clock)) as engine:
+        bus.publish_event(make_event("node.snapshot", "n1", two_gpus(clock), cluster="c1", time=clock.now()))
+        await wait_for(lambda: engine.core is not None and len(engine.core.open_incidents()) == 2,
+                       what="both incidents firing")
+        await engine.settle()
+        _nodes, before = (await engine.read_model()).node("n1")
+        assert all(i.warning is not None and "no outcome known" in i.warning for i in before), before
+        stop = asyncio.Event()
+        task = asyncio.create_task(ActionRunner(bus, config, clock).run(stop))
+        try:
+            await wait_for(lambda: engine.core is not None and sorted(
+                w.status for i in engine.core.open_incidents() for w in i.warnings.values()) == ["delivered", "failed"],
+                timeout=30, what="the engine to learn both outcomes from the audit")
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 30)
+        _nodes, after = (await engine.read_model()).node("n1")
+        assert {i.entity_id: i.warning for i in after} == {"n1/gpu0": None,
+                                                           "n1/gpu1": f"{NOT_DELIVERED} (email failed)"}
