@@ -212,9 +212,9 @@ def test_the_hpc_job_mapping_directory_labels_gpus_and_mig_instances(tmp_path: P
     mig.core.held = {}  # no processes: only the mapping names jobs
     mig.core.job_gpus = JobMapping(tmp_path).jobs()
     series, _, _ = parse(served([mig]))
-    jobs = sorted((lb["gpu"], lb.get("GPU_I_ID", ""), lb["hpc_job"])
-                  for lb, _ in series["DCGM_FI_DEV_FB_USED"] if "hpc_job" in lb)
-    assert jobs == [("3", "", "4242"), ("3", "", "4243"), ("6", "2", "777")]
+    mig_jobs = sorted((lb["gpu"], lb.get("GPU_I_ID", ""), lb["hpc_job"])
+                      for lb, _ in series["DCGM_FI_DEV_FB_USED"] if "hpc_job" in lb)
+    assert mig_jobs == [("3", "", "4242"), ("3", "", "4243"), ("6", "2", "777")]
     assert JobMapping(tmp_path / "missing").jobs() == {}
 
 
@@ -302,9 +302,11 @@ def test_the_engines_metrics_listen_where_config_says() -> None:
 
     config = Config.model_validate({"engine": {"metrics_address": "127.0.0.1", "metrics_port": free_port()}})
     assert Config().engine.metrics_address == "0.0.0.0"
-    server = start_metrics(config.engine.metrics_port, CollectorRegistry(), config.engine.metrics_address)
+    port = config.engine.metrics_port
+    assert port is not None
+    server = start_metrics(port, CollectorRegistry(), config.engine.metrics_address)
     try:
-        assert listening_on(config.engine.metrics_port) == {"127.0.0.1"}
+        assert listening_on(port) == {"127.0.0.1"}
     finally:
         server.shutdown()
         server.server_close()

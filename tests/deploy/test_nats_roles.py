@@ -60,6 +60,7 @@ async def test_a_node_cannot_read_other_inboxes_other_snapshots_nor_action_reque
 
         async def answered() -> bool:  # until the server routes to n2's new subscription
             with contextlib.suppress(nats.errors.NoRespondersError):
+                assert runner.nc is not None
                 replies.append(await runner.nc.request(S.command_subject("c1", "n2", "kill"), b"{}", timeout=5))
             return bool(replies)
 

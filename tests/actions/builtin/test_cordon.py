@@ -16,7 +16,9 @@ from tests.kube_cluster import KubeCluster
 
 
 async def test_cordon_sets_unschedulable_and_the_annotation(kube_cluster: KubeCluster) -> None:
-    name = kube_cluster.add_gpu_node(kube_cluster.unique("gpu")).metadata.name  # type: ignore[union-attr]
+    meta = kube_cluster.add_gpu_node(kube_cluster.unique("gpu")).metadata
+    assert meta is not None and meta.name is not None
+    name = meta.name
     runner = runner_for(kube_cluster.kubeconfig)
     try:
         record = await runner.process(make_request("cordon", {}, entity_kind="node", entity_id=name, node=name))

@@ -36,7 +36,7 @@ def warn_then_kill(tmp_path: Path, extra: str = "") -> Core:
 
 
 def held_by(user: str | None) -> object:
-    return snapshot(at(0), gpus=[gpu(0), gpu(1, 90)], processes=[proc(42, user=user)])  # type: ignore[arg-type]
+    return snapshot(at(0), gpus=[gpu(0), gpu(1, 90)], processes=[proc(42, user=user)])
 
 
 def fired(core: Core, user: str | None = "alice") -> ActionRequest:

@@ -160,7 +160,8 @@ async def test_a_rule_with_every_built_in_action_runs_end_to_end(
 
         async def outcomes() -> dict[str, AuditRecord]:
             recs = [r async for m in bus.replay(S.STREAM_AUDIT, S.AUDIT_ALL) for r in decode_audit(m.data)]
-            return {r.action_type: r for r in recs if r.kind == "action" and r.outcome is not None}
+            return {r.action_type: r for r in recs
+                    if r.kind == "action" and r.outcome is not None and r.action_type is not None}
 
         fired = {"log", "slack", "webhook", "command", "publish", "function", "cordon", "scale", "kill"}
         done = await wait_for(lambda: _has(outcomes(), fired), timeout=30, what="every action's outcome")

@@ -9,7 +9,8 @@ import pytest
 
 from actions import registry
 from actions.escaping import no_escape
-from actions.protocol import ALL_KINDS, ActionParams, ActionUnit
+from actions.protocol import ALL_KINDS, ActionParams
+from gpuevents.records import ActionUnit
 from gpuevents.yamlpos import LocatedError
 from rules.lang.loader import load_rule_set
 from tests.rules.helpers import rules_from
