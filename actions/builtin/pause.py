@@ -159,7 +159,7 @@ async def _nearest_pausable(ctx: ActionContext, namespace: str, top: str, pods: 
 async def _pause(ctx: ActionContext, p: PauseParams) -> ActionResult:
     job, facts = job_of(p.job, ctx.request.facts)
     parts = split_job_id(job) if job else None
-    if parts is None:
+    if job is None or parts is None:
         return ActionResult(status="refused", detail=f"{job!r} is not a Kubernetes job (<namespace>/<Kind>/<name>)")
     namespace, kind, name = parts
     if namespace in ctx.config.protect.namespaces:
