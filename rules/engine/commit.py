@@ -110,7 +110,8 @@ class Committer:
         for s in result.snoozes:
             snoozes[snooze_key(s.rule, s.entity_id)] = s if s.until > now else None
         incident_store, snooze_store, limit_store = self.stores.incidents, self.stores.snoozes, self.stores.limits
-        limits = [(limits_key(self.partition), result.limits)] if result.limits is not None else []
+        limits: list[tuple[str, LimitWindows | None]] = (
+            [(limits_key(self.partition), result.limits)] if result.limits is not None else [])
 
         async def write() -> None:
             if items:

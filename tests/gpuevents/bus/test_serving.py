@@ -9,9 +9,20 @@ import orjson
 import pytest
 from nats.aio.client import Client as NatsClient
 
-from gpuevents.bus import Bus, BusNoResponders, BusTimeout, Message
+from gpuevents.bus import Bus, BusTimeout, Message
 from gpuevents.config import NatsConfig
 from tests.waiting import wait_for
+
+
+async def registered(bus: Bus) -> None:
+    """Return once the server has the subscriptions `bus` made so far: it handles a connection's requests in
+    order, so a request the bus itself gets answered comes after them (then another connection reaches them)."""
+    async def pong(m: Message) -> bytes:
+        return b"pong"
+
+    sub = await bus.serve("gpuevents.probe.ping", pong)
+    assert await bus.request("gpuevents.probe.ping", b"", timeout=5) == b"pong"
+    await sub.unsubscribe()
 
 
 async def test_a_listener_gets_the_payload_subject_headers_and_reply(bus: Bus, nats_client: NatsClient) -> None:
@@ -21,6 +32,7 @@ async def test_a_listener_gets_the_payload_subject_headers_and_reply(bus: Bus, n
         got.append(m)
 
     await bus.subscribe("gpuevents.test.>", listen)
+    await registered(bus)
     await nats_client.publish("gpuevents.test.a", b"one", reply="my.inbox", headers={"X-Who": "test"})
     await nats_client.publish("gpuevents.test.b", b"two")
     await wait_for(lambda: len(got) == 2, what="both messages")
@@ -123,19 +135,9 @@ async def test_closing_the_bus_cancels_the_handlers_still_running(nats_config: N
             raise
         return b""
 
-    async def pong(m: Message) -> bytes:
-        return b"pong"
-
-    async def answers(client: Bus) -> bool:
-        try:
-            return await client.request("gpuevents.fn.ping", b"", timeout=1) == b"pong"
-        except BusNoResponders:
-            return False
-
     async with Bus(nats_config, name="server") as server, Bus(nats_config, name="client") as client:
         sub = await server.serve("gpuevents.fn.hangs", hangs, concurrency=2)
-        await server.serve("gpuevents.fn.ping", pong)  # answered: the server has both subscriptions, in order
-        await wait_for(lambda: answers(client), what="the server's subscriptions")
+        await registered(server)
         asking = asyncio.ensure_future(client.request("gpuevents.fn.hangs", b"", timeout=2))
         await wait_for(lambda: sub.in_flight == 1, what="the request in the handler")
         await server.close()
