@@ -19,7 +19,7 @@ from tests.conftest import PullRequests
 from tests.waiting import wait_for
 
 
-def _idle(index: int):  # type: ignore[no-untyped-def]
+def _idle(index: int) -> Event:
     return make_event("gpu.idle", "n1", GpuInfo(node="n1", index=index, util_pct=0, idle=True), cluster="c1")
 
 

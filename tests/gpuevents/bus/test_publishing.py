@@ -10,7 +10,7 @@ from nats.js import JetStreamContext
 from gpuevents import subjects as S
 from gpuevents.bus import Bus, BusNoResponders, PublishItem
 from gpuevents.config import NatsConfig
-from gpuevents.events import GpuInfo, decode_event, make_event
+from gpuevents.events import Event, GpuInfo, decode_event, make_event
 from gpuevents.records import AuditRecord
 from gpuevents.server import EmbeddedServer
 from tests.conftest import stored_messages
@@ -19,7 +19,7 @@ from tests.waiting import wait_for
 T0 = datetime(2026, 1, 5, tzinfo=UTC)
 
 
-def _idle(node: str = "n1", index: int = 0, id: str | None = None):  # type: ignore[no-untyped-def]
+def _idle(node: str = "n1", index: int = 0, id: str | None = None) -> Event:
     return make_event("gpu.idle", node, GpuInfo(node=node, index=index, util_pct=0, idle=True),
                       cluster="c1", id=id)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -136,7 +136,7 @@ async def test_a_rule_with_every_built_in_action_runs_end_to_end(
 
     published: list[dict[str, str]] = []
 
-    async def on_custom(msg):  # type: ignore[no-untyped-def]
+    async def on_custom(msg: Message) -> None:
         published.append(orjson.loads(msg.data))
 
     await bus.subscribe("gpuevents.custom.idle", on_custom)
@@ -191,6 +191,6 @@ async def test_a_rule_with_every_built_in_action_runs_end_to_end(
             await child.wait()
 
 
-async def _has(pending, wanted: set[str]):  # type: ignore[no-untyped-def]
+async def _has(pending: Awaitable[dict[str, AuditRecord]], wanted: set[str]) -> dict[str, AuditRecord] | None:
     got = await pending
     return got if wanted <= set(got) else None

@@ -10,6 +10,7 @@ import pytest
 
 from gpuevents.config import Config
 from gpuevents.costs import CostModel
+from rules.core.core import Core
 from rules.dashboard.fleet_view import FleetNode, fleet_view
 from rules.engine import readings
 from rules.engine.readmodel import ReadModel, ReadSide, build_read_model, empty_model
@@ -19,7 +20,7 @@ from tests.rules.helpers import T0, at, gpu, idle_core, proc, snapshot
 COSTS = CostModel(Config().costs)
 
 
-def fleet_core(tmp_path: Path):  # type: ignore[no-untyped-def]
+def fleet_core(tmp_path: Path) -> Core:
     """Nodes b (two GPUs held idle since 0 s), a (one held idle since 600 s, one busy), c in cluster x (free)."""
     core = idle_core(tmp_path)
     core.step(snapshot(at(0), "b", gpus=[gpu(0, pids=[1], idle_since=at(0)), gpu(1, pids=[2], idle_since=at(0))],
