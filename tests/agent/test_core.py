@@ -27,7 +27,7 @@ def gpu(util: float | None = 0.0, **kw: object) -> GpuReading:
     base: dict[str, object] = {"index": 0, "uuid": "GPU-0", "model": "H100", "util_pct": util,
                                "mem_used_mib": 1000.0, "mem_total_mib": 80000.0, "temp_c": 40.0}
     base.update(kw)
-    return GpuReading(**base)  # type: ignore[arg-type]
+    return GpuReading(**base)  # type: ignore[arg-type]  # fields from a dict of overrides
 
 
 def run(utils: list[float | None]) -> tuple[GpuState, list[tuple[int, str]]]:
@@ -105,7 +105,7 @@ def ident(pid: int, user: str, age_s: float, owner: str | None = None) -> Proces
 
 def core(**kw: object) -> NodeCore:
     return NodeCore(node="n1", cluster="c1", thresholds=TH, snapshot_interval_s=15,
-                    labels={"env": "dev"}, driver_version="550.54.15", hostname="host-1", **kw)  # type: ignore[arg-type]
+                    labels={"env": "dev"}, driver_version="550.54.15", hostname="host-1", **kw)  # type: ignore[arg-type]  # keyword overrides
 
 
 def reading(procs: list[ProcReading], utils: tuple[float, float] = (0.0, 95.0),

@@ -49,7 +49,9 @@ def test_after_a_minute_of_the_demo_report_has_gpu_hours_and_free_offers_idle_un
     proc = subprocess.Popen([sys.executable, "-m", "gpuevents.cli", "up", "--demo", "-c", str(cfg)], cwd=tmp_path,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
+    stdout = proc.stdout
+    assert stdout is not None
+    reader = threading.Thread(target=lambda: lines.extend(iter(stdout.readline, "")), daemon=True)
     reader.start()
     try:
         def ports() -> tuple[int, int] | None:

@@ -110,7 +110,7 @@ async def test_api_audit_rejects_a_bad_limit(client: tuple[_Client, FleetSource]
 
 async def test_a_failing_source_answers_500_not_a_traceback(client: tuple[_Client, FleetSource]) -> None:
     c, source = client
-    source.nodes["bad"] = None  # type: ignore[assignment]
+    source.nodes["bad"] = None  # type: ignore[assignment]  # a broken source on purpose
     r = await c.get("/api/fleet")
     assert r.status == 500
     assert (await r.json()) == {"error": "internal error; see the engine log"}

@@ -47,7 +47,8 @@ async def test_the_model_holds_every_node_as_the_fleet_view_shows_it_and_ranks_i
     assert (s.incidents_firing, s.incidents_pending) == (3, 0)
     top = model.top_firing(5)
     assert [i.entity_id for i in top] == ["b/gpu0", "b/gpu1", "a/gpu0"]  # held idle longest: costliest
-    assert top[0].cost_value is not None and top[0].cost_value > top[2].cost_value  # type: ignore[operator]
+    first, third = top[0].cost_value, top[2].cost_value
+    assert first is not None and third is not None and first > third
     assert [(w.name, w.held_idle) for w in model.worst_nodes] == [("b", 2), ("a", 1)]
     nodes, incidents = model.node("a")
     assert [n.name for n in nodes] == ["a"] and [i.entity_id for i in incidents] == ["a/gpu0"]

@@ -89,7 +89,7 @@ async def test_a_large_fleets_summary_is_small_and_ranks_what_costs_most(big_eng
     assert (s.incidents_firing, s.incidents_pending) == (FLEET, FLEET)
     assert [(i.rule, i.entity_id) for i in st.incidents] == [  # the most costly: held idle the longest
         ("held-idle", f"gpu-{i:05d}/gpu0") for i in range(readmodel.TOP)]
-    assert all(a.cost_value > b.cost_value for a, b in zip(st.incidents, st.incidents[1:], strict=False))  # type: ignore[operator]
+    assert all(a.cost_value > b.cost_value for a, b in zip(st.incidents, st.incidents[1:], strict=False))  # type: ignore[operator]  # all priced here
     assert len(st.incidents) == readmodel.TOP and st.incidents_more == FLEET - readmodel.TOP
     assert len(st.worst_nodes) == readmodel.TOP and {w.held_idle for w in st.worst_nodes} == {1}
     merged = await ask_summary(bus, top=5)
