@@ -50,7 +50,7 @@ def _keep(id: str, entity: str, node: str, gpu: int, start: datetime, hours: flo
     until = (start + timedelta(hours=hours)).timestamp()
     return KeepRow(id=id, cluster="default", rule="idle-held", entity_id=entity, gpus=(KeptGpu(node, gpu),),
                    by="alice", reason=reason, start=start.timestamp(), until=until, asked_until=until,
-                   **more)  # type: ignore[arg-type]
+                   **more)  # type: ignore[arg-type]  # keyword overrides
 
 
 @pytest.fixture
