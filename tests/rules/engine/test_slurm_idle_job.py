@@ -29,7 +29,7 @@ from tests.agent.fake_pynvml import FakeDevice, FakeNvml
 from tests.slurm_cluster import SlurmCluster
 from tests.waiting import wait_for
 
-LIBRARY = Path(__file__).resolve().parents[2] / "rules" / "library" / "jobs.yaml"
+LIBRARY = Path(__file__).resolve().parents[3] / "rules" / "library" / "jobs.yaml"
 
 
 def short_library_rules() -> str:
