@@ -44,7 +44,11 @@ class EventPath:
         if ns is not None:
             self.liveness.check_online(ns, now, out)
         if change is None:
-            return
+            if ns is None or not ns.online or not ns.full_next:
+                return
+            # Back online (an agent that starts again) with views not evaluated since it went offline: all of
+            # them now, as a full evaluation of the node would.
+            change = state.refresh(ns)
         for e in change.gone:
             ev.close_all(e, now, "gone", out)
         if ns is None:

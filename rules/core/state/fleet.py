@@ -129,6 +129,10 @@ class FleetState:
         self._seen(ns, now)
         return self._with_jobs(ns, self.rebuild(ns))
 
+    def refresh(self, ns: NodeState) -> Change:
+        """Rebuild the node's views (in full, if marked so) and its jobs: what changed, to evaluate."""
+        return self._with_jobs(ns, self.rebuild(ns))
+
     def ended_job(self, event: JobEndedEvent) -> Entity:
         """The entity a `job.ended` event closes (see `jobs.ended_entity`), with `demand` like every other."""
         d = event.data

@@ -1,0 +1,45 @@
+"""The incremental core is exact, continued: divergences the widened differential test found (issue 22).
+
+Each test is one case where the core as it runs gave another outcome than a core forced to rebuild and
+re-evaluate everything (tests/rules/core/test_differential.py); each fails without its fix.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpuevents.events import AgentInfo, Event, make_event
+from rules.core.core import Core
+from rules.core.inputs import StepResult
+from tests.rules.helpers import at, config, gpu, proc, rules_from, snapshot
+
+HELD = """\
+rules:
+  - name: held-idle
+    entity: gpu
+    when: gpu.idle and gpu.processes
+    for: 1m
+    actions: [{type: log, message: "held {{ gpu.id }}"}]
+"""
+
+
+def moved(out: StepResult) -> list[tuple[str, str, str, str]]:
+    return [(t.rule, t.entity_id, t.to_status, t.reason) for t in out.transitions]
+
+
+def agent(kind: str, t: float, node: str = "n1") -> Event:
+    return make_event(kind, node, AgentInfo(node=node, version="1", snapshot_interval_s=15.0), time=at(t))
+
+
+def test_an_agent_that_starts_again_has_its_node_evaluated_as_it_is_now(tmp_path: Path) -> None:
+    core = Core(rules_from(tmp_path, HELD), config(tick="30s", offline_grace="10m"))
+    core.step(snapshot(at(0), gpus=[gpu(0)], processes=[proc(42)]), at(0))
+    assert [i.status for i in core.open_incidents()] == ["pending"]
+    core.step(agent("agent.stopping", 10), at(10))  # offline at once: what comes is not evaluated
+    busy = gpu(0, 90, pids=[42])
+    core.step(make_event("gpu.active", "n1", busy, time=at(20)), at(20))
+    assert core.open_incidents()[0].status == "pending"
+    out = core.step(agent("agent.started", 30), at(30))
+    # back: the GPU is busy now, as a full evaluation of the node sees it
+    assert moved(out) == [("held-idle", "n1/gpu0", "inactive", "condition")]
+    assert core.open_incidents() == []
