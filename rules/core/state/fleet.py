@@ -123,6 +123,8 @@ class FleetState:
             else:
                 ns.stopping = True
             self._seen(ns, now)
+            if ns.node_entity is not None:
+                ns.node_entity.view.last_seen = ns.last_seen  # as a rebuild of the node now would show it
             return None
         else:  # pragma: no cover - the Event union is closed
             return None

@@ -43,3 +43,10 @@ def test_an_agent_that_starts_again_has_its_node_evaluated_as_it_is_now(tmp_path
     # back: the GPU is busy now, as a full evaluation of the node sees it
     assert moved(out) == [("held-idle", "n1/gpu0", "inactive", "condition")]
     assert core.open_incidents() == []
+
+
+def test_an_agent_event_moves_the_node_s_last_seen(tmp_path: Path) -> None:
+    core = Core(rules_from(tmp_path, HELD), config(tick="30s"))
+    core.step(snapshot(at(0), gpus=[gpu(0, 90)]), at(0))
+    core.step(agent("agent.started", 10), at(10))
+    assert core.nodes()[0].last_seen == at(10)  # as a rebuild of the node's views now shows it
