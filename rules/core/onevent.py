@@ -17,7 +17,7 @@ from rules.core.evaluation import Evaluator
 from rules.core.inputs import StepResult
 from rules.core.liveness import Liveness
 from rules.core.plan import KINDS, RulePlan
-from rules.core.state import Entity, FleetState, NodeState
+from rules.core.state import Change, Entity, FleetState, NodeState
 
 
 class EventPath:
@@ -44,11 +44,12 @@ class EventPath:
         if ns is not None:
             self.liveness.check_online(ns, now, out)
         if change is None:
-            if ns is None or not ns.online or not ns.full_next:
+            if ns is None or not ns.online:
                 return
-            # Back online (an agent that starts again) with views not evaluated since it went offline: all of
-            # them now, as a full evaluation of the node would.
-            change = state.refresh(ns)
+            # An agent's word (it starts or stops) changes no view, but the node is evaluated as at a repeated
+            # snapshot (clocks, deadlines that came due while it was offline, snoozes); back online with
+            # views not evaluated since it went offline, all of them, as a full evaluation of the node would.
+            change = state.refresh(ns) if ns.full_next else Change(key, [], [])
         for e in change.gone:
             ev.close_all(e, now, "gone", out)
         if ns is None:

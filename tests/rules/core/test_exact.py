@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpuevents.events import AgentInfo, Event, make_event
-from rules.core.core import Core
+from rules.core.core import Core, Tick
 from rules.core.inputs import StepResult
 from tests.rules.helpers import at, config, gpu, proc, rules_from, snapshot
 
@@ -50,3 +50,13 @@ def test_an_agent_event_moves_the_node_s_last_seen(tmp_path: Path) -> None:
     core.step(snapshot(at(0), gpus=[gpu(0, 90)]), at(0))
     core.step(agent("agent.started", 10), at(10))
     assert core.nodes()[0].last_seen == at(10)  # as a rebuild of the node's views now shows it
+
+
+def test_a_deadline_that_came_due_while_a_node_was_silent_moves_when_its_agent_starts(tmp_path: Path) -> None:
+    core = Core(rules_from(tmp_path, HELD), config(tick="30s", offline_grace="10m"))
+    core.step(snapshot(at(0), gpus=[gpu(0)], processes=[proc(42)]), at(0))
+    core.step(Tick(), at(50))  # three snapshots missed: offline
+    out = core.step(Tick(), at(60))  # the `for` is due, but nothing is evaluated on an offline node
+    assert moved(out) == [] and core.open_incidents()[0].status == "pending"
+    out = core.step(agent("agent.started", 70), at(70))
+    assert moved(out) == [("held-idle", "n1/gpu0", "firing", "")]
