@@ -238,11 +238,19 @@ class Evaluator:
         for ent in self.state.by_kind["job"].values():
             if ent.view.id in jobs:
                 self.state.jobs.refresh_exemption(ent)
+        self.state.jobs.take_exemptions_changed()
+        self.evaluate_jobs(jobs, now, out)
+
+    def evaluate_jobs(self, jobs: set[str], now: datetime, out: StepResult, event_time: datetime | None = None,
+                      ) -> None:
+        """Evaluate the jobs of these ids and the GPUs and processes that are theirs, on every online node (their
+        exemptions changed)."""
         for kind, rules in self.plan.event_rules.items():
             ents = [e for e in self.state.by_kind[kind].values() if self.state.online(e) and (
                 e.view.id if kind == "job" else getattr(e.view, "job", None)) in jobs]
-            for rule in rules:
-                self.evaluate(rule, ents, now, out)
+            if ents:
+                for rule in rules:
+                    self.evaluate(rule, ents, now, out, event_time)
 
     def expire_snoozes(self, now: datetime, out: StepResult) -> None:
         """Lift the snoozes that ended by `now` and evaluate their entities (those on online nodes) again."""

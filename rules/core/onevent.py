@@ -100,6 +100,10 @@ class EventPath:
             self._snoozes_ended([*ns.entities.values(), *jobs], now, out, t)
         if ended:
             self._exemptions_ended([*ns.entities.values(), *jobs], ended, now, out, t)
+        exempting = state.jobs.take_exemptions_changed()
+        if exempting:
+            # a job's annotations changed what it is exempt from: its GPUs and processes on every node
+            ev.evaluate_jobs(exempting, now, out, t)
 
     @staticmethod
     def _rest(ns: NodeState, jobs: list[Entity], done: dict[str, list[Entity]]) -> dict[str, list[Entity]]:

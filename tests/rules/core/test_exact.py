@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuevents.events import AgentInfo, Event, make_event
+from gpuevents.events import AgentInfo, Event, JobInfo, SnapshotEvent, make_event
 from rules.core.core import Core, Tick
 from rules.core.inputs import StepResult
+from rules.lang.exemptions import KEEP_UNTIL
 from tests.rules.helpers import at, config, gpu, proc, rules_from, snapshot
 
 HELD = """\
@@ -60,3 +61,29 @@ def test_a_deadline_that_came_due_while_a_node_was_silent_moves_when_its_agent_s
     assert moved(out) == [] and core.open_incidents()[0].status == "pending"
     out = core.step(agent("agent.started", 70), at(70))
     assert moved(out) == [("held-idle", "n1/gpu0", "firing", "")]
+
+
+KEPT = """\
+rules:
+  - name: in-job
+    entity: process
+    when: process.job is not none
+    actions: [{type: log, message: "{{ process.pid }}"}]
+"""
+
+
+def kube_job(t: float, node: str, annotations: dict[str, str]) -> SnapshotEvent:
+    ev = snapshot(at(t), node, gpus=[gpu(0, 90)])
+    job = JobInfo(id="ml/Deployment/chat", scheduler="kubernetes", namespace="ml", gpus=[0], annotations=annotations)
+    return ev.model_copy(update={"data": ev.data.model_copy(update={"jobs": [job]})})
+
+
+def test_a_job_kept_by_its_annotation_exempts_its_processes_on_other_nodes_at_once(tmp_path: Path) -> None:
+    core = Core(rules_from(tmp_path, KEPT), config(tick="30s"))
+    # n1 runs a process of the job; n2 is the node the job's annotations come from
+    out = core.step(snapshot(at(0), "n1", gpus=[gpu(0, 90)], processes=[proc(42, job="ml/Deployment/chat")]), at(0))
+    assert moved(out)[-1] == ("in-job", "n1/pid42", "firing", "")
+    out = core.step(kube_job(10, "n2", {KEEP_UNTIL: at(600).isoformat()}), at(10))
+    assert moved(out) == [("in-job", "n1/pid42", "resolved", "exempt")]
+    out = core.step(kube_job(20, "n2", {}), at(20))  # the annotation is taken off: no longer kept
+    assert moved(out) == [("in-job", "n1/pid42", "pending", ""), ("in-job", "n1/pid42", "firing", "")]
