@@ -8,7 +8,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuevents.events import AgentInfo, Event, JobInfo, SnapshotEvent, make_event
+from gpuevents.events import (
+    SCHEDULER_SOURCE,
+    AgentInfo,
+    Event,
+    JobEnded,
+    JobEndedEvent,
+    JobInfo,
+    SnapshotEvent,
+    make_event,
+)
 from rules.core.core import Core, Tick
 from rules.core.inputs import StepResult
 from rules.lang.exemptions import KEEP_UNTIL
@@ -87,3 +96,23 @@ def test_a_job_kept_by_its_annotation_exempts_its_processes_on_other_nodes_at_on
     assert moved(out) == [("in-job", "n1/pid42", "resolved", "exempt")]
     out = core.step(kube_job(20, "n2", {}), at(20))  # the annotation is taken off: no longer kept
     assert moved(out) == [("in-job", "n1/pid42", "pending", ""), ("in-job", "n1/pid42", "firing", "")]
+
+
+def test_a_job_ended_while_its_nodes_still_list_it_is_evaluated_anew(tmp_path: Path) -> None:
+    core = Core(rules_from(tmp_path, """\
+rules:
+  - name: job-busy
+    entity: job
+    when: not job.idle and job.ended_at is none
+    actions: [{type: log, message: "{{ job.id }}"}]
+"""), config(tick="30s"))
+    ev = snapshot(at(0), "n1", gpus=[gpu(0, 90)])
+    core.step(ev.model_copy(update={"data": ev.data.model_copy(update={"jobs": [JobInfo(id="7", gpus=[0])]})}), at(0))
+    assert [i.status for i in core.open_incidents()] == ["firing"]
+    ended = JobEndedEvent(source=f"node/{SCHEDULER_SOURCE}", time=at(10),
+                          data=JobEnded(id="7", nodes=["n1"], ended_at=at(10)))
+    out = core.step(ended, at(10))
+    # its ending resolves its incidents; the job n1 still lists opens them again, as a full evaluation finds it
+    assert moved(out) == [("job-busy", "job/slurm/7", "resolved", "condition"),
+                          ("job-busy", "job/slurm/7", "pending", ""),
+                          ("job-busy", "job/slurm/7", "firing", "")]
