@@ -102,6 +102,7 @@ class Evaluator:
             return
         for ent in ents:
             if online_only and not nodes[ent.node_key].online:
+                nodes[ent.node_key].full_next = True  # evaluated in full when it is back
                 continue
             key = ent.key
             if since is not None:
@@ -246,7 +247,7 @@ class Evaluator:
         """Evaluate the jobs of these ids and the GPUs and processes that are theirs, on every online node (their
         exemptions changed)."""
         for kind, rules in self.plan.event_rules.items():
-            ents = [e for e in self.state.by_kind[kind].values() if self.state.online(e) and (
+            ents = [e for e in self.state.by_kind[kind].values() if self.state.evaluable(e) and (
                 e.view.id if kind == "job" else getattr(e.view, "job", None)) in jobs]
             if ents:
                 for rule in rules:
@@ -259,5 +260,5 @@ class Evaluator:
             rule = self.plan.by_name.get(s.rule)
             if rule is None or rule.scheduled:
                 continue
-            ents = [e for e in self.state.entities_by_id(rule.kind, s.entity_id) if self.state.online(e)]
+            ents = [e for e in self.state.entities_by_id(rule.kind, s.entity_id) if self.state.evaluable(e)]
             self.evaluate(rule, ents, now, out)

@@ -268,6 +268,17 @@ class FleetState:
         ns = self.nodes.get(ent.node_key)
         return ns is not None and ns.online
 
+    def evaluable(self, ent: Entity) -> bool:
+        """Whether `ent`'s node is known and online, so that `ent` can be evaluated now. One that is offline is
+        marked to be evaluated in full when it is back: what is skipped now (a snooze or exemption that ended, a
+        sweep, a deadline) is not lost."""
+        ns = self.nodes.get(ent.node_key)
+        if ns is None:
+            return False
+        if not ns.online:
+            ns.full_next = True
+        return ns.online
+
     @property
     def any_offline(self) -> bool:
         """Whether some known node is offline."""

@@ -18,7 +18,7 @@ from gpuevents.events import (
     SnapshotEvent,
     make_event,
 )
-from rules.core.core import Core, Tick
+from rules.core.core import Core, Snooze, Tick
 from rules.core.inputs import StepResult
 from rules.lang.exemptions import KEEP_UNTIL
 from tests.rules.helpers import at, config, gpu, proc, rules_from, snapshot
@@ -116,3 +116,20 @@ rules:
     assert moved(out) == [("job-busy", "job/slurm/7", "resolved", "condition"),
                           ("job-busy", "job/slurm/7", "pending", ""),
                           ("job-busy", "job/slurm/7", "firing", "")]
+
+
+def test_a_snooze_that_ended_while_its_node_was_offline_is_seen_when_the_node_is_back(tmp_path: Path) -> None:
+    core = Core(rules_from(tmp_path, """\
+rules:
+  - name: hot
+    entity: gpu
+    when: gpu.temp_c > 80
+    actions: [{type: log, message: "hot {{ gpu.id }}"}]
+"""), config(tick="30s", offline_grace="10m"))
+    core.step(snapshot(at(0), gpus=[gpu(0, 90, temp_c=95)]), at(0))
+    out = core.step(Snooze(rule="hot", entity_id="n1/gpu0", until=at(100)), at(5))
+    assert moved(out) == [("hot", "n1/gpu0", "resolved", "snoozed")]
+    core.step(Tick(), at(60))  # offline: three snapshots missed
+    core.step(Tick(), at(100))  # the snooze ends; nothing is evaluated on an offline node
+    out = core.step(agent("agent.started", 110), at(110))
+    assert moved(out) == [("hot", "n1/gpu0", "pending", ""), ("hot", "n1/gpu0", "firing", "")]
