@@ -65,7 +65,7 @@ class Core:
                              lease_ttl_s=float(engine.lease_ttl))
         self.recovery = Recovery(self.plan, self.book, self.state, self.limiter, self.evaluator, self.settling,
                                  offline_grace_s=self.offline_grace_s)
-        self.events = EventPath(self.plan, self.state, self.book, self.evaluator, self.liveness)
+        self.events = EventPath(self.plan, self.state, self.book, self.evaluator, self.liveness, self.timers)
         self._set_rules(rules)
 
     # ------------------------------------------------------------------ rules

@@ -18,18 +18,20 @@ from rules.core.inputs import StepResult
 from rules.core.liveness import Liveness
 from rules.core.plan import KINDS, RulePlan
 from rules.core.state import Change, Entity, FleetState, NodeState
+from rules.core.timers import Timers
 
 
 class EventPath:
     """Applies events to the fleet state and evaluates what they make necessary."""
 
     def __init__(self, plan: RulePlan, state: FleetState, book: IncidentBook, evaluator: Evaluator,
-                 liveness: Liveness) -> None:
+                 liveness: Liveness, timers: Timers) -> None:
         self.plan = plan
         self.state = state
         self.book = book
         self.evaluator = evaluator
         self.liveness = liveness
+        self.timers = timers
 
     def apply(self, event: Event, now: datetime, out: StepResult) -> None:
         """Apply an event to the fleet state; evaluate the entities it changed, and the rest of its node (and
@@ -88,6 +90,14 @@ class EventPath:
                 else:
                     ev.evaluate(rule, ents, now, out, t)
         rest = self._rest(ns, jobs, by_kind)
+        if self.timers.full_eval:
+            # rules new or changed (a reload, a restore) and not swept yet: all of the node's entities, as a
+            # full evaluation of the node would (the tick that sweeps them comes at once)
+            for kind, rules in self.plan.event_rules.items():
+                ents = [*by_kind[kind], *rest[kind]]
+                for rule in rules:
+                    if rule.name in self.timers.full_eval and not rule.condition.time_dependent and ents:
+                        ev.evaluate(rule, ents, now, out, t)
         if self.plan.has_time_rules:
             # Unchanged entities keep their results, except under conditions that read the clock: an event
             # evaluates those for its whole node, as ticks do for the fleet.

@@ -133,3 +133,20 @@ rules:
     core.step(Tick(), at(100))  # the snooze ends; nothing is evaluated on an offline node
     out = core.step(agent("agent.started", 110), at(110))
     assert moved(out) == [("hot", "n1/gpu0", "pending", ""), ("hot", "n1/gpu0", "firing", "")]
+
+
+def test_an_event_between_a_reload_and_its_sweep_evaluates_the_new_rule_on_its_node(tmp_path: Path) -> None:
+    hot = """\
+rules:
+  - name: hot
+    entity: gpu
+    when: gpu.temp_c > {limit}
+    actions: [{{type: log, message: "hot {{{{ gpu.id }}}}"}}]
+"""
+    core = Core(rules_from(tmp_path, hot.format(limit=80)), config(tick="30s"))
+    snap = snapshot(at(0), gpus=[gpu(0, 90, temp_c=75)])
+    core.step(snap, at(0))
+    assert core.open_incidents() == []
+    core.replace_rules(rules_from(tmp_path, hot.format(limit=70), name="new.yaml"), at(10))
+    out = core.step(snap.model_copy(update={"time": at(15)}), at(15))  # a repeat, before the tick's sweep
+    assert moved(out) == [("hot", "n1/gpu0", "pending", ""), ("hot", "n1/gpu0", "firing", "")]
