@@ -254,11 +254,13 @@ class Evaluator:
                     self.evaluate(rule, ents, now, out, event_time)
 
     def expire_snoozes(self, now: datetime, out: StepResult) -> None:
-        """Lift the snoozes that ended by `now` and evaluate their entities (those on online nodes) again."""
+        """Lift the snoozes that ended by `now` and evaluate their entities (those on online nodes, or any for a
+        rule that reads liveness) again."""
         for s in self.book.snoozes_ended(now):
             out.snoozes.append(s)
             rule = self.plan.by_name.get(s.rule)
             if rule is None or rule.scheduled:
                 continue
-            ents = [e for e in self.state.entities_by_id(rule.kind, s.entity_id) if self.state.evaluable(e)]
+            ents = [e for e in self.state.entities_by_id(rule.kind, s.entity_id)
+                    if rule.reads_liveness or self.state.evaluable(e)]  # liveness rules see offline nodes too
             self.evaluate(rule, ents, now, out)

@@ -150,3 +150,18 @@ rules:
     core.replace_rules(rules_from(tmp_path, hot.format(limit=70), name="new.yaml"), at(10))
     out = core.step(snap.model_copy(update={"time": at(15)}), at(15))  # a repeat, before the tick's sweep
     assert moved(out) == [("hot", "n1/gpu0", "pending", ""), ("hot", "n1/gpu0", "firing", "")]
+
+
+def test_a_snooze_of_a_liveness_rule_that_ends_while_its_node_is_offline_lets_it_fire(tmp_path: Path) -> None:
+    core = Core(rules_from(tmp_path, """\
+rules:
+  - name: agent-down
+    entity: node
+    when: not node.online
+    actions: [{type: log, message: "down {{ node.name }}"}]
+"""), config(tick="30s", offline_grace="10m"))
+    core.step(snapshot(at(0), gpus=[gpu(0, 90)]), at(0))
+    core.step(Snooze(rule="agent-down", entity_id="n1", until=at(100)), at(5))
+    assert moved(core.step(Tick(), at(60))) == []  # offline, but snoozed
+    out = core.step(Tick(), at(100))  # the snooze ends: a rule that reads liveness sees the node offline
+    assert moved(out) == [("agent-down", "n1", "pending", ""), ("agent-down", "n1", "firing", "")]
