@@ -11,7 +11,7 @@ from typing import Any
 import httpx2
 from lightkube import ApiError, AsyncClient, ConfigError
 
-from actions.protocol import PermanentError, TransientError
+from actions.errors import PermanentError, TransientError
 from gpuevents import kube
 from gpuevents.config import KubernetesConfig
 
@@ -67,7 +67,7 @@ async def post_event(client: AsyncClient, obj: Mapping[str, Any], reason: str, m
         reportingInstance=socket.gethostname()[:128], firstTimestamp=at, lastTimestamp=at, count=1,
     )
     try:
-        await client.create(event, namespace=md.get("namespace"))
+        await client.create(event)  # into metadata.namespace (lightkube's typed overload takes no namespace=)
     except ApiError as e:
         return f"no Event posted: {e.status.message or e} (HTTP {e.status.code or e.response.status_code})"
     except httpx2.HTTPError as e:

@@ -15,12 +15,12 @@ from gpuevents.clock import SystemClock
 from gpuevents.config import Config
 from gpuevents.costs import CostModel
 from rules.usage.jobstore import JobStore
+from rules.usage.keeps import KeepStore, team_keeps
 from rules.usage.quarter import build_quarter, compare
 from rules.usage.render import render
 from rules.usage.render_quarter import render_quarter
 from rules.usage.rightsize import rightsize_lines
 from rules.usage.store import UsageStore
-from rules.usage.summary import summary_text
 from rules.usage.weekly import (
     NO_TEAM_LABEL,
     ExemptionLine,
@@ -72,6 +72,9 @@ def make_report(config: Config, now: datetime, team: str | None = None) -> tuple
         ExemptionLine(job=f"job/{j.scheduler}/{j.id}", user=j.user, namespace=j.namespace, exemption=j.exemption or "",
                       until=j.exempt_until, gpu_hours=j.gpu_hours, idle_share_pct=j.idle_share_pct)
         for j in sorted(exempt, key=lambda j: -(j.gpu_hours * (j.idle_share_pct or 0)))][:20]
+    with KeepStore(path) as keeps:
+        kept = keeps.window(since.timestamp(), until.timestamp())
+    report.keeps = team_keeps(kept, usage, since.timestamp(), until.timestamp(), team)
     return report, costs
 
 
@@ -84,7 +87,10 @@ def weekly_summary(config: Config, now: datetime, team: str | None, top_jobs: in
         raise LookupError(str(e)) from None
     if team is not None and not report.teams:
         return None
-    return summary_text(report, costs, top_jobs)
+    from actions import slack_format
+    from rules.usage.summary import summary_text
+
+    return summary_text(report, costs, top_jobs, escape=slack_format.escape, cut=slack_format.truncate)
 
 
 def _day(text: str, flag: str) -> datetime:

@@ -15,14 +15,15 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from gpuevents.aio import guarded_task
 from gpuevents.costs import CostModel
+from gpuevents.wire.status import TOP
 from rules.core.core import Core
 from rules.dashboard.fleet_view import DemandLine, FleetIncident, FleetNode, FleetRows, fleet_node
 from rules.engine import readings
 from rules.engine.slices import Packed, Slicer, add, sorted_sliced
 
 log = logging.getLogger(__name__)
-TOP = 20  # firing incidents and worst nodes a summary carries
 
 
 class WorstNode(BaseModel):
@@ -228,7 +229,7 @@ class ReadSide:
             self._start()
 
     def _start(self) -> asyncio.Task[ReadModel]:
-        self._task = asyncio.create_task(self._run(self._version()), name="read model")
+        self._task = guarded_task(self._run(self._version()), "read model", awaited=True)
         self._task.add_done_callback(_retrieve)
         return self._task
 

@@ -152,6 +152,6 @@ def compare(before_rows: Iterable[UsageRow], after_rows: Iterable[UsageRow], cos
         sides.append((fleet, teams))
     (fa, ta), (fb, tb) = sides
     names = sorted(set(ta) | set(tb))
-    rows = [(_line(None, fa), _line(None, fb))]
-    rows += [(_line(t, ta.get(t)), _line(t, tb.get(t))) for t in names]
-    return Comparison(before=before, after=after, rows=rows)
+    lines = [(_line(None, fa), _line(None, fb))]
+    lines += [(_line(t, ta.get(t)), _line(t, tb.get(t))) for t in names]
+    return Comparison(before=before, after=after, rows=lines)

@@ -9,6 +9,7 @@ from zoneinfo import ZoneInfo
 
 from gpuevents.costs import CostModel
 from rules.usage.colours import legend_svg, util_colour
+from rules.usage.render_keeps import keeps_html, keeps_markdown
 from rules.usage.trends import Trend, WeekOverWeek
 from rules.usage.weekly import Heatmap, WeeklyReport, team_label
 
@@ -143,6 +144,7 @@ def render_html(report: WeeklyReport, costs: CostModel) -> str:
                          f'<td class="t">{e(x.exemption)}</td><td class="t">{e(until)}</td>'
                          f"<td>{_h(x.gpu_hours)}</td><td>{_pct(x.idle_share_pct)}</td></tr>")
         parts.append("</table>")
+    parts.append(keeps_html(report.keeps))
     parts.append(_leaderboard_html(report, costs))
     parts.append("<h2>Top idle jobs</h2>")
     if report.top_idle_jobs:
@@ -261,9 +263,9 @@ def render_markdown(report: WeeklyReport, costs: CostModel) -> str:
                   "| team | utilization | change | used share | held idle GPU-h | change | waste | change |",
                   "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         wow = report.week_over_week
-        for t in [wow.fleet, *wow.teams]:
-            name = "**fleet**" if t.team is None else markdown_cell(team_label(t.team))
-            lines.append(f"| {name} | {_md_trend(t, costs)} |")
+        for trend in [wow.fleet, *wow.teams]:
+            name = "**fleet**" if trend.team is None else markdown_cell(team_label(trend.team))
+            lines.append(f"| {name} | {_md_trend(trend, costs)} |")
     if report.kpi:
         lines += ["", "## Utilization over 13 weeks", ""]
         lines += [f"- {markdown_cell('fleet' if k.team is None else team_label(k.team))}: {markdown_cell(k.text)}"
@@ -280,14 +282,16 @@ def render_markdown(report: WeeklyReport, costs: CostModel) -> str:
         lines += [f"| {markdown_cell(x.job)} | {markdown_cell(x.user or '–')} | {markdown_cell(x.exemption)} | "
                   f"{f'{x.until:%Y-%m-%d %H:%M %Z}' if x.until else '–'} | {_h(x.gpu_hours)} | "
                   f"{_pct(x.idle_share_pct)} |" for x in report.exemptions]
+    lines += keeps_markdown(report.keeps, markdown_cell)
     lines += ["", "## Held-idle leaderboard", ""]
     if report.leaderboard:
         lines += ["| # | owner | teams | held idle GPU-h | held idle cost | busy GPU-h | utilization | used share |",
                   "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
-        for o in report.leaderboard:
-            teams = markdown_cell(", ".join(team_label(t) for t in o.teams))
-            lines.append(f"| {o.rank} | {markdown_cell(o.owner)} | {teams} | {_h(o.held_idle_h)} | "
-                         f"{f(o.held_idle_cost)} | {_h(o.busy_h)} | {_pct(o.util_pct)} | {_pct(o.busy_share_pct)} |")
+        for leader in report.leaderboard:
+            teams = markdown_cell(", ".join(team_label(t) for t in leader.teams))
+            lines.append(f"| {leader.rank} | {markdown_cell(leader.owner)} | {teams} | {_h(leader.held_idle_h)} | "
+                         f"{f(leader.held_idle_cost)} | {_h(leader.busy_h)} | {_pct(leader.util_pct)} | "
+                         f"{_pct(leader.busy_share_pct)} |")
     else:
         lines.append("Nobody held an idle GPU this week.")
     lines += ["", "## Top idle jobs", ""]
