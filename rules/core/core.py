@@ -158,11 +158,12 @@ class Core:
         return None
 
     def next_wakeup(self, now: datetime) -> datetime:
-        """When to send the next Tick: the periodic sweep, a cron instant, a `for` or repeat deadline, a snooze
-        expiring, a node going offline or past its grace; never before `now`."""
+        """When to send the next Tick: the periodic sweep, a cron instant, a `for` or repeat deadline, a snooze or
+        a job's exemption ending, a node going offline or past its grace; never before `now`."""
         now = utc(now)
         best = self.timers.next_wakeup(now)
-        for at in (self.recovery.next_release(), self.book.next_snooze_end(), self.liveness.next_change(now)):
+        for at in (self.recovery.next_release(), self.book.next_snooze_end(), self.liveness.next_change(now),
+                   self.state.jobs.exemptions.next_end()):
             if at is not None and at < best:
                 best = at
         return max(best, now)

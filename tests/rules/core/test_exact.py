@@ -165,3 +165,10 @@ rules:
     assert moved(core.step(Tick(), at(60))) == []  # offline, but snoozed
     out = core.step(Tick(), at(100))  # the snooze ends: a rule that reads liveness sees the node offline
     assert moved(out) == [("agent-down", "n1", "pending", ""), ("agent-down", "n1", "firing", "")]
+
+
+def test_the_engine_wakes_when_a_job_s_keep_ends(tmp_path: Path) -> None:
+    core = Core(rules_from(tmp_path, KEPT), config(tick="1h"), offline_detection=False)
+    core.step(kube_job(0, "n2", {KEEP_UNTIL: at(600).isoformat()}), at(0))
+    core.step(Tick(), at(1))
+    assert core.next_wakeup(at(1)) == at(600)  # not an hour later: the keep's end is when the job is evaluated
