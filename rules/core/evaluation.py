@@ -37,7 +37,8 @@ class Evaluator:
         self.pending_sends: list[PendingSend] = []  # send phases due this step, decided at its end
         self.error_counts: Counter[tuple[str, str]] = Counter()
         self.erroring: dict[str, dict[str, str]] = {}  # node key -> key -> kind of entities whose evaluation raised
-        self.erroring_jobs: set[str] = set()  # jobs whose evaluation raised (evaluated again at any node's event)
+        self.erroring_jobs: set[str] = set()  # jobs evaluated again at any of their nodes' next event (their
+        # evaluation raised, or an offline node changed them)
 
     def take_sends(self) -> list[PendingSend]:
         sends, self.pending_sends = self.pending_sends, []
@@ -59,6 +60,10 @@ class Evaluator:
                     if e is not None:
                         out.append(e)
         return out
+
+    def again_at_next_event(self, job: Entity) -> None:
+        """Evaluate the job at the next event of any of its nodes (not now: its head node is offline)."""
+        self.erroring_jobs.add(job.key)
 
     def evaluate(
         self, rule: Rule, ents: Iterable[Entity], now: datetime, out: StepResult,

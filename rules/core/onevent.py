@@ -59,6 +59,7 @@ class EventPath:
         if not ns.online:
             ns.full_next = True  # not evaluated now: evaluate every entity when it is back
             self.liveness.evaluate_liveness(ns, now, out)
+            self._offline_jobs(change.changed, now, out, event.time)
             return
         jobs = state.jobs_of(key)
         by_kind: dict[str, list[Entity]] = {k: [] for k in KINDS}
@@ -114,6 +115,19 @@ class EventPath:
         if exempting:
             # a job's annotations changed what it is exempt from: its GPUs and processes on every node
             ev.evaluate_jobs(exempting, now, out, t)
+
+    def _offline_jobs(self, changed: list[Entity], now: datetime, out: StepResult, t: datetime) -> None:
+        """Jobs an offline node's event changed (a job across nodes, one of them offline and still reporting):
+        evaluated now where their head node is online, as a sweep would; else at the next event of any of
+        their nodes, as a full evaluation of that node would."""
+        for e in changed:
+            if e.kind != "job":
+                continue
+            if self.state.evaluable(e):
+                for rule in self.plan.event_rules["job"]:
+                    self.evaluator.evaluate(rule, (e,), now, out, t)
+            else:
+                self.evaluator.again_at_next_event(e)
 
     @staticmethod
     def _rest(ns: NodeState, jobs: list[Entity], done: dict[str, list[Entity]]) -> dict[str, list[Entity]]:

@@ -172,3 +172,25 @@ def test_the_engine_wakes_when_a_job_s_keep_ends(tmp_path: Path) -> None:
     core.step(kube_job(0, "n2", {KEEP_UNTIL: at(600).isoformat()}), at(0))
     core.step(Tick(), at(1))
     assert core.next_wakeup(at(1)) == at(600)  # not an hour later: the keep's end is when the job is evaluated
+
+
+def job_part(t: float, node: str, util: float) -> SnapshotEvent:
+    ev = snapshot(at(t), node, gpus=[gpu(0, util, idle_since=at(0))])
+    return ev.model_copy(update={"data": ev.data.model_copy(update={"jobs": [JobInfo(id="7", user="erin", gpus=[0])]})})
+
+
+def test_a_job_an_offline_node_changed_is_evaluated_at_its_other_node_s_next_event(tmp_path: Path) -> None:
+    core = Core(rules_from(tmp_path, """\
+rules:
+  - name: spread-idle
+    entity: job
+    when: job.nodes | length > 1 and job.idle
+    actions: [{type: log, message: "{{ job.id }}"}]
+"""), config(tick="30s", offline_grace="10m"))
+    core.step(job_part(0, "n1", 0), at(0))
+    out = core.step(job_part(5, "n2", 0), at(5))
+    assert moved(out)[-1] == ("spread-idle", "job/slurm/7", "firing", "")
+    core.step(agent("agent.stopping", 10), at(10))  # n1 (the job's head node) is offline, and still reports:
+    core.step(make_event("gpu.active", "n1", gpu(0, 90), time=at(15)), at(15))  # its GPU is busy now
+    out = core.step(job_part(20, "n2", 0), at(20))  # n2 repeats itself: the job is not idle, as a full evaluation sees
+    assert moved(out) == [("spread-idle", "job/slurm/7", "resolved", "condition")]
