@@ -194,10 +194,8 @@ class Core:
                 self.evaluator.evaluate(rule, [ended], now, out, item.time)
             self.evaluator.close_all(ended, now, "gone", out)
             live = self.state.by_kind["job"].get(ended.key)
-            if live is not None and self.state.evaluable(live):
-                # a job its nodes still list (the ending raced a snapshot): it is evaluated as it is, anew
-                for rule in self.plan.event_rules["job"]:
-                    self.evaluator.evaluate(rule, (live,), now, out, item.time)
+            if live is not None:  # a job its nodes still list (the ending raced a snapshot): evaluated anew
+                self.evaluator.evaluate_job(live, now, out, item.time)
         else:
             self.events.apply(item, now, out)
         self.flush_sends(now, out)

@@ -61,9 +61,14 @@ class Evaluator:
                         out.append(e)
         return out
 
-    def again_at_next_event(self, job: Entity) -> None:
-        """Evaluate the job at the next event of any of its nodes (not now: its head node is offline)."""
-        self.erroring_jobs.add(job.key)
+    def evaluate_job(self, job: Entity, now: datetime, out: StepResult, event_time: datetime | None = None) -> None:
+        """Every rule on the job now if its head node is online (as a sweep would), else at the next event of any
+        of its nodes (as a full evaluation of that node would)."""
+        if self.state.evaluable(job):
+            for rule in self.plan.event_rules["job"]:
+                self.evaluate(rule, (job,), now, out, event_time)
+        else:
+            self.erroring_jobs.add(job.key)
 
     def evaluate(
         self, rule: Rule, ents: Iterable[Entity], now: datetime, out: StepResult,

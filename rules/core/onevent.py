@@ -121,13 +121,8 @@ class EventPath:
         evaluated now where their head node is online, as a sweep would; else at the next event of any of
         their nodes, as a full evaluation of that node would."""
         for e in changed:
-            if e.kind != "job":
-                continue
-            if self.state.evaluable(e):
-                for rule in self.plan.event_rules["job"]:
-                    self.evaluator.evaluate(rule, (e,), now, out, t)
-            else:
-                self.evaluator.again_at_next_event(e)
+            if e.kind == "job":
+                self.evaluator.evaluate_job(e, now, out, t)
 
     @staticmethod
     def _rest(ns: NodeState, jobs: list[Entity], done: dict[str, list[Entity]]) -> dict[str, list[Entity]]:

@@ -194,3 +194,22 @@ rules:
     core.step(make_event("gpu.active", "n1", gpu(0, 90), time=at(15)), at(15))  # its GPU is busy now
     out = core.step(job_part(20, "n2", 0), at(20))  # n2 repeats itself: the job is not idle, as a full evaluation sees
     assert moved(out) == [("spread-idle", "job/slurm/7", "resolved", "condition")]
+
+
+def test_a_job_ended_while_listed_and_its_head_node_offline_is_evaluated_at_its_next_event(tmp_path: Path) -> None:
+    core = Core(rules_from(tmp_path, """\
+rules:
+  - name: spread-idle
+    entity: job
+    when: job.nodes | length > 1 and job.idle and job.ended_at is none
+    actions: [{type: log, message: "{{ job.id }}"}]
+"""), config(tick="30s", offline_grace="10m"))
+    core.step(job_part(0, "n1", 0), at(0))
+    core.step(job_part(5, "n2", 0), at(5))
+    core.step(agent("agent.stopping", 10), at(10))  # n1, the job's head node, is offline
+    ended = JobEndedEvent(source=f"node/{SCHEDULER_SOURCE}", time=at(15),
+                          data=JobEnded(id="7", nodes=["n1", "n2"], ended_at=at(15)))
+    out = core.step(ended, at(15))
+    assert moved(out) == [("spread-idle", "job/slurm/7", "resolved", "condition")]
+    out = core.step(job_part(20, "n2", 0), at(20))  # n2 still lists it, unchanged: a full evaluation finds it
+    assert moved(out) == [("spread-idle", "job/slurm/7", "pending", ""), ("spread-idle", "job/slurm/7", "firing", "")]
