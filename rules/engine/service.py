@@ -287,26 +287,13 @@ class Engine(EngineAnswers):
             assert self.core is not None
             total = StepResult()
             counts: Counter[str] = Counter()
-            for d in deliveries:
-                event = await self.intake.accept(d)
-                if event is None:
-                    continue
-                counts[event.type] += 1
-                now = self.clock.now()
-                try:
-                    total.extend(self.core.step(event, now))
-                except Exception as e:
-                    # A schema-valid event the core cannot digest must not stop the fleet's watch, nor
-                    # come back forever: it is dead-lettered like a malformed one, with the reason.
-                    log.exception("event %s from %s could not be applied", event.type, d.subject)
-                    await self._dead_letter(d, e)
-                    continue
-                if self.usage is not None and isinstance(event, SnapshotEvent):
-                    # A repeated snapshot is counted from the equal one already held (the usage figures
-                    # read none of the fields that may differ), so the new copy dies young.
-                    snap = self.core.state.current_snapshot(event)
-                    self.usage.observe(event if snap is event.data else event.model_copy(update={"data": snap}),
-                                       now)
+            core = self.core
+            core.defer_limits = True  # the batch's windows are taken once, at its end
+            try:
+                await self._step_batch(core, deliveries, total, counts)
+            finally:
+                core.defer_limits = False
+            total.limits = core.take_limits(self.clock.now())
             self._changes += 1
             for type_, n in counts.items():
                 self.metrics.events.labels(type=type_).inc(n)
@@ -315,6 +302,29 @@ class Engine(EngineAnswers):
             self._inflight = guarded_task(self._commit_and_ack(total, deliveries), "commit", awaited=True)
             self.planner.stepped(self.core)
         self._collect()
+
+    async def _step_batch(self, core: Core, deliveries: list[Delivery], total: StepResult,
+                          counts: Counter[str]) -> None:
+        for d in deliveries:
+            event = await self.intake.accept(d)
+            if event is None:
+                continue
+            counts[event.type] += 1
+            now = self.clock.now()
+            try:
+                total.extend(core.step(event, now))
+            except Exception as e:
+                # A schema-valid event the core cannot digest must not stop the fleet's watch, nor
+                # come back forever: it is dead-lettered like a malformed one, with the reason.
+                log.exception("event %s from %s could not be applied", event.type, d.subject)
+                await self._dead_letter(d, e)
+                continue
+            if self.usage is not None and isinstance(event, SnapshotEvent):
+                # A repeated snapshot is counted from the equal one already held (the usage figures
+                # read none of the fields that may differ), so the new copy dies young.
+                snap = core.state.current_snapshot(event)
+                self.usage.observe(event if snap is event.data else event.model_copy(update={"data": snap}),
+                                   now)
 
     async def _commit_and_ack(self, result: StepResult, deliveries: list[Delivery]) -> None:
         await self.committer.commit(result, "commit the batch's actions, audit and incidents")

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator, Sized
 from datetime import timedelta
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from aiosmtpd.controller import Controller
@@ -27,6 +28,8 @@ from tests.actions.builtin.test_email import Inbox
 from tests.rules.engine.conftest import T0
 from tests.rules.engine.helpers import running
 from tests.waiting import wait_for
+
+Sized_ = TypeVar("Sized_", bound=Sized)
 
 RULE = """\
 rules:
@@ -149,8 +152,8 @@ async def test_an_engine_that_takes_over_learns_the_outcomes_reported_while_none
         assert learned == {"n1/gpu0": ["delivered"], "n1/gpu1": ["failed"]}
 
 
-async def _len(coro: object, n: int) -> object:
-    got = await coro  # type: ignore[misc]
+async def _len(coro: Awaitable[Sized_], n: int) -> Sized_ | None:
+    got = await coro
     return got if len(got) >= n else None
 
 
