@@ -32,6 +32,10 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:.0f} %"
 
 
+def _gib(mib: float | None) -> str:
+    return "-" if mib is None else f"{mib / 1024:.1f} GiB"
+
+
 def _when(d: datetime | None) -> str:
     return "-" if d is None else d.strftime("%Y-%m-%d %H:%M")
 
@@ -47,9 +51,10 @@ def describe(s: JobSummary, costs: CostModel) -> str:
         f"  GPUs       {s.gpu_count} x {s.model or 'unknown model'} on {where}",
         f"  started    {_when(s.started_at)}   for {format_duration(s.hours * 3600)}",
         f"  GPU-hours  {s.gpu_hours:.2f}   cost {costs.format(s.cost)}",
-        f"  util       mean {_pct(s.mean_util_pct)}   peak {_pct(s.peak_util_pct)}   "
-        f"SM active {_pct(s.mean_sm_active_pct) if s.mean_sm_active_pct is not None else 'not measured'}",
-        f"  memory     peak {'-' if s.peak_mem_mib is None else f'{s.peak_mem_mib / 1024:.1f} GiB'}",
+        f"  util       mean {_pct(s.mean_util_pct)}   p95 {_pct(s.p95_util_pct)}   peak {_pct(s.peak_util_pct)}",
+        "  SM active  " + (f"mean {_pct(s.mean_sm_active_pct)}   p95 {_pct(s.p95_sm_active_pct)}"
+                            if s.mean_sm_active_pct is not None else "not measured"),
+        f"  memory     p95 {_gib(s.p95_mem_mib)}   peak {_gib(s.peak_mem_mib)}",
         f"  idle       {_pct(s.idle_share_pct)} of its GPU time",
         f"  smaller fit {s.smaller_fit or 'not assessed'}",
         f"  {s.line(costs)}",
@@ -62,7 +67,8 @@ def job_command(
     json: JsonOption = False,
     config: ConfigOption = None,
 ) -> None:
-    """A job's summary: GPU-hours, mean and peak utilisation, SM activity, peak memory, idle share, cost."""
+    """A job's summary: GPU-hours, mean, p95 and peak utilisation and SM activity, p95 and peak memory, idle share,
+    cost, the MIG slice it would have fitted."""
     cfg = load_config_or_exit(config)
     with _store(cfg) as store:
         found = store.find(job_id)

@@ -7,7 +7,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 
-from pydantic import BaseModel
+from pydantic import BaseModel, computed_field
 
 from gpuevents.costs import CostModel
 from rules.usage.store import UsageRow
@@ -45,6 +45,7 @@ class TeamSeries(BaseModel):
         known = self.known
         return known[-1].util_pct if known else None
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def on_target(self) -> bool | None:
         last = self.last_util_pct
@@ -62,6 +63,12 @@ class TeamSeries(BaseModel):
         if self.target_util_pct is not None:
             text += f" (target {self.target_util_pct:.0f} %)"
         return text
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def change(self) -> str:
+        """`change_text()`, for pages that draw the series."""
+        return self.change_text()
 
 
 class QuarterReport(BaseModel):
