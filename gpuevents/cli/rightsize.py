@@ -17,7 +17,7 @@ from gpuevents.clock import SystemClock
 from gpuevents.config import Config
 from gpuevents.costs import CostModel
 from gpuevents.durations import parse_duration
-from rules.usage.rightsize import Fit, WorkloadUse, advise, observed_hours, rank, uses_from_fits
+from rules.usage.rightsize import MIN_HOURS, Fit, WorkloadUse, advise, observed_hours, rank, uses_from_fits
 from rules.usage.schedules import Proposal, propose
 from rules.usage.store import UsageStore
 
@@ -38,6 +38,16 @@ def rightsize(cfg: Config, since_s: float, team: str | None) -> tuple[list[tuple
     fits = {u.key: (advise(u, models, costs, window_hours=window), u) for u in uses}
     ordered = rank(f for f, _u in fits.values())
     return [(f, fits[f.key][1]) for f in ordered], simulated
+
+
+def too_little(unknown: int, total: int, since: str) -> str:
+    """What a listing says of the workloads it could not advise on."""
+    if unknown == total:
+        return (f"Too little data to advise: each of the {total} workload(s) seen in the last {since} held its GPUs "
+                f"under {MIN_HOURS:g} GPU-hour or had no memory or utilization reading. Let the engine record "
+                "longer (or widen --since) and ask again.")
+    return (f"{unknown} of {total} had too little data to advise (under {MIN_HOURS:g} GPU-hour observed, or no "
+            "memory or utilization reading).")
 
 
 def schedules(cfg: Config, since_s: float) -> tuple[list[Proposal], bool]:
@@ -120,5 +130,8 @@ def rightsize_command(
                       costs.format(f.saving_per_week) if f.advised else "–", Text(f.reason))
     out.print(table)
     total = sum(f.saving_per_week for f, _u in advice if f.advised)
+    unknown = sum(1 for f, _u in advice if f.kind == "unknown")
     out.print(f"{sum(1 for f, _u in advice if f.advised)} of {len(advice)} would fit smaller: "
               f"{costs.format(total)} a week")
+    if unknown:
+        out.print(Text(too_little(unknown, len(advice), since), style="bold" if unknown == len(advice) else ""))

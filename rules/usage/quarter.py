@@ -134,6 +134,8 @@ def build_quarter(rows: Iterable[UsageRow], costs: CostModel, since: datetime, u
                           points=[_point(start, by_week.get(i)) for i, start in enumerate(weeks)])
 
     lines = [series(team, by_week) for team, by_week in teams.items()]
+    # a team with nothing held (free GPUs carry no team) and no target has no line to show
+    lines = [s for s in lines if s.known or s.target_util_pct is not None or any(p.held_idle_h for p in s.points)]
     lines.sort(key=lambda s: (-sum(p.held_idle_cost for p in s.points), s.team or ""))
     return QuarterReport(since=since, until=until, weeks=weeks, fleet=series(None, fleet), teams=lines,
                          currency=costs.currency, simulated=simulated)
@@ -161,4 +163,6 @@ def compare(before_rows: Iterable[UsageRow], after_rows: Iterable[UsageRow], cos
     names = sorted(set(ta) | set(tb))
     rows = [(_line(None, fa), _line(None, fb))]
     rows += [(_line(t, ta.get(t)), _line(t, tb.get(t))) for t in names]
+    rows = rows[:1] + [(a, b) for a, b in rows[1:]  # as above: a team that held nothing in either period is no row
+                       if a.util_pct is not None or b.util_pct is not None or a.held_idle_h or b.held_idle_h]
     return Comparison(before=before, after=after, rows=rows)

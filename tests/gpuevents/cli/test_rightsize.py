@@ -100,3 +100,22 @@ def test_the_weekly_report_has_the_quarter_line_the_right_sizing_and_says_it_is_
     nlp = next(k for k in report["kpi"] if k["team"] == "nlp")
     assert "in 13 weeks (target 60 %)" in nlp["text"]
     assert report["rightsize"] and report["rightsize"][0]["saving_per_week"] > 0
+
+
+def test_rightsize_says_plainly_when_it_has_too_little_data_to_advise(tmp_path: Path) -> None:
+    from rules.usage.fits import FitAmounts, FitKey
+    from rules.usage.store import UsageStore
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"engine:\n  usage_db: {tmp_path / 'u.sqlite'}\n")
+    hour = int(NOW.timestamp()) // 3600 * 3600
+    hist = [0.0] * 20
+    hist[1] = 600
+    with UsageStore(tmp_path / "u.sqlite") as store:  # ten minutes of one job: not enough to size it
+        store.add_fits([(FitKey(hour, "c", "job/slurm/7"), FitAmounts(
+            owner="alice", team="nlp", model="NVIDIA H100 80GB HBM3", gpus=1, held_s=600, peak_mem_mib=2000,
+            mem_total_mib=81_559, util_hist=hist))])
+    result = CliRunner().invoke(app, ["rightsize", "-c", str(cfg)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "0 of 1 would fit smaller" in result.output
+    assert "Too little data to advise: each of the 1 workload(s) seen in the last 7d" in result.output

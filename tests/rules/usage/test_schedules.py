@@ -4,18 +4,25 @@ accepts and that scales the service down at the window's start and back at its e
 from __future__ import annotations
 
 import random
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from typer.testing import CliRunner
 
+from gpuevents.bus import StoredMsg
 from gpuevents.cli import app
+from gpuevents.events import encode_event
 from gpuevents.config import CostsConfig
 from gpuevents.costs import CostModel
+from rules.core.core import Core
 from rules.intake.check import check_paths
+from rules.offline.backtest import StreamSummary, stream_backtest, summarize
 from rules.usage.fits import FitAmounts, FitKey
 from rules.usage.schedules import propose
 from rules.usage.store import UsageRow
+from tests.rules.engine.conftest import snapshot
+from tests.rules.helpers import rules_from
 
 START = datetime(2026, 1, 5, tzinfo=UTC)  # a Monday
 COSTS = CostModel(CostsConfig())
@@ -94,3 +101,27 @@ def test_irregular_use_and_too_few_days_propose_nothing() -> None:
     assert propose(_node_rows(3, range(8, 20), weekends_idle=False), [], COSTS, "UTC") == []
     always_idle = _node_rows(14, range(0), weekends_idle=False)
     assert propose(always_idle, [], COSTS, "UTC") == []  # idle all day: for the idle rules, not a schedule
+
+
+async def test_a_proposed_rule_replays_in_a_backtest_scaling_down_in_the_window_and_back_after(tmp_path: Path) -> None:
+    (p,) = propose([], _service_fits(10), COSTS, "UTC")
+    rules = rules_from(tmp_path, p.rule_yaml)
+    name = rules.rules[0].name
+    t0 = datetime(2026, 1, 14, 12, tzinfo=UTC)  # a Wednesday noon; 26 hours of its nodes' snapshots, busy
+    end = t0 + timedelta(hours=26)
+
+    async def messages() -> AsyncIterator[StoredMsg]:
+        for i in range(26 * 120):  # every 30 s, as agents send them (a silence would be an offline node)
+            at = t0 + timedelta(seconds=30 * i)
+            for node in ("gpu-7", "gpu-8"):
+                event = snapshot(node, at, util=40)
+                yield StoredMsg(f"gpuevents.evt.c1.{node}.node.snapshot", encode_event(event), i, at)
+
+    summary = StreamSummary(t0)
+    events, malformed = await stream_backtest(Core(rules), messages(), t0, end, summary)
+    report = summarize(summary.rec, [name], t0, end, events, malformed)
+    assert (events, malformed) == (2 * 26 * 120, 0)
+    got = [(i.entity_id, i.fired_at, i.resolved_at, i.actions) for i in report.incidents]
+    # scaled to zero at the idle window's start (18:00), back at its end (09:00), on the node it is anchored to
+    assert got == [("c1:gpu-7", t0.replace(hour=18), t0.replace(hour=9) + timedelta(days=1),
+                    ["fire:scale", "resolve:scale"])], got
