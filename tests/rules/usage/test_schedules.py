@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 
 from gpuevents.bus import StoredMsg
 from gpuevents.cli import app
-from gpuevents.events import encode_event
 from gpuevents.config import CostsConfig
 from gpuevents.costs import CostModel
+from gpuevents.events import encode_event
 from rules.core.core import Core
 from rules.intake.check import check_paths
 from rules.offline.backtest import StreamSummary, stream_backtest, summarize
