@@ -63,7 +63,8 @@ def schedules(cfg: Config, since_s: float) -> tuple[list[Proposal], bool]:
 def _print_schedules(proposals: list[Proposal], simulated: bool, costs: CostModel, as_json: bool) -> None:
     if as_json:
         typer.echo(json.dumps({"simulated": simulated, "proposals": [
-            {"key": p.key, "idle_window": p.window, "hours": p.idle.hours, "weekends": p.idle.weekends,
+            {"key": p.key, "cluster": p.cluster, "idle_window": p.window, "hours": p.idle.hours,
+             "weekends": p.idle.weekends,
              "regularity": round(p.idle.regularity, 3), "days_observed": p.idle.days, "gpus": p.gpus,
              "saving_per_week": round(p.saving_per_week, 2),
              "rule": p.rule_yaml} for p in proposals]}, indent=2))
@@ -75,7 +76,8 @@ def _print_schedules(proposals: list[Proposal], simulated: bool, costs: CostMode
     if simulated:
         out.print(Text("Includes simulated usage (gpuevents simulate --history).", style="bold red"))
     for p in proposals:
-        out.print(Text(f"{p.key}: idle {p.window} ({p.idle.regularity:.0%} of {p.idle.days} days), {p.gpus} GPU(s); "
+        out.print(Text(f"{p.key} (cluster {p.cluster}): idle {p.window} ({p.idle.regularity:.0%} of "
+                       f"{p.idle.days} days), {p.gpus} GPU(s); "
                        f"scaling it down then saves about {costs.format(p.saving_per_week)} a week. Proposed rule "
                        "(check with `gpuevents rules check`, replay with `gpuevents rules backtest`):", style="bold"))
         typer.echo(p.rule_yaml)  # plain, so it can be copied into a rule file as it is
