@@ -8,7 +8,7 @@ an octave wide (each 9 % above the last), so its p95 memory is bounded in size a
 
 from __future__ import annotations
 
-import math
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -76,25 +76,16 @@ MEM_BINS = 113  # the last bin's upper edge is 64 MiB x 2^14 = 1 TiB; readings a
 
 
 def mem_bin_of(mib: float) -> int:
-    """The memory bin of a reading: 0 under 64 MiB, then bins 2^(1/8) wide."""
-    if mib < MEM_BASE_MIB:
-        return 0
-    i = math.floor(math.log(mib / MEM_BASE_MIB, MEM_STEP)) + 1
-    while i > 1 and mib < mem_edge(i - 1):  # floating point at an edge: the bin whose range holds it
-        i -= 1
-    while mib >= mem_edge(i) and i < MEM_BINS - 1:
-        i += 1
-    return min(i, MEM_BINS - 1)
+    """The memory bin of a reading: 0 under 64 MiB, then bins 2^(1/8) wide (the last one open-ended)."""
+    return min(bisect_right(_MEM_EDGES, mib), MEM_BINS - 1)
 
 
 def mem_edge(i: int) -> float:
     """The upper edge (MiB, exclusive) of memory bin `i`."""
-    return MEM_BASE_MIB * MEM_STEP**i
+    return _MEM_EDGES[i]
 
 
-def add_seconds(hist: dict[int, float], b: int, seconds: float) -> None:
-    """Add to a sparse histogram (bin -> seconds): a job touches few bins."""
-    hist[b] = hist.get(b, 0.0) + seconds
+_MEM_EDGES = tuple(MEM_BASE_MIB * MEM_STEP**i for i in range(MEM_BINS))  # upper edge of each bin
 
 
 def sparse_percentile(hist: Mapping[int, float], q: float, edge: Callable[[int], float],

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 
 from gpuevents.events import GpuInfo, JobInfo, SnapshotEvent
 from rules.lang.exemptions import parse as parse_exemptions
-from rules.usage.fits import add_seconds, bin_of, mem_bin_of
+from rules.usage.fits import bin_of, mem_bin_of
 
 JobKey = tuple[str, str, str]
 """(cluster, scheduler, job id)"""
@@ -141,13 +141,16 @@ class JobLedger:
             if g.util_pct is not None:
                 tally.util_s += g.util_pct * dt
                 tally.util_known_s += dt
-                add_seconds(tally.util_hist, bin_of(g.util_pct), dt)
+                b = bin_of(g.util_pct)
+                tally.util_hist[b] = tally.util_hist.get(b, 0.0) + dt
             if g.sm_active_pct is not None:
                 tally.sm_s += g.sm_active_pct * dt
                 tally.sm_known_s += dt
-                add_seconds(tally.sm_hist, bin_of(g.sm_active_pct), dt)
+                b = bin_of(g.sm_active_pct)
+                tally.sm_hist[b] = tally.sm_hist.get(b, 0.0) + dt
             if g.mem_used_mib is not None:
-                add_seconds(tally.mem_hist, mem_bin_of(g.mem_used_mib), dt)
+                b = mem_bin_of(g.mem_used_mib)
+                tally.mem_hist[b] = tally.mem_hist.get(b, 0.0) + dt
             if g.idle:
                 tally.idle_gpu_s += dt
             if g.power_w is not None:
