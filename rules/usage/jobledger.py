@@ -50,6 +50,7 @@ class JobTally:
     samples: dict[str, list[GpuInfo]] = field(default_factory=dict)  # node -> its job's GPUs, last sampled
     on_nodes: dict[str, datetime] = field(default_factory=dict)
     """Node -> its latest snapshot that listed this job (the job is on no node once it has ended)."""
+    simulated: bool = False  # written by `gpuevents simulate --history`, not seen on a fleet
     exemption: str | None = None  # the annotations exempting it (`gpuevents.io/keep-until: …`), or None
     exempt_until: datetime | None = None
 

@@ -119,3 +119,24 @@ def test_rightsize_says_plainly_when_it_has_too_little_data_to_advise(tmp_path: 
     assert result.exit_code == 0, result.output
     assert "0 of 1 would fit smaller" in result.output
     assert "Too little data to advise: each of the 1 workload(s) seen in the last 7d" in result.output
+
+
+def test_simulated_history_writes_job_summaries_with_p95_and_fits_marked_simulated(quarter: Path) -> None:
+    result = CliRunner().invoke(app, ["jobs", "--since", "14d", "--json", "-c", str(quarter)])
+    assert result.exit_code == 0, result.output
+    jobs = json.loads(result.output)
+    slurm = [j for j in jobs if j["scheduler"] == "slurm"]
+    assert slurm and all(j["simulated"] and not j["running"] for j in jobs)
+    fitted = [j for j in slurm if j["smaller_fit"]]
+    assert fitted and all(j["smaller_fit"].startswith("MIG ") for j in fitted)
+    for j in slurm:
+        if j["p95_util_pct"] is not None:
+            assert j["p95_util_pct"] <= j["peak_util_pct"] and j["p95_mem_mib"] <= j["peak_mem_mib"]
+    # somewhere a spike above the job's p95 (a stall, noise): the p95 is what right-sizing reads
+    assert any(j["p95_util_pct"] is not None and j["p95_util_pct"] < j["peak_util_pct"] for j in slurm)
+
+    table = CliRunner().invoke(app, ["jobs", "--since", "14d", "-c", str(quarter)]).output
+    assert table.startswith("Includes simulated jobs (gpuevents simulate --history): marked *.")
+    one = CliRunner().invoke(app, ["job", fitted[0]["id"], "-c", str(quarter)]).output
+    assert "[SIMULATED: written by gpuevents simulate --history]" in one and " p95 " in one
+    assert f"smaller fit {fitted[0]['smaller_fit']}" in one

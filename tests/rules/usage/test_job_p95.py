@@ -132,3 +132,21 @@ def test_the_histograms_survive_the_store_so_a_resumed_job_keeps_its_spread() ->
         [s] = store.find("42")
     # a steady job: its p95 is its peak (a bin's edge is capped there)
     assert s.p95_util_pct == 10 and s.p95_sm_active_pct is None and s.p95_mem_mib == 6000
+
+
+def test_simulated_summaries_never_overwrite_a_job_seen_on_the_fleet_and_are_marked() -> None:
+    ledger = _run([(50.0, 9000.0, None)] * 90)
+    [real] = ledger.drain(T0 + timedelta(minutes=91))
+    [sim] = _run([(5.0, 100.0, None)] * 10).drain(T0 + timedelta(minutes=11))
+    sim.simulated = True
+    with JobStore(":memory:") as store:
+        store.put([real], COSTS)
+        assert store.put_new([sim], COSTS) == 0  # the same id: the fleet's job stays
+        [s] = store.find("42")
+        assert s.simulated is False and s.peak_util_pct == 50
+        sim.id = "43"
+        assert store.put_new([sim], COSTS) == 1 and store.put_new([sim], COSTS) == 0
+        [s] = store.find("43")
+        assert s.simulated is True
+    text = describe(s, COSTS)
+    assert "[SIMULATED" in text and "smaller fit not assessed: too little data" in text
