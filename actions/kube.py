@@ -67,7 +67,7 @@ async def post_event(client: AsyncClient, obj: Mapping[str, Any], reason: str, m
         reportingInstance=socket.gethostname()[:128], firstTimestamp=at, lastTimestamp=at, count=1,
     )
     try:
-        await client.create(event, namespace=md.get("namespace"))
+        await client.create(event)  # into metadata.namespace (lightkube's typed overload takes no namespace=)
     except ApiError as e:
         return f"no Event posted: {e.status.message or e} (HTTP {e.status.code or e.response.status_code})"
     except httpx2.HTTPError as e:

@@ -9,6 +9,8 @@ import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from gpuevents.aio import guarded_task
+
 
 @dataclass(frozen=True)
 class ProcResult:
@@ -57,7 +59,7 @@ async def run_argv(argv: Sequence[str], *, timeout: float, output_max: int,
         stderr=asyncio.subprocess.STDOUT, env=full_env, cwd=cwd, start_new_session=True,
     )
     assert proc.stdout is not None
-    reader = asyncio.create_task(_drain(proc.stdout, output_max))
+    reader = guarded_task(_drain(proc.stdout, output_max), f"reading the output of {argv[0]}", awaited=True)
     timed_out = False
     try:
         await asyncio.wait_for(proc.wait(), timeout)

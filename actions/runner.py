@@ -15,7 +15,6 @@ from pydantic import ValidationError
 
 from actions import approvals, registry
 from actions.ledger import Claim, Ledger, LedgerEntry
-from actions.protection import protection_reason
 from actions.protocol import (
     ActionContext,
     ActionResult,
@@ -33,6 +32,7 @@ from gpuevents.clock import Clock, SystemClock
 from gpuevents.config import Config
 from gpuevents.durations import format_duration
 from gpuevents.events import new_id
+from gpuevents.protection import protection_reason
 from gpuevents.records import ActionRequest, AuditRecord, Outcome
 
 log = logging.getLogger(__name__)

@@ -15,8 +15,10 @@ from urllib.parse import parse_qs
 
 import aiohttp
 from aiohttp import web
+from slack_sdk.signature import Clock as SlackSdkClock
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.socket_mode.aiohttp import SocketModeClient
+from slack_sdk.socket_mode.async_client import AsyncBaseSocketModeClient
 from slack_sdk.socket_mode.request import SocketModeRequest
 from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web.async_client import AsyncWebClient
@@ -85,7 +87,7 @@ async def run_socket_mode(config: Config, bus: Bus, kv: KeyValue, clock: Clock, 
     client = SocketModeClient(app_token=app_token, web_client=web_client, ping_interval=10)
     tasks: set[asyncio.Task[None]] = set()
 
-    async def on_request(sm: SocketModeClient, req: SocketModeRequest) -> None:
+    async def on_request(sm: AsyncBaseSocketModeClient, req: SocketModeRequest) -> None:
         await sm.send_socket_mode_response(SocketModeResponse(envelope_id=req.envelope_id))  # ack first
         if req.type == "interactive" and isinstance(req.payload, dict):
             task = guarded_task(_handle(handler, req.payload), "handling a Slack click")
@@ -131,7 +133,7 @@ def interactivity_app(config: Config, handler: ClickHandler, signing_secret: str
     return app
 
 
-class _SlackClock:
+class _SlackClock(SlackSdkClock):
     """slack-sdk's clock interface over ours (the signature's timestamp must be within 5 minutes of now)."""
 
     def __init__(self, clock: Clock) -> None:

@@ -336,8 +336,8 @@ class NodeCore:
                 owner=next((i.owner for i in procs if i.owner), None) if not (info and info.user) else None,
                 controller=info.controller if info else None, gpus=sorted(gpus_of[jid]),
                 pids=sorted(i.pid for i in procs), pods=[p.split("/", 1)[1] for p in pods],
-                started_at=min((self.kube_jobs[p].started_at for p in pods if p in self.kube_jobs
-                                and self.kube_jobs[p].started_at), default=None),
+                started_at=min((t for p in pods if p in self.kube_jobs
+                                if (t := self.kube_jobs[p].started_at) is not None), default=None),
                 labels=dict(info.labels) if info else {}, annotations=dict(info.annotations) if info else {},
                 controller_uid=info.controller_uid if info else None,
                 controller_generation=info.controller_generation if info else None,

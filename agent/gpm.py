@@ -55,7 +55,7 @@ class GpmReader:
 
     def watch(self, index: int, handle: Any, gi_id: int | None = None) -> bool:
         """Allocate the two samples of device `index`; False when the driver will not."""
-        samples = []
+        samples: list[Any] = []
         for _ in range(2):
             s = self.call(index, "nvmlGpmSampleAlloc")
             if s is None:

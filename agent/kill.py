@@ -7,12 +7,16 @@ import collections
 import logging
 import time
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from agent.sample import AccessDenied, LiveProcess, ProcessControl
 from gpuevents.commands import CREATE_TIME_TOLERANCE_S, KILL_WAIT_S, KillCommand, KillOutcome, KillReply, Signal
 from gpuevents.config import ProtectConfig
+
+if TYPE_CHECKING:  # the kill handler itself loads no bus
+    from gpuevents.bus import Message
 
 log = logging.getLogger(__name__)
 
@@ -97,10 +101,10 @@ class KillHandler:
         self.pod_of = pod_of
         self.poll_s = poll_s
 
-    async def serve_bytes(self, payload: bytes, subject: str) -> bytes:
+    async def answer(self, msg: Message) -> bytes:
         """The bus handler: a KillCommand in, a KillReply out (a malformed command is refused)."""
         try:
-            cmd = KillCommand.model_validate_json(payload)
+            cmd = KillCommand.model_validate_json(msg.data)
         except ValidationError as e:
             bad = KillReply(outcome="refused", pid=0, reason=f"malformed kill command: {e}")
             return bad.model_dump_json().encode()

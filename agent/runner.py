@@ -10,7 +10,7 @@ import socket
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from agent import kubenode
 from agent.attribution import Attributor, PsutilControl, PsutilIdentifier
@@ -26,7 +26,6 @@ from agent.kubeowners import OwnerWalker
 from agent.metrics import AgentCollector, AgentCounters, MetricsServer
 from agent.sample import ProcessControl, Sampler
 from agent.scenario import Scenario, load_scenario
-from agent.serving import ConcurrentServer, serve_concurrently
 from agent.simulate import SimulatedNode, fleet
 from gpuevents import __version__
 from gpuevents.aio import Backoff, guarded_task, restarting, sleep_or_stop, stop_tasks
@@ -37,6 +36,7 @@ from gpuevents.subjects import command_subject
 
 if TYPE_CHECKING:  # grpclib and protobuf are loaded only where the kubelet's PodResources API is used
     from agent.podresources.client import PodResources
+    from gpuevents.bus import Handler, Subscription
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +49,8 @@ class EventBus(Protocol):
 
     def publish_event(self, event: Event) -> None: ...
 
-    async def subscribe(self, subject: str, handler: Callable[[Any], Awaitable[None]],
-                        queue: str | None = None) -> Any: ...
+    async def serve(self, subject: str, handler: Handler, queue: str | None = None, *, concurrency: int = 1,
+                    what: str = "request") -> Subscription: ...
 
 
 class NodeAgent:
@@ -71,9 +71,10 @@ class NodeAgent:
         )
         self.attributor = Attributor(a.attribution, config.owners, pods.get if pods else None,
                                      team_label=config.costs.team_label)
-        real = not isinstance(sampler, SimulatedNode)
+        sim = sampler if isinstance(sampler, SimulatedNode) else None
+        real = sim is None
         if control is None:
-            control = PsutilControl(users=UserDb.for_host(a.attribution.passwd)) if real else sampler
+            control = PsutilControl(users=UserDb.for_host(a.attribution.passwd)) if sim is None else sim
         host_pids = in_host_pid_namespace() if real else True
         if not host_pids:
             log.warning("the agent is not in the host's pid namespace (run it with hostPID / --pid=host): kills are "
@@ -126,7 +127,8 @@ class SamplerUnavailable(Exception):
 
 def open_sampler(config: Config, *, simulate: bool = False, start: datetime | None = None) -> Sampler:
     """NVML where it loads (config `agent.sampler: auto|nvml`), else the simulated sampler when allowed."""
-    from agent.nvml import NvmlSampler, NvmlUnavailable
+    from agent.nvml import NvmlSampler
+    from agent.nvmlcalls import NvmlUnavailable
 
     a = config.agent
     if not simulate and a.sampler != "simulated":
@@ -147,6 +149,9 @@ def open_sampler(config: Config, *, simulate: bool = False, start: datetime | No
 #: a helper task that fails is started again after this long, doubling up to the max
 RESTART_BACKOFF_S = 1.0
 RESTART_BACKOFF_MAX_S = 60.0
+# Kill commands of a node answered at once, each in its own task: one can take its grace plus KILL_WAIT_S, and
+# two for one GPU must not add up past the requester's timeout. The rest wait for a free slot.
+KILL_CONCURRENCY = 32
 
 
 def supervise(what: str, run: Callable[[], Awaitable[None]], stop: asyncio.Event,
@@ -169,24 +174,19 @@ async def _serve_kills(bus: EventBus, agents: list[NodeAgent], cluster: str, sto
     while not bus.connected:
         if await sleep_or_stop(stop, 0.2):
             return
-    servers: list[ConcurrentServer] = []
-    subs: list[Any] = []
+    subs: list[Subscription] = []
     try:
         for a in agents:
-            server, sub = await serve_concurrently(bus, command_subject(cluster, a.node, "kill"),
-                                                   a.kill.serve_bytes, what="kill command")
-            servers.append(server)
-            subs.append(sub)
+            subs.append(await bus.serve(command_subject(cluster, a.node, "kill"), a.kill.answer,
+                                        concurrency=KILL_CONCURRENCY, what="kill command"))
         log.info("serving kill commands for %d node(s)", len(agents))
         await stop.wait()
     finally:
         for sub in subs:  # a restart must not leave a second subscription answering the same commands
             try:
-                await sub.unsubscribe()
+                await sub.unsubscribe()  # and the commands still being answered are cancelled
             except Exception as e:
                 log.debug("unsubscribing a kill subject: %r", e)
-        for server in servers:
-            await server.close()
 
 
 async def _watch_node(lookup: NodeLookup, agent: NodeAgent, stop: asyncio.Event) -> None:

@@ -8,6 +8,7 @@ has high utilization and low SM activity), and a MIG-enabled GPU sums its instan
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypedDict
 
 from agent.sample import GpuReading
 from agent.scenario import GpuModel, slices
@@ -78,7 +79,7 @@ def physical(gm: GpuModel, index: int, uuid: str, load: Load, noise: float, ener
         mem_copy_util_pct=round(load.dram, 1), enc_util_pct=0.0, dec_util_pct=0.0,
         mem_reserved_mib=gm.mem_reserved_mib, remapped_rows_correctable=0, remapped_rows_uncorrectable=0,
         row_remap_failure=False, xid_watched=True, pci_bus_id=pci_bus_id(node_index, index),
-        **(_gpm(load, noise) if gpm else {}),
+        **(_gpm(load, noise) if gpm else _GpmFields()),
     )
 
 
@@ -90,11 +91,22 @@ def instance(gm: GpuModel, inst: MigInstance, parent_uuid: str, load: Load, node
         index=inst.index, uuid=inst.uuid, model=f"{gm.name} MIG {inst.profile}",
         util_pct=round(load.util, 1) if gpm else None, mem_used_mib=round(load.mem_mib, 1),
         mem_total_mib=inst.mem_total_mib, mig_parent=parent_uuid, pci_bus_id=pci_bus_id(node_index, inst.parent),
-        mig_gi_id=inst.gi_id, mig_profile=inst.profile, **(_gpm(load, 0.5) if gpm else {}),
+        mig_gi_id=inst.gi_id, mig_profile=inst.profile, **(_gpm(load, 0.5) if gpm else _GpmFields()),
     )
 
 
-def _gpm(load: Load, noise: float) -> dict[str, float]:
+class _GpmFields(TypedDict, total=False):
+    """The GPM fields of a reading (none where the GPU has no GPM)."""
+
+    gr_engine_active_pct: float
+    sm_active_pct: float
+    tensor_active_pct: float
+    dram_active_pct: float
+    pcie_tx_bytes_s: float
+    pcie_rx_bytes_s: float
+
+
+def _gpm(load: Load, noise: float) -> _GpmFields:
     frac = load.util / 100.0
     return {
         "gr_engine_active_pct": round(load.util, 1), "sm_active_pct": round(load.sm, 1),

@@ -50,7 +50,7 @@ class NullBus:
     def publish_event(self, event: Event) -> None:
         self.events += 1
 
-    async def subscribe(self, *a: Any, **kw: Any) -> None:
+    async def serve(self, *a: Any, **kw: Any) -> None:
         return None
 
 
@@ -88,7 +88,7 @@ def in_process_owners() -> Any:
     """An owner walk whose reads are answered here: every pod a Deployment's, through its ReplicaSet."""
     import agent.kubeapi  # noqa: F401  (the agent's API reader, imported as in a cluster: its memory counts)
     from agent.kubeowners import Meta, OwnerRef, OwnerWalker
-    from gpuevents.config import KubernetesJobsConfig
+    from gpuevents.kubeconfig import KubernetesJobsConfig
 
     async def fetch(api_version: str, kind: str, ns: str, name: str) -> Meta | None:
         if kind == "Pod":

@@ -124,7 +124,7 @@ async def _timings(browser: Chromium, updates: int, timeout: float) -> dict[str,
     deadline = time.monotonic() + timeout
     while True:
         t = await browser.evaluate("JSON.stringify(window.gpuevents && window.gpuevents.timings)")
-        data = json.loads(t) if t and t != "null" else None
+        data: dict[str, Any] | None = json.loads(t) if t and t != "null" else None
         if data and data["firstFleetMs"] is not None and data["firstTimelineMs"] is not None \
                 and len(data["updates"]) >= updates:
             return data
@@ -146,7 +146,7 @@ async def measure(nodes: int, gpus: int, updates: int, work: Path, shots: Path |
     fleet = ScaleFleet(nodes, gpus)
     db = work / f"usage-{nodes}.sqlite"
     rows = write_usage(db, fleet)
-    runner = await serve_dashboard(fleet, "127.0.0.1", 0, UsageSource(db, COSTS))  # type: ignore[arg-type]
+    runner = await serve_dashboard(fleet, "127.0.0.1", 0, UsageSource(db, COSTS))
     base = f"http://127.0.0.1:{bound_port(runner)}"
     out: dict[str, Any] = {"nodes": nodes, "gpus": nodes * gpus, "usage_rows": rows}
     try:
@@ -163,12 +163,12 @@ async def measure(nodes: int, gpus: int, updates: int, work: Path, shots: Path |
         browser = Chromium(work / f"profile-{nodes}")
         try:
             await browser.start(f"{base}/?refresh=1500")
-            t = await _timings(browser, updates, timeout=120 + updates * 10)
-            out["first_render_ms"] = t["firstFleetMs"]
-            out["first_heatmap_ms"] = t["firstTimelineMs"]
-            out["update_fetch_ms"] = statistics.median(u["fetchMs"] for u in t["updates"])
-            out["update_render_ms"] = statistics.median(u["renderMs"] for u in t["updates"])
-            out["update_render_max_ms"] = max(u["renderMs"] for u in t["updates"])
+            timings = await _timings(browser, updates, timeout=120 + updates * 10)
+            out["first_render_ms"] = timings["firstFleetMs"]
+            out["first_heatmap_ms"] = timings["firstTimelineMs"]
+            out["update_fetch_ms"] = statistics.median(u["fetchMs"] for u in timings["updates"])
+            out["update_render_ms"] = statistics.median(u["renderMs"] for u in timings["updates"])
+            out["update_render_max_ms"] = max(u["renderMs"] for u in timings["updates"])
             out["search_ms"] = statistics.median([await _search_ms(browser, f"gpu-{i:04d}") for i in range(5)])
             out["dom_elements"] = await browser.evaluate("document.getElementsByTagName('*').length")
             if shots is not None:

@@ -101,9 +101,10 @@ def changing_snapshot(node: str, i: int, r: int, t0: datetime) -> NodeSnapshot:
     drop = (i + r) % 20 == 0
     gpus = []
     for g in snap.gpus:
+        util = g.util_pct or 0.0  # node_snapshot gives every GPU a utilization
         update: dict[str, Any] = {"temp_c": 55.0 + (r + g.index) % 7, "power_w": (g.power_w or 0) + r % 5,
-                                  "util_pct": g.util_pct + (r % 3 if g.util_pct > 50 else 0)}
-        if drop and g.util_pct > 50:  # a threshold crossing: idle from this round on
+                                  "util_pct": util + (r % 3 if util > 50 else 0)}
+        if drop and util > 50:  # a threshold crossing: idle from this round on
             update.update(util_pct=1.0, idle=True, idle_since=t0 + timedelta(seconds=15 * r))
             drop = False
         gpus.append(g.model_copy(update=update))

@@ -74,7 +74,7 @@ def time_ns(fn: Any, number: int) -> float:
 
 def condition_benchmark(rules: RuleSet) -> tuple[float, float, list[dict[str, Any]]]:
     ents = sample_entities()
-    rows = []
+    rows: list[dict[str, Any]] = []
     for rule in rules:
         ctx = ents[rule.kind].ctx
         test = rule.condition.test

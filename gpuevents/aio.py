@@ -1,9 +1,11 @@
 """Task helpers: one way to start, supervise, wait on and stop asyncio tasks, and one backoff.
 
-Everything long-running in gpuevents is a named task started through `guarded_task` (it logs when the
-task ends unexpectedly), waits with `sleep_or_stop` / `wait_any` (never a bare `wait_for(stop.wait())`),
-retries with `Backoff`, and is stopped with `stop_tasks` (which names what would not stop). Tasks that
-live and die together run in an `asyncio.TaskGroup`; `restarting` keeps a helper alive through failures.
+Every task in gpuevents is started here (tests/gpuevents/test_aio.py fails on a raw `create_task` elsewhere):
+a named task through `guarded_task` (it logs when the task ends unexpectedly), or one of a `Tasks` set that
+its owner stops together (kopf's style: crashes logged and recorded, the rest cancelled on shutdown). Waits
+use `sleep_or_stop` / `wait_any` / `unless_stopped` (never a bare `wait_for(stop.wait())`), retries use
+`Backoff`, and `stop_tasks` names what would not stop. Tasks that live and die together run in an
+`asyncio.TaskGroup`; `restarting` keeps a helper alive through failures.
 """
 
 from __future__ import annotations
@@ -46,10 +48,10 @@ async def wait_any(*events: asyncio.Event, timeout: float | None = None) -> None
 def backoff_delay(attempt: int, base: float, cap: float, rng: random.Random | None = None,
                   jitter: bool = True) -> float:
     """The delay before retry `attempt` (1, 2, ...): d = min(cap, base * 2^(attempt-1)), with jitter in [d/2, d]."""
-    d = min(cap, base * (2 ** min(max(attempt, 1) - 1, 62)))
+    d = min(cap, base * (2.0 ** min(max(attempt, 1) - 1, 62)))
     if not jitter:
         return d
-    return d / 2 + (rng or random).random() * d / 2
+    return d / 2 + (rng.random() if rng is not None else random.random()) * d / 2
 
 
 class Backoff:
@@ -92,12 +94,70 @@ def _report_end(task: asyncio.Task[Any], on_error: Callable[[BaseException], Non
 
 
 def guarded_task(coro: Coroutine[Any, Any, T], name: str, *,
-                 on_error: Callable[[BaseException], None] | None = None) -> asyncio.Task[T]:
+                 on_error: Callable[[BaseException], None] | None = None, awaited: bool = False) -> asyncio.Task[T]:
     """Start `coro` as a task named `name`; if it raises, log "<name> has finished unexpectedly" (and call
-    `on_error`), so a failure is never lost in an unretrieved exception."""
+    `on_error`), so a failure is never lost in an unretrieved exception. `awaited`: its starter awaits it and
+    takes what it raises, so the guard only names it."""
     task = asyncio.create_task(coro, name=name)
-    task.add_done_callback(lambda t: _report_end(t, on_error))
+    if not awaited:
+        task.add_done_callback(lambda t: _report_end(t, on_error))
     return task
+
+
+class Tasks:
+    """The tasks one owner starts and stops together: each named and guarded (`spawn`), its crash logged and
+    recorded in `crashes`; `stop` cancels what still runs and names what would not stop."""
+
+    def __init__(self, title: str, *, on_error: Callable[[str, BaseException], None] | None = None) -> None:
+        self.title = title
+        self.crashes: list[tuple[str, BaseException]] = []  # (task name, what it raised), oldest first
+        self._on_error = on_error
+        self._running: set[asyncio.Task[Any]] = set()
+        self._stopped = False
+
+    def __len__(self) -> int:
+        """How many of its tasks still run."""
+        return len(self._running)
+
+    def spawn(self, coro: Coroutine[Any, Any, T], name: str) -> asyncio.Task[T]:
+        """Start `coro` as a task named `name`, kept until it ends; refused once the set is stopped."""
+        if self._stopped:
+            coro.close()
+            raise RuntimeError(f"{self.title} is stopped: {name} was not started")
+
+        def crashed(exc: BaseException) -> None:
+            self.crashes.append((name, exc))
+            if self._on_error is not None:
+                self._on_error(name, exc)
+
+        task = guarded_task(coro, name, on_error=crashed)
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+        return task
+
+    async def stop(self, timeout: float = 10.0) -> None:
+        """Start no more; cancel what runs and wait up to `timeout` for it (naming what would not stop)."""
+        self._stopped = True
+        await stop_tasks(list(self._running), self.title, timeout)
+
+
+async def unless_stopped(coro: Coroutine[Any, Any, None], stop: asyncio.Event, name: str) -> bool:
+    """Run `coro` until it ends or `stop` is set, whichever is first: True when it ended (what it raised is
+    raised), False when `stop` came first (it is then cancelled)."""
+    task = guarded_task(coro, name, awaited=True)
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait([task, stopping], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    if task.cancelled():
+        return False
+    task.result()
+    return True
 
 
 async def stop_tasks(tasks: Iterable[asyncio.Task[Any]], title: str, timeout: float = 10.0) -> None:
@@ -124,8 +184,8 @@ async def until_stop_or_end(tasks: Iterable[asyncio.Task[Any]], stop: asyncio.Ev
     for t in done:
         if t is stopped or t.cancelled():
             continue
-        if t.exception() is not None:
-            raise t.exception()  # type: ignore[misc]
+        if (error := t.exception()) is not None:
+            raise error
         if not stop.is_set():
             log.error("%s has finished unexpectedly; %s stops", t.get_name(), what)
 

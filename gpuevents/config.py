@@ -47,7 +47,8 @@ class StreamsConfig(_Section):
     audit_max_age: Duration = 90 * 86400
     dlq_max_age: Duration = 7 * 86400
     replicas: int = Field(1, ge=1, le=5)
-    max_bytes: ByteSize = Field(3 << 30, ge=4 << 20)  # all streams together (DESIGN §7.1), split in gpuevents.bus
+    # all streams together (DESIGN §7.1), split in gpuevents.bus
+    max_bytes: ByteSize = Field(ByteSize(3 << 30), ge=4 << 20)
     events_max_msgs_per_subject: int = Field(50_000, ge=1)  # per node and event type
 
 

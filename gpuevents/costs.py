@@ -89,10 +89,16 @@ class CostModel:
 
 
 class _Reported(Protocol):
-    index: int
-    uuid: str | None
-    mig_parent: str | None
-    model: str | None
+    """What physical_shares reads of a reported GPU (read-only, so frozen models such as GpuInfo match)."""
+
+    @property
+    def index(self) -> int: ...
+    @property
+    def uuid(self) -> str | None: ...
+    @property
+    def mig_parent(self) -> str | None: ...
+    @property
+    def model(self) -> str | None: ...
 
 
 def physical_shares(gpus: Iterable[_Reported]) -> dict[int, float]:

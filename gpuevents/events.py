@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time as _time
 from datetime import UTC, datetime
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -28,7 +28,7 @@ EventType = Literal[
     "scheduler.demand",
     "job.ended",
 ]
-EVENT_TYPES: tuple[str, ...] = EventType.__args__  # type: ignore[attr-defined]
+EVENT_TYPES: tuple[str, ...] = get_args(EventType)
 
 MAX_AGE_S = 100 * 365 * 86400.0
 """Durations on the wire are bounded: a corrupt value is a malformed event, not an overflow later."""

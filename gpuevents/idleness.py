@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from typing import Literal
+from typing import Literal, get_args
 
 IdleSignal = Literal["utilization", "sm_active", "power"]
-IDLE_SIGNALS: tuple[str, ...] = IdleSignal.__args__  # type: ignore[attr-defined]
+IDLE_SIGNALS: tuple[str, ...] = get_args(IdleSignal)
 
 
 @dataclass(frozen=True, slots=True)

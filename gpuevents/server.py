@@ -96,8 +96,8 @@ class EmbeddedServer:
             self._proc = subprocess.Popen(args, stdout=out, stderr=out, stdin=subprocess.DEVNULL,
                                           start_new_session=True)
         finally:
-            if self.log_file:
-                out.close()  # type: ignore[union-attr]
+            if not isinstance(out, int):  # a log file, not subprocess.DEVNULL
+                out.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:

@@ -111,7 +111,7 @@ def yaml_problem(e: yaml.YAMLError) -> str:
     return f"invalid YAML{column}: {problem}"
 
 
-class _Loader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML ships no type stubs here
+class _Loader(yaml.SafeLoader):
     pass
 
 

@@ -24,7 +24,8 @@ from typing import Any, TextIO
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agent.attribution import PsutilIdentifier
-from agent.nvml import NvmlSampler, NvmlUnavailable
+from agent.nvml import NvmlSampler
+from agent.nvmlcalls import NvmlUnavailable
 from agent.sample import NodeReading
 
 GPU_FIELDS = ("uuid", "model", "util_pct", "mem_used_mib", "mem_total_mib", "mem_pct", "temp_c", "power_w",

@@ -34,7 +34,7 @@ def test_gpus_are_scheduled_as_node_capacity_and_a_cordon_is_honoured(kube_clust
 
         assert kube_cluster.wait(lambda: phase("fits") == (node, "Running"), 30, "the 2-GPU pod running")
         conditions = kube_cluster.wait(lambda: [x for x in (c.get(Pod, "too-big", namespace=ns).status.conditions
-                                                             or []) if x.reason == "Unschedulable"],  # type: ignore[union-attr]
+                                                             or []) if x.reason == "Unschedulable"],
                                        30, "the 64-GPU pod found unschedulable")
         assert "nvidia.com/gpu" in (conditions[0].message or "")
         c.patch(Node, node, {"spec": {"unschedulable": True}})

@@ -1,27 +1,53 @@
-"""The sub-layers of rules/, read from the source's own imports (lazy and TYPE_CHECKING ones included): lang <- core
-<- {engine, offline}; intake imports only lang and core and the engine uses it; usage and dashboard import no core,
-engine or offline (the dashboard may use usage); the engine does not import offline; no import circles in rules/."""
+"""The layers, read from the source's own imports (lazy, TYPE_CHECKING and by-string ones included): every import
+of gpuevents, rules, actions, agent and nats against the table of docs/architecture.md ("What may import what");
+and within rules/: lang <- core <- {engine, offline}; intake imports only lang and core and the engine uses it;
+usage and dashboard import no core, engine or offline (the dashboard may use usage); the engine does not import
+offline; no import circles in rules/ or actions/."""
 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
+TOP = ("gpuevents", "rules", "actions", "agent")
+THIRD_PARTY = ("nats",)  # the third-party packages the table rules on
 SUBS = ("lang", "core", "intake", "engine", "offline", "usage", "dashboard")
-# what each sub-package of rules/ may import of the others
-ALLOWED: dict[str, frozenset[str]] = {
-    "lang": frozenset(),
-    "core": frozenset({"lang"}),
-    "intake": frozenset({"lang", "core"}),
-    "engine": frozenset({"lang", "core", "intake", "usage", "dashboard"}),
-    "offline": frozenset({"lang", "core", "intake", "usage"}),  # never the engine: the shells share intake
-    "usage": frozenset({"lang"}),
-    "dashboard": frozenset({"lang", "usage"}),
-}
 CIRCLES_CHECKED_UNDER = ("rules.lang", "rules.core", "rules.intake", "rules.engine", "rules.offline",
                          "rules.usage", "rules.dashboard")
+
+
+def read_table(doc: Path) -> dict[str, frozenset[str]]:
+    """The table under "What may import what": package row (`rules/core`) -> what it may import (`gpuevents`,
+    `actions/registry`, ...), each a path without its trailing slash. Raises ValueError, naming the line, on a
+    row it cannot read."""
+    lines = doc.read_text(encoding="utf-8").splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("## What may import what"))
+    table: dict[str, frozenset[str]] = {}
+    for n, line in enumerate(lines[start + 1:], start + 2):
+        if line.startswith("## "):
+            break
+        cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("|") else []
+        if len(cells) < 2 or cells[0] in ("package", "---"):
+            continue
+        row = re.fullmatch(r"`([\w/]+?)/?`", cells[0])
+        entries = re.findall(r"`([^`]+)`", cells[1])
+        if row is None or re.sub(r"`[^`]+`|[,\s]|\band\b", "", cells[1]):
+            raise ValueError(f"{doc}:{n}: a row is `package/` | `entry`, `entry`, ... | why; not {line!r}")
+        table[row.group(1)] = frozenset(e.rstrip("/") for e in entries)
+    if not table:
+        raise ValueError(f"{doc}: no table under 'What may import what'")
+    return table
+
+
+TABLE = read_table(ROOT / "docs" / "architecture.md")
+# what each sub-package of rules/ may import of the others: the table's rows for them
+ALLOWED: dict[str, frozenset[str]] = {
+    s: frozenset(e.split("/")[1] for e in TABLE[f"rules/{s}"] if e.startswith("rules/")) for s in SUBS}
 
 
 def modules(root: Path, package: str = "rules") -> dict[str, Path]:
@@ -35,7 +61,18 @@ def modules(root: Path, package: str = "rules") -> dict[str, Path]:
 
 def imports(root: Path, package: str = "rules") -> dict[str, set[str]]:
     """Module -> the modules of `package` it imports (resolved to the module, not the name inside it)."""
-    mods = modules(root, package)
+    graph = tree_imports(root, (package,), strings=False)
+    return {m: {t for t in targets if t.split(".")[0] == package} for m, targets in graph.items()}
+
+
+def tree_imports(root: Path, packages: Iterable[str] = TOP, *, strings: bool = True) -> dict[str, set[str]]:
+    """Module -> the modules of `packages` it imports, resolved to the module (not the name inside it), and
+    the THIRD_PARTY packages it imports by name; with `strings`, module paths named in strings
+    (`"actions.builtin.kill"`, an import by name) count too."""
+    packages = tuple(packages)
+    mods: dict[str, Path] = {}
+    for package in packages:
+        mods.update(modules(root, package))
 
     def resolve(name: str) -> str | None:
         while name and name not in mods:
@@ -57,12 +94,46 @@ def imports(root: Path, package: str = "rules") -> dict[str, set[str]]:
                     base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
                 named = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in mods]
                 targets = named + ([base] if len(named) < len(node.names) else [])  # a name inside `base`
+            elif strings and isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                    and "." in node.value and node.value in mods:
+                targets = [node.value]
             for t in targets:
-                r = resolve(t) if t.split(".")[0] == package else None
+                head = t.split(".")[0]
+                r = resolve(t) if head in packages else head if head in THIRD_PARTY else None
                 if r is not None and r != name:
                     found.add(r)
         graph[name] = found
     return graph
+
+
+def row_of(module: str, table: dict[str, frozenset[str]]) -> str | None:
+    """The table's row a module falls under: the longest package path that holds it."""
+    path = module.replace(".", "/")
+    rows = [r for r in table if path == r or path.startswith(r + "/")]
+    return max(rows, key=len) if rows else None
+
+
+def may_import(row: str, target: str, table: dict[str, frozenset[str]]) -> bool:
+    """Whether a module of `row` may import `target`: its own row, a row it names, or a module (or group of
+    rows) it names."""
+    to = row_of(target, table)
+    path = target.replace(".", "/")
+    return to == row or any(e == to or (e not in table and (path == e or path.startswith(e + "/")))
+                            for e in table[row])
+
+
+def table_breaches(graph: dict[str, set[str]], table: dict[str, frozenset[str]]) -> list[str]:
+    out = []
+    for a, targets in sorted(graph.items()):
+        row = row_of(a, table)
+        if row is None:
+            if a.count(".") > 0 or targets:  # a package marker that imports nothing needs no row
+                out.append(f"{a}: in no row of the table")
+            continue
+        for b in sorted(targets):
+            if not may_import(row, b, table):
+                out.append(f"{a} imports {b}: {row}/ may import {', '.join(sorted(table[row]))}")
+    return out
 
 
 def sub(module: str) -> str | None:
@@ -123,6 +194,48 @@ def circles(graph: dict[str, set[str]], within: Iterable[str]) -> list[list[str]
                 if len(comp) > 1:
                     found.append(sorted(comp))
     return found
+
+
+def test_every_import_in_the_tree_is_one_the_table_allows() -> None:
+    assert table_breaches(tree_imports(ROOT), TABLE) == []
+
+
+def test_every_row_and_entry_of_the_table_names_a_package_or_module() -> None:
+    for name in [*TABLE, *(e for entries in TABLE.values() for e in entries)]:
+        assert name in THIRD_PARTY or (ROOT / name).is_dir() or (ROOT / f"{name}.py").is_file(), name
+
+
+def test_the_table_check_finds_a_breach_a_string_import_and_nats(tmp_path: Path) -> None:
+    root = write(tmp_path, {
+        "docs/architecture.md": "# x\n## What may import what\n| package | may import | why |\n| --- | --- | --- |\n"
+                                "| `gpuevents/` | `gpuevents` | the contract |\n"
+                                "| `gpuevents/bus/` | `gpuevents`, `nats` | |\n"
+                                "| `rules/lang/` | `gpuevents`, `actions/registry` | the catalogue |\n"
+                                "| `actions/` | `gpuevents`, `gpuevents/bus` | |\n## next\n| `agent/` | `rules` | |\n",
+        "gpuevents/__init__.py": "",
+        "gpuevents/a.py": "import nats\n",  # nats outside the bus
+        "gpuevents/bus/__init__.py": "import nats.js\nfrom gpuevents import a\n",
+        "rules/__init__.py": "",
+        "rules/lang/__init__.py": "",
+        "rules/lang/l.py": "def f():\n    from actions import registry, protection\n",  # lazy: counted
+        "actions/__init__.py": "",
+        "actions/registry.py": "BUILTIN = ['actions.protection']\n",
+        "actions/protection.py": "import importlib\nimportlib.import_module('rules.lang.l')\n",  # by name
+    })
+    table = read_table(root / "docs" / "architecture.md")
+    assert table == {"gpuevents": {"gpuevents"}, "gpuevents/bus": {"gpuevents", "nats"},
+                     "rules/lang": {"gpuevents", "actions/registry"}, "actions": {"gpuevents", "gpuevents/bus"}}
+    assert table_breaches(tree_imports(root), table) == [
+        "actions.protection imports rules.lang.l: actions/ may import gpuevents, gpuevents/bus",
+        "gpuevents.a imports nats: gpuevents/ may import gpuevents",
+        "rules.lang.l imports actions.protection: rules/lang/ may import actions/registry, gpuevents"]
+
+
+def test_a_table_row_with_words_where_entries_go_is_refused(tmp_path: Path) -> None:
+    doc = write(tmp_path, {"a.md": "## What may import what\n| package | may import |\n| --- | --- |\n"
+                                   "| `rules/x/` | `gpuevents`, never `agent` |\n"})
+    with pytest.raises(ValueError, match=r"a\.md:4: a row is"):
+        read_table(doc / "a.md")
 
 
 def test_every_sub_package_imports_only_the_layers_below_it() -> None:

@@ -1,5 +1,5 @@
 """The bus: the one package that imports nats-py. `Bus` is the connection; the other names are what its
-users handle (deliveries, KV entries, publish items) and the errors it raises."""
+users handle (messages, subscriptions, deliveries, KV entries, publish items) and the errors it raises."""
 
 from gpuevents.bus.connection import CLIENT_CONNECT_S, Bus
 from gpuevents.bus.consumer import Consumer, Delivery
@@ -15,6 +15,7 @@ from gpuevents.bus.errors import (
 from gpuevents.bus.kv import Kv, KvEntry
 from gpuevents.bus.publishing import BusStats, PublishItem
 from gpuevents.bus.replay import StoredMsg
+from gpuevents.bus.serving import Handler, Listener, Message, Subscription, error_reply
 
 __all__ = [
     "CLIENT_CONNECT_S",
@@ -27,10 +28,15 @@ __all__ = [
     "BusUnreachable",
     "Consumer",
     "Delivery",
+    "Handler",
     "Kv",
     "KvEntry",
     "KvExists",
     "KvWrongRevision",
+    "Listener",
+    "Message",
     "PublishItem",
     "StoredMsg",
+    "Subscription",
+    "error_reply",
 ]

@@ -8,25 +8,25 @@ import contextlib
 import logging
 import os
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from datetime import datetime
 from typing import Any
 
 import nats
 import nats.errors
 import nats.js.errors
-import orjson
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 
 from gpuevents import subjects as S
-from gpuevents.aio import Backoff, guarded_task, sleep_or_stop, stop_tasks
+from gpuevents.aio import Backoff, Tasks, sleep_or_stop
 from gpuevents.bus.consumer import Consumer, open_consumer
 from gpuevents.bus.errors import BusError, BusNoResponders, BusStoreFull, BusTimeout, BusUnreachable, bus_errors
 from gpuevents.bus.kv import Kv, open_bucket
 from gpuevents.bus.publishing import AckPipe, BusStats, EventBuffer, PublishItem, js_publish, js_publish_many
 from gpuevents.bus.replay import StoredMsg, replay
+from gpuevents.bus.serving import Handler, Listener, Subscription, answering
 from gpuevents.config import NatsConfig
 from gpuevents.events import Event, encode_event
 
@@ -76,7 +76,8 @@ class Bus:
         self._pipe: AckPipe | None = None
         self._buffer = EventBuffer(config.publish_buffer, self.stats, self._jetstream, lambda: self.connected,
                                    config.publish_timeout)
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = Tasks("bus")
+        self._subscriptions: list[Subscription] = []  # their handlers' tasks end when the bus closes
         self._closing = asyncio.Event()  # set by close: a connect still retrying gives up
 
     # ------------------------------------------------------------ connection
@@ -195,7 +196,9 @@ class Bus:
         if len(self._buffer) and self.connected:
             await self.flush(flush_timeout)
         self._closing.set()
-        await stop_tasks(list(self._tasks), "bus")
+        await self._tasks.stop()
+        for sub in self._subscriptions:
+            await sub.drop()
         if self._nc is not None and not self._nc.is_closed:
             # flush what nats-py still holds, then close; drain() leaves cancelled futures behind
             # when it times out, which asyncio then reports as "never retrieved".
@@ -208,9 +211,7 @@ class Bus:
             log.warning("closing with %d events not delivered", len(self._buffer))
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
-        task = guarded_task(coro, name)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks.spawn(coro, name)
 
     # ------------------------------------------------------------ streams
     async def ensure_streams(self, event_partitions: int | None = None) -> None:
@@ -341,27 +342,20 @@ class Bus:
             raise BusTimeout(f"no answer on {subject} within {timeout:.1f}s") from None
         return msg.data
 
-    async def serve(self, subject: str, handler: Callable[[bytes, str], Awaitable[bytes | None]],
-                    queue: str | None = None) -> Any:
-        """Answer requests on `subject`; a handler that raises answers `{"error": ...}`, one that returns None
-        leaves the request to others."""
+    async def serve(self, subject: str, handler: Handler, queue: str | None = None, *, concurrency: int = 1,
+                    what: str = "request") -> Subscription:
+        """Answer requests on `subject` with `handler`: a handler that raises answers `{"error": ...}`, one that
+        returns None leaves the request to others. `concurrency` above 1: each request is answered in its own
+        task, at most that many at once (nats-py otherwise hands over the next one when this one is answered)."""
+        return await self.subscribe(subject, answering(self._nats(), handler, what), queue,
+                                    concurrency=concurrency, what=what)
 
-        async def cb(msg: Msg) -> None:
-            try:
-                reply = await handler(msg.data, msg.subject)
-            except Exception as e:
-                log.exception("handler for %s failed", msg.subject)
-                reply = orjson.dumps({"error": f"{type(e).__name__}: {e}"})
-            if msg.reply and reply is not None:
-                await msg.respond(reply)
-
-        with bus_errors(f"serving {subject}"):
-            return await self._nats().subscribe(subject, queue=queue or "", cb=cb)
-
-    async def subscribe(self, subject: str, handler: Callable[[Msg], Awaitable[None]],
-                        queue: str | None = None) -> Any:
-        with bus_errors(f"subscribing to {subject}"):
-            return await self._nats().subscribe(subject, queue=queue or "", cb=handler)
+    async def subscribe(self, subject: str, handler: Listener, queue: str | None = None, *, concurrency: int = 1,
+                        what: str = "message") -> Subscription:
+        """Hand every message on `subject` to `handler`, one at a time or (`concurrency`) each in its own task."""
+        sub = await Subscription(subject, handler, concurrency, what).open(self._nats(), queue)
+        self._subscriptions = [s for s in self._subscriptions if not s.closed] + [sub]
+        return sub
 
     # ------------------------------------------------------------ consumers, history, key-value
     async def consumer(self, stream: str, durable: str, filter_subjects: str | Sequence[str], *,

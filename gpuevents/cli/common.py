@@ -88,11 +88,16 @@ def duration_option(text: str, option: str) -> float:
         raise typer.Exit(2) from None
 
 
+class PartFailed(RuntimeError):
+    """A part of a long-running command (gpuevents/cli/parts.py) ended on its own (it failed, or returned while
+    it should have run on): the process stops and exits non-zero, so a supervisor that restarts on failure
+    starts it again."""
+
+
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
     """Run `coro`; Ctrl-C exits 130, NATS out of reach prints one line and exits 2, another NATS or embedded-server
     failure prints one line and exits 1."""
     from gpuevents.bus import BusError, BusUnreachable
-    from gpuevents.cli.parts import PartFailed
     from gpuevents.server import ServerError
 
     try:

@@ -10,8 +10,9 @@ import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from gpuevents.aio import guarded_task, stop_tasks
+from gpuevents.aio import guarded_task, stop_tasks, unless_stopped
 from gpuevents.bus import Bus
+from gpuevents.cli.common import PartFailed
 from gpuevents.clock import Clock
 from gpuevents.config import Config
 
@@ -19,11 +20,6 @@ log = logging.getLogger("gpuevents")
 
 Part = Callable[[asyncio.Event], Awaitable[Any]]
 PART_STOP_S = 30.0  # how long the parts get to stop cleanly before they are cancelled
-
-
-class PartFailed(RuntimeError):
-    """A part ended on its own (it failed, or returned while it should have run on): the process stops and
-    exits non-zero, so a supervisor that restarts on failure starts it again."""
 
 
 @contextlib.asynccontextmanager
@@ -178,17 +174,7 @@ async def run_connected(config: Config, name: str, parts: Callable[[Bus], dict[s
 
 async def connect_or_stop(bus: Bus, stop: asyncio.Event) -> bool:
     """Connect, unless `stop` comes first (Ctrl-C or SIGTERM while NATS is out of reach): True when connected."""
-    connecting = asyncio.ensure_future(bus.connect())
-    stopping = asyncio.ensure_future(stop.wait())
-    try:
-        await asyncio.wait([connecting, stopping], return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stopping.cancel()
-    if connecting.done():
-        connecting.result()  # what connecting raised, if it did
+    if await unless_stopped(bus.connect(), stop, "connecting to NATS"):
         return True
-    connecting.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await connecting
     log.info("stopped before NATS answered")
     return False

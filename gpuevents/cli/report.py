@@ -20,7 +20,6 @@ from rules.usage.render import render
 from rules.usage.render_quarter import render_quarter
 from rules.usage.rightsize import rightsize_lines
 from rules.usage.store import UsageStore
-from rules.usage.summary import summary_text
 from rules.usage.weekly import (
     NO_TEAM_LABEL,
     ExemptionLine,
@@ -84,7 +83,10 @@ def weekly_summary(config: Config, now: datetime, team: str | None, top_jobs: in
         raise LookupError(str(e)) from None
     if team is not None and not report.teams:
         return None
-    return summary_text(report, costs, top_jobs)
+    from actions import slack_format
+    from rules.usage.summary import summary_text
+
+    return summary_text(report, costs, top_jobs, escape=slack_format.escape, cut=slack_format.truncate)
 
 
 def _day(text: str, flag: str) -> datetime:

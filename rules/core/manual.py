@@ -6,9 +6,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from actions.protection import protection_reason
 from gpuevents.config import Config
 from gpuevents.manual import OPERATOR_RULE, OperatorAction, OperatorActionReply
+from gpuevents.protection import protection_reason
 from gpuevents.records import ActionRequest
 from rules.core.limits import Limiter
 from rules.core.sends import entity_facts

@@ -15,7 +15,7 @@ from gpuevents.clock import utc
 from gpuevents.config import LimitConfig
 from rules.core.book import IncidentBook
 from rules.core.evaluation import Evaluator
-from rules.core.incidents import Incident, resolve, transitions
+from rules.core.incidents import Incident, ResolveReason, resolve, transitions
 from rules.core.inputs import Snooze, StepResult
 from rules.core.limits import Limiter, LimitWindows
 from rules.core.plan import RulePlan
@@ -119,7 +119,7 @@ class Recovery:
             inc = self.book.get(name, key)
             node_known = inc is not None and self.state.node_key(inc.cluster, inc.node) in self.state.nodes
             if node_known or waited >= self.offline_grace_s:
-                reason = "rule_changed" if (name, key) in rec.stale else "gone"
+                reason: ResolveReason = "rule_changed" if (name, key) in rec.stale else "gone"
                 self.evaluator.close(rule, key, None, now, reason, out)
 
     def check_stale(self, now: datetime, out: StepResult) -> None:

@@ -8,11 +8,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from actions import registry
-from actions.protection import protection_reason
 from gpuevents.config import Config
 from gpuevents.costs import CostModel
 from gpuevents.durations import format_duration
 from gpuevents.nextstep import next_step_words
+from gpuevents.protection import protection_reason
 from gpuevents.records import ActionRequest, Phase
 from gpuevents.resolution import resolution_words
 from rules.core.incidents import Incident

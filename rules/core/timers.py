@@ -81,13 +81,13 @@ class Timers:
         due: dict[str, list[Entity]] = {}
         by_name, tables, nodes = self.plan.by_name, self.state.by_kind, self.state.nodes
         for name, key in self.book.pop_due(now):
-            rule = by_name.get(name)
-            if rule is None or name in swept:
+            due_rule = by_name.get(name)
+            if due_rule is None or name in swept:
                 continue
-            ent = tables[rule.kind].get(key)
+            ent = tables[due_rule.kind].get(key)
             if ent is None:
                 continue  # a restored incident whose entity is not seen yet: recovery settles it
-            if not rule.reads_liveness:
+            if not due_rule.reads_liveness:
                 ns = nodes.get(ent.node_key)
                 if ns is None or not ns.online:
                     continue  # evaluated when its node is back (an event looks at the node's due deadlines)

@@ -36,13 +36,17 @@ class _Core(Protocol):
 
 NOT_DELIVERED = "its warning was not delivered"
 
+_STATUS: dict[str, WarningStatus] = {
+    "ok": "delivered", "dry_run": "delivered",  # a dry run counts as run (DESIGN §4)
+    "run": "sent",
+    "refused": "refused", "failed": "failed", "expired": "expired", "suppressed": "suppressed", "held": "held",
+}
+
+
 def _status(decision_or_outcome: str) -> WarningStatus:
-    if decision_or_outcome in ("ok", "dry_run"):  # a dry run counts as run (DESIGN §4)
-        return "delivered"
-    if decision_or_outcome == "run":
-        return "sent"
-    assert decision_or_outcome in ("refused", "failed", "expired", "suppressed", "held"), decision_or_outcome
-    return decision_or_outcome  # type: ignore[return-value]
+    status = _STATUS.get(decision_or_outcome)
+    assert status is not None, decision_or_outcome
+    return status
 
 
 def undelivered(incident: Incident) -> str | None:

@@ -70,22 +70,22 @@ class FleetView(BaseModel):
     held_idle_cost_per_hour_text: str = ""
     demand: list[DemandLine] = []
 
-    @computed_field  # type: ignore[prop-decorator]
+    @computed_field  # type: ignore[prop-decorator]  # mypy allows no decorator over @property; pydantic says so
     @property
     def gpu_count(self) -> int:
         return sum(len(n.gpus) for n in self.nodes)
 
-    @computed_field  # type: ignore[prop-decorator]
+    @computed_field  # type: ignore[prop-decorator]  # mypy allows no decorator over @property; pydantic says so
     @property
     def busy(self) -> int:
         return sum(1 for n in self.nodes for g in n.gpus if not g.idle)
 
-    @computed_field  # type: ignore[prop-decorator]
+    @computed_field  # type: ignore[prop-decorator]  # mypy allows no decorator over @property; pydantic says so
     @property
     def idle(self) -> int:
         return sum(1 for n in self.nodes for g in n.gpus if g.idle)
 
-    @computed_field  # type: ignore[prop-decorator]
+    @computed_field  # type: ignore[prop-decorator]  # mypy allows no decorator over @property; pydantic says so
     @property
     def held_idle(self) -> int:
         return sum(1 for n in self.nodes for g in n.gpus if g.held_idle)

@@ -148,8 +148,8 @@ def timeline(rows: Iterable[UsageRow], costs: CostModel, *, first: int, hours: i
     kept = out[:limit]
     used = sorted({i for r in kept for i in r.owner if i >= 0})
     remap = {old: new for new, old in enumerate(used)}
-    for r in kept:
-        r.owner = [remap.get(i, -1) for i in r.owner]
+    for row in kept:
+        row.owner = [remap.get(i, -1) for i in row.owner]
     return Timeline(
         since=datetime.fromtimestamp(first, UTC), hours=[datetime.fromtimestamp(first + i * HOUR, UTC)
                                                          for i in range(hours)],

@@ -29,13 +29,16 @@ class EngineAnswers:
     config: Config
     clock: Clock
     core: Core | None
-    committer: Committer
     intake: Intake
     planner: TickPlanner
     partition: int | None
     read_side: ReadSide
     _lock: asyncio.Lock
     _changes: int
+
+    @property
+    def committer(self) -> Committer:
+        raise NotImplementedError
 
     async def _settle(self) -> None:
         raise NotImplementedError

@@ -10,10 +10,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from gpuevents.aio import Backoff
-from gpuevents.bus import Bus, BusError, BusStoreFull, PublishItem
+from gpuevents.bus import Bus, BusError, BusStoreFull, Kv, PublishItem
 from gpuevents.clock import Clock
 from gpuevents.records import ActionRequest, AuditRecord, action_message
 from rules.core.core import Snooze, StepResult
@@ -21,7 +22,7 @@ from rules.core.incidents import Incident, Transition
 from rules.core.limits import LimitWindows
 from rules.engine.audit import audit_items, transition_record
 from rules.engine.metrics import EngineMetrics
-from rules.engine.store import ModelStore, incident_key, limits_key, snooze_key
+from rules.engine.store import ModelStore, PipelinedStore, incident_key, limits_key, snooze_key
 
 log = logging.getLogger(__name__)
 
@@ -29,19 +30,34 @@ RETRY_BASE_S = 0.1
 RETRY_MAX_S = 5.0
 
 
-class Committer:
-    """Writes step results to the bus; `stores` are set when the engine has its KV bucket."""
+@dataclass(frozen=True)
+class EngineStores:
+    """Where the engine keeps its state in the KV bucket: incidents, snoozes and rate-limit windows."""
 
-    def __init__(self, bus: Bus, clock: Clock, metrics: EngineMetrics, describe: Callable[[str], str]) -> None:
+    incidents: ModelStore[Incident]
+    snoozes: ModelStore[Snooze]
+    limits: ModelStore[LimitWindows]
+
+    @classmethod
+    def in_bucket(cls, kv: Kv) -> EngineStores:
+        return cls(PipelinedStore(kv, "incident.", Incident), PipelinedStore(kv, "snooze.", Snooze),
+                   PipelinedStore(kv, "limits.", LimitWindows))
+
+
+class Committer:
+    """Writes step results to the bus and the engine's stores, built with all it needs once the engine has its
+    KV bucket. `partition`: the fleet partition the engine acts for (None: the whole fleet); once `stopping` is
+    set, a failing commit raises instead of retrying."""
+
+    def __init__(self, bus: Bus, clock: Clock, metrics: EngineMetrics, describe: Callable[[str], str],
+                 stores: EngineStores, *, partition: int | None, stopping: asyncio.Event) -> None:
         self.bus = bus
         self.clock = clock
         self.metrics = metrics
         self.describe = describe  # rule name -> its description, for the FIRING log line
-        self.incidents: ModelStore[Incident] | None = None
-        self.snoozes: ModelStore[Snooze] | None = None
-        self.limits: ModelStore[LimitWindows] | None = None
-        self.stopping = False  # set while the engine stops: a failing commit then raises instead of retrying
-        self.partition: int | None = None  # the fleet partition this engine acts for (None: the whole fleet)
+        self.stores = stores
+        self.partition = partition
+        self.stopping = stopping
         self.degraded: str | None = None  # why, while JetStream refuses the engine's writes for lack of room
 
     async def retry(self, op: Callable[[], Awaitable[None]], what: str) -> None:
@@ -57,7 +73,7 @@ class Committer:
                     self.metrics.degraded.set(0)
                 return
             except BusError as e:
-                if self.stopping:
+                if self.stopping.is_set():
                     raise
                 self.metrics.bus_retries.inc()
                 delay = backoff.next()
@@ -93,9 +109,9 @@ class Committer:
         snoozes: dict[str, Snooze | None] = {}
         for s in result.snoozes:
             snoozes[snooze_key(s.rule, s.entity_id)] = s if s.until > now else None
-        assert self.incidents is not None and self.snoozes is not None and self.limits is not None
-        incident_store, snooze_store, limit_store = self.incidents, self.snoozes, self.limits
-        limits = [(limits_key(self.partition), result.limits)] if result.limits is not None else []
+        incident_store, snooze_store, limit_store = self.stores.incidents, self.stores.snoozes, self.stores.limits
+        limits: list[tuple[str, LimitWindows | None]] = (
+            [(limits_key(self.partition), result.limits)] if result.limits is not None else [])
 
         async def write() -> None:
             if items:

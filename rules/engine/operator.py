@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from gpuevents.config import Config
+from gpuevents.events import new_id
 from gpuevents.manual import OperatorAction, OperatorActionReply
-from gpuevents.records import new_id
 from rules.core import manual
 from rules.core.core import Core, StepResult
 from rules.engine.audit import request_record

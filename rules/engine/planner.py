@@ -30,6 +30,11 @@ class TickPlanner:
         self._planned = 0.0
         return not (stop.is_set() or self._replan.is_set())
 
+    @property
+    def planned(self) -> float:
+        """Epoch seconds (on the engine's clock) of the tick the loop waits for; 0 while it is not waiting."""
+        return self._planned
+
     def stepped(self, core: Core) -> None:
         """After a step: wake the loop if the core's earliest deadline comes before the planned tick."""
         deadline = core.timers.next_deadline

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from gpuevents.aio import guarded_task
 from gpuevents.costs import CostModel
 from rules.core.core import Core
 from rules.dashboard.fleet_view import DemandLine, FleetIncident, FleetNode, FleetRows, fleet_node
@@ -228,7 +229,7 @@ class ReadSide:
             self._start()
 
     def _start(self) -> asyncio.Task[ReadModel]:
-        self._task = asyncio.create_task(self._run(self._version()), name="read model")
+        self._task = guarded_task(self._run(self._version()), "read model", awaited=True)
         self._task.add_done_callback(_retrieve)
         return self._task
 

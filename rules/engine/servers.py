@@ -10,7 +10,7 @@ import orjson
 from pydantic import ValidationError
 
 from gpuevents import subjects as S
-from gpuevents.bus import Bus
+from gpuevents.bus import Bus, Message, Subscription
 from gpuevents.manual import OperatorAction, OperatorActionReply
 from rules.core.core import Snooze
 from rules.dashboard.free import FreeQuery, bounded, free_gpus_sliced
@@ -61,24 +61,24 @@ class PagedModels:
         return model
 
 
-async def serve_requests(bus: Bus, engine: Answers) -> list[Any]:
+async def serve_requests(bus: Bus, engine: Answers) -> list[Subscription]:
     """Answer status, free and snooze requests from `engine`; the subscriptions, to end when it stops acting."""
     paged = PagedModels(engine)
 
-    async def status(payload: bytes, subject: str) -> bytes:
-        return await answer(paged, payload, engine.partition, engine.partitions, bus.max_payload, engine.degraded)
+    async def status(msg: Message) -> bytes:
+        return await answer(paged, msg.data, engine.partition, engine.partitions, bus.max_payload, engine.degraded)
 
-    async def snooze(payload: bytes, subject: str) -> bytes:
+    async def snooze(msg: Message) -> bytes:
         try:
-            s = Snooze.model_validate_json(payload)
+            s = Snooze.model_validate_json(msg.data)
         except ValidationError as e:
             return orjson.dumps({"ok": False, "error": str(e)})
         return orjson.dumps(await engine.snooze(s))
 
-    async def free(payload: bytes, subject: str) -> bytes:
+    async def free(msg: Message) -> bytes:
         """`gpuevents free`: the answer for this engine's part of the fleet, its best nodes cut to fit a message."""
         try:
-            query = FreeQuery.model_validate_json(payload)
+            query = FreeQuery.model_validate_json(msg.data)
         except ValidationError as e:
             return orjson.dumps({"ok": False, "error": str(e)})
         model = await engine.read_model()
@@ -87,10 +87,10 @@ async def serve_requests(bus: Bus, engine: Answers) -> list[Any]:
         return orjson.dumps({"ok": True, "partition": engine.partition, "partitions": engine.partitions,
                              "answer": found.model_dump(mode="json")})
 
-    async def act(payload: bytes, subject: str) -> bytes | None:
+    async def act(msg: Message) -> bytes | None:
         """`gpuevents kill` / `cancel`: decided by the engine whose part of the fleet holds the target."""
         try:
-            req = OperatorAction.model_validate_json(payload)
+            req = OperatorAction.model_validate_json(msg.data)
         except ValidationError as e:
             return OperatorActionReply(ok=False, error=str(e)).model_dump_json().encode()
         reply = await engine.operator_action(req)

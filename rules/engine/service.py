@@ -10,22 +10,19 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from gpuevents import subjects as S
 from gpuevents.aio import guarded_task, sleep_or_stop, stop_tasks, until_stop_or_end, wait_any
-from gpuevents.bus import Bus, BusError, Consumer, Delivery
+from gpuevents.bus import Bus, BusError, Consumer, Delivery, Message, Subscription
 from gpuevents.clock import Clock, ManualClock, SystemClock
 from gpuevents.config import Config
 from gpuevents.events import SnapshotEvent
 from gpuevents.records import AuditRecord
 from gpuevents.yamlpos import LocatedError
-from rules.core.core import Core, Snooze, StepResult, Sweep, Tick
-from rules.core.incidents import Incident
-from rules.core.limits import LimitWindows
+from rules.core.core import Core, StepResult, Sweep, Tick
 from rules.engine.answers import EngineAnswers
 from rules.engine.audit import AuditTail, reload_record
-from rules.engine.commit import Committer
+from rules.engine.commit import Committer, EngineStores
 from rules.engine.deadletter import DeadLetters
 from rules.engine.demand import readers_from_config, run_reader
 from rules.engine.gcpolicy import GcPolicy
@@ -38,7 +35,7 @@ from rules.engine.readmodel import ReadSide
 from rules.engine.rulefiles import RuleFiles
 from rules.engine.servers import serve_requests
 from rules.engine.sharing import exchange
-from rules.engine.store import PipelinedStore, limits_key
+from rules.engine.store import limits_key
 from rules.usage.jobstore import ended_event
 from rules.usage.recorder import UsageRecorder
 
@@ -73,13 +70,13 @@ class Engine(EngineAnswers):
         self._reload = asyncio.Event()
         self.planner = TickPlanner(self.clock, float(config.engine.tick))
         self._consumer: Consumer | None = None
-        self._subs: list[Any] = []
+        self._subs: list[Subscription] = []
         self.dead_letters = DeadLetters(bus, self.metrics)
         self.partition = partition  # the fleet partition this engine acts for; None: the whole fleet
         self.may_acquire = may_acquire  # asked before taking a lapsed lease (a replica's fair share)
         self.intake = Intake(float(config.engine.max_clock_skew), self.metrics, partition, self._dead_letter)
-        self.committer = Committer(bus, self.clock, self.metrics, self._describe)
-        self.committer.partition = partition
+        self._committer: Committer | None = None  # built by `run`, once the KV bucket is open
+        self._stopping = asyncio.Event()  # set while the engine stops: a failing commit then raises
         self._inflight: asyncio.Task[None] | None = None
         self._audit_tail = AuditTail()
         self._lease: Lease | None = None
@@ -101,6 +98,13 @@ class Engine(EngineAnswers):
             return True
         return S.node_partition(cluster, node, self.config.engine.partitions) == self.partition
 
+    @property
+    def committer(self) -> Committer:
+        """What writes the engine's step results (while it runs)."""
+        if self._committer is None:
+            raise RuntimeError("the engine is not running: it commits nothing before `run`")
+        return self._committer
+
     def _describe(self, rule: str) -> str:
         found = self.core.rules.by_name.get(rule) if self.core else None
         return found.spec.description or "" if found is not None else ""
@@ -120,8 +124,7 @@ class Engine(EngineAnswers):
             # Incidents of changed or removed rules close through the normal path: audited, on_resolve run.
             closed = self.core.replace_rules(rules, self.clock.now())
             self._changes += 1
-            if self.committer.incidents is not None:
-                await self.committer.commit(closed, "commit the incidents a reload closed")
+            await self.committer.commit(closed, "commit the incidents a reload closed")
             self.planner.replan()  # new and changed rules are evaluated in full at the next tick: make it now
         self.metrics.reloads.labels(result="ok").inc()
         log.info("rules reloaded: %d rules (%d incidents of changed or removed rules closed)", len(rules),
@@ -139,10 +142,9 @@ class Engine(EngineAnswers):
         if self._own_usage:
             self.usage = UsageRecorder.from_config(self.config)
         kv = await self.bus.kv()
-        self.committer.incidents = PipelinedStore(kv, "incident.", Incident)
-        self.committer.snoozes = PipelinedStore(kv, "snooze.", Snooze)
-        self.committer.limits = PipelinedStore(kv, "limits.", LimitWindows)
-        self.committer.stopping = False
+        self._stopping.clear()
+        self._committer = Committer(self.bus, self.clock, self.metrics, self._describe, EngineStores.in_bucket(kv),
+                                    partition=self.partition, stopping=self._stopping)
         wall = not isinstance(self.clock, ManualClock)  # checked against the server's; a virtual clock is not
         lease = self._lease = Lease(kv, self.clock, self.config.engine.lease_ttl, holder=self.holder,
                                     key=lease_key(self.partition),
@@ -178,7 +180,7 @@ class Engine(EngineAnswers):
 
     async def _shut_down(self, lease: Lease) -> None:
         """Once the loops have ended: commit and ack the last batch, stop acting, release the lease, write usage."""
-        self.committer.stopping = True
+        self._stopping.set()
         try:
             await self._settle()  # the last batch's commit and acks
         except (BusError, asyncio.CancelledError) as e:
@@ -213,12 +215,12 @@ class Engine(EngineAnswers):
 
     async def _take_over(self) -> None:
         """Become the acting engine: restore incidents and snoozes from KV, then consume."""
-        c = self.committer
-        assert self.core is not None and c.incidents is not None and c.snoozes is not None and c.limits is not None
+        stores = self.committer.stores
+        assert self.core is not None
         async with self._lock:
-            incidents = [i for i in (await c.incidents.load()).values() if self._owns(i.cluster, i.node)]
-            snoozes = list((await c.snoozes.load()).values())
-            limits = (await c.limits.load()).get(limits_key(self.partition))
+            incidents = [i for i in (await stores.incidents.load()).values() if self._owns(i.cluster, i.node)]
+            snoozes = list((await stores.snoozes.load()).values())
+            limits = (await stores.limits.load()).get(limits_key(self.partition))
             self.core = Core(self.core.rules, self.config)
             self.core.restore(incidents, snoozes, now=self.clock.now(), limits=limits)
             self._changes += 1
@@ -306,7 +308,8 @@ class Engine(EngineAnswers):
             for type_, n in counts.items():
                 self.metrics.events.labels(type=type_).inc(n)
             await self._settle()
-            self._inflight = asyncio.create_task(self._commit_and_ack(total, deliveries), name="commit")
+            # awaited by the next `_settle`, which raises what it raised
+            self._inflight = guarded_task(self._commit_and_ack(total, deliveries), "commit", awaited=True)
             self.planner.stepped(self.core)
         self._collect()
 
@@ -409,7 +412,7 @@ class Engine(EngineAnswers):
                     log.exception("rule reload failed; the previous rules keep running")
 
     # ------------------------------------------------------------ audit tail, status and snooze (servers.py)
-    async def _on_audit(self, msg: Any) -> None:
+    async def _on_audit(self, msg: Message) -> None:
         self._audit_tail.add(msg.data)
         outcomes = warning_outcomes(msg.data)
         if outcomes:
@@ -430,4 +433,4 @@ class Engine(EngineAnswers):
     @property
     def degraded(self) -> str | None:
         """Why, while JetStream has no room for the engine's writes (status says so at once)."""
-        return self.committer.degraded
+        return None if self._committer is None else self._committer.degraded

@@ -32,17 +32,17 @@ async def exchange(kv: Kv, core: Core, partition: int, now_ts: float) -> None:
         return
     windows: list[LimitWindows] = []
     shares: list[ShareCounts] = []
-    for e in entries:
-        m = _PARTITION_KEY.search(e.key)
+    for entry in entries:
+        m = _PARTITION_KEY.search(entry.key)
         if m is None or int(m.group(1)) == partition:
             continue  # not a partition's record, or this partition's own
         # another partition's records: it writes them over on its next tick
-        if e.key.startswith("limits."):
-            w = parse_or_none(LimitWindows, e, "its partition writes it over")
+        if entry.key.startswith("limits."):
+            w = parse_or_none(LimitWindows, entry, "its partition writes it over")
             if w is not None:
                 windows.append(w)
         else:
-            counts = parse_or_none(ShareCounts, e, "its partition writes it over")
+            counts = parse_or_none(ShareCounts, entry, "its partition writes it over")
             if counts is not None and now_ts - counts.at <= SHARES_MAX_AGE_S:
                 shares.append(counts)
     core.limiter.elsewhere = Elsewhere(windows=windows, shares=shares)

@@ -12,6 +12,8 @@ from array import array
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, TypeVar, overload
 
+from gpuevents.aio import guarded_task
+
 SLICE_S = 0.004  # how long one slice may hold the event loop
 SORT_RUN = 2_000  # items sorted at once (a run of the sliced merge sort)
 FREE_STEP = 2_048  # items freed at once
@@ -149,7 +151,7 @@ def _bury(blobs: list[bytes]) -> None:
         return
     _graves.append(blobs)
     if not _reaper or _reaper[0].done() or _reaper[0].get_loop() is not loop:
-        _reaper[:] = [loop.create_task(_reap(), name="free read models")]
+        _reaper[:] = [guarded_task(_reap(), "free read models")]
 
 
 async def _reap() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Literal, Protocol
+from typing import Literal, Protocol, TypeVar
 
 import orjson
 from pydantic import BaseModel, Field, ValidationError
@@ -160,7 +160,10 @@ async def _page(model: ReadModel, q: StatusQuery, budget: int, partition: int | 
 
 
 # ------------------------------------------------------------------ asking (the command line, tests)
-def _decode(raw: bytes, model: type[BaseModel]) -> BaseModel:
+_Reply = TypeVar("_Reply", bound=BaseModel)
+
+
+def _decode(raw: bytes, model: type[_Reply]) -> _Reply:
     data = orjson.loads(raw)
     if isinstance(data, dict) and data.get("ok") is False:
         raise StatusError(str(data.get("error")))
@@ -174,10 +177,10 @@ def _complete(replies: list[bytes]) -> bool:
     return bool(parts) and len(seen) >= int(parts[0].get("partitions") or 1)
 
 
-async def _ask(bus: Bus, q: StatusQuery, model: type[BaseModel], timeout: float) -> list[BaseModel]:
+async def _ask(bus: Bus, q: StatusQuery, model: type[_Reply], timeout: float) -> list[_Reply]:
     """Every acting engine's answer to `q` (one per partition)."""
     replies = await bus.request_many(ENGINE_STATUS, q.model_dump_json().encode(), timeout, enough=_complete)
-    seen: dict[int | None, BaseModel] = {}
+    seen: dict[int | None, _Reply] = {}
     for raw in replies:
         r = _decode(raw, model)
         seen.setdefault(getattr(r, "partition", None), r)
@@ -215,13 +218,12 @@ def merge_summaries(parts: list[StatusSummary], top: int = TOP) -> StatusSummary
 async def ask_summary(bus: Bus, top: int = TOP, timeout: float = 5.0) -> StatusSummary | None:
     """The fleet summary from every acting engine, merged (None when no engine answers)."""
     parts = await _ask(bus, StatusQuery(top=top), StatusSummary, timeout)
-    return merge_summaries(parts, top) if parts else None  # type: ignore[arg-type]
+    return merge_summaries(parts, top) if parts else None
 
 
 async def ask_node(bus: Bus, name: str, timeout: float = 5.0) -> StatusNode | None:
     """One node in full, with its open incidents (None when no engine answers; no nodes when none is named so)."""
-    parts: list[StatusNode] = await _ask(bus, StatusQuery(view="node", node=name), StatusNode,  # type: ignore[assignment]
-                                         timeout)
+    parts = await _ask(bus, StatusQuery(view="node", node=name), StatusNode, timeout)
     if not parts:
         return None
     return StatusNode(nodes=[n for p in parts for n in p.nodes], incidents=[i for p in parts for i in p.incidents],
@@ -238,7 +240,7 @@ async def ask_pages(bus: Bus, view: Literal["nodes", "incidents"] = "nodes",
     done: set[str] = set()
     while True:
         q = StatusQuery(view=view, offsets=offsets, versions=versions, done=sorted(done), max_bytes=bus.max_payload)
-        pages: list[StatusPage] = await _ask(bus, q, StatusPage, timeout)  # type: ignore[assignment]
+        pages = await _ask(bus, q, StatusPage, timeout)
         if not pages:
             raise StatusError("no engine answered a page of the status")
         for p in pages:

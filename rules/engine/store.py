@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from typing import Generic, TypeVar
 
 from pydantic import BaseModel
@@ -83,7 +84,7 @@ class ModelStore(Generic[M]):
         self._revisions.pop(key, None)
         await self.kv.delete(key)
 
-    async def save_many(self, items: list[tuple[str, M | None]]) -> None:
+    async def save_many(self, items: Sequence[tuple[str, M | None]]) -> None:
         """Write (key, record) pairs concurrently; a None record deletes its key."""
         await asyncio.gather(*(self.save(k, r) if r is not None else self.delete(k) for k, r in items))
 
@@ -92,7 +93,7 @@ class PipelinedStore(ModelStore[M]):
     """A ModelStore whose `save_many` pipelines the writes (one wait for all their acks); a write that finds
     the key changed under it (another leader's last write) takes `save`'s path: read it, write over it."""
 
-    async def save_many(self, items: list[tuple[str, M | None]]) -> None:
+    async def save_many(self, items: Sequence[tuple[str, M | None]]) -> None:
         if not items:
             return
         writes: list[tuple[str, bytes | None, int | None]] = []

@@ -6,7 +6,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jinja2 import nodes
 from pydantic import ValidationError
@@ -24,6 +24,9 @@ from rules.lang.model import (
     cron_triggers,
 )
 from rules.lang.templates import compile_params, is_templated
+
+if TYPE_CHECKING:
+    from apscheduler.triggers.cron import CronTrigger
 
 RULE_SUFFIXES = (".yaml", ".yml")
 
@@ -125,7 +128,7 @@ def _load_rule(
     except ExprError as e:
         problems.append(Located(doc.file, doc.line_of((*at, "when")) + _block_offset(doc, at, lines) + e.line - 1,
                                 f"when: {e}"))
-    triggers = []
+    triggers: list[CronTrigger] = []
     for j, expr in enumerate(spec.schedules()):
         path = (*at, "schedule", j) if isinstance(spec.schedule, list) else (*at, "schedule")
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, tzinfo
 from typing import Any, Literal
@@ -282,7 +283,7 @@ class RuleSet:
         if not self.by_name:
             object.__setattr__(self, "by_name", {r.name: r for r in self.rules})
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[Rule]:
         return iter(self.rules)
 
     def __len__(self) -> int:

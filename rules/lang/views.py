@@ -353,7 +353,7 @@ class DemandView:
 
 
 def _public(cls: type, extra: tuple[str, ...] = ()) -> frozenset[str]:
-    return frozenset(k for k in cls.__slots__ if not k.startswith("_")) | frozenset(extra)  # type: ignore[attr-defined]
+    return frozenset(k for k in cls.__slots__ if not k.startswith("_")) | frozenset(extra)  # type: ignore[attr-defined]  # cls is a slotted view class
 
 
 NODE_FIELDS = _public(NodeView)

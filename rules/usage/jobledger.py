@@ -100,7 +100,7 @@ class JobLedger:
         gpus = {g.index: g for g in snap.gpus}
         now_here: set[JobKey] = set()
         for j in snap.jobs:
-            key = (cluster, j.scheduler, j.id)
+            key: JobKey = (cluster, j.scheduler, j.id)
             now_here.add(key)
             tally = self.jobs.get(key)
             if tally is None:

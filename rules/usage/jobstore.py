@@ -220,7 +220,8 @@ class JobStore:
 
     def window(self, since: float, user: str | None = None) -> list[JobSummary]:
         """Jobs seen since `since` (epoch seconds), most recent first; one user's with `user`."""
-        where, args = "last_seen >= ?", [since]
+        where = "last_seen >= ?"
+        args: list[float | str] = [since]
         if user is not None:
             where += " AND user = ?"
             args.append(user)

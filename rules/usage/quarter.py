@@ -161,8 +161,8 @@ def compare(before_rows: Iterable[UsageRow], after_rows: Iterable[UsageRow], cos
         sides.append((fleet, teams))
     (fa, ta), (fb, tb) = sides
     names = sorted(set(ta) | set(tb))
-    rows = [(_line(None, fa), _line(None, fb))]
-    rows += [(_line(t, ta.get(t)), _line(t, tb.get(t))) for t in names]
-    rows = rows[:1] + [(a, b) for a, b in rows[1:]  # as above: a team that held nothing in either period is no row
-                       if a.util_pct is not None or b.util_pct is not None or a.held_idle_h or b.held_idle_h]
-    return Comparison(before=before, after=after, rows=rows)
+    lines = [(_line(None, fa), _line(None, fb))]
+    lines += [(_line(t, ta.get(t)), _line(t, tb.get(t))) for t in names]
+    lines = lines[:1] + [(a, b) for a, b in lines[1:]  # as above: a team that held nothing in either period is no row
+                         if a.util_pct is not None or b.util_pct is not None or a.held_idle_h or b.held_idle_h]
+    return Comparison(before=before, after=after, rows=lines)

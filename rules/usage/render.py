@@ -261,9 +261,9 @@ def render_markdown(report: WeeklyReport, costs: CostModel) -> str:
                   "| team | utilization | change | used share | held idle GPU-h | change | waste | change |",
                   "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         wow = report.week_over_week
-        for t in [wow.fleet, *wow.teams]:
-            name = "**fleet**" if t.team is None else markdown_cell(team_label(t.team))
-            lines.append(f"| {name} | {_md_trend(t, costs)} |")
+        for trend in [wow.fleet, *wow.teams]:
+            name = "**fleet**" if trend.team is None else markdown_cell(team_label(trend.team))
+            lines.append(f"| {name} | {_md_trend(trend, costs)} |")
     if report.kpi:
         lines += ["", "## Utilization over 13 weeks", ""]
         lines += [f"- {markdown_cell('fleet' if k.team is None else team_label(k.team))}: {markdown_cell(k.text)}"
@@ -284,10 +284,11 @@ def render_markdown(report: WeeklyReport, costs: CostModel) -> str:
     if report.leaderboard:
         lines += ["| # | owner | teams | held idle GPU-h | held idle cost | busy GPU-h | utilization | used share |",
                   "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
-        for o in report.leaderboard:
-            teams = markdown_cell(", ".join(team_label(t) for t in o.teams))
-            lines.append(f"| {o.rank} | {markdown_cell(o.owner)} | {teams} | {_h(o.held_idle_h)} | "
-                         f"{f(o.held_idle_cost)} | {_h(o.busy_h)} | {_pct(o.util_pct)} | {_pct(o.busy_share_pct)} |")
+        for leader in report.leaderboard:
+            teams = markdown_cell(", ".join(team_label(t) for t in leader.teams))
+            lines.append(f"| {leader.rank} | {markdown_cell(leader.owner)} | {teams} | {_h(leader.held_idle_h)} | "
+                         f"{f(leader.held_idle_cost)} | {_h(leader.busy_h)} | {_pct(leader.util_pct)} | "
+                         f"{_pct(leader.busy_share_pct)} |")
     else:
         lines.append("Nobody held an idle GPU this week.")
     lines += ["", "## Top idle jobs", ""]

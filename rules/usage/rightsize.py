@@ -144,9 +144,9 @@ def advise(use: WorkloadUse, fleet_models: Iterable[tuple[str, float]], costs: C
                                   f"peak {peak} and p95 compute {busiest} fit a {model}"))
     if candidates:  # a slice or a model of its own isolates it: preferred to sharing, the cheapest first
         return min(candidates, key=lambda f: (f.share, f.kind != "mig"))
-    mem_total = use.mem_total_mib
-    if mem_total and compute_need <= 0.5:
-        ways = int(min(8.0, 1.0 / max(compute_need, 1e-9), mem_total / max(mem_need, 1.0)))
+    own_mem = use.mem_total_mib
+    if own_mem and compute_need <= 0.5:
+        ways = int(min(8.0, 1.0 / max(compute_need, 1e-9), own_mem / max(mem_need, 1.0)))
         if ways >= 2:
             candidates.append(fit("share", f"1/{ways} of a GPU (time-sliced)", 1.0 / ways,
                                   f"p95 compute {busiest} and peak {peak} "

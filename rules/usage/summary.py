@@ -1,8 +1,11 @@
-"""The weekly report as a short Slack summary: what the `report` action posts to each team's channel."""
+"""The weekly report as a short Slack summary: what the `report` action posts to each team's channel. Slack's
+own escaping and length limit are handed in (actions/slack_format.py, by the composition root): visibility
+code does not import actions."""
 
 from __future__ import annotations
 
-from actions import slack_format as fmt
+from collections.abc import Callable
+
 from gpuevents.costs import CostModel
 from rules.usage.trends import Trend
 from rules.usage.weekly import WeeklyReport, team_label
@@ -18,9 +21,11 @@ def _trend(report: WeeklyReport) -> Trend | None:
     return next((t for t in wow.teams if t.team == report.team), None)
 
 
-def summary_text(report: WeeklyReport, costs: CostModel, top_jobs: int) -> str:
-    """The weekly summary as Slack mrkdwn; names from machines are escaped."""
-    e = fmt.escape
+def summary_text(report: WeeklyReport, costs: CostModel, top_jobs: int, *, escape: Callable[[str], str],
+                 cut: Callable[[str], str]) -> str:
+    """The weekly summary as Slack mrkdwn: names from machines passed through `escape`, the whole through `cut`
+    (Slack's limit on a section's text)."""
+    e = escape
     f = costs.format
     fl = report.fleet
     who = "the fleet" if report.team is None else f"team *{e(team_label(report.team))}*"
@@ -59,4 +64,4 @@ def summary_text(report: WeeklyReport, costs: CostModel, top_jobs: int) -> str:
         job = f" (job {e(j.job_id)})" if j.job_id and j.job_id not in j.name else ""
         lines.append(f"• {e(j.name)}{job} on {e(j.node)} GPU {','.join(map(str, j.gpus))} ({e(j.owner)}): "
                      f"{j.held_idle_h:,.1f} h idle, {f(j.cost)}")
-    return fmt.truncate("\n".join(lines))
+    return cut("\n".join(lines))

@@ -11,7 +11,7 @@ from nats.js import JetStreamContext
 
 from actions.runner import ActionRunner, redact
 from gpuevents import subjects as S
-from gpuevents.bus import Bus
+from gpuevents.bus import Bus, Message
 from gpuevents.commands import KillCommand, KillReply
 from tests.actions.conftest import audit_records, make_config, make_request, process_facts, publish_request
 from tests.actions.fakes import FakeWebhook
@@ -24,8 +24,8 @@ class KillResponder:
     def __init__(self) -> None:
         self.commands: list[KillCommand] = []
 
-    async def handle(self, payload: bytes, subject: str) -> bytes:
-        cmd = KillCommand.model_validate_json(payload)
+    async def handle(self, msg: Message) -> bytes:
+        cmd = KillCommand.model_validate_json(msg.data)
         self.commands.append(cmd)
         return KillReply(outcome="exited", pid=cmd.pid, signal=cmd.signal).model_dump_json().encode()
 
@@ -240,7 +240,7 @@ def test_secrets_are_masked_in_the_audit() -> None:
 
 
 async def test_a_permanent_failure_is_terminated_and_leaves_the_queue(bus: Bus, jetstream: JetStreamContext) -> None:
-    async def garbage(payload: bytes, subject: str) -> bytes:
+    async def garbage(msg: Message) -> bytes:
         return b"not json"
 
     await bus.serve(S.function_subject("broken"), garbage)

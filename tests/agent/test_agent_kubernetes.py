@@ -18,8 +18,9 @@ from agent.kubeowners import Meta, OwnerRef, OwnerWalker
 from agent.podresources.client import PodResources
 from agent.runner import run_nodes, simulated_agents
 from gpuevents.clock import SystemClock
-from gpuevents.config import AgentConfig, Config, KubernetesJobsConfig
+from gpuevents.config import AgentConfig, Config
 from gpuevents.events import Event, SnapshotEvent
+from gpuevents.kubeconfig import KubernetesJobsConfig
 from tests.waiting import wait_for
 
 
@@ -33,7 +34,7 @@ class Capture:
         if isinstance(event, SnapshotEvent):
             self.snapshots.append(event)
 
-    async def subscribe(self, *a: Any, **kw: Any) -> None:
+    async def serve(self, *a: Any, **kw: Any) -> None:
         return None
 
 

@@ -19,7 +19,8 @@ from aiohttp import web
 from agent.attribution import Attributor, PsutilIdentifier, resolve_owner, truncate
 from agent.kubelet import PodDirectory, PodMeta
 from agent.sample import ProcessIdentity
-from gpuevents.config import AttributionConfig, KubeletConfig
+from gpuevents.config import AttributionConfig
+from gpuevents.kubeconfig import KubeletConfig
 
 POD_UID = "3c4f1a2b-1234-4cde-8f00-123456789abc"
 POD = PodMeta(uid=POD_UID, namespace="ml", name="train-7", labels={"owner": "pod-owner@x.org"},

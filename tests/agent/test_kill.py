@@ -16,6 +16,7 @@ from agent.attribution import PsutilIdentifier
 from agent.kill import RateLimit
 from agent.nvml import NvmlSampler
 from agent.runner import NodeAgent
+from gpuevents.bus import Message
 from gpuevents.commands import KillCommand, KillReply
 from gpuevents.config import AgentConfig, AgentKillConfig, Config, ProtectConfig
 from tests.agent.fake_pynvml import FakeDevice, FakeNvml
@@ -47,7 +48,7 @@ def agent_for(pids: list[int], config: Config | None = None) -> NodeAgent:
     """An agent whose (stand-in) NVML reports `pids` on GPU 0, after one sample."""
     config = config or Config(protect=ProtectConfig(users=[]))
     nv = FakeNvml([FakeDevice(compute=[(pid, 1000) for pid in pids])])
-    agent = NodeAgent(config, NvmlSampler(nv, identifier=PsutilIdentifier()), node="n1")  # type: ignore[arg-type]
+    agent = NodeAgent(config, NvmlSampler(nv, identifier=PsutilIdentifier()), node="n1")
     agent.tick(datetime.now(UTC))
     return agent
 
@@ -58,8 +59,8 @@ def created(pid: int) -> datetime:
 
 async def kill(agent: NodeAgent, pid: int, **kw: object) -> KillReply:
     ct = kw.pop("create_time") if "create_time" in kw else created(pid)
-    cmd = KillCommand(pid=pid, create_time=ct, **kw)  # type: ignore[arg-type]
-    raw = await agent.kill.serve_bytes(cmd.model_dump_json().encode(), "gpuevents.cmd.default.n1.kill")
+    cmd = KillCommand(pid=pid, create_time=ct, **kw)
+    raw = await agent.kill.answer(Message(cmd.model_dump_json().encode(), "gpuevents.cmd.default.n1.kill"))
     return KillReply.model_validate_json(raw)
 
 
@@ -122,11 +123,11 @@ async def test_a_program_is_protected_by_its_path_and_the_user_that_runs_it(
     p = spawn(RENAMES_ITSELF)
     children.append(p)
     exe = psutil.Process(p.pid).exe()
-    mine = ProtectConfig(users=[], processes=[{"exe": exe, "user": getpass.getuser()}])  # type: ignore[list-item]
+    mine = ProtectConfig(users=[], processes=[{"exe": exe, "user": getpass.getuser()}])
     reply = await kill(agent_for([p.pid], Config(protect=mine)), p.pid)
     assert reply.outcome == "refused" and reply.reason == f"program {exe} run by {getpass.getuser()} is protected"
     assert p.poll() is None
-    others = ProtectConfig(users=[], processes=[{"exe": exe, "user": "someone-else"}])  # type: ignore[list-item]
+    others = ProtectConfig(users=[], processes=[{"exe": exe, "user": "someone-else"}])
     reply = await kill(agent_for([p.pid], Config(protect=others)), p.pid, grace_s=5)
     assert reply.outcome == "exited", reply.reason  # the same program run by another user is not protected
     assert p.wait(5) == -15
@@ -190,7 +191,7 @@ async def test_node_rate_limit_refuses_past_the_limit(children: list[subprocess.
 
 
 async def test_malformed_command_is_refused() -> None:
-    raw = await agent_for([]).kill.serve_bytes(b'{"pid": "x"}', "s")
+    raw = await agent_for([]).kill.answer(Message(b'{"pid": "x"}', "s"))
     assert KillReply.model_validate_json(raw).outcome == "refused"
 
 

@@ -7,7 +7,8 @@ from datetime import UTC, datetime, timedelta
 import pynvml
 import pytest
 
-from agent.nvml import NvmlSampler, NvmlUnavailable
+from agent.nvml import NvmlSampler
+from agent.nvmlcalls import NvmlUnavailable
 from agent.runner import NodeAgent
 from agent.sample import ProcessIdentity
 from gpuevents.config import Config

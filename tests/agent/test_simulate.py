@@ -70,8 +70,8 @@ def test_steady_scenario_is_eight_gpus_and_sixteen_processes() -> None:
 def test_demo_scenario_has_an_idle_held_gpu_at_once() -> None:
     (agent,) = simulated_agents(Config(), nodes=1, gpus_per_node=4, scenario="demo", start=T0)
     events = agent.tick(T0)
-    idle = [e for e in events if e.type == "gpu.idle" and e.data.index == 0]  # type: ignore[union-attr]
-    assert idle and idle[0].data.pids and idle[0].data.owner == "alice"  # type: ignore[union-attr]
+    idle = [e for e in events if e.type == "gpu.idle" and e.data.index == 0]
+    assert idle and idle[0].data.pids and idle[0].data.owner == "alice"
     snap = agent.core.snapshot(T0)
     assert snap.gpus[0].mem_used_mib and snap.gpus[0].mem_used_mib > 20000
     assert not snap.gpus[1].idle
@@ -119,7 +119,7 @@ async def test_simulated_kill_ends_the_process_and_a_ghost_needs_kill() -> None:
     reply = await agent.kill.handle(KillCommand(pid=ghost.pid, create_time=ghost.create_time, grace_s=0.1))
     assert reply.outcome == "killed" and reply.signal == "KILL"
     events = agent.tick(T0 + timedelta(seconds=26))
-    ended = sorted(e.data.pid for e in events if e.type == "process.ended")  # type: ignore[union-attr]
+    ended = sorted(e.data.pid for e in events if e.type == "process.ended")
     assert ended == sorted([alice.pid, ghost.pid])
     assert not agent.core.processes_on(0)
 

@@ -21,8 +21,9 @@ from gpuevents import subjects as S
 from gpuevents.bus import Bus
 from gpuevents.clock import SystemClock
 from gpuevents.commands import KillCommand, KillReply
-from gpuevents.config import AgentConfig, Config, KubeletConfig, NatsConfig, ProtectConfig
+from gpuevents.config import AgentConfig, Config, NatsConfig, ProtectConfig
 from gpuevents.events import Event
+from gpuevents.kubeconfig import KubeletConfig
 from tests.agent.test_attribution import POD_UID, kubelet  # noqa: F401  (the fixture)
 from tests.waiting import wait_for
 
@@ -54,12 +55,12 @@ class FlakyBus:
     def publish_event(self, event: Event) -> None:
         self.bus.publish_event(event)
 
-    async def subscribe(self, subject: str, handler: Any, queue: str | None = None) -> Any:
+    async def serve(self, subject: str, handler: Any, queue: str | None = None, **kw: Any) -> Any:
         if self.failures > 0:
             self.failures -= 1
             raise ConnectionError("nats: connection closed")
         self.subscribed.append(subject)
-        return await self.bus.subscribe(subject, handler, queue)
+        return await self.bus.serve(subject, handler, queue, **kw)
 
 
 class Running:

@@ -17,7 +17,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from gpuevents import subjects as S
-from gpuevents.bus import Bus
+from gpuevents.bus import Bus, Message
 from gpuevents.config import NatsConfig
 from gpuevents.events import AgentInfo, make_event
 from tests.deploy.conftest import DEPLOY, AuthServer
@@ -112,8 +112,8 @@ async def test_agent_answers_commands_to_its_own_node(
     user, password = server.agent("n1")
     async with bus_as(server, user, password, monkeypatch, "agent", "n1") as agent:
 
-        async def handler(payload: bytes, subject: str) -> bytes:
-            return b"done:" + payload
+        async def handler(msg: Message) -> bytes:
+            return b"done:" + msg.data
 
         await agent.serve(S.node_commands_filter("c1", "n1"), handler)
         async with bus_as(server, *server.role("runner"), monkeypatch, "runner") as runner:

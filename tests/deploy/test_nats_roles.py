@@ -20,6 +20,7 @@ from nats.aio.msg import Msg
 
 from actions.runner import ActionRunner
 from gpuevents import subjects as S
+from gpuevents.bus import Message
 from gpuevents.clock import SystemClock
 from gpuevents.config import Config
 from rules.engine.service import Engine
@@ -124,8 +125,8 @@ async def test_a_kill_from_the_command_line_is_decided_by_the_engine_dry_run_and
     cfg = Config.model_validate(yaml.safe_load(path.read_text()))
     commands: list[bytes] = []
 
-    async def agent_answers(payload: bytes, subject: str) -> bytes:
-        commands.append(payload)
+    async def agent_answers(msg: Message) -> bytes:
+        commands.append(msg.data)
         return json.dumps({"pid": 4242, "outcome": "killed"}).encode()
 
     async with bus_as(server, *server.agent("n1"), monkeypatch, "agent", "n1") as agent, \
@@ -179,7 +180,7 @@ async def test_runners_apart_may_log_in_as_the_engine_as_deploy_runs_them(
     engine's login: its replies come back on the runners' inbox, which that login may read."""
     server = nats_auth_server
 
-    async def answer(payload: bytes, subject: str) -> bytes:
+    async def answer(msg: Message) -> bytes:
         return b"done"
 
     async with bus_as(server, *server.agent("n1"), monkeypatch, "agent", "n1") as agent:

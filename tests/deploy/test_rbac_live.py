@@ -167,11 +167,11 @@ async def test_pause_resume_and_drain_work_with_exactly_the_runners_rights(insta
         drain = await runner.process(make_request("drain", {"timeout": "2s"}, entity_kind="node", entity_id=node,
                                                   node=node))
         pause = await runner.process(make_request("pause", {}, entity_kind="job", facts=job))
-        paused = admin.get(Deployment, "train", namespace=ns).spec.replicas  # type: ignore[union-attr]
+        paused = admin.get(Deployment, "train", namespace=ns).spec.replicas
         resume = await runner.process(make_request("resume", {}, entity_kind="job", facts=job))
     finally:
         await runner.close()
     assert [r.outcome for r in (drain, pause, resume)] == ["ok", "ok", "ok"], (drain, pause, resume)
     assert "3 GPU pod(s) evicted" in (drain.detail or "") and "no Event posted" not in (drain.detail or "")
     assert paused == 0 and "no Event posted" not in (pause.detail or "")
-    assert admin.get(Deployment, "train", namespace=ns).spec.replicas == 3  # type: ignore[union-attr]
+    assert admin.get(Deployment, "train", namespace=ns).spec.replicas == 3

@@ -67,8 +67,8 @@ class DemandBook:
             if now > r.until:
                 return 0, None, 0
             index = r.index
-            for key in (("partition", partition), ("pool", pool), ("model", model)):
-                if key[1] is not None and (x := index.get(key)) is not None:  # type: ignore[arg-type]
+            for kind, value in (("partition", partition), ("pool", pool), ("model", model)):
+                if value is not None and (x := index.get((kind, value))) is not None:
                     return x[0], x[1], r.whole
             return 0, None, r.whole
         live = [r for r in reports.values() if now <= r.until]

@@ -269,8 +269,8 @@ def _patch(ns: NodeState, clock: EvalClock, owners: Mapping[str, str],
     all_gpu_changes: set[str] = set(node_delta)
     for idx, gv in gpus.items():
         key = gv.id
-        d = gpu_delta.get(idx, set())
-        if d is None:
+        delta = gpu_delta.get(idx, set())
+        if delta is None:
             ent = Entity(key, key, "gpu", nkey, gv, {
                 "gpu": gv, "node": node_view, "entity": EntityView(key, "gpu", ns.name, ns.cluster), CLOCK_KEY: clock,
             })
@@ -278,7 +278,7 @@ def _patch(ns: NodeState, clock: EvalClock, owners: Mapping[str, str],
             all_gpu_changes.add("gpus")
         else:
             ent = old_entities[key]
-            d = d | node_delta
+            d = delta | node_delta
             if d:
                 changed.append(ent)
                 deltas[key] = frozenset(d)
@@ -291,9 +291,10 @@ def _patch(ns: NodeState, clock: EvalClock, owners: Mapping[str, str],
         changed.insert(0, node_ent)
         deltas[nkey] = frozenset(all_gpu_changes)
     for pkey, pv in procs.items():
-        d = proc_delta.get(pkey, set())
-        pgpus = [gpus[i] for i in pv.gpus if i in gpus] if d is None or not (same_members and not gpus_moved) else []
-        if d is None:
+        delta = proc_delta.get(pkey, set())
+        pgpus = ([gpus[i] for i in pv.gpus if i in gpus]
+                 if delta is None or not (same_members and not gpus_moved) else [])
+        if delta is None:
             ent = Entity(pkey, pv.id, "process", nkey, pv, {
                 "process": pv, "node": node_view, "gpus": pgpus,
                 "entity": EntityView(pv.id, "process", ns.name, ns.cluster), CLOCK_KEY: clock,
@@ -301,7 +302,7 @@ def _patch(ns: NodeState, clock: EvalClock, owners: Mapping[str, str],
             changed.append(ent)
         else:
             ent = old_entities[pkey]
-            d = d | node_delta
+            d = delta | node_delta
             if not (same_members and not gpus_moved) and not _same_items(ent.ctx["gpus"], pgpus):
                 ent.ctx["gpus"] = pgpus
                 d.add("gpus")

@@ -40,8 +40,9 @@ _BOUNDED_BINOPS = {"Add": "_add", "Sub": "_sub", "Mul": "_mul", "Mod": "_mod", "
 _NAMED_ARG = {"map": (FILTERS, 0), "select": (TESTS, 0), "reject": (TESTS, 0), "selectattr": (TESTS, 1),
               "rejectattr": (TESTS, 1)}
 """Filters that take another filter's or test's name as a positional argument (and which position)."""
-_ATTRIBUTE_ARG = {"attr": 0, "selectattr": 0, "rejectattr": 0, "map": None, "sort": None, "groupby": 0,
-                  "sum": None, "join": None, "unique": None, "min": None, "max": None}
+_ATTRIBUTE_ARG: dict[str, int | None] = {"attr": 0, "selectattr": 0, "rejectattr": 0, "map": None, "sort": None,
+                                         "groupby": 0, "sum": None, "join": None, "unique": None, "min": None,
+                                         "max": None}
 """Filters that read a field named by a string: positional index, or None for the `attribute=` keyword only."""
 _OWN_FILTERS = {"replace": rt.replace_filter, "join": rt.join_filter, "string": rt.string_filter,
                 "sum": rt.sum_filter}
@@ -119,10 +120,10 @@ class _Compiler:
         return ExprError(message, node.lineno or 1)
 
     def visit(self, node: nodes.Node) -> str:
-        method = getattr(self, f"v_{type(node).__name__}", None)
+        method: Callable[[nodes.Node], str] | None = getattr(self, f"v_{type(node).__name__}", None)
         if method is None:
             raise self.fail(node, f"unsupported syntax in a condition: {type(node).__name__}")
-        return method(node)  # type: ignore[no-any-return]
+        return method(node)
 
     def v_Const(self, node: nodes.Const) -> str:
         if not isinstance(node.value, _CONST_TYPES):
@@ -198,7 +199,7 @@ class _Compiler:
         while todo:
             n = todo.pop()
             if type(n) is type(node):
-                todo += [n.right, n.left]  # type: ignore[attr-defined]
+                todo += [n.right, n.left]
             else:
                 terms.append(n)
         return "(" + f" {op} ".join(self.visit(t) for t in terms) + ")"
@@ -274,9 +275,9 @@ class _Compiler:
                 if arg.value not in allowed:
                     raise self.fail(node, f"{what} {arg.value!r} (in {node.name}) is not available in conditions; "
                                           f"available: {', '.join(sorted(allowed))}")
-        pos = _ATTRIBUTE_ARG.get(node.name, -1)
-        if pos != -1:
-            fields = [a for i, a in enumerate(node.args) if i == pos] + [k.value for k in node.kwargs
+        attr_pos = _ATTRIBUTE_ARG.get(node.name, -1)
+        if attr_pos != -1:
+            fields = [a for i, a in enumerate(node.args) if i == attr_pos] + [k.value for k in node.kwargs
                                                                          if k.key == "attribute"]
             if any(not isinstance(f, nodes.Const) for f in fields):
                 self.time = True

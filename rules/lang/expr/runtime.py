@@ -209,7 +209,7 @@ def bounded_filter(func: Any) -> Any:
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         return _check(func(*args, **kwargs))
 
-    wrapped.__wrapped__ = func  # type: ignore[attr-defined]
+    wrapped.__dict__["__wrapped__"] = func
     for attr in ("jinja_pass_arg",):
         if hasattr(func, attr):
             setattr(wrapped, attr, getattr(func, attr))
@@ -258,7 +258,8 @@ def join_filter(value: Any, d: str = "", attribute: str | int | None = None) -> 
 
 
 def replace_filter(s: Any, old: str, new: str, count: int | None = None) -> str:
-    return call_method(str(s), "replace", old, new, -1 if count is None else count)
+    replaced: str = call_method(str(s), "replace", old, new, -1 if count is None else count)
+    return replaced
 
 
 def sum_filter(iterable: Any, attribute: str | int | None = None, start: Any = 0) -> Any:

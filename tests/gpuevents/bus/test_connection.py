@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from gpuevents import subjects as S
-from gpuevents.bus import Bus, BusNoResponders, BusTimeout, connection
+from gpuevents.bus import Bus, BusNoResponders, BusTimeout, Message, connection
 from gpuevents.config import NatsConfig, StreamsConfig
 from gpuevents.events import GpuInfo, make_event
 from gpuevents.server import EmbeddedServer
@@ -34,8 +34,8 @@ async def test_streams_exist_with_the_configured_limits(nats_server: EmbeddedSer
 
 
 async def test_request_reply(bus: Bus) -> None:
-    async def echo(payload: bytes, subject: str) -> bytes:
-        return subject.encode() + b":" + payload
+    async def echo(msg: Message) -> bytes:
+        return msg.subject.encode() + b":" + msg.data
 
     subject = S.command_subject("c1", "node.7", "kill")
     await bus.serve(subject, echo)
@@ -45,14 +45,14 @@ async def test_request_reply(bus: Bus) -> None:
 
 
 async def test_a_failing_handler_answers_with_an_error(bus: Bus) -> None:
-    async def boom(payload: bytes, subject: str) -> bytes:
+    async def boom(msg: Message) -> bytes:
         raise RuntimeError("nope")
 
     await bus.serve("gpuevents.fn.boom", boom)
     reply = await bus.request("gpuevents.fn.boom", b"", timeout=2)
     assert b"nope" in reply and b"error" in reply
 
-    async def quotes(payload: bytes, subject: str) -> bytes:
+    async def quotes(msg: Message) -> bytes:
         raise ValueError("it's \"quoted\" \\ here")
 
     await bus.serve("gpuevents.fn.quotes", quotes)
@@ -61,7 +61,7 @@ async def test_a_failing_handler_answers_with_an_error(bus: Bus) -> None:
 
 
 async def test_request_timeout_is_a_bus_timeout(bus: Bus) -> None:
-    async def slow(payload: bytes, subject: str) -> bytes:
+    async def slow(msg: Message) -> bytes:
         await asyncio.sleep(5)
         return b""
 

@@ -64,7 +64,7 @@ def test_after_a_minute_of_the_demo_report_has_gpu_hours_and_free_offers_idle_un
         def report() -> dict[str, object] | None:
             r = _gpuevents(tmp_path, "report", "--format", "json", "-c", str(cfg))
             data = json.loads(r.stdout) if r.returncode == 0 else None
-            return data if data and data["fleet"]["gpu_h"] > 0 else None  # type: ignore[index]
+            return data if data and data["fleet"]["gpu_h"] > 0 else None
 
         data = _until(report, 60, "GPU-hours in the report")
         assert data["fleet"]["gpus"] == 8  # type: ignore[index]
@@ -83,7 +83,7 @@ def test_after_a_minute_of_the_demo_report_has_gpu_hours_and_free_offers_idle_un
             return answer if answer and answer["nodes"] else None
 
         answer = _until(free, 90, "a free GPU in the demo")
-        offered = [g for n in answer["nodes"] for g in n["gpus"]]  # type: ignore[index, union-attr]
+        offered = [g for n in answer["nodes"] for g in n["gpus"]]
         assert offered and not PINNED & {g["index"] for g in offered}, offered
         idle_for = [g["idle_for_s"] or 0 for g in offered]
         assert idle_for == sorted(idle_for, reverse=True)  # most idle first

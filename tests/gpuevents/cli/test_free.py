@@ -25,7 +25,7 @@ def _publish_fleet(bus: Bus) -> None:
         since = now - timedelta(minutes=idle_min) if idle_min is not None else None
         return GpuInfo(node=node, index=index, uuid=f"GPU-{node}-{index}", model="NVIDIA H100 80GB HBM3",
                        util_pct=0 if idle else 95, mem_used_mib=0, mem_total_mib=81559, idle=idle,
-                       idle_since=since, **kw)  # type: ignore[arg-type]
+                       idle_since=since, **kw)
 
     gpus = [g("n1", 0, 300, pids=[4242]),  # held idle by alice: the most idle, never offered
             g("n1", 1, 30), g("n1", 2, None), g("n1", 3, 600, allocated=True, job="812345"), g("n1", 4, 120)]

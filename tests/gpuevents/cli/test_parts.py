@@ -9,7 +9,8 @@ import pytest
 
 from gpuevents.bus import Bus
 from gpuevents.cli import parts
-from gpuevents.cli.parts import PartFailed, run_parts, runner_parts
+from gpuevents.cli.common import PartFailed
+from gpuevents.cli.parts import run_parts, runner_parts
 from gpuevents.cli.report import weekly_summary
 from gpuevents.clock import SystemClock
 from gpuevents.config import Config

@@ -16,7 +16,7 @@ from rules.dashboard.usage_source import UsageSource
 from rules.usage.rollup import HOUR, UsageAmounts, UsageBatch, UsageKey
 from rules.usage.store import UsageStore
 from tests.rules.dashboard.cdp import Chromium
-from tests.rules.dashboard.test_dashboard_pages import ARTIFACTS, COSTS, NOW, Fleet, Page
+from tests.rules.dashboard.test_pages import ARTIFACTS, COSTS, NOW, Fleet, Page
 
 pytestmark = pytest.mark.slow  # every test drives a real Chromium
 
@@ -44,7 +44,7 @@ async def _open(tmp_path: Path, path: str) -> AsyncIterator[Page]:
     fleet.hold("node-01", 0, "alice")
     fleet.hold("node-02", 2, "bob")
     _recent_usage(tmp_path / "usage.sqlite", fleet)
-    runner = await serve_dashboard(fleet, "127.0.0.1", 0, UsageSource(tmp_path / "usage.sqlite", COSTS))  # type: ignore[arg-type]
+    runner = await serve_dashboard(fleet, "127.0.0.1", 0, UsageSource(tmp_path / "usage.sqlite", COSTS))
     browser = Chromium(tmp_path / "profile")
     base = f"http://127.0.0.1:{bound_port(runner)}"
     try:

@@ -20,7 +20,7 @@ def gpu(node: str, index: int, *, idle_for: float | None = 600.0, util: float = 
         model: str = H100, total: float = 81559, **kw: object) -> GpuInfo:
     idle = idle_for is not None
     return GpuInfo(node=node, index=index, uuid=f"GPU-{node}-{index}", model=model, util_pct=util if idle else 90.0,
-                   mem_used_mib=used, mem_total_mib=total, idle=idle, idle_for_s=idle_for, **kw)  # type: ignore[arg-type]
+                   mem_used_mib=used, mem_total_mib=total, idle=idle, idle_for_s=idle_for, **kw)
 
 
 def node(name: str, gpus: list[GpuInfo], *, online: bool = True, cordoned: bool | None = None,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpuevents.config import Config, NatsConfig
-from gpuevents.events import Event, GpuInfo, NodeInfo, NodeSnapshot, ProcessInfo, make_event
+from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot, ProcessInfo, SnapshotEvent, make_event
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 
@@ -47,7 +47,7 @@ def engine_config(nats_config: NatsConfig, rules_dir: Path, tmp_path: Path) -> C
 
 
 def snapshot(node: str, at: datetime, *, util: float = 0.0, idle_since: datetime | None = None,
-             pid: int | None = 4242, event_id: str | None = None) -> Event:
+             pid: int | None = 4242, event_id: str | None = None) -> SnapshotEvent:
     """One node with one GPU; `pid` holds it (None: nobody)."""
     idle = util < 5
     gpu = GpuInfo(node=node, index=0, uuid=f"GPU-{node}-0", model="NVIDIA H100 80GB HBM3",
@@ -57,4 +57,6 @@ def snapshot(node: str, at: datetime, *, util: float = 0.0, idle_since: datetime
                          create_time=at - timedelta(hours=3), gpus=[0], gpu_mem_mib=20000)] if pid else []
     snap = NodeSnapshot(node=NodeInfo(name=node, cluster="c1", gpu_count=1), gpus=[gpu],
                         processes=procs)
-    return make_event("node.snapshot", node, snap, cluster="c1", time=at, id=event_id)
+    ev = make_event("node.snapshot", node, snap, cluster="c1", time=at, id=event_id)
+    assert isinstance(ev, SnapshotEvent)
+    return ev

@@ -28,7 +28,7 @@ from agent.attribution import PsutilControl
 from agent.kill import KillHandler, KillPolicy, RateLimit
 from agent.sample import LiveProcess
 from gpuevents import subjects as S
-from gpuevents.bus import Bus
+from gpuevents.bus import Bus, Message
 from gpuevents.clock import SystemClock
 from gpuevents.config import Config, NatsConfig, ProtectConfig
 from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot, ProcessInfo, make_event
@@ -106,7 +106,7 @@ async def test_a_rule_with_every_built_in_action_runs_end_to_end(
         return bool(node.spec and node.spec.unschedulable)
 
     def replicas() -> int | None:
-        return kube.get(Deployment, "web", namespace=ns).spec.replicas  # type: ignore[union-attr]
+        return kube.get(Deployment, "web", namespace=ns).spec.replicas
 
     out = tmp_path / "command.txt"
     rules = tmp_path / "rules"
@@ -132,7 +132,7 @@ async def test_a_rule_with_every_built_in_action_runs_end_to_end(
                           policy=KillPolicy(ProtectConfig(users=[]), agent_pid=os.getpid(), node_labels={}),
                           rate=RateLimit(100),
                           holds_gpu=lambda p: isinstance(p, LiveProcess) and p.pid == child.pid, poll_s=0.02)
-    await bus.serve(S.command_subject("c1", n1, "kill"), handler.serve_bytes)
+    await bus.serve(S.command_subject("c1", n1, "kill"), handler.answer)
 
     published: list[dict[str, str]] = []
 
@@ -142,8 +142,8 @@ async def test_a_rule_with_every_built_in_action_runs_end_to_end(
     await bus.subscribe("gpuevents.custom.idle", on_custom)
     called: list[dict[str, object]] = []
 
-    async def notify(payload: bytes, subject: str) -> bytes:
-        called.append(orjson.loads(payload))
+    async def notify(msg: Message) -> bytes:
+        called.append(orjson.loads(msg.data))
         return b'{"status": "ok", "detail": "noted"}'
 
     await bus.serve(S.function_subject("notify"), notify)

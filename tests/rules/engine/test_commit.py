@@ -2,21 +2,30 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
 from gpuevents.bus import BusError
 from gpuevents.clock import ManualClock
-from rules.core.core import StepResult
+from rules.core.core import Snooze, StepResult
+from rules.core.incidents import Incident
+from rules.core.limits import LimitWindows
 from rules.engine import commit
-from rules.engine.commit import Committer, raise_first
+from rules.engine.commit import Committer, EngineStores, raise_first
 from rules.engine.metrics import EngineMetrics
+from rules.engine.store import ModelStore
 from tests.rules.engine.conftest import T0
 
 
-def committer(bus: Any = None) -> Committer:
-    return Committer(bus, ManualClock(T0), EngineMetrics(), describe=lambda rule: "")
+def committer(bus: Any = None, stopping: asyncio.Event | None = None) -> Committer:
+    """A Committer whose stores are never reached (the tests below write nothing to KV)."""
+    kv: Any = None
+    stores = EngineStores(ModelStore(kv, "incident.", Incident), ModelStore(kv, "snooze.", Snooze),
+                          ModelStore(kv, "limits.", LimitWindows))
+    return Committer(bus, ManualClock(T0), EngineMetrics(), lambda rule: "", stores, partition=None,
+                     stopping=stopping or asyncio.Event())
 
 
 async def test_a_refused_write_is_retried_and_counted_until_the_bus_takes_it(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -35,8 +44,9 @@ async def test_a_refused_write_is_retried_and_counted_until_the_bus_takes_it(mon
 
 
 async def test_a_stopping_engine_gives_up_at_the_first_refusal() -> None:
-    c = committer()
-    c.stopping = True
+    stopping = asyncio.Event()
+    c = committer(stopping=stopping)
+    stopping.set()
 
     async def op() -> None:
         raise BusError("gone")

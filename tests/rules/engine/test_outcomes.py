@@ -23,7 +23,7 @@ from gpuevents.records import AuditRecord, decode_audit
 from gpuevents.server import free_port
 from rules.core.warnings import NOT_DELIVERED
 from rules.engine.service import Engine
-from tests.actions.test_email import Inbox
+from tests.actions.builtin.test_email import Inbox
 from tests.rules.engine.conftest import T0
 from tests.rules.engine.helpers import running
 from tests.waiting import wait_for

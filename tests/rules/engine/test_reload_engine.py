@@ -56,8 +56,7 @@ async def test_reload_keeps_or_closes_incidents_through_the_normal_path(config: 
         assert await engine.reload() is True
         now = incident(engine, "n1/gpu0")
         assert now is None or now.id != firing.id  # closed; the changed rule may already have opened anew
-        assert engine.committer.incidents is not None
-        assert firing.id not in {i.id for i in (await engine.committer.incidents.load()).values()}
+        assert firing.id not in {i.id for i in (await engine.committer.stores.incidents.load()).values()}
         transitions = [(r.from_status, r.to_status, r.detail) for r in await audit_records(bus)
                        if r.kind == "transition" and r.incident_id == firing.id]
         assert transitions[-1] == ("firing", "resolved", "rule_changed")

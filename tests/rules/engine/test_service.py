@@ -16,7 +16,7 @@ from gpuevents.clock import ManualClock, SystemClock
 from gpuevents.config import Config
 from gpuevents.events import encode_event
 from gpuevents.records import AuditRecord
-from rules.engine.lease import Lease
+from rules.engine.lease import LEASE_KEY, Lease, LeaseRecord
 from rules.engine.service import Engine
 from tests.rules.engine.conftest import T0, snapshot
 from tests.rules.engine.helpers import act_requests, audit_records, crash, incident, publish, running, seen
@@ -161,44 +161,47 @@ async def test_a_rule_file_change_is_picked_up_without_a_signal(
 
 async def test_a_standby_engine_takes_over_when_the_leader_dies(engine_config: Config, bus: Bus,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a virtual clock both engines share: the dead leader's lease holds until its expiry, however often the
+    standby tries, and the standby takes it at the first try after it (never both leading at once)."""
     ttl = 1.0
     cfg = engine_config.model_copy(update={"engine": engine_config.engine.model_copy(update={"lease_ttl": ttl})})
-    a = Engine(cfg, bus, clock=SystemClock(), holder="a")
-    b = Engine(cfg, bus, clock=SystemClock(), holder="b")
+    clock = ManualClock(T0)
+    a = Engine(cfg, bus, clock=clock, holder="a")
+    b = Engine(cfg, bus, clock=clock, holder="b")
     both: list[bool] = []
     stop_a, stop_b = asyncio.Event(), asyncio.Event()
     task_a = asyncio.create_task(a.run(stop_a))
     await wait_for(lambda: a.leader.is_set(), what="a to lead")
     task_b = asyncio.create_task(b.run(stop_b))
-
-    async def watch() -> None:
-        while True:
-            both.append(a.leader.is_set() and b.leader.is_set())
-            await asyncio.sleep(0.01)
-
     tries: list[str | None] = []
     real_tick = Lease.tick
 
     async def counted_tick(lease: Lease, may_acquire: bool = True) -> bool:
         tries.append(lease.holder)
-        return await real_tick(lease, may_acquire)
+        held = await real_tick(lease, may_acquire)
+        both.append(a.leader.is_set() and b.leader.is_set())
+        return held
 
     monkeypatch.setattr(Lease, "tick", counted_tick)
-    watcher = asyncio.create_task(watch())
     await wait_for(lambda: tries.count("b") >= 4, what="b to try for the lease a few times")
     assert not b.leader.is_set()
-    died = asyncio.get_running_loop().time()
     await crash(task_a)
-    await wait_for(lambda: b.leader.is_set(), timeout=2 * ttl + 2, what="b to take over")
-    took = asyncio.get_running_loop().time() - died
-    await publish(bus, snapshot("n9", SystemClock().now()))
+    expiry = T0 + timedelta(seconds=ttl)  # a renewed it on a clock that stood at T0
+    before = tries.count("b")
+    await wait_for(lambda: tries.count("b") >= before + 4, what="b to try again after a died")
+    assert not b.leader.is_set(), "b took a lease that had not expired"
+    clock.set(expiry)
+    await wait_for(lambda: b.leader.is_set(), what="b to take over at the lease's expiry")
+    entry = await (await bus.kv()).get(LEASE_KEY)
+    assert entry is not None
+    record = LeaseRecord.model_validate_json(entry.value)
+    assert (record.holder, record.acquired_at) == ("b", expiry)
+    await publish(bus, snapshot("n9", clock.now()))
     await wait_for(lambda: b.core is not None and any(n.name == "n9" for n in b.core.nodes()),
                    what="b to consume after taking over")
-    watcher.cancel()
     stop_b.set()
     await task_b
     assert not any(both), "both engines acted at once"
-    assert took <= 2 * ttl + 2
 
 
 async def test_a_rate_limit_window_survives_an_engine_restart(jetstream: JetStreamContext, engine_config: Config,
@@ -229,8 +232,9 @@ rules:
 async def test_a_for_deadline_wakes_the_engine_at_its_instant(engine_config: Config, bus: Bus,
                                                               rules_dir: Path) -> None:
     """A `for` started by an event fires at its deadline, and a repeat at its instant, not up to a tick or a
-    snapshot interval later (`for: 80s` fired 13 s late; a 15 s repeat came after 21.6 s). The periodic tick is
-    an hour here, so a late engine would time out."""
+    snapshot interval later (`for: 80s` fired 13 s late; a 15 s repeat came after 21.6 s). On a virtual clock: the
+    engine plans its wake-up for the deadline itself (the periodic tick is an hour, so a late engine would time
+    out), and fires when the clock reaches it, exactly 2 s after the incident went pending."""
     (rules_dir / "idle.yaml").write_text("""\
 rules:
   - name: idle-2s
@@ -241,19 +245,25 @@ rules:
     actions: [{type: log, message: "{{ entity.id }}"}]
 """)
     cfg = engine_config.model_copy(update={"engine": engine_config.engine.model_copy(update={"tick": 3600})})
-    async with running(Engine(cfg, bus, clock=SystemClock())) as engine:
-        await publish(bus, snapshot("n1", SystemClock().now()))
+    clock = ManualClock(T0)
+    async with running(Engine(cfg, bus, clock=clock)) as engine:
+        await publish(bus, snapshot("n1", T0))
         await wait_for(lambda: incident(engine, "n1/gpu0"), what="the pending incident")
+        assert incident(engine, "n1/gpu0").status == "pending"
+        deadline = T0 + timedelta(seconds=2)
+        await wait_for(lambda: engine.planner.planned == deadline.timestamp(),
+                       what="the engine to plan its wake-up at the for deadline")
+        clock.set(deadline)
         await wait_for(lambda: incident(engine, "n1/gpu0").status == "firing", timeout=10,
                        what="the engine to wake at the for deadline")
         inc = incident(engine, "n1/gpu0")
-        assert inc.fired_at is not None and 2.0 <= (inc.fired_at - inc.active_at).total_seconds() < 3.0
-        fired_at = inc.last_sent_at
-        await wait_for(lambda: incident(engine, "n1/gpu0").last_sent_at != fired_at, timeout=10,
+        assert (inc.active_at, inc.fired_at, inc.last_sent_at) == (T0, deadline, deadline)
+        repeat = deadline + timedelta(seconds=2)
+        await wait_for(lambda: engine.planner.planned == repeat.timestamp(),
+                       what="the engine to plan its wake-up at the repeat")
+        clock.set(repeat)
+        await wait_for(lambda: incident(engine, "n1/gpu0").last_sent_at == repeat, timeout=10,
                        what="the repeat at its instant")
-        resent = incident(engine, "n1/gpu0").last_sent_at
-        assert resent is not None and fired_at is not None
-        assert 2.0 <= (resent - fired_at).total_seconds() < 3.0
 
 
 async def test_an_envelope_that_names_another_node_than_its_subject_is_dead_lettered(

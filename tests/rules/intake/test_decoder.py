@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from gpuevents.events import decode_event, encode_event, make_event
+from gpuevents.events import NodeSnapshot, decode_event, encode_event, make_event
 from rules.intake.decoder import RepeatDecoder
 from tests.quick import examples
 from tests.rules.helpers import T0, at, gpu, proc, snapshot
@@ -29,6 +29,7 @@ def test_a_repeated_snapshot_reuses_the_validated_data_and_equals_decode_event()
     assert again == decode_event(raw) and again.time == at(15)
     assert again.data is first.data  # validated once
     changed = dec.decode(raw_snapshot(30, temp=95))
+    assert isinstance(changed.data, NodeSnapshot)
     assert changed.data is not first.data and changed.data.gpus[0].temp_c == 95
     other_node = dec.decode(raw_snapshot(45, node="n2"))
     assert other_node.data is not first.data and other_node.node == "n2"

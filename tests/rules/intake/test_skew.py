@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from gpuevents.events import SnapshotEvent
 from rules.intake.skew import SkewGuard
 from tests.rules.engine.conftest import T0, snapshot
 
@@ -13,7 +14,7 @@ def test_a_node_ten_minutes_fast_has_its_times_moved_onto_the_servers_clock() ->
     stored = T0
     fast = snapshot("n1", T0 + timedelta(minutes=10), idle_since=T0 + timedelta(minutes=5))
     got = guard.check(fast, stored)
-    assert got.time == T0
+    assert isinstance(got, SnapshotEvent) and got.time == T0
     assert got.data.gpus[0].idle_since == T0 - timedelta(minutes=5)  # idle for 5 minutes, as the agent saw it
     assert got.data.processes[0].create_time == fast.data.processes[0].create_time - timedelta(minutes=10)
     assert guard.skewed == {"node/n1": 600.0} and guard.events == 1
@@ -24,6 +25,7 @@ def test_a_snapshot_dated_1970_or_2100_is_not_believed() -> None:
     for year in (1970, 2100):
         when = T0.replace(year=year)
         got = guard.check(snapshot("n1", when, idle_since=when - timedelta(minutes=1)), T0)
+        assert isinstance(got, SnapshotEvent)
         assert got.time == T0 and got.data.gpus[0].idle_since == T0 - timedelta(minutes=1)
 
 

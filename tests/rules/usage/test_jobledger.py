@@ -20,7 +20,7 @@ def snap(node: str, at: datetime, util: list[float], jobs: list[JobInfo], *, mem
 
 
 def job(gpus: list[int], **kw: object) -> JobInfo:
-    return JobInfo(id="42", user="alice", partition="gpu", gpus=gpus, **kw)  # type: ignore[arg-type]
+    return JobInfo(id="42", user="alice", partition="gpu", gpus=gpus, **kw)
 
 
 def test_a_job_tallies_its_gpus_use_and_ends_when_its_node_stops_listing_it() -> None:

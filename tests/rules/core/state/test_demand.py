@@ -14,7 +14,7 @@ T0 = datetime(2026, 1, 5, 9, tzinfo=UTC)
 
 def report(at: datetime, *entries: DemandEntry, scheduler: str = "slurm", valid: float | None = 90) -> DemandEvent:
     return DemandEvent(source=f"node/{SCHEDULER_SOURCE}", cluster="c1", time=at,
-                       data=DemandReport(scheduler=scheduler, entries=list(entries), valid_for_s=valid))  # type: ignore[arg-type]
+                       data=DemandReport(scheduler=scheduler, entries=list(entries), valid_for_s=valid))
 
 
 def test_a_report_replaces_the_last_and_goes_stale_when_its_reader_stops() -> None:

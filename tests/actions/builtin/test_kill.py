@@ -16,8 +16,8 @@ from actions.runner import ActionRunner
 from agent import kill as agent_kill
 from agent.attribution import PsutilControl
 from agent.kill import KillHandler, KillPolicy, RateLimit
+from agent.runner import KILL_CONCURRENCY
 from agent.sample import LiveProcess
-from agent.serving import serve_concurrently
 from gpuevents import subjects as S
 from gpuevents.bus import Bus
 from gpuevents.config import ProtectConfig
@@ -99,10 +99,10 @@ async def on_gpu(bus: Bus, control: Unkillable) -> AsyncIterator[set[int]]:
         holds_gpu=lambda p: isinstance(p, LiveProcess) and p.pid in holding,
         poll_s=0.02,
     )
-    server, sub = await serve_concurrently(bus, S.command_subject("default", "n1", "kill"), handler.serve_bytes)
+    sub = await bus.serve(S.command_subject("default", "n1", "kill"), handler.answer,
+                          concurrency=KILL_CONCURRENCY, what="kill command")
     yield holding
     await sub.unsubscribe()
-    await server.close()
 
 
 async def gone(proc: asyncio.subprocess.Process) -> bool:

@@ -92,14 +92,14 @@ async def test_kill_over_nats(bus: Bus, nats_config: NatsConfig) -> None:
 
     async def idle_event() -> Event | None:
         for _, e in await stored(bus):
-            if e.type == "gpu.idle" and e.data.index == 0:  # type: ignore[union-attr]
+            if e.type == "gpu.idle" and e.data.index == 0:
                 return e
         return None
 
     idle = await wait_for(idle_event, timeout=20, what="gpu.idle for GPU 0")
     snap = next(e for _, e in await stored(bus) if e.type == "node.snapshot")
     pid = idle.data.pids[0]  # type: ignore[union-attr]
-    proc = next(p for p in snap.data.processes if p.pid == pid)  # type: ignore[union-attr]
+    proc = next(p for p in snap.data.processes if p.pid == pid)
     subject = S.command_subject("c1", "n1", "kill")
     wrong = KillCommand(pid=pid, create_time=proc.create_time.replace(year=2020), grace_s=1)
     reply = KillReply.model_validate_json(await _request(bus, subject, wrong))
@@ -146,8 +146,8 @@ class RecordingBus:
         self.sent.append(event)
         self.bus.publish_event(event)
 
-    async def subscribe(self, *a: Any, **kw: Any) -> Any:
-        return await self.bus.subscribe(*a, **kw)
+    async def serve(self, *a: Any, **kw: Any) -> Any:
+        return await self.bus.serve(*a, **kw)
 
 
 async def test_nats_restart_loses_no_threshold_event(nats_server: EmbeddedServer, nats_config: NatsConfig) -> None:

@@ -120,7 +120,7 @@ class Page:
 async def _open(tmp_path: Path, nodes: int, path: str) -> AsyncIterator[Page]:
     fleet = Fleet(nodes)
     _usage(tmp_path / "usage.sqlite", fleet)
-    runner = await serve_dashboard(fleet, "127.0.0.1", 0, UsageSource(tmp_path / "usage.sqlite", COSTS))  # type: ignore[arg-type]
+    runner = await serve_dashboard(fleet, "127.0.0.1", 0, UsageSource(tmp_path / "usage.sqlite", COSTS))
     browser = Chromium(tmp_path / "profile")
     base = f"http://127.0.0.1:{bound_port(runner)}"
     try:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from actions.protection import protection_reason
 from gpuevents.config import ProtectConfig
+from gpuevents.protection import protection_reason
 from tests.actions.conftest import make_request, process_facts
 
 PROTECT = ProtectConfig(users=["root"], process_patterns=["nvidia-*"], node_labels={"tier": "prod"},

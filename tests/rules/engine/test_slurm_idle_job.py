@@ -24,7 +24,7 @@ from gpuevents.records import AuditRecord, decode_audit
 from gpuevents.server import free_port
 from rules.engine.service import Engine
 from rules.usage.jobstore import JobStore, JobSummary
-from tests.actions.test_email import Inbox
+from tests.actions.builtin.test_email import Inbox
 from tests.agent.fake_pynvml import FakeDevice, FakeNvml
 from tests.slurm_cluster import SlurmCluster
 from tests.waiting import wait_for

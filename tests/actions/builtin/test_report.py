@@ -19,7 +19,7 @@ from gpuevents.clock import ManualClock
 from gpuevents.config import Config
 from gpuevents.records import ActionRequest
 from tests.actions.fakes import FakeSlack
-from tests.rules.usage.test_report import COSTS, NOW, _fill
+from tests.rules.usage.test_weekly import COSTS, NOW, _fill
 
 
 @pytest.fixture

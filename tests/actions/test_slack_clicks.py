@@ -26,15 +26,16 @@ from aiohttp.test_utils import TestServer
 
 from actions import slack_transport
 from actions.runner import ActionRunner
-from actions.slack_clicks import KEEP_PREFIX, RELEASE, SentMessage, sent_key
+from actions.slack_clicks import SentMessage, sent_key
+from actions.slack_format import KEEP_PREFIX, RELEASE
 from gpuevents.bus import Bus
 from gpuevents.clock import SystemClock
 from gpuevents.config import Config, NatsConfig
 from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot, ProcessInfo, make_event
 from rules.engine.service import Engine
+from tests.actions.builtin.test_kill import Children, children, control, gone, on_gpu  # noqa: F401 - fixtures
 from tests.actions.conftest import audit_records, make_request, publish_request
 from tests.actions.fakes import FakeSlack
-from tests.actions.test_kill_agent import Children, children, control, gone, on_gpu  # noqa: F401 - fixtures
 from tests.rules.engine.helpers import running
 from tests.waiting import wait_for
 
