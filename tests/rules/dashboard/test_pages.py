@@ -294,3 +294,6 @@ async def test_each_teams_13_weeks_are_drawn_against_its_target_and_said_to_be_s
     ARTIFACTS.mkdir(exist_ok=True)
     await browser.evaluate("document.getElementById('quarter-section').scrollIntoView()")
     await browser.screenshot(ARTIFACTS / "dashboard-quarter.png")
+    await browser.evaluate("window.location.href = '/wall'")  # the office screen says so too
+    await qw.until(browser, "window.location.pathname === '/wall' && "
+                   "!document.getElementById('timeline-simulated').hidden", "the wall's simulated note")
