@@ -17,7 +17,17 @@ from gpuevents.clock import SystemClock
 from gpuevents.config import Config
 from gpuevents.costs import CostModel
 from gpuevents.durations import parse_duration
-from rules.usage.rightsize import MIN_HOURS, Fit, WorkloadUse, advise, observed_hours, rank, uses_from_fits
+from rules.usage.rightsize import (
+    MIN_HOURS,
+    Fit,
+    OwnerFits,
+    WorkloadUse,
+    advise,
+    observed_hours,
+    per_owner,
+    rank,
+    uses_from_fits,
+)
 from rules.usage.schedules import Proposal, propose
 from rules.usage.store import UsageStore
 
@@ -83,11 +93,36 @@ def _print_schedules(proposals: list[Proposal], simulated: bool, costs: CostMode
         typer.echo(p.rule_yaml)  # plain, so it can be copied into a rule file as it is
 
 
+def _print_owners(owners: list[OwnerFits], simulated: bool, costs: CostModel, since: str, as_json: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps({"simulated": simulated, "currency": costs.currency, "owners": [
+            {"owner": o.owner, "team": o.team, "workloads": o.workloads, "would_fit_smaller": o.advised,
+             "too_little_data": o.too_little_data, "saving_per_week": round(o.saving_per_week, 2),
+             "biggest": None if o.biggest is None else {"workload": o.biggest.key, "target": o.biggest.target,
+                                                        "saving_per_week": round(o.biggest.saving_per_week, 2)}}
+            for o in owners]}, indent=2))
+        return
+    if not owners:
+        typer.echo(f"no job or workload held a GPU in the last {since}: nothing to advise")
+        return
+    if simulated:
+        out.print(Text("Includes simulated usage (gpuevents simulate --history).", style="bold red"))
+    table = Table(title=f"Right-sizing per user over the last {since}, biggest saving first")
+    for col in ("owner", "team", "workloads", "would fit smaller", "too little data", "saves / week", "the most"):
+        table.add_column(col, overflow="fold")
+    for o in owners:
+        most = "–" if o.biggest is None else f"{o.biggest.key} on {o.biggest.target}"
+        table.add_row(Text(o.owner), Text(o.team or "–"), str(o.workloads), str(o.advised), str(o.too_little_data),
+                      costs.format(o.saving_per_week), Text(most))
+    out.print(table)
+
+
 def rightsize_command(
     since: Annotated[str, typer.Option("--since", help="how far back to look, e.g. 7d")] = "7d",
     with_schedules: Annotated[bool, typer.Option(
         "--schedules", help="instead: nodes and services idle in the same hours each day, and a rule for it")] = False,
     team: Annotated[str | None, typer.Option("--team", help="one team only")] = None,
+    by_owner: Annotated[bool, typer.Option("--by-owner", help="added up per user, biggest saving first")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
     config: Annotated[Path | None, typer.Option("-c", "--config", help="config YAML")] = None,
 ) -> None:
@@ -108,6 +143,9 @@ def rightsize_command(
     except LookupError as e:
         typer.echo(str(e), err=True)
         raise typer.Exit(1) from None
+    if by_owner:
+        _print_owners(per_owner(f for f, _u in advice), simulated, costs, since, as_json)
+        return
     if as_json:
         typer.echo(json.dumps({"since_s": window, "simulated": simulated, "currency": costs.currency, "fits": [
             {"workload": f.key, "owner": f.owner, "team": f.team, "model": u.model, "gpus": u.gpus,

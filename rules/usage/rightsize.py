@@ -190,6 +190,34 @@ def rank(fits: Iterable[Fit]) -> list[Fit]:
     return sorted(items, key=lambda f: (not f.advised, -f.saving_per_week, f.key))
 
 
+@dataclass(frozen=True, slots=True)
+class OwnerFits:
+    """One user's workloads over a window: how many, how many would fit smaller, what that saves."""
+
+    owner: str
+    team: str | None
+    workloads: int
+    advised: int
+    too_little_data: int
+    saving_per_week: float
+    biggest: Fit | None  # the advice that saves most
+
+
+def per_owner(fits: Iterable[Fit]) -> list[OwnerFits]:
+    """The advice added up per owner, the biggest saving first (right-sizing for a user, not a job)."""
+    mine: dict[str, list[Fit]] = {}
+    for f in fits:
+        mine.setdefault(f.owner or "unknown", []).append(f)
+    out = []
+    for owner, items in mine.items():
+        advised = [f for f in items if f.advised]
+        out.append(OwnerFits(owner=owner, team=next((f.team for f in items if f.team), None), workloads=len(items),
+                             advised=len(advised), too_little_data=sum(1 for f in items if f.kind == "unknown"),
+                             saving_per_week=sum(f.saving_per_week for f in advised),
+                             biggest=max(advised, key=lambda f: f.saving_per_week, default=None)))
+    return sorted(out, key=lambda o: (-o.saving_per_week, o.owner))
+
+
 def uses_from_fits(items: Iterable[tuple[FitKey, FitAmounts]], team: str | None = None) -> list[WorkloadUse]:
     """Each workload's use over the window the hourly fit rows cover (p95 from the summed histograms)."""
     merged: dict[str, FitAmounts] = {}

@@ -140,3 +140,17 @@ def test_simulated_history_writes_job_summaries_with_p95_and_fits_marked_simulat
     one = CliRunner().invoke(app, ["job", fitted[0]["id"], "-c", str(quarter)]).output
     assert "[SIMULATED: written by gpuevents simulate --history]" in one and " p95 " in one
     assert f"smaller fit {fitted[0]['smaller_fit']}" in one
+
+
+def test_rightsize_by_owner_adds_each_users_savings_up(quarter: Path) -> None:
+    per_job = json.loads(CliRunner().invoke(app, ["rightsize", "--json", "-c", str(quarter)]).output)["fits"]
+    result = CliRunner().invoke(app, ["rightsize", "--by-owner", "--json", "-c", str(quarter)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["simulated"] is True
+    owners = data["owners"]
+    assert [o["saving_per_week"] for o in owners] == sorted((o["saving_per_week"] for o in owners), reverse=True)
+    for o in owners:
+        mine = [f for f in per_job if (f["owner"] or "unknown") == o["owner"]]
+        assert o["workloads"] == len(mine)
+        assert o["saving_per_week"] == pytest.approx(sum(f["saving_per_week"] for f in mine), abs=0.05)

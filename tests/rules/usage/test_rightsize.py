@@ -3,6 +3,9 @@ never one that does not; too little data says so; savings by the share of the GP
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -10,7 +13,7 @@ from hypothesis import strategies as st
 from gpuevents.config import CostsConfig, GpuCost
 from gpuevents.costs import CostModel
 from gpuevents.mig import profiles_of
-from rules.usage.rightsize import HEADROOM, HOURS_PER_WEEK, WorkloadUse, advise, rank, throughput
+from rules.usage.rightsize import HEADROOM, HOURS_PER_WEEK, WorkloadUse, advise, per_owner, rank, throughput
 
 COSTS = CostModel(CostsConfig(models={
     "A100": GpuCost(price=15000, depreciation_years=4, rated_power_w=400),
@@ -130,3 +133,17 @@ def test_advice_on_a_slice_is_a_smaller_slice_of_the_same_gpu_that_holds_peak_me
         assert p.memory_mib >= peak * (1 + HEADROOM)
         assert p.compute_share >= util / 100 * (1 + HEADROOM) * current.compute_share - 1e-9
         assert fit.share == pytest.approx(p.compute_slices / current.compute_slices)
+
+
+def test_advice_adds_up_per_owner_biggest_saving_first() -> None:
+    def use(key: str, owner: str, **kw: Any) -> WorkloadUse:
+        return replace(_use(**kw), key=key, owner=owner)
+
+    fits = [advise(use("job/slurm/1", "alice", peak=1_100, util=6), [], COSTS),
+            advise(use("job/slurm/2", "alice", peak=70_000, util=97), [], COSTS),
+            advise(use("job/slurm/3", "alice", hours=0.2), [], COSTS),
+            advise(use("job/slurm/4", "bob", peak=1_100, util=6, hours=24), [], COSTS)]
+    alice, bob = per_owner(fits)
+    assert (alice.owner, alice.workloads, alice.advised, alice.too_little_data) == ("alice", 3, 1, 1)
+    assert alice.saving_per_week == pytest.approx(fits[0].saving_per_week) and alice.biggest == fits[0]
+    assert (bob.owner, bob.advised) == ("bob", 1) and 0 < bob.saving_per_week < alice.saving_per_week
