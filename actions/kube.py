@@ -11,7 +11,7 @@ from typing import Any
 import httpx2
 from lightkube import ApiError, AsyncClient, ConfigError
 
-from actions.protocol import PermanentError, TransientError
+from actions.errors import PermanentError, TransientError
 from gpuevents import kube
 from gpuevents.config import KubernetesConfig
 

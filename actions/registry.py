@@ -1,4 +1,5 @@
-"""One registry for every action type: built-ins register on import, plugins through entry points."""
+"""One registry for every action type: built-in specs register on import, plugins through entry points;
+an action's runtime (its `run`, and the clients it needs) is imported only when the action first runs."""
 
 from __future__ import annotations
 
@@ -11,33 +12,38 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from actions.escaping import argv_element
+from actions.legacy import adapt
 from actions.protocol import UNITS, Action, ActionParams
 
 log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "gpuevents.actions"
+#: the light half of each built-in (parameters and what it is); each names its runtime in `actions.builtin`
 BUILTIN_MODULES: tuple[str, ...] = (
-    "actions.builtin.log",
-    "actions.builtin.slack",
-    "actions.builtin.kill",
-    "actions.builtin.cordon",
-    "actions.builtin.scale",
-    "actions.builtin.webhook",
-    "actions.builtin.command",
-    "actions.builtin.publish",
-    "actions.builtin.function",
-    "actions.builtin.report",
-    "actions.builtin.email",
-    "actions.builtin.notify",
-    "actions.builtin.cancel",
-    "actions.builtin.pause",
-    "actions.builtin.drain",
+    "actions.specs.log",
+    "actions.specs.slack",
+    "actions.specs.kill",
+    "actions.specs.cordon",
+    "actions.specs.scale",
+    "actions.specs.webhook",
+    "actions.specs.command",
+    "actions.specs.publish",
+    "actions.specs.function",
+    "actions.specs.report",
+    "actions.specs.email",
+    "actions.specs.notify",
+    "actions.specs.cancel",
+    "actions.specs.pause",
+    "actions.specs.drain",
+    "actions.specs.keep",
 )
 
-_registry: dict[str, type[Any]] = {}
+AnyAction = Action[Any]
+_registry: dict[str, type[AnyAction]] = {}
+_runtimes: dict[str, type[AnyAction]] = {}
 _loaded = False
 
-A = TypeVar("A")
+A = TypeVar("A", bound=type[Any])
 
 
 class UnknownActionError(KeyError):
@@ -50,25 +56,32 @@ class UnknownActionError(KeyError):
         return f"unknown action type {self.type!r}; known types: {known}"
 
 
-def register(cls: type[A]) -> type[A]:
-    """Class decorator: make `cls` the action for `cls.type`."""
-    type_ = getattr(cls, "type", None)
+def register(cls: A) -> A:
+    """Class decorator: make `cls` (an `Action` subclass) the action for `cls.type`. A class of the earlier
+    protocol is wrapped (actions/legacy.py), with a DeprecationWarning."""
+    if not isinstance(cls, type):
+        raise TypeError(f"{cls!r} is not a class")
+    _add(cls if issubclass(cls, Action) else adapt(cls))
+    return cls
+
+
+def _add(cls: type[AnyAction]) -> None:
+    type_ = getattr(cls, "type", None)  # a subclass that forgot it has none
     if not isinstance(type_, str) or not type_:
         raise TypeError(f"{cls.__name__} needs a non-empty `type`")
     params = getattr(cls, "params", None)
     if not (isinstance(params, type) and issubclass(params, ActionParams)):
         raise TypeError(f"{cls.__name__}.params must be an ActionParams subclass")
-    if getattr(cls, "unit", "entity") not in UNITS:
+    if cls.unit not in UNITS:
         raise TypeError(f"{cls.__name__}.unit must be one of {', '.join(sorted(UNITS))}")
     previous = _registry.get(type_)
     if previous is not None and previous is not cls:
         raise ValueError(f"action type {type_!r} is registered twice ({previous.__name__}, {cls.__name__})")
     _registry[type_] = cls
-    return cls
 
 
 def load() -> None:
-    """Import the built-ins and every plugin of the entry-point group, once."""
+    """Import the built-in specs and every plugin of the entry-point group, once."""
     global _loaded
     if _loaded:
         return
@@ -81,16 +94,38 @@ def load() -> None:
         except Exception as e:
             log.error("action plugin %s (%s) failed to load: %s", ep.name, ep.value, e)
             continue
-        if isinstance(obj, type) and obj not in _registry.values():
-            register(obj)
+        if not isinstance(obj, type) or obj in _registry.values():
+            continue
+        try:
+            _add(obj if issubclass(obj, Action) else adapt(obj))
+        except (TypeError, ValueError) as e:
+            log.error("action plugin %s (%s) is not an action: %s", ep.name, ep.value, e)
 
 
-def get(type_: str) -> type[Action]:
+def get(type_: str) -> type[AnyAction]:
+    """The action's class as registered: its parameters and nature, enough to check a rule (never its runtime)."""
     load()
     try:
         return _registry[type_]
     except KeyError:
         raise UnknownActionError(type_) from None
+
+
+def runtime(type_: str) -> type[AnyAction]:
+    """The class that runs `type_`: the registered class, or the subclass its `runtime` names (imported now)."""
+    found = _runtimes.get(type_)
+    if found is not None:
+        return found
+    spec = get(type_)
+    if spec.runtime is None:
+        found = spec
+    else:
+        module, _, name = spec.runtime.partition(":")
+        found = getattr(importlib.import_module(module), name)
+        if not (isinstance(found, type) and issubclass(found, spec)):
+            raise TypeError(f"the runtime of action {type_!r}, {spec.runtime}, is not a subclass of {spec.__name__}")
+    _runtimes[type_] = found
+    return found
 
 
 def types() -> list[str]:
@@ -100,8 +135,7 @@ def types() -> list[str]:
 
 def restores(type_: str, params: Mapping[str, Any]) -> bool:
     """Whether this action, with these rendered parameters, restores what a firing did (never limited)."""
-    check = getattr(get(type_), "restores", None)
-    return bool(check(params)) if callable(check) else False
+    return get(type_).restores(params)
 
 
 EscapeAt = Callable[[tuple[str | int, ...]], Callable[[str], str]]
@@ -113,13 +147,11 @@ def escape_for(type_: str) -> EscapeAt:
     An `argv` parameter is an argv whatever the action (`command`, `cordon`/`scale`/`cancel` with `provider:
     command`, a plugin's): a value from the machine there is checked here, once, by `argv_element`."""
     cls = get(type_)
-    at = getattr(cls, "escape_at", None)
-    escape: Callable[[str], str] = cls.escape
 
     def escape_at(path: tuple[str | int, ...]) -> Callable[[str], str]:
         if path and path[0] == "argv":
             return argv_element
-        return at(path) if callable(at) else escape
+        return cls.escape_at(path)
 
     return escape_at
 
@@ -128,8 +160,8 @@ def readable(type_: str, params: Mapping[str, Any]) -> dict[str, Any]:
     """Parameters as people read them (rule tests, replays, the audit): the action's own `readable(params)` where
     it keeps more than it shows (notify's marks around values from the machine), else as they are."""
     load()
-    show = getattr(_registry.get(type_), "readable", None)
-    return dict(show(params)) if callable(show) else dict(params)
+    cls = _registry.get(type_)
+    return cls.readable(params) if cls is not None else dict(params)
 
 
 class ParamsError(ValueError):

@@ -15,14 +15,7 @@ from pydantic import ValidationError
 
 from actions import approvals, registry
 from actions.ledger import Claim, Ledger, LedgerEntry
-from actions.protocol import (
-    ActionContext,
-    ActionResult,
-    Deferred,
-    PermanentError,
-    TransientError,
-    run_timeout,
-)
+from actions.protocol import Action, ActionContext, ActionResult, Deferred, PermanentError, TransientError
 from actions.services import Services, WeeklySummary
 from actions.store import KeyValue
 from gpuevents import subjects as S
@@ -104,7 +97,7 @@ class ActionRunner:
         self._report = report
         self._services: Services | None = None
         self._ledger: Ledger | None = None
-        self._instances: dict[str, Any] = {}
+        self._instances: dict[str, Action[Any]] = {}
         self._rng = random.Random()
 
     # ------------------------------------------------------------ lifecycle
@@ -121,11 +114,25 @@ class ActionRunner:
         if self._services is not None:
             await self._services.close()
 
-    def _instance(self, type_: str) -> Any:
+    def _instance(self, type_: str) -> Action[Any]:
+        """One instance of the action's runtime per runner (its caches live on it), imported on first use."""
         inst = self._instances.get(type_)
         if inst is None:
-            inst = self._instances[type_] = registry.get(type_)()
+            inst = self._instances[type_] = registry.runtime(type_)()
         return inst
+
+    def load_runtimes(self) -> list[str]:
+        """Import every action's runtime now (a runner that consumes the queue does, before its first request),
+        so no request waits on an import; the types whose runtime will not load are logged and returned, and
+        their requests fail one by one."""
+        broken = []
+        for type_ in registry.types():
+            try:
+                self._instance(type_)
+            except Exception as e:
+                log.error("the runtime of action %s will not load: %s: %s", type_, type(e).__name__, e)
+                broken.append(type_)
+        return broken
 
     # ------------------------------------------------------------ one attempt
     def _record(self, req: ActionRequest, outcome: Outcome, *, attempt: int = 0, error: str | None = None,
@@ -155,20 +162,23 @@ class ActionRunner:
             kinds = ", ".join(sorted(cls.entity_kinds))
             return _Final(self._record(req, "refused", error=f"{req.type} acts on {kinds}, "
                                        f"not on a {req.entity_kind}"))
-        if cls.destructive or req.destructive:
+        destructive = cls.destructive or req.destructive
+        if destructive:
             why = protection_reason(req, self.config.protect)
             if why is not None:
                 return _Final(self._record(req, "refused", error=f"protected: {why}"))
-            decided_at = req.created_at
-            if req.approve and not (req.dry_run or self.config.engine.dry_run):
-                status, info = await approvals.gate(req, services.kv, self.config, self.clock.now())
-                if status == "pending":
-                    return _Retry(float(info), f"waiting for an approval from {req.approve}", deferred=True)
-                if status == "denied":
-                    return _Final(self._record(req, "refused", error=f"denied by {info} in {req.approve}"))
-                if status == "expired":
-                    return _Final(self._record(req, "expired", detail=info))
-                decided_at = datetime.fromisoformat(info)  # approved: the decision is as old as the approval
+        decided_at = req.created_at
+        if req.approve and not (req.dry_run or self.config.engine.dry_run):
+            # a destructive action with `approve:`, or an owner's keep longer than the rule's snooze_max
+            status, info = await approvals.gate(req, services.kv, self.config, self.clock.now())
+            if status == "pending":
+                return _Retry(float(info), f"waiting for an approval from {req.approve}", deferred=True)
+            if status == "denied":
+                return _Final(self._record(req, "refused", error=f"denied by {info} in {req.approve}"))
+            if status == "expired":
+                return _Final(self._record(req, "expired", detail=info))
+            decided_at = datetime.fromisoformat(info)  # approved: the decision is as old as the approval
+        if destructive:
             age = (self.clock.now() - decided_at).total_seconds()
             if age > self.config.engine.request_ttl:
                 return _Final(self._record(req, "expired", detail=(
@@ -178,8 +188,13 @@ class ActionRunner:
         if req.dry_run or self.config.engine.dry_run:
             return _Final(self._record(req, "dry_run", detail=f"dry run: {req.type} not executed",
                                        params=dump))
-        instance = self._instance(req.type)
-        timeout = run_timeout(instance, params, self.config.actions.timeout)
+        try:
+            instance = self._instance(req.type)
+        except Exception as e:  # a plugin's runtime that will not import: fail it, keep the runner
+            log.exception("the runtime of action %s failed to load", req.type)
+            return _Final(self._record(req, "failed", params=dump, error=(
+                f"cannot load the runtime of {req.type}: {type(e).__name__}: {e}")), permanent=True)
+        timeout = instance.run_timeout(params, self.config.actions.timeout)
         now = self.clock.now()
         claim = await ledger.claim(req.key, now, now + timedelta(seconds=timeout + CLAIM_MARGIN_S))
         if not claim.won:
@@ -189,16 +204,15 @@ class ActionRunner:
             return _Busy(claim.entry)
         assert claim.entry is not None
         attempt = claim.entry.attempts
-        ctx = ActionContext(request=req, params=params, config=self.config,
-                            services=services.as_dict(), attempt=attempt)
+        ctx = ActionContext(request=req, params=params, config=self.config, services=services, attempt=attempt)
         return await self._execute(ledger, claim, instance, ctx, timeout, dump)
 
-    async def _execute(self, ledger: Ledger, claim: Claim, instance: Any, ctx: ActionContext,
+    async def _execute(self, ledger: Ledger, claim: Claim, instance: Action[Any], ctx: ActionContext,
                        timeout: float, dump: dict[str, Any]) -> _Step:
         req, attempt = ctx.request, ctx.attempt
         retry = self.config.actions.retry
         try:
-            result: ActionResult = await asyncio.wait_for(instance.run(ctx), timeout)
+            result: ActionResult = await asyncio.wait_for(instance.run(ctx.params, ctx), timeout)
         except Deferred as d:
             await ledger.release(claim, "deferred")
             return _Retry(max(d.delay, 0.0), str(d), deferred=True)
@@ -312,6 +326,7 @@ class ActionRunner:
         """Consume GPUEVENTS_ACT until `stop` is set, up to `concurrency` requests at once."""
         assert self.bus is not None, "run() needs a bus; use process() without one"
         await self._ready()
+        self.load_runtimes()
         consumer = await self.bus.consumer(S.STREAM_ACTIONS, self.durable, S.ACTIONS_ALL,
                                            ack_wait=self.ack_wait, max_deliver=-1,
                                            max_ack_pending=max(self.concurrency * 64, 1024))

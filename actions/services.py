@@ -5,22 +5,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-import aiohttp
-
-from actions.protocol import ActionContext, PermanentError
+from actions.errors import PermanentError
 from actions.store import KeyValue, MemoryKv
 from gpuevents.clock import Clock, SystemClock
 from gpuevents.config import Config
 
 if TYPE_CHECKING:
+    import aiohttp
     from lightkube import AsyncClient
     from slack_sdk.web.async_client import AsyncWebClient
 
     from gpuevents.bus import Bus
-
-SERVICES_KEY = "shared"
 
 WeeklySummary = Callable[[Config, datetime, str | None, int], str | None]
 """`(config, now, team, top_jobs)`: the week's usage up to `now` for `team` (None: the whole fleet) as Slack
@@ -40,7 +37,11 @@ def slack_client(config: Config, token: str | None, *, sdk_retries: bool = False
 
 
 class Services:
-    """Created by the runner, closed with it; actions reach it with `services_of(ctx)`."""
+    """What the runner shares with its actions, as `ctx.services`; created by the runner, closed with it.
+
+    Named and typed: `bus` (PermanentError when the runner has none), `kv`, `clock`, `report` (the weekly usage
+    summary the composition root hands in), `http()` and `kube()` (made on first use: an action that needs
+    neither never imports aiohttp or lightkube), `cache` (per-action state that outlives one run)."""
 
     def __init__(self, config: Config, bus: Bus | None = None, kv: KeyValue | None = None,
                  clock: Clock | None = None, report: WeeklySummary | None = None) -> None:
@@ -71,6 +72,8 @@ class Services:
         return self._report
 
     def http(self) -> aiohttp.ClientSession:
+        import aiohttp
+
         if self._http is None or self._http.closed:
             self._http = aiohttp.ClientSession()
         return self._http
@@ -82,9 +85,6 @@ class Services:
             self._kube = make_client(self.config.actions.kubernetes)
         return self._kube
 
-    def as_dict(self) -> dict[str, Any]:
-        return {SERVICES_KEY: self, "bus": self._bus, "kv": self.kv, "clock": self.clock}
-
     async def close(self) -> None:
         if self._http is not None:
             await self._http.close()
@@ -94,11 +94,11 @@ class Services:
             self._kube = None
 
 
-def services_of(ctx: ActionContext) -> Services:
-    found = ctx.services.get(SERVICES_KEY)
-    if isinstance(found, Services):
-        return found
-    # An action run outside a runner (a plugin's own test, say): give it a private set.
-    made = Services(ctx.config, bus=ctx.services.get("bus"))
-    ctx.services[SERVICES_KEY] = made
-    return made
+class _HasServices(Protocol):
+    @property
+    def services(self) -> Services: ...
+
+
+def services_of(ctx: _HasServices) -> Services:
+    """`ctx.services`, for plugins written before it was typed (they called this)."""
+    return ctx.services

@@ -281,5 +281,6 @@ def buttons_text(item: MessageItem, keep: list[float], release: bool, not_mine: 
         parts.append("[Not mine]")
     hint = ""
     if keep:
-        hint = f" — a keep from a terminal: gpuevents keep {item.rule} {item.entity_id} {format_duration(keep[0])}"
+        hint = (f" — a keep from a terminal: gpuevents keep {item.rule} {item.entity_id} {format_duration(keep[0])}"
+                " --reason WHY")
     return " ".join(parts) + hint

@@ -67,7 +67,11 @@ def click_handler(config: Config, bus: Bus, kv: KeyValue, clock: Clock, client: 
             if not cursor:
                 return False
 
-    return ClickHandler(config, bus, kv, clock, post=post, update=update, ephemeral=ephemeral, member=member)
+    async def open_view(trigger_id: str, view: dict[str, Any]) -> None:
+        await client.views_open(trigger_id=trigger_id, view=view)
+
+    return ClickHandler(config, bus, kv, clock, post=post, update=update, ephemeral=ephemeral, member=member,
+                        open_view=open_view)
 
 
 async def _handle(handler: ClickHandler, payload: dict[str, Any]) -> None:

@@ -1,4 +1,4 @@
-"""The `cancel` action: ends a scheduler job — Slurm `scancel [--signal S] ID` or `scontrol requeue ID`;
+"""The `cancel` action's runtime: ends a scheduler job — Slurm `scancel [--signal S] ID` or `scontrol requeue ID`;
 Kubernetes: deletes the job's pod.
 
 Before it acts on a Slurm job it reads the job (`squeue -j ID` with the job's name last, one call: the name is
@@ -13,35 +13,22 @@ already left the queue is `ok` ("already ended").
 from __future__ import annotations
 
 import re
-from typing import Any, ClassVar, Literal
+from typing import Any
 
 from lightkube.resources.core_v1 import Pod
 from pydantic import BaseModel, ConfigDict, Field
 
 from actions.builtin.command import run_command
-from actions.escaping import no_escape
 from actions.kube import kube_errors, post_event
 from actions.procrun import run_argv
-from actions.protocol import ActionContext, ActionParams, ActionResult, ActionUnit
-from actions.registry import register
-from actions.services import services_of
+from actions.protocol import ActionContext, ActionResult
+from actions.specs.cancel import CancelParams, CancelSpec
 from gpuevents.config import ProtectConfig
-from gpuevents.durations import Duration
 from gpuevents.kubekinds import split_job_id
 
 _SLURM_JOB = re.compile(r"^\d+(_\d+)?$")
 _ENDED = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE",
           "OUT_OF_MEMORY")
-
-
-class CancelParams(ActionParams):
-    type: Literal["cancel"] = "cancel"
-    provider: Literal["slurm", "kubernetes"] = "slurm"
-    job: str | None = Field(default=None, description="the job id (Slurm) or namespace/pod (Kubernetes); "
-                            "default: the entity's job from the request's facts")
-    signal: str | None = Field(default=None, description="Slurm: send this signal instead of ending the job")
-    requeue: bool = Field(default=False, description="Slurm: put the job back in the queue (scontrol requeue)")
-    timeout: Duration | None = None
 
 
 class _JobFacts(BaseModel):
@@ -151,27 +138,18 @@ async def _kubernetes(ctx: ActionContext, job: str) -> ActionResult:
         return ActionResult(status="refused", detail=f"{job!r} is not namespace/pod")
     if namespace in ctx.config.protect.namespaces:
         return ActionResult(status="refused", detail=f"namespace {namespace} is protected (protect.namespaces)")
-    client = services_of(ctx).kube()
+    client = ctx.services.kube()
     with kube_errors(f"delete pod {job}"):
         await client.delete(Pod, name, namespace=namespace)
     problem = await post_event(client, {"apiVersion": "v1", "kind": "Pod", "metadata": {
         "name": name, "namespace": namespace}}, "GpueventsCancelled", f"deleted by gpuevents rule {ctx.request.rule}",
-        warning=True, now=services_of(ctx).clock.now())
+        warning=True, now=ctx.services.clock.now())
     return ActionResult(detail=f"pod {job} deleted" + (f"; {problem}" if problem else ""))
 
 
-@register
-class CancelAction:
-    type: ClassVar[str] = "cancel"
-    params = CancelParams
-    entity_kinds = frozenset({"gpu", "process", "job"})
-    destructive: ClassVar[bool] = True
-    unit: ClassVar[ActionUnit] = "entity"
-    escape = staticmethod(no_escape)
-
-    async def run(self, ctx: ActionContext) -> ActionResult:
-        p = ctx.params
-        assert isinstance(p, CancelParams)
+class CancelAction(CancelSpec):
+    async def run(self, params: CancelParams, ctx: ActionContext) -> ActionResult:
+        p = params
         job_id, user = job_of(p, ctx.request.facts)
         if job_id is None:
             return ActionResult(status="refused", detail="no job: the entity is not known to run in a scheduler "

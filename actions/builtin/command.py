@@ -1,25 +1,12 @@
-"""The `command` action: runs an argv list (never a shell) with a timeout; output goes to the audit."""
+"""The `command` action's runtime: runs an argv list (never a shell) with a timeout; output goes to the audit."""
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Literal
 
-from pydantic import Field
-
-from actions.escaping import no_escape
 from actions.procrun import run_argv
-from actions.protocol import ALL_KINDS, ActionContext, ActionParams, ActionResult, ActionUnit
-from actions.registry import register
-from gpuevents.durations import Duration
-
-
-class CommandParams(ActionParams):
-    type: Literal["command"] = "command"
-    argv: list[str] = Field(min_length=1, description="program and arguments; each a template")
-    timeout: Duration | None = None
-    env: dict[str, str] = Field(default_factory=dict)
-    cwd: str | None = None
-    ok_codes: list[int] = Field(default_factory=lambda: [0])
+from actions.protocol import ActionContext, ActionResult
+from actions.specs.command import CommandParams, CommandSpec
 
 
 async def run_command(argv: list[str], ctx: ActionContext, *, timeout: float | None = None,
@@ -41,17 +28,7 @@ async def run_command(argv: list[str], ctx: ActionContext, *, timeout: float | N
                         data=data)
 
 
-@register
-class CommandAction:
-    type: ClassVar[str] = "command"
-    params = CommandParams
-    entity_kinds = ALL_KINDS
-    destructive: ClassVar[bool] = True
-    unit: ClassVar[ActionUnit] = "entity"
-    escape = staticmethod(no_escape)
-
-    async def run(self, ctx: ActionContext) -> ActionResult:
-        p = ctx.params
-        assert isinstance(p, CommandParams)
-        return await run_command(p.argv, ctx, timeout=p.timeout, env=p.env, cwd=p.cwd,
-                                 ok_codes=p.ok_codes)
+class CommandAction(CommandSpec):
+    async def run(self, params: CommandParams, ctx: ActionContext) -> ActionResult:
+        return await run_command(params.argv, ctx, timeout=params.timeout, env=params.env, cwd=params.cwd,
+                                 ok_codes=params.ok_codes)

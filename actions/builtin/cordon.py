@@ -1,57 +1,28 @@
-"""The `cordon` and `uncordon` actions: node (un)schedulable through Kubernetes, Slurm or a command."""
+"""The `cordon` and `uncordon` actions' runtime: node (un)schedulable through Kubernetes, Slurm or a command."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, Literal
+from typing import Any
 
 from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
-from pydantic import Field, model_validator
 
 from actions.builtin.command import run_command
 from actions.builtin.kill import node_of
-from actions.escaping import UnsafeValue, no_escape, single_node
+from actions.escaping import UnsafeValue, single_node
 from actions.kube import kube_errors
-from actions.protocol import ActionContext, ActionParams, ActionResult, ActionUnit
-from actions.registry import register
-from actions.services import services_of
-from gpuevents.durations import Duration
+from actions.protocol import ActionContext, ActionResult
+from actions.specs.cordon import CordonParams, CordonSpec, NodeParams, UncordonParams, UncordonSpec
 
 ANNOTATION = "gpuevents.io/cordoned-by"
 
 
-class _NodeParams(ActionParams):
-    provider: Literal["kubernetes", "slurm", "command"] = "kubernetes"
-    node: str | None = Field(default=None, description="default: the entity's node")
-    reason: str | None = None
-    argv: list[str] | None = Field(default=None, description="provider command: the argv to run")
-    timeout: Duration | None = None
-
-    @model_validator(mode="after")
-    def _argv_for_command(self) -> _NodeParams:
-        if self.provider == "command" and not self.argv:
-            raise ValueError("provider 'command' needs `argv`, a list: program and arguments")
-        if self.provider != "command" and self.argv:
-            raise ValueError(f"`argv` is for provider 'command', not {self.provider!r}")
-        return self
-
-
-class CordonParams(_NodeParams):
-    type: Literal["cordon"] = "cordon"
-
-
-class UncordonParams(_NodeParams):
-    type: Literal["uncordon"] = "uncordon"
-    force: bool = Field(default=False, description="also uncordon a node that gpuevents did not cordon")
-
-
-def _reason(ctx: ActionContext, p: _NodeParams) -> str:
+def _reason(ctx: ActionContext, p: NodeParams) -> str:
     return p.reason or f"gpuevents rule {ctx.request.rule}"
 
 
 async def _kubernetes(ctx: ActionContext, node: str, cordon: bool, force: bool) -> ActionResult:
-    client = services_of(ctx).kube()
+    client = ctx.services.kube()
     with kube_errors(f"get node {node}"):
         current = await client.get(Node, node)
     annotations = dict(current.metadata.annotations or {}) if current.metadata else {}
@@ -63,7 +34,7 @@ async def _kubernetes(ctx: ActionContext, node: str, cordon: bool, force: bool) 
         return ActionResult(detail=f"node {node} was already schedulable")
     if not cordon and ours is None and not force:
         return ActionResult(detail=f"node {node} left cordoned: not cordoned by gpuevents (force: true overrides)")
-    now = services_of(ctx).clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = ctx.services.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
     patch: dict[str, Any]
     if cordon:
         patch = {"spec": {"unschedulable": True},
@@ -76,7 +47,7 @@ async def _kubernetes(ctx: ActionContext, node: str, cordon: bool, force: bool) 
                         data={"node": node, "patch": patch})
 
 
-async def _slurm(ctx: ActionContext, node: str, cordon: bool, p: _NodeParams) -> ActionResult:
+async def _slurm(ctx: ActionContext, node: str, cordon: bool, p: NodeParams) -> ActionResult:
     try:
         single_node(node)
     except UnsafeValue as e:
@@ -87,9 +58,7 @@ async def _slurm(ctx: ActionContext, node: str, cordon: bool, p: _NodeParams) ->
     return await run_command(argv, ctx, timeout=p.timeout)
 
 
-async def _run(ctx: ActionContext, cordon: bool) -> ActionResult:
-    p = ctx.params
-    assert isinstance(p, _NodeParams)
+async def _run(ctx: ActionContext, p: NodeParams, cordon: bool) -> ActionResult:
     node = p.node or node_of(ctx.request)
     if p.provider == "kubernetes":
         return await _kubernetes(ctx, node, cordon, isinstance(p, UncordonParams) and p.force)
@@ -99,37 +68,11 @@ async def _run(ctx: ActionContext, cordon: bool) -> ActionResult:
     return await run_command(p.argv, ctx, timeout=p.timeout)
 
 
-def _escape_at(path: tuple[str | int, ...]) -> Callable[[str], str]:
-    return single_node if path == ("node",) else no_escape  # `argv`: registry.escape_for checks it
+class CordonAction(CordonSpec):
+    async def run(self, params: CordonParams, ctx: ActionContext) -> ActionResult:
+        return await _run(ctx, params, cordon=True)
 
 
-@register
-class CordonAction:
-    type: ClassVar[str] = "cordon"
-    params = CordonParams
-    entity_kinds = frozenset({"node", "gpu"})
-    destructive: ClassVar[bool] = True
-    unit: ClassVar[ActionUnit] = "node"  # its fleet share counts nodes
-    escape = staticmethod(no_escape)
-    escape_at = staticmethod(_escape_at)
-
-    async def run(self, ctx: ActionContext) -> ActionResult:
-        return await _run(ctx, cordon=True)
-
-
-@register
-class UncordonAction:
-    type: ClassVar[str] = "uncordon"
-    params = UncordonParams
-    entity_kinds = frozenset({"node", "gpu"})
-    destructive: ClassVar[bool] = False
-    unit: ClassVar[ActionUnit] = "node"  # its fleet share counts nodes
-    escape = staticmethod(no_escape)
-    escape_at = staticmethod(_escape_at)
-
-    @staticmethod
-    def restores(params: Mapping[str, Any]) -> bool:
-        return True  # it undoes a cordon
-
-    async def run(self, ctx: ActionContext) -> ActionResult:
-        return await _run(ctx, cordon=False)
+class UncordonAction(UncordonSpec):
+    async def run(self, params: UncordonParams, ctx: ActionContext) -> ActionResult:
+        return await _run(ctx, params, cordon=False)

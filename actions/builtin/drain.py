@@ -1,6 +1,7 @@
-"""The `drain` action: Kubernetes — cordon the node, then evict its GPU pods through the Eviction API (policy/v1),
-which PodDisruptionBudgets govern: a 429 (the budget allows no disruption now) is asked again until `timeout`,
-then `after_timeout: wait` leaves the rest running (reported) or `delete` deletes them; Slurm — State=DRAIN.
+"""The `drain` action's runtime: Kubernetes — cordon the node, then evict its GPU pods through the Eviction API
+(policy/v1), which PodDisruptionBudgets govern: a 429 (the budget allows no disruption now) is asked again until
+`timeout`, then `after_timeout: wait` leaves the rest running (reported) or `delete` deletes them; Slurm —
+State=DRAIN.
 
 Pods of DaemonSets, mirror (static) pods, finished pods and pods that hold no GPU are left; pods in protected
 namespaces or with protected workload labels are left and said so. Each eviction posts an Event on its pod."""
@@ -9,38 +10,23 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, ClassVar, Literal
+from typing import Any
 
 from lightkube import ApiError
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Pod
-from pydantic import Field
 
-from actions.builtin.cordon import CordonParams
 from actions.builtin.cordon import _kubernetes as cordon_kubernetes
 from actions.builtin.cordon import _slurm as cordon_slurm
 from actions.builtin.kill import node_of
-from actions.escaping import no_escape
 from actions.kube import kube_errors, post_event
-from actions.protocol import ActionContext, ActionParams, ActionResult, ActionUnit
-from actions.registry import register
-from actions.services import services_of
-from gpuevents.durations import Duration
+from actions.protocol import ActionContext, ActionResult
+from actions.specs.cordon import CordonParams
+from actions.specs.drain import DrainParams, DrainSpec
 
 #: how long to wait before asking again for an eviction a PodDisruptionBudget refused
 RETRY_S = 2.0
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
-
-
-class DrainParams(ActionParams):
-    type: Literal["drain"] = "drain"
-    provider: Literal["kubernetes", "slurm"] = "kubernetes"
-    node: str | None = Field(default=None, description="default: the entity's node")
-    reason: str | None = None
-    timeout: Duration = Field(default=600, description="how long evictions refused by a PodDisruptionBudget "
-                              "are asked again")
-    after_timeout: Literal["wait", "delete"] = Field(default="wait", description="what happens to the pods still "
-                                                     "there at the timeout: left (reported) or deleted")
 
 
 def _requested(pod: dict[str, Any]) -> set[str]:
@@ -79,7 +65,7 @@ def why_left(pod: dict[str, Any], ctx: ActionContext, resources: list[str]) -> s
 async def _evict(ctx: ActionContext, pod: dict[str, Any]) -> str | None:
     """Ask for one eviction: None when granted (or the pod is gone), 'budget' when a PDB refuses it now."""
     md = pod["metadata"]
-    client = services_of(ctx).kube()
+    client = ctx.services.kube()
     try:
         await client.create(Pod.Eviction(metadata=ObjectMeta(name=md["name"], namespace=md["namespace"])),
                             name=md["name"], namespace=md["namespace"])
@@ -93,13 +79,13 @@ async def _evict(ctx: ActionContext, pod: dict[str, Any]) -> str | None:
             raise
     await post_event(client, {**pod, "apiVersion": "v1", "kind": "Pod"}, "GpueventsEvicted",
                      f"evicted by gpuevents rule {ctx.request.rule}: node {pod['spec'].get('nodeName')} is drained",
-                     warning=True, now=services_of(ctx).clock.now())
+                     warning=True, now=ctx.services.clock.now())
     return None
 
 
 async def _kubernetes(ctx: ActionContext, p: DrainParams, node: str) -> ActionResult:
     cordoned = await cordon_kubernetes(ctx, node, True, False)
-    client = services_of(ctx).kube()
+    client = ctx.services.kube()
     resources = ctx.config.agent.pod_resources.resources
     with kube_errors(f"list pods on node {node}"):
         pods = [o.to_dict() async for o in client.list(Pod, namespace="*", fields={"spec.nodeName": node})]
@@ -150,23 +136,9 @@ async def _kubernetes(ctx: ActionContext, p: DrainParams, node: str) -> ActionRe
                                                        "blocked": [] if deleted else blocked_names, "left": left})
 
 
-@register
-class DrainAction:
-    type: ClassVar[str] = "drain"
-    params = DrainParams
-    entity_kinds = frozenset({"node", "gpu"})
-    destructive: ClassVar[bool] = True
-    unit: ClassVar[ActionUnit] = "node"
-    escape = staticmethod(no_escape)
-
-    @staticmethod
-    def run_timeout(params: ActionParams, default: float) -> float:
-        assert isinstance(params, DrainParams)
-        return float(params.timeout) + default  # the evictions' own timeout, then the deletes
-
-    async def run(self, ctx: ActionContext) -> ActionResult:
-        p = ctx.params
-        assert isinstance(p, DrainParams)
+class DrainAction(DrainSpec):
+    async def run(self, params: DrainParams, ctx: ActionContext) -> ActionResult:
+        p = params
         node = p.node or node_of(ctx.request)
         if p.provider == "slurm":
             return await cordon_slurm(ctx, node, True, CordonParams(provider="slurm", node=node, reason=p.reason))

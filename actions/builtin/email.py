@@ -1,4 +1,4 @@
-"""The `email` action: a plain-text mail through SMTP (config `actions.email`), as many HPC centres warn by mail.
+"""The `email` action's runtime: a plain-text mail through SMTP (config `actions.email`), as HPC centres warn.
 
 Values from the machine land in the subject and body as text: the subject loses CR/LF (no header injection), the
 recipient must be one address (a name from the machine cannot add recipients). Connection failures and 4xx
@@ -8,75 +8,24 @@ replies are retried; 5xx replies (a refused recipient) are not.
 from __future__ import annotations
 
 import os
-import re
-from collections.abc import Callable
 from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
-from typing import ClassVar, Literal
 
 import aiosmtplib
-from pydantic import Field, model_validator
 
-from actions.escaping import UnsafeValue, header_value, no_escape
-from actions.protocol import (
-    ALL_KINDS,
-    ActionContext,
-    ActionParams,
-    ActionResult,
-    ActionUnit,
-    PermanentError,
-    TransientError,
-)
-from actions.registry import register
-
-_ADDRESS = re.compile(r"^[A-Za-z0-9._%+'-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}$")
-_LOCAL = re.compile(r"^[A-Za-z0-9._%+'-]+$")
+from actions.escaping import header_value
+from actions.protocol import ActionContext, ActionResult, PermanentError, TransientError
+from actions.specs.email import ADDRESS, LOCAL, EmailParams, EmailSpec
 
 
-class EmailParams(ActionParams):
-    type: Literal["email"] = "email"
-    to: str = Field(min_length=1, description="an address, or a user name with actions.email.default_domain")
-    subject: str = Field(min_length=1)
-    text: str | None = None
-    template: str | None = Field(default=None, description="a file whose (rendered) content is the text")
-
-    @model_validator(mode="after")
-    def _text_or_template(self) -> EmailParams:
-        if self.text is None and self.template is None:
-            raise ValueError("give `text` or `template`")
-        return self
-
-
-def _address_part(text: str) -> str:
-    """A recipient from the machine: one address or one user name, nothing that adds a recipient or a header."""
-    if not (_ADDRESS.match(text) or _LOCAL.match(text)):
-        raise UnsafeValue(f"{text[:60]!r} from the machine is not one email address or user name")
-    return text
-
-
-@register
-class EmailAction:
-    type: ClassVar[str] = "email"
-    params = EmailParams
-    entity_kinds = ALL_KINDS
-    destructive: ClassVar[bool] = False
-    unit: ClassVar[ActionUnit] = "entity"
-    escape = staticmethod(no_escape)
-
-    @staticmethod
-    def escape_at(path: tuple[str | int, ...]) -> Callable[[str], str]:
-        if path == ("to",):
-            return _address_part
-        return header_value if path == ("subject",) else no_escape
-
-    async def run(self, ctx: ActionContext) -> ActionResult:
-        p = ctx.params
-        assert isinstance(p, EmailParams)
+class EmailAction(EmailSpec):
+    async def run(self, params: EmailParams, ctx: ActionContext) -> ActionResult:
+        p = params
         cfg = ctx.config.actions.email
         to = p.to.strip()
-        if _LOCAL.match(to) and cfg.default_domain:
+        if LOCAL.match(to) and cfg.default_domain:
             to = f"{to}@{cfg.default_domain}"
-        if not _ADDRESS.match(to):
+        if not ADDRESS.match(to):
             return ActionResult(status="refused", detail=f"cannot mail {p.to!r}: not an address (set "
                                 "actions.email.default_domain to mail user names)")
         body = p.text if p.text is not None else _read(p.template)

@@ -1,34 +1,16 @@
-"""The `function` action: a NATS request to `gpuevents.fn.<name>` with the incident; the reply decides."""
+"""The `function` action's runtime: a NATS request to `gpuevents.fn.<name>` with the incident; the reply decides."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from actions.escaping import no_escape
-from actions.protocol import (
-    ALL_KINDS,
-    ActionContext,
-    ActionParams,
-    ActionResult,
-    ActionUnit,
-    PermanentError,
-    TransientError,
-)
-from actions.registry import register
-from actions.services import services_of
+from actions.protocol import ActionContext, ActionResult, PermanentError, TransientError
+from actions.specs.function import FunctionParams, FunctionSpec
 from gpuevents.bus import BusNoResponders, BusTimeout
-from gpuevents.durations import Duration
 from gpuevents.subjects import function_subject
-
-
-class FunctionParams(ActionParams):
-    type: Literal["function"] = "function"
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)*$")
-    data: Any = None
-    timeout: Duration | None = None
 
 
 class FunctionReply(BaseModel):
@@ -50,22 +32,13 @@ def incident_payload(ctx: ActionContext, data: Any) -> bytes:
     return orjson.dumps(body)
 
 
-@register
-class FunctionAction:
-    type: ClassVar[str] = "function"
-    params = FunctionParams
-    entity_kinds = ALL_KINDS
-    destructive: ClassVar[bool] = False
-    unit: ClassVar[ActionUnit] = "entity"
-    escape = staticmethod(no_escape)
-
-    async def run(self, ctx: ActionContext) -> ActionResult:
-        p = ctx.params
-        assert isinstance(p, FunctionParams)
+class FunctionAction(FunctionSpec):
+    async def run(self, params: FunctionParams, ctx: ActionContext) -> ActionResult:
+        p = params
         subject = function_subject(p.name)
         timeout = p.timeout or ctx.config.actions.timeout
         try:
-            raw = await services_of(ctx).bus.request(subject, incident_payload(ctx, p.data), timeout * 0.9)
+            raw = await ctx.services.bus.request(subject, incident_payload(ctx, p.data), timeout * 0.9)
         except BusNoResponders:
             raise TransientError(f"no function answers on {subject}") from None
         except BusTimeout:

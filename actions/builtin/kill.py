@@ -1,37 +1,19 @@
-"""The `kill` action: asks the node's agent to signal a process, or every process on a GPU (DESIGN §5)."""
+"""The `kill` action's runtime: asks the node's agent to signal a process, or every process on a GPU (DESIGN §5)."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import ClassVar, Literal
 
 from pydantic import ValidationError
 
-from actions.escaping import no_escape
-from actions.protocol import (
-    ActionContext,
-    ActionParams,
-    ActionResult,
-    ActionUnit,
-    PermanentError,
-    TransientError,
-)
-from actions.registry import register
-from actions.services import services_of
+from actions.protocol import ActionContext, ActionResult, PermanentError, TransientError
+from actions.specs.kill import KillParams, KillSpec
 from gpuevents.bus import BusNoResponders, BusTimeout
-from gpuevents.commands import KILL_VERB, KILL_WAIT_S, KillCommand, KillReply, KillTarget, Signal, kill_targets
-from gpuevents.durations import Duration
+from gpuevents.commands import KILL_VERB, KILL_WAIT_S, KillCommand, KillReply, KillTarget, kill_targets
 from gpuevents.records import ActionRequest
 from gpuevents.subjects import command_subject
 
 REPLY_MARGIN_S = 10.0  # on top of the agent's longest answer: its checks and the round trip
-
-
-class KillParams(ActionParams):
-    type: Literal["kill"] = "kill"
-    signal: Signal = "TERM"
-    grace: Duration = 30
-    reason: str = ""
 
 
 def reply_timeout(p: KillParams) -> float:
@@ -56,22 +38,12 @@ def _summary(replies: list[KillReply]) -> str:
     return "; ".join(parts)
 
 
-@register
-class KillAction:
-    type: ClassVar[str] = "kill"
-    params = KillParams
-    entity_kinds = frozenset({"process", "gpu"})
-    destructive: ClassVar[bool] = True
-    unit: ClassVar[ActionUnit] = "entity"
-    escape = staticmethod(no_escape)
-
-    def run_timeout(self, params: ActionParams, default: float) -> float:
-        assert isinstance(params, KillParams)
+class KillAction(KillSpec):
+    def run_timeout(self, params: KillParams, default: float) -> float:
         return reply_timeout(params) + default
 
-    async def run(self, ctx: ActionContext) -> ActionResult:
-        p = ctx.params
-        assert isinstance(p, KillParams)
+    async def run(self, params: KillParams, ctx: ActionContext) -> ActionResult:
+        p = params
         req = ctx.request
         try:
             targets = kill_targets(req.facts)
@@ -92,7 +64,7 @@ class KillAction:
                           grace_s=p.grace, reason=p.reason or f"rule {ctx.request.rule}",
                           rule=ctx.request.rule, key=ctx.request.key)
         try:
-            raw = await services_of(ctx).bus.request(subject, cmd.model_dump_json().encode(),
+            raw = await ctx.services.bus.request(subject, cmd.model_dump_json().encode(),
                                                      reply_timeout(p))
         except BusNoResponders:
             raise TransientError(f"no agent answers on {subject}") from None

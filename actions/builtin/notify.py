@@ -1,5 +1,5 @@
-"""The `notify` action: a post to a service that is not Slack (Teams, Mattermost, Discord, Google Chat, PagerDuty,
-Opsgenie, email, …) through Apprise, to a channel or to an owner's address on that service.
+"""The `notify` action's runtime: a post to a service that is not Slack (Teams, Mattermost, Discord, Google
+Chat, PagerDuty, Opsgenie, email, …) through Apprise, to a channel or to an owner's address on that service.
 
 Apprise is synchronous (requests): each post runs in a worker thread with the action's time limit. Apprise only
 says whether a post worked, so a failed post is retried (its log lines are the error); a URL Apprise cannot
@@ -11,69 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import threading
-from collections.abc import Callable
 from pathlib import Path
-from typing import ClassVar, Literal
 from urllib.parse import quote
 
-from pydantic import Field, model_validator
-
 from actions import notify_format as nf
-from actions.escaping import UnsafeValue
-from actions.protocol import (
-    ALL_KINDS,
-    ActionContext,
-    ActionParams,
-    ActionResult,
-    ActionUnit,
-    PermanentError,
-    TransientError,
-)
-from actions.registry import register
+from actions.protocol import ActionContext, ActionResult, PermanentError, TransientError
+from actions.specs.notify import NotifyParams, NotifySpec
 from gpuevents.config import Config
 from gpuevents.notify_config import NotifyService
 
 log = logging.getLogger(__name__)
 
-_SERVICE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
-_ADDRESS = re.compile(r"^@?[A-Za-z0-9._%+'-]+(@[A-Za-z0-9.-]+\.[A-Za-z]{2,})?$")
-_EVERYONE = frozenset({"all", "channel", "everyone", "here"})
 _DATA_SCHEMES = frozenset({"json", "jsons", "form", "forms", "xml", "xmls"})
-
-
-class NotifyParams(ActionParams):
-    type: Literal["notify"] = "notify"
-    to: str = Field("", description="an Apprise URL, a service of actions.notify.services, or (with `service`) "
-                    "an owner: a user of `owners` or an address")
-    service: str | None = Field(None, description="the service of actions.notify.services whose direct "
-                                "message reaches `to`")
-    text: str | None = None
-    template: str | None = Field(default=None, description="a file whose content is the text")
-    title: str | None = Field(None, description="unset: the rule and the entity")
-
-    @model_validator(mode="after")
-    def _text_and_recipient(self) -> NotifyParams:
-        if self.text is None and self.template is None:
-            raise ValueError("give `text` or `template`")
-        if not self.to.strip() and self.service is None:
-            raise ValueError("give `to` (an Apprise URL or a service name), or `service` and `to`")
-        return self
-
-
-def owner_address(text: str) -> str:
-    """A recipient from the machine (an owner): one person's name or address, never a URL or a whole channel."""
-    bare = text.lstrip("@").lower()
-    if not _ADDRESS.match(text) or bare in _EVERYONE:
-        raise UnsafeValue(f"{text[:60]!r} from the machine is not one person's name or address")
-    return text
-
-
-def _service_name(text: str) -> str:
-    if not _SERVICE_NAME.match(text):
-        raise UnsafeValue(f"{text[:60]!r} from the machine is not a service name")
-    return text
 
 
 def _service(config: Config, name: str) -> NotifyService:
@@ -164,28 +114,9 @@ def _body_format(kind: nf.Kind) -> str:
     return "markdown" if kind in ("markdown", "chat") else "text"
 
 
-@register
-class NotifyAction:
-    type: ClassVar[str] = "notify"
-    params = NotifyParams
-    entity_kinds = ALL_KINDS
-    destructive: ClassVar[bool] = False
-    unit: ClassVar[ActionUnit] = "entity"
-    escape = staticmethod(nf.mark)
-    readable = staticmethod(nf.unmark)
-
-    @staticmethod
-    def escape_at(path: tuple[str | int, ...]) -> Callable[[str], str]:
-        """Text and title: marked, escaped at the run for the service; a recipient must be one person."""
-        if path == ("to",):
-            return owner_address
-        if path == ("service",):
-            return _service_name
-        return nf.mark
-
-    async def run(self, ctx: ActionContext) -> ActionResult:
-        p = ctx.params
-        assert isinstance(p, NotifyParams)
+class NotifyAction(NotifySpec):
+    async def run(self, params: NotifyParams, ctx: ActionContext) -> ActionResult:
+        p = params
         req = ctx.request
         url, shown = target_url(p, ctx.config)
         kind = nf.kind_of(url)

@@ -1,6 +1,6 @@
-"""The `pause` and `resume` actions: stop a Kubernetes job's top owner the way its kind is stopped (replicas to 0,
-spec.suspend, runPolicy.suspend, the Notebook's stop annotation, KServe minReplicas 0), remember exactly what was
-changed (KV), and set exactly that back; a Kubernetes Event on the workload for each.
+"""The `pause` and `resume` actions' runtime: stop a Kubernetes job's top owner the way its kind is stopped
+(replicas to 0, spec.suspend, runPolicy.suspend, the Notebook's stop annotation, KServe minReplicas 0), remember
+exactly what was changed (KV), and set exactly that back; a Kubernetes Event on the workload for each.
 
 Refused: a job id that is not `<namespace>/<Kind>/<name>`, a bare pod (no controller to stop: `cancel` deletes
 it), a protected namespace or workload label, an owner that is not the one decided on (its uid, or its
@@ -9,36 +9,20 @@ generation: changed since), a kind that cannot be paused and has no owner below 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar, Literal
+from typing import Any
 
 from lightkube.types import PatchType
 from pydantic import BaseModel, ConfigDict, Field
 
-from actions.escaping import no_escape
 from actions.kube import kube_errors, post_event
 from actions.pauseplan import Change, describe, merge_patch, pause_changes, resume_changes
-from actions.protocol import ALL_KINDS, ActionContext, ActionParams, ActionResult, ActionUnit
-from actions.registry import register
-from actions.services import services_of
+from actions.protocol import ActionContext, ActionResult
+from actions.specs.pause import PauseParams, PauseSpec, ResumeParams, ResumeSpec
 from actions.store import kv_key
-from gpuevents.durations import Duration
 from gpuevents.kube import resource_for
 from gpuevents.kubekinds import KINDS, Kind, kind_of, split_job_id
 
 PAUSED_BY = "gpuevents.io/paused-by"
-
-
-class PauseParams(ActionParams):
-    type: Literal["pause"] = "pause"
-    job: str | None = Field(default=None, description="<namespace>/<Kind>/<name>; default: the entity's job")
-    reason: str | None = Field(default=None, description="said in the Event on the workload")
-    timeout: Duration | None = None
-
-
-class ResumeParams(ActionParams):
-    type: Literal["resume"] = "resume"
-    job: str | None = Field(default=None, description="<namespace>/<Kind>/<name>; default: the entity's job")
-    timeout: Duration | None = None
 
 
 class _Job(BaseModel):
@@ -95,7 +79,7 @@ def record_key(job: str) -> str:
 async def _read(ctx: ActionContext, k: Kind, namespace: str, name: str) -> dict[str, Any] | None:
     from lightkube import ApiError
 
-    client = services_of(ctx).kube()
+    client = ctx.services.kube()
     with kube_errors(f"get {k.kind} {namespace}/{name}"):
         try:
             obj = await client.get(resource_for(k.api_version, k.kind), name, namespace=namespace)
@@ -114,7 +98,7 @@ async def _patch(ctx: ActionContext, k: Kind, obj: Mapping[str, Any], values: li
     the retry reads the object again)."""
     md = obj.get("metadata") or {}
     patch = merge_patch([*values, (["metadata", "resourceVersion"], md.get("resourceVersion"))])
-    client = services_of(ctx).kube()
+    client = ctx.services.kube()
     with kube_errors(f"patch {k.kind} {md.get('namespace')}/{md.get('name')}"):
         await client.patch(resource_for(k.api_version, k.kind), md["name"], patch, namespace=md.get("namespace"),
                            patch_type=PatchType.MERGE)
@@ -159,7 +143,7 @@ async def _nearest_pausable(ctx: ActionContext, namespace: str, top: str, pods: 
 async def _pause(ctx: ActionContext, p: PauseParams) -> ActionResult:
     job, facts = job_of(p.job, ctx.request.facts)
     parts = split_job_id(job) if job else None
-    if parts is None:
+    if parts is None or job is None:
         return ActionResult(status="refused", detail=f"{job!r} is not a Kubernetes job (<namespace>/<Kind>/<name>)")
     namespace, kind, name = parts
     if namespace in ctx.config.protect.namespaces:
@@ -199,7 +183,7 @@ async def _pause(ctx: ActionContext, p: PauseParams) -> ActionResult:
 
 async def _apply_pause(ctx: ActionContext, p: PauseParams, job: str, k: Kind, obj: dict[str, Any],
                        note: str) -> ActionResult:
-    svc = services_of(ctx)
+    svc = ctx.services
     now = svc.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
     md = obj["metadata"]
     what = f"{k.kind} {md.get('namespace')}/{md['name']}"
@@ -250,7 +234,7 @@ async def _resume(ctx: ActionContext, p: ResumeParams) -> ActionResult:
     job, _ = job_of(p.job, ctx.request.facts)
     if not job or split_job_id(job) is None:
         return ActionResult(status="refused", detail=f"{job!r} is not a Kubernetes job (<namespace>/<Kind>/<name>)")
-    svc = services_of(ctx)
+    svc = ctx.services
     key = record_key(job)
     got = await svc.kv.get(key)
     if got is None:
@@ -283,35 +267,11 @@ async def _resume(ctx: ActionContext, p: ResumeParams) -> ActionResult:
                         data={"job": job, "restored": restored, "notes": notes})
 
 
-@register
-class PauseAction:
-    type: ClassVar[str] = "pause"
-    params = PauseParams
-    entity_kinds = ALL_KINDS  # a job, a gpu's or process's job, or any entity with `job:` (a scheduled rule)
-    destructive: ClassVar[bool] = True
-    unit: ClassVar[ActionUnit] = "entity"
-    escape = staticmethod(no_escape)
-
-    async def run(self, ctx: ActionContext) -> ActionResult:
-        p = ctx.params
-        assert isinstance(p, PauseParams)
-        return await _pause(ctx, p)
+class PauseAction(PauseSpec):
+    async def run(self, params: PauseParams, ctx: ActionContext) -> ActionResult:
+        return await _pause(ctx, params)
 
 
-@register
-class ResumeAction:
-    type: ClassVar[str] = "resume"
-    params = ResumeParams
-    entity_kinds = ALL_KINDS  # a job, a gpu's or process's job, or any entity with `job:` (a scheduled rule)
-    destructive: ClassVar[bool] = False
-    unit: ClassVar[ActionUnit] = "entity"
-    escape = staticmethod(no_escape)
-
-    @staticmethod
-    def restores(params: Mapping[str, Any]) -> bool:
-        return True  # it sets back what pause changed
-
-    async def run(self, ctx: ActionContext) -> ActionResult:
-        p = ctx.params
-        assert isinstance(p, ResumeParams)
-        return await _resume(ctx, p)
+class ResumeAction(ResumeSpec):
+    async def run(self, params: ResumeParams, ctx: ActionContext) -> ActionResult:
+        return await _resume(ctx, params)

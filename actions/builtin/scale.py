@@ -1,57 +1,20 @@
-"""The `scale` action: a Deployment or StatefulSet through the scale subresource, or a command;
+"""The `scale` action's runtime: a Deployment or StatefulSet through the scale subresource, or a command;
 `replicas: previous` restores the count this rule scaled it from (kept in KV)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, ClassVar, Literal
+from typing import Any
 
 from lightkube.resources.apps_v1 import Deployment, StatefulSet
 from lightkube.types import PatchType
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel
 
 from actions.builtin.command import run_command
-from actions.escaping import no_escape
 from actions.kube import kube_errors
-from actions.protocol import (
-    ALL_KINDS,
-    ActionContext,
-    ActionParams,
-    ActionResult,
-    ActionUnit,
-    PermanentError,
-)
-from actions.registry import register
-from actions.services import services_of
+from actions.protocol import ActionContext, ActionResult, PermanentError
+from actions.specs.scale import REPLICAS_PLACEHOLDER, ScaleParams, ScaleSpec
 from actions.store import kv_key
-from gpuevents.durations import Duration
 from gpuevents.kvstate import parse_or_none
-
-REPLICAS_PLACEHOLDER = "{replicas}"
-
-
-class ScaleParams(ActionParams):
-    type: Literal["scale"] = "scale"
-    provider: Literal["kubernetes", "command"] = "kubernetes"
-    kind: Literal["Deployment", "StatefulSet"] = "Deployment"
-    namespace: str = "default"
-    name: str | None = Field(default=None, description="the workload (kubernetes); a label for KV (command)")
-    replicas: int | Literal["previous"] = Field(description="a count, or `previous`")
-    argv: list[str] | None = Field(default=None, description=f"provider command; `{REPLICAS_PLACEHOLDER}` "
-                                   "in an element becomes the count")
-    current: int | None = Field(default=None, ge=0, description="provider command: the count before "
-                                "scaling, recorded for `previous`")
-    timeout: Duration | None = None
-
-    @model_validator(mode="after")
-    def _check(self) -> ScaleParams:
-        if isinstance(self.replicas, int) and self.replicas < 0:
-            raise ValueError("replicas must be 0 or more, or `previous`")
-        if self.provider == "kubernetes" and not self.name:
-            raise ValueError("provider 'kubernetes' needs `name` (and `namespace`, `kind`)")
-        if self.provider == "command" and not self.argv:
-            raise ValueError("provider 'command' needs `argv`, a list: program and arguments")
-        return self
 
 
 class _Previous(BaseModel):
@@ -67,7 +30,7 @@ def _previous_key(rule: str, p: ScaleParams) -> str:
 async def _target(ctx: ActionContext, p: ScaleParams) -> int:
     if p.replicas != "previous":
         return p.replicas
-    kv = services_of(ctx).kv
+    kv = ctx.services.kv
     got = await kv.get(_previous_key(ctx.request.rule, p))
     previous = None if got is None else parse_or_none(_Previous, got, "deleting it")
     if got is not None and previous is None:
@@ -80,7 +43,7 @@ async def _target(ctx: ActionContext, p: ScaleParams) -> int:
 
 async def _remember(ctx: ActionContext, p: ScaleParams, before: int | None, after: int) -> None:
     """Keep the count before a change; forget it once `previous` restored it."""
-    svc = services_of(ctx)
+    svc = ctx.services
     key = _previous_key(ctx.request.rule, p)
     if p.replicas == "previous":
         await svc.kv.delete(key)
@@ -91,7 +54,7 @@ async def _remember(ctx: ActionContext, p: ScaleParams, before: int | None, afte
 
 async def _kubernetes(ctx: ActionContext, p: ScaleParams, target: int) -> ActionResult:
     res = Deployment.Scale if p.kind == "Deployment" else StatefulSet.Scale
-    client = services_of(ctx).kube()
+    client = ctx.services.kube()
     what = f"{p.kind} {p.namespace}/{p.name}"
     assert p.name is not None
     with kube_errors(f"get scale of {what}"):
@@ -108,22 +71,9 @@ async def _kubernetes(ctx: ActionContext, p: ScaleParams, target: int) -> Action
                         data={"before": before, "replicas": target})
 
 
-@register
-class ScaleAction:
-    type: ClassVar[str] = "scale"
-    params = ScaleParams
-    entity_kinds = ALL_KINDS
-    destructive: ClassVar[bool] = True
-    unit: ClassVar[ActionUnit] = "entity"
-    escape = staticmethod(no_escape)
-
-    @staticmethod
-    def restores(params: Mapping[str, Any]) -> bool:
-        return params.get("replicas") == "previous"  # back to the count it had before this rule scaled it
-
-    async def run(self, ctx: ActionContext) -> ActionResult:
-        p = ctx.params
-        assert isinstance(p, ScaleParams)
+class ScaleAction(ScaleSpec):
+    async def run(self, params: ScaleParams, ctx: ActionContext) -> ActionResult:
+        p = params
         target = await _target(ctx, p)
         if p.provider == "kubernetes":
             return await _kubernetes(ctx, p, target)

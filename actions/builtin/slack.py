@@ -1,4 +1,4 @@
-"""The `slack` action: a Block Kit DM (or channel post) about an incident, optionally as a digest per owner."""
+"""The `slack` action's runtime: a Block Kit DM or channel post about an incident, optionally a digest per owner."""
 
 from __future__ import annotations
 
@@ -6,34 +6,22 @@ import asyncio
 import logging
 import re
 import sys
-from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any
 
 import aiohttp
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from actions import slack_format as fmt
-from actions.escaping import slack_person
-from actions.protocol import (
-    ALL_KINDS,
-    ActionContext,
-    ActionParams,
-    ActionResult,
-    ActionUnit,
-    Deferred,
-    PermanentError,
-    TransientError,
-)
-from actions.registry import register
-from actions.services import services_of, slack_client
+from actions.protocol import ActionContext, ActionResult, Deferred, PermanentError, TransientError
+from actions.services import slack_client
 from actions.slack_clicks import SentMessage, remember
+from actions.specs.slack import SlackButtons, SlackParams, SlackSpec
 from actions.store import kv_key
 from gpuevents.bus import KvExists, KvWrongRevision
-from gpuevents.durations import Duration
 from gpuevents.kvstate import parse_or_none
 from gpuevents.records import ActionRequest
 
@@ -49,38 +37,6 @@ _USER_ID = re.compile(r"^[UW][A-Z0-9]{2,}$")
 _CHANNEL_ID = re.compile(r"^[CGD][A-Z0-9]{2,}$")
 
 _warned_no_token = False
-
-
-class SlackButtons(BaseModel):
-    """Buttons on the message (DESIGN §5.1): keep it for a while, end it now, or say it is not yours."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    keep: list[Duration] = Field(default_factory=list, description="one button per duration, e.g. [4h, 8h, 24h]")
-    release: bool = False
-    not_mine: bool = False
-
-    def any(self) -> bool:
-        return bool(self.keep) or self.release or self.not_mine
-
-
-class SlackParams(ActionParams):
-    type: Literal["slack"] = "slack"
-    to: str = Field(min_length=1, description="an email, a user id (U…), @handle, #channel or a channel id")
-    text: str | None = None
-    template: str | None = Field(default=None, description="a file whose (rendered) content is the text")
-    digest: bool = Field(default=False, description="one DM per recipient per window, listing every incident")
-    digest_window: Duration | None = Field(default=None,
-                                           description="default: config actions.slack.digest_window, else 15m")
-    snooze_hint: bool | None = None
-    buttons: SlackButtons | None = None
-
-    @model_validator(mode="after")
-    def _text_or_template(self) -> SlackParams:
-        if self.text is None and self.template is None:
-            raise ValueError("give `text` or `template`")
-        if not self.to.strip():
-            raise ValueError("`to` rendered empty: does the entity have an owner?")
-        return self
 
 
 class DigestState(BaseModel):
@@ -111,20 +67,8 @@ def _api_error(method: str, e: SlackApiError, what: str) -> Exception:
     return PermanentError(f"Slack {method} for {what}: {code or f'HTTP {status}'}")
 
 
-class SlackAction:
+class SlackAction(SlackSpec):
     """Per runner: one instance, holding the `@handle` cache."""
-
-    type: ClassVar[str] = "slack"
-    params = SlackParams
-    entity_kinds = ALL_KINDS
-    destructive: ClassVar[bool] = False
-    unit: ClassVar[ActionUnit] = "entity"
-    escape = staticmethod(fmt.escape)
-
-    @staticmethod
-    def escape_at(path: tuple[str | int, ...]) -> Callable[[str], str]:
-        """Text is Slack mrkdwn, escaped; a recipient from the machine must be a person, never a channel."""
-        return slack_person if path == ("to",) else fmt.escape
 
     def __init__(self) -> None:
         self._handles: dict[str, str] = {}
@@ -196,9 +140,8 @@ class SlackAction:
                                   "recipient": user})
 
     # ------------------------------------------------------------ run
-    async def run(self, ctx: ActionContext) -> ActionResult:
-        p = ctx.params
-        assert isinstance(p, SlackParams)
+    async def run(self, params: SlackParams, ctx: ActionContext) -> ActionResult:
+        p = params
         req = ctx.request
         text = p.text if p.text is not None else _read_template(p.template)
         item = fmt.make_item(text, req.rule, req.entity_id, req.cluster, req.incident_id, req.facts)
@@ -211,7 +154,7 @@ class SlackAction:
         if token is None:
             return _print_instead(p.to, item, buttons)
         client = slack_client(ctx.config, token)
-        svc = services_of(ctx)
+        svc = ctx.services
         now = svc.clock.monotonic()
         if not p.digest:
             blocks = fmt.incident_blocks(item, snooze)
@@ -268,7 +211,7 @@ async def _join_digest(ctx: ActionContext, to: str, item: fmt.MessageItem,
                        window: float) -> list[fmt.MessageItem] | None:
     """Add `item` to `to`'s open digest. The first request of a window leads: it is deferred until
     the window closes, then returns every item to send. Others return None (queued)."""
-    svc = services_of(ctx)
+    svc = ctx.services
     key = kv_key("actions", "slack", "digest", to)
     me = ctx.request.key
     for _ in range(32):
@@ -311,5 +254,3 @@ async def _join_digest(ctx: ActionContext, to: str, item: fmt.MessageItem,
 def _without(items: list[fmt.MessageItem], item: fmt.MessageItem) -> list[fmt.MessageItem]:
     return [i for i in items if (i.rule, i.entity_id, i.incident_id) != (item.rule, item.entity_id, item.incident_id)]
 
-
-register(SlackAction)

@@ -1,41 +1,18 @@
-"""The `webhook` action: an HTTP request with a JSON body; 5xx and lost connections are retried, 4xx not."""
+"""The `webhook` action's runtime: an HTTP request with a JSON body; 5xx and lost connections are retried, 4xx not."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, ClassVar, Literal
+from typing import Any
 
 import aiohttp
 import orjson
-from pydantic import Field
 
-from actions.escaping import header_value, json_string, no_escape, url_component
 from actions.procrun import clip
-from actions.protocol import (
-    ALL_KINDS,
-    ActionContext,
-    ActionParams,
-    ActionResult,
-    ActionUnit,
-    PermanentError,
-    TransientError,
-)
-from actions.registry import register
-from actions.services import services_of
-from gpuevents.durations import Duration
+from actions.protocol import ActionContext, ActionResult, PermanentError, TransientError
+from actions.specs.webhook import WebhookParams, WebhookSpec
 from gpuevents.events import dumps
 
 RESPONSE_MAX = 1024
-
-
-class WebhookParams(ActionParams):
-    type: Literal["webhook"] = "webhook"
-    url: str = Field(pattern=r"^https?://")
-    method: Literal["GET", "POST", "PUT", "PATCH", "DELETE"] = "POST"
-    headers: dict[str, str] = Field(default_factory=dict)
-    body: Any = Field(default=None, description="JSON (a mapping, a list, or a string holding JSON); "
-                      "unset: the incident")
-    timeout: Duration | None = None
 
 
 def request_body(ctx: ActionContext, body: Any) -> tuple[bytes, str]:
@@ -61,35 +38,13 @@ def _retry_after(headers: Any) -> float | None:
         return None
 
 
-@register
-class WebhookAction:
-    type: ClassVar[str] = "webhook"
-    params = WebhookParams
-    entity_kinds = ALL_KINDS
-    destructive: ClassVar[bool] = False
-    unit: ClassVar[ActionUnit] = "entity"
-    escape = staticmethod(no_escape)
-
-    @staticmethod
-    def escape_at(path: tuple[str | int, ...]) -> Callable[[str], str]:
-        """Once, for where the value lands: the URL percent-encoded, a string body (JSON text) JSON-escaped, a
-        mapping body left to the JSON encoder, headers without CR/LF."""
-        top = path[0] if path else None
-        if top == "url":
-            return url_component
-        if top == "body":
-            return json_string if len(path) == 1 else no_escape
-        if top == "headers":
-            return header_value
-        return no_escape
-
-    async def run(self, ctx: ActionContext) -> ActionResult:
-        p = ctx.params
-        assert isinstance(p, WebhookParams)
+class WebhookAction(WebhookSpec):
+    async def run(self, params: WebhookParams, ctx: ActionContext) -> ActionResult:
+        p = params
         payload, content_type = request_body(ctx, p.body)
         headers = {"Content-Type": content_type, "Idempotency-Key": ctx.request.key, **p.headers}
         timeout = aiohttp.ClientTimeout(total=(p.timeout or ctx.config.actions.timeout) * 0.95)
-        session = services_of(ctx).http()
+        session = ctx.services.http()
         try:
             async with session.request(p.method, p.url, data=payload if p.method != "GET" else None,
                                        headers=headers, timeout=timeout) as resp:

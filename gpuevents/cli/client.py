@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Annotated, Any
+from datetime import timedelta
+from typing import TYPE_CHECKING, Annotated
 
 import orjson
 import typer
@@ -65,12 +65,15 @@ def snooze(
 def keep(
     rule: Annotated[str, typer.Argument(help="rule name")],
     entity: Annotated[str, typer.Argument(help="entity id, e.g. node-7/gpu0")],
-    for_: Annotated[str, typer.Argument(help="how long, e.g. 4h (at most the rule's snooze_max, default 24h)")],
+    for_: Annotated[str, typer.Argument(help="how long, e.g. 4h (longer than the rule's snooze_max, default 24h, "
+                                             "goes to the rule's approving channel)")],
+    reason: Annotated[str, typer.Option("--reason", help="why it must stay (required; audited, in the weekly report)")],
     config: ConfigOption = None,
 ) -> None:
-    """What the owner's "keep" button does: exempt the entity from the rule for a while (at most snooze_max)."""
+    """What the owner's Keep button does: exempt the entity from the rule for a while, with a reason. Up to the
+    rule's snooze_max at once; longer waits for an approval from the rule's `approve:` channel."""
     seconds = duration_option(for_, "FOR")
-    run_async(do_snooze(client_config(load_config_or_exit(config)), rule, entity, seconds, "kept", bounded=True))
+    run_async(do_snooze(client_config(load_config_or_exit(config)), rule, entity, seconds, reason, keep=True))
 
 
 def audit(
@@ -237,49 +240,35 @@ def _num(v: float | None) -> str:
 
 
 async def do_snooze(config: Config, rule: str, entity: str, seconds: float, reason: str,
-                    bounded: bool = False) -> None:
-    """Ask the acting engine; with none running, store the snooze in KV where the next engine reads it."""
+                    keep: bool = False) -> None:
+    """Ask the acting engine (the one request model Slack's Keep sends too); with none answering, nothing is stored:
+    only the engine applies the rule's snooze_max and approvals, so the person is told to ask again."""
     import getpass
 
-    from gpuevents.bus import BusError, BusNoResponders, BusTimeout
-    from rules.core.core import Snooze
-    from rules.engine.store import ModelStore, snooze_key
+    from pydantic import ValidationError
 
-    now = SystemClock().now()
-    s = Snooze(rule=rule, entity_id=entity, until=now + timedelta(seconds=seconds),
-               by=getpass.getuser(), reason=reason, bounded=bounded)
+    from gpuevents.bus import BusNoResponders, BusTimeout
+    from gpuevents.wire import KeepReply, NoEngine, keep_request
+
+    try:
+        req = keep_request(rule, entity, seconds, SystemClock().now(), getpass.getuser(), reason, keep)
+    except ValidationError as e:
+        typer.echo(f"error: {'; '.join(str(err['msg']).removeprefix('Value error, ') for err in e.errors())}",
+                   err=True)
+        raise typer.Exit(2) from None
+    verb = "kept" if keep else "snoozed"
     async with operator_bus(config, "gpuevents-snooze") as bus:
         try:
-            reply = orjson.loads(await bus.request(S.ENGINE_SNOOZE, s.model_dump_json().encode(), timeout=5))
-        except (BusNoResponders, BusTimeout):
-            try:  # no engine: the snooze waits in KV for the next one (a login that may write there)
-                await bus.ensure_streams()
-                store = ModelStore(await bus.kv(), "snooze.", Snooze)
-                await store.save(snooze_key(rule, entity), s)
-                record = AuditRecord(time=now, kind="snooze", rule=rule, entity_id=entity,
-                                     detail=f"until {s.until.isoformat()} by {s.by} (no engine running)")
-                await bus.js_publish(S.audit_subject(rule), record.model_dump_json().encode(), msg_id=record.id)
-            except BusError as e:
-                raise BusError(f"no engine answers, and the snooze could not be stored for the next one ({e}); "
-                               "an operator's login asks the engine only: start `gpuevents engine`") from None
-            reply = {"ok": True, "stored": True}
-    if not reply.get("ok"):
-        typer.echo(f"error: {reply.get('error')}", err=True)
+            raw = await bus.request(S.ENGINE_SNOOZE, req.model_dump_json().encode(), timeout=5)
+        except (BusNoResponders, BusTimeout) as e:
+            typer.echo(f"error: {NoEngine(f'{entity} was not {verb}', str(e) or type(e).__name__)}", err=True)
+            raise typer.Exit(1) from None
+    reply = KeepReply.model_validate_json(raw)
+    if not reply.ok or reply.until is None:
+        typer.echo(f"error: {reply.error}", err=True)
         raise typer.Exit(1)
-    until = datetime.fromisoformat(reply["until"]) if isinstance(reply.get("until"), str) else s.until
-    verb = "kept" if bounded else "snoozed"
-    later = (" (no engine running: stored for the next one, which cuts it to the rule's snooze_max)"
-             if bounded and reply.get("stored") else "")
-    typer.echo(f"{rule} {verb} for {entity} until {until:%Y-%m-%d %H:%M:%S} UTC{capped_note(reply, seconds)}{later}")
-
-
-def capped_note(reply: dict[str, Any], seconds: float) -> str:
-    """What the engine's answer to a keep says about the rule's ceiling: "" when nothing was cut."""
-    if not reply.get("capped"):
-        return ""
-    cap = format_duration(float(reply.get("snooze_max_s") or 0))
-    return (f" (capped: you asked for {format_duration(seconds)}, the rule's snooze_max allows {cap}; "
-            "raise snooze_max in the rule to keep longer)")
+    note = reply.note(seconds)
+    typer.echo(f"{rule} {verb} for {entity} until {reply.until:%Y-%m-%d %H:%M:%S} UTC" + (f" ({note})" if note else ""))
 
 
 async def show_audit(config: Config, rule: str | None, entity: str | None, seconds: float,

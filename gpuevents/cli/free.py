@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Any
 
-import orjson
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -15,7 +14,8 @@ from gpuevents.config import Config
 from gpuevents.durations import format_duration
 
 if TYPE_CHECKING:
-    from rules.dashboard.free import FreeAnswer, FreeQuery
+    from gpuevents.wire import FreeQuery
+    from rules.dashboard.free import FreeAnswer
 
 out = Console()
 
@@ -42,7 +42,7 @@ def free(
 
     Never offers a GPU that a process holds, that a scheduler allocated, or that is on an offline or cordoned
     node. Exit 0 when something is free, 1 when nothing matches."""
-    from rules.dashboard.free import FreeQuery, FreeQueryError, parse_labels, parse_mem_mib
+    from gpuevents.wire.free import FreeQuery, FreeQueryError, parse_labels, parse_mem_mib
 
     try:
         query = FreeQuery(count=count, min_free_mem_mib=parse_mem_mib(min_free_mem) if min_free_mem else None,
@@ -69,19 +69,33 @@ def register(app: typer.Typer) -> None:
 async def ask_free(config: Config, query: FreeQuery) -> FreeAnswer | None:
     """Every acting engine answers for its part of the fleet (with the same function as the dashboard's /api/free),
     so the reply stays small however large the fleet; the answers are merged."""
+    from pydantic import ValidationError
+
+    from gpuevents.wire import ErrorReply, FreeReply
     from rules.dashboard.free import FreeAnswer, merge_answers
 
+    def parsed(raw: bytes) -> FreeReply | ErrorReply:
+        try:
+            return FreeReply.model_validate_json(raw)
+        except ValidationError:
+            return ErrorReply.model_validate_json(raw)
+
     def complete(replies: list[bytes]) -> bool:
-        parts = [orjson.loads(r) for r in replies]
-        return bool(parts) and len({p.get("partition") for p in parts}) >= int(parts[0].get("partitions") or 1)
+        parts = [p for p in map(parsed, replies) if isinstance(p, FreeReply)]
+        return bool(parts) and len({p.partition for p in parts}) >= parts[0].partitions
 
     async with operator_bus(config, "gpuevents-free") as bus:
         replies = await bus.request_many(S.ENGINE_FREE, query.model_dump_json().encode(), 5.0, enough=complete)
     seen: dict[Any, FreeAnswer] = {}
-    for raw in replies:
-        reply = orjson.loads(raw)
-        if reply.get("ok"):
-            seen.setdefault(reply.get("partition"), FreeAnswer.model_validate(reply["answer"]))
+    errors = []
+    for reply in map(parsed, replies):
+        if isinstance(reply, ErrorReply):
+            errors.append(reply.error)
+        else:
+            seen.setdefault(reply.partition, FreeAnswer.model_validate(reply.answer))
+    if errors and not seen:
+        typer.echo(f"error: {errors[0]}", err=True)
+        raise typer.Exit(1)
     return merge_answers(list(seen.values()), query) if seen else None
 
 

@@ -38,8 +38,9 @@ VERBS: dict[str, Verb] = {
     "snooze": Verb("gpuevents.cli.client", "register",
                    "Exempt one entity from one rule for a while (stored in KV, audited)."),
     "keep": Verb("gpuevents.cli.client", "register",
-                 "What the owner's \"keep\" button does: exempt the entity from the rule for a while (at most "
-                 "snooze_max)."),
+                 "What the owner's Keep button does: exempt the entity from the rule for a while, with a reason. "
+                 "Up to the rule's snooze_max at once; longer waits for an approval from the rule's `approve:` "
+                 "channel."),
     "audit": Verb("gpuevents.cli.client", "register",
                   "What the engine did and why: transitions and action outcomes."),
     "agent": Verb("gpuevents.cli.agent", "register",

@@ -15,6 +15,7 @@ from gpuevents.clock import SystemClock
 from gpuevents.config import Config
 from gpuevents.costs import CostModel
 from rules.usage.jobstore import JobStore
+from rules.usage.keeps import KeepStore, team_keeps
 from rules.usage.quarter import build_quarter, compare
 from rules.usage.render import render
 from rules.usage.render_quarter import render_quarter
@@ -71,6 +72,9 @@ def make_report(config: Config, now: datetime, team: str | None = None) -> tuple
         ExemptionLine(job=f"job/{j.scheduler}/{j.id}", user=j.user, namespace=j.namespace, exemption=j.exemption or "",
                       until=j.exempt_until, gpu_hours=j.gpu_hours, idle_share_pct=j.idle_share_pct)
         for j in sorted(exempt, key=lambda j: -(j.gpu_hours * (j.idle_share_pct or 0)))][:20]
+    with KeepStore(path) as keeps:
+        kept = keeps.window(since.timestamp(), until.timestamp())
+    report.keeps = team_keeps(kept, usage, since.timestamp(), until.timestamp(), team)
     return report, costs
 
 

@@ -50,7 +50,8 @@ class Snooze(BaseModel):
     by: str = ""
     reason: str = ""
     bounded: bool = False
-    """A keep (the owner's button, `gpuevents keep`): at most the rule's `snooze_max`."""
+    """A keep (the owner's button, `gpuevents keep`): at most the rule's `snooze_max` (longer only once approved,
+    as a snooze: gpuevents/wire/keeps.py)."""
     entity_key: str = ""
     """The snoozed entity's internal key when it was known (a process's includes its create time): a process
     that reuses the pid is another entity and is not exempt."""

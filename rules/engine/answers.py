@@ -4,14 +4,18 @@ snoozes and keeps, and a person's kill or cancel; mixed into `Engine` (rules/eng
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpuevents.costs import CostModel
+from gpuevents.events import new_id
 from gpuevents.manual import OperatorAction, OperatorActionReply
-from rules.core.core import Snooze
+from gpuevents.wire import KeepReply, KeepRequest
+from rules.core.core import Snooze, StepResult
+from rules.core.keeps import approving_channel, entity_gpus, keep_approval
 from rules.engine.audit import snooze_record
 from rules.engine.operator import act_for
 from rules.engine.readmodel import ReadModel, build_read_model, empty_model
+from rules.usage.keeps import KeepRow, KeptGpu
 
 if TYPE_CHECKING:
     from gpuevents.clock import Clock
@@ -21,6 +25,7 @@ if TYPE_CHECKING:
     from rules.engine.intake import Intake
     from rules.engine.planner import TickPlanner
     from rules.engine.readmodel import ReadSide
+    from rules.usage.recorder import UsageRecorder
 
 
 class EngineAnswers:
@@ -33,6 +38,7 @@ class EngineAnswers:
     planner: TickPlanner
     partition: int | None
     read_side: ReadSide
+    usage: UsageRecorder | None
     _lock: asyncio.Lock
     _changes: int
 
@@ -56,24 +62,42 @@ class EngineAnswers:
         warnings = tuple(c.text() for c in self.intake.claims.conflicts(now))  # a node two agents claim
         return await build_read_model(self.core, now, version, costs, warnings=warnings)
 
-    async def snooze(self, s: Snooze) -> dict[str, Any]:
-        """Exempt `s.entity_id` from `s.rule` until `s.until` (`gpuevents snooze`); stored and audited."""
+    async def keep(self, req: KeepRequest) -> KeepReply:
+        """A snooze or an owner's keep (gpuevents/wire/keeps.py), stored and audited. A keep longer than the rule's
+        `snooze_max` is kept for that meanwhile, and the rest asked of the rule's approving channel."""
         async with self._lock:
             await self._settle()
             assert self.core is not None
-            if s.rule not in self.core.rules.by_name:
-                return {"ok": False, "error": f"no rule named {s.rule!r}"}
-            asked = s.until
-            result = self.core.step(s, self.clock.now())
+            rule = self.core.rules.by_name.get(req.rule)
+            if rule is None:
+                return KeepReply(ok=False, error=f"no rule named {req.rule!r}")
+            now = self.clock.now()
+            s = Snooze(rule=req.rule, entity_id=req.entity_id, until=req.until, by=req.by, reason=req.reason,
+                       bounded=req.keep)
+            result = self.core.step(s, now)
             self._changes += 1
             s = next((x for x in result.snoozes if x.rule == s.rule and x.entity_id == s.entity_id), s)  # as applied
-            cap = self.core.rules.by_name[s.rule].snooze_max_s
+            approving = approving_channel(rule) if s.until < req.until else None
+            ents = self.core.state.entities_by_id(rule.kind, req.entity_id)
+            where = ents[0].ctx["entity"] if ents else None
+            cluster = where.cluster if where is not None else self.config.cluster
+            if approving is not None:
+                result.extend(StepResult(actions=[keep_approval(
+                    rule, req, approving[0], approving[1], rule.kind, cluster, getattr(where, "node", None), now,
+                    new_id())]))
             await self.committer.commit(result, "commit a snooze")
             self.planner.replan()  # its end, or the evaluation it asks for, may come before the planned tick
-        await self.committer.audit([snooze_record(self.clock.now(), s)])
-        # A keep longer than the rule's snooze_max is cut to it: the answer says so (`capped`, the maximum).
-        return {"ok": True, "until": s.until.isoformat(), "asked_until": asked.isoformat(),
-                "capped": s.until < asked, "snooze_max_s": cap}
+        pending = f"; {req.until.isoformat()} awaits approval in {approving[0]}" if approving else ""
+        await self.committer.audit([snooze_record(self.clock.now(), s, pending)])
+        if self.usage is not None and (req.keep or req.approved_by or s.until <= now):
+            gpus = tuple(KeptGpu(n, i) for e in ents[:1] for n, i in entity_gpus(e))
+            row = KeepRow(id=new_id(), cluster=cluster, rule=s.rule, entity_id=s.entity_id, gpus=gpus, by=req.by,
+                          reason=req.reason, start=now.timestamp(), until=s.until.timestamp(),
+                          asked_until=req.until.timestamp(), approved_by=req.approved_by)
+            await self.usage.record_keep(row)  # for the weekly report: a lift ends the keep
+        return KeepReply(ok=True, until=s.until, asked_until=req.until, snooze_max_s=rule.snooze_max_s,
+                         approval=approving[0] if approving else None,
+                         admins=list(self.config.actions.slack.admins))
 
     async def operator_action(self, req: OperatorAction) -> OperatorActionReply | None:
         """A person's kill or cancel, decided like a rule's action (rules.engine.operator)."""

@@ -27,9 +27,12 @@ def reload_record(now: datetime, rules: int) -> AuditRecord:
     return AuditRecord(time=now, kind="reload", detail=f"{rules} rules loaded")
 
 
-def snooze_record(now: datetime, s: Snooze) -> AuditRecord:
+def snooze_record(now: datetime, s: Snooze, pending: str = "") -> AuditRecord:
+    """A snooze or keep as applied, with who asked and why (`pending`: what still awaits an approval)."""
+    what = "kept" if s.bounded else "snoozed"
     return AuditRecord(time=now, kind="snooze", rule=s.rule, entity_id=s.entity_id,
-                       detail=f"until {s.until.isoformat()} by {s.by or '?'}" + (f": {s.reason}" if s.reason else ""))
+                       detail=f"{what} until {s.until.isoformat()} by {s.by or '?'}"
+                       + (f": {s.reason}" if s.reason else "") + pending)
 
 
 def request_record(now: datetime, by: str, req: ActionRequest) -> AuditRecord:

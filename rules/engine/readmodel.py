@@ -17,13 +17,13 @@ from pydantic import BaseModel
 
 from gpuevents.aio import guarded_task
 from gpuevents.costs import CostModel
+from gpuevents.wire.status import TOP
 from rules.core.core import Core
 from rules.dashboard.fleet_view import DemandLine, FleetIncident, FleetNode, FleetRows, fleet_node
 from rules.engine import readings
 from rules.engine.slices import Packed, Slicer, add, sorted_sliced
 
 log = logging.getLogger(__name__)
-TOP = 20  # firing incidents and worst nodes a summary carries
 
 
 class WorstNode(BaseModel):

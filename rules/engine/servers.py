@@ -4,16 +4,15 @@ status and free answered from the read model (never from the core under the engi
 from __future__ import annotations
 
 import time
-from typing import Any, Protocol
+from typing import Protocol
 
-import orjson
 from pydantic import ValidationError
 
 from gpuevents import subjects as S
 from gpuevents.bus import Bus, Message, Subscription
 from gpuevents.manual import OperatorAction, OperatorActionReply
-from rules.core.core import Snooze
-from rules.dashboard.free import FreeQuery, bounded, free_gpus_sliced
+from gpuevents.wire import FreeQuery, FreeReply, KeepReply, KeepRequest, bad_request
+from rules.dashboard.free import bounded, free_gpus_sliced
 from rules.engine.readmodel import ReadModel
 from rules.engine.status import HEADROOM, answer
 
@@ -34,7 +33,7 @@ class Answers(Protocol):
 
     async def read_model(self, max_age_s: float = 0.0) -> ReadModel: ...
 
-    async def snooze(self, s: Snooze) -> dict[str, Any]: ...
+    async def keep(self, req: KeepRequest) -> KeepReply: ...
 
     async def operator_action(self, req: OperatorAction) -> OperatorActionReply | None: ...
 
@@ -69,30 +68,31 @@ async def serve_requests(bus: Bus, engine: Answers) -> list[Subscription]:
         return await answer(paged, msg.data, engine.partition, engine.partitions, bus.max_payload, engine.degraded)
 
     async def snooze(msg: Message) -> bytes:
+        """`gpuevents snooze` / `keep`, Slack's Keep, an approved long keep: one request model."""
         try:
-            s = Snooze.model_validate_json(msg.data)
+            req = KeepRequest.model_validate_json(msg.data)
         except ValidationError as e:
-            return orjson.dumps({"ok": False, "error": str(e)})
-        return orjson.dumps(await engine.snooze(s))
+            return bad_request("snooze", e)
+        return (await engine.keep(req)).model_dump_json().encode()
 
     async def free(msg: Message) -> bytes:
         """`gpuevents free`: the answer for this engine's part of the fleet, its best nodes cut to fit a message."""
         try:
             query = FreeQuery.model_validate_json(msg.data)
         except ValidationError as e:
-            return orjson.dumps({"ok": False, "error": str(e)})
+            return bad_request("free", e)
         model = await engine.read_model()
         found = await free_gpus_sliced(model.fleet_rows(), query)
         found = bounded(found, bus.max_payload - HEADROOM)
-        return orjson.dumps({"ok": True, "partition": engine.partition, "partitions": engine.partitions,
-                             "answer": found.model_dump(mode="json")})
+        return FreeReply(partition=engine.partition, partitions=engine.partitions,
+                         answer=found.model_dump(mode="json")).model_dump_json().encode()
 
     async def act(msg: Message) -> bytes | None:
         """`gpuevents kill` / `cancel`: decided by the engine whose part of the fleet holds the target."""
         try:
             req = OperatorAction.model_validate_json(msg.data)
         except ValidationError as e:
-            return OperatorActionReply(ok=False, error=str(e)).model_dump_json().encode()
+            return bad_request("kill or cancel", e)
         reply = await engine.operator_action(req)
         return None if reply is None else reply.model_dump_json().encode()
 

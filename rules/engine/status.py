@@ -8,33 +8,20 @@ from collections.abc import AsyncIterator
 from typing import Literal, Protocol, TypeVar
 
 import orjson
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from gpuevents.bus import Bus
 from gpuevents.config import CostsConfig
 from gpuevents.costs import CostModel
 from gpuevents.subjects import ENGINE_STATUS
+from gpuevents.wire import TOP, StatusQuery, bad_request
 from rules.dashboard.fleet_view import DemandLine, FleetIncident, FleetNode
 from rules.engine.readings import ExemptionView
-from rules.engine.readmodel import TOP, FleetSummary, ReadModel, WorstNode
+from rules.engine.readmodel import FleetSummary, ReadModel, WorstNode
 
 HEADROOM = 8 * 1024  # bytes of a reply's budget kept for its envelope and the message's headers
 ALL = "all"  # the offsets key of an engine that acts for the whole fleet
 MAX_EXEMPTIONS = 200  # exemptions a summary lists
-
-
-class StatusQuery(BaseModel):
-    """A status request. `summary` (the default, also for an empty `{}`): the fleet's numbers, the firing
-    incidents most costly first and the worst nodes, `top` of each. `node`: one node in full, with its open
-    incidents. `nodes` / `incidents`: a page of them from each engine's offset, under `max_bytes`."""
-
-    view: Literal["summary", "node", "nodes", "incidents"] = "summary"
-    node: str | None = None
-    offsets: dict[str, int] = Field(default_factory=dict)  # partition (or "all") -> where its page starts
-    versions: dict[str, int] = Field(default_factory=dict)  # partition -> the read model its first page came from
-    done: list[str] = Field(default_factory=list)  # partitions whose pages have all been read: an empty answer
-    max_bytes: int | None = Field(None, ge=16 * 1024)  # the asker's max payload; the engine's own bounds it too
-    top: int = Field(TOP, ge=1, le=TOP)
 
 
 class StatusSummary(BaseModel):
@@ -108,7 +95,7 @@ async def answer(models: ModelSource, payload: bytes, partition: int | None, par
     try:
         q = StatusQuery.model_validate_json(payload or b"{}")
     except ValidationError as e:
-        return orjson.dumps({"ok": False, "error": str(e)})
+        return bad_request("status", e)
     where = {"partition": partition, "partitions": partitions}
     if q.view in ("nodes", "incidents") and partition_key(partition) in q.done:
         return StatusPage(view=q.view, **where).model_dump_json().encode()

@@ -237,8 +237,12 @@ def _compile_actions(
         except registry.UnknownActionError as e:
             problems.append(doc.locate((*path, "type"), f"{at[-1]}[{idx}].type: {e}"))
             continue
-        kinds = getattr(cls, "entity_kinds", None)
-        if kinds and kind not in kinds:
+        if cls.engine_only:
+            problems.append(doc.locate((*path, "type"), f"{at[-1]}[{idx}].type: `{spec.type}` is not written in "
+                                       f"rules: {cls.engine_only}"))
+            continue
+        kinds = cls.entity_kinds
+        if kind not in kinds:
             problems.append(doc.locate((*path, "type"), f"{at[-1]}[{idx}]: a {spec.type} action does not apply "
                                        f"to a {kind} rule (it acts on {', '.join(sorted(kinds))})"))
         raw = spec.params()
@@ -249,25 +253,24 @@ def _compile_actions(
             line = doc.line_of((*path, *p)) + max(0, err.line - 1)
             key = ".".join(str(x) for x in p)
             problems.append(Located(doc.file, line, f"{key}: {err}"))
-        if spec.approve is not None and not getattr(cls, "destructive", False):
+        if spec.approve is not None and not cls.destructive:
             problems.append(doc.locate((*path, "approve"), f"{at[-1]}[{idx}].approve: only destructive actions wait "
                                        f"for an approval; {spec.type} is not one"))
         if spec.after is not None and at[-1] == "on_resolve":
             problems.append(doc.locate((*path, "after"), f"{at[-1]}[{idx}].after: `after` is for `actions` (a "
                                        "staged action runs while the incident fires), not `on_resolve`"))
         out.append(CompiledAction(type=spec.type, index=idx, params=tree,
-                                  destructive=bool(getattr(cls, "destructive", False)),
-                                  unit=getattr(cls, "unit", "entity"), line=doc.line_of(path),
+                                  destructive=cls.destructive, unit=cls.unit, line=doc.line_of(path),
                                   after_s=spec.after, approve=spec.approve, approve_within_s=spec.approve_within,
                                   require_warning=spec.require_warning))
     return out
 
 
-def _inline_template_file(doc: YamlDoc, path: tuple[str | int, ...], cls: Any, raw: dict[str, Any],
-                          problems: list[Any]) -> dict[str, Any]:
+def _inline_template_file(doc: YamlDoc, path: tuple[str | int, ...], cls: type[registry.AnyAction],
+                          raw: dict[str, Any], problems: list[Any]) -> dict[str, Any]:
     """`template: FILE` (relative to the rule file) becomes `text:` with the file's content, compiled
     like any other template, so a message kept in its own file is checked at load like an inline one."""
-    fields = getattr(getattr(cls, "params", None), "model_fields", {})
+    fields = cls.params.model_fields
     name = raw.get("template")
     if not isinstance(name, str) or "text" not in fields or "template" not in fields:
         return raw
@@ -283,7 +286,7 @@ def _inline_template_file(doc: YamlDoc, path: tuple[str | int, ...], cls: Any, r
     return {k: v for k, v in raw.items() if k != "template"} | {"text": content}
 
 
-def _check_params(doc: YamlDoc, path: tuple[str | int, ...], type_: str, cls: Any,
+def _check_params(doc: YamlDoc, path: tuple[str | int, ...], type_: str, cls: type[registry.AnyAction],
                   raw: dict[str, Any]) -> list[Located]:
     """Validate the parameters with the action's model, except values that templates fill in at run time."""
     try:

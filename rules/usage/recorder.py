@@ -14,6 +14,7 @@ from gpuevents.events import SnapshotEvent
 from rules.usage.fits import FitAggregator, FitAmounts, FitKey
 from rules.usage.jobledger import JobLedger
 from rules.usage.jobstore import JobStore, JobSummary, summary_of
+from rules.usage.keeps import KeepRow, KeepStore
 from rules.usage.rollup import TeamResolver, UsageAggregator, UsageBatch
 from rules.usage.store import UsageStore
 
@@ -53,7 +54,7 @@ class UsageRecorder:
     def __init__(
         self, aggregator: UsageAggregator, store: UsageStore, retention_s: float, costs: CostModel,
         fits: FitAggregator | None = None, hourly_for_s: float | None = None,
-        jobs: JobStore | None = None, job_gap_s: float = 600.0,
+        jobs: JobStore | None = None, job_gap_s: float = 600.0, keeps: KeepStore | None = None,
     ) -> None:
         self.aggregator = aggregator
         self.fits = fits
@@ -67,6 +68,8 @@ class UsageRecorder:
         """Summaries of the jobs that ended, for the engine to announce (`job.ended`); it empties the list."""
         if jobs is not None:
             self.ledger.resume(jobs.running())
+        self.keeps = keeps
+        """Owners' keeps, for the weekly report (rules/usage/keeps.py)."""
         self.retention_s = retention_s
         self._lock = asyncio.Lock()
         self._pruned_at: float | None = None
@@ -84,7 +87,23 @@ class UsageRecorder:
         fits = FitAggregator(snapshot_interval=config.agent.snapshot_interval, teams=resolver)
         return cls(aggregator, UsageStore(config.engine.usage_db), config.engine.usage_retention, costs, fits,
                    config.engine.usage_hourly_for, jobs=JobStore(config.engine.usage_db),
+                   keeps=KeepStore(config.engine.usage_db),
                    job_gap_s=max(float(config.engine.offline_grace), 3 * float(config.agent.snapshot_interval)))
+
+    async def record_keep(self, row: KeepRow) -> None:
+        """A keep applied (or a snooze lifted: `row.until` <= `row.start`); logged, never raised: the keep stands
+        whether or not the report can count it."""
+        if self.keeps is None:
+            return
+        keeps = self.keeps
+        try:
+            if row.until <= row.start and not row.approved_by:
+                await asyncio.to_thread(keeps.lift, row.cluster, row.rule, row.entity_id, row.start)
+            else:
+                await asyncio.to_thread(keeps.add, row)
+        except Exception:
+            log.exception("usage store: the keep of %s (%s) could not be recorded for the report", row.entity_id,
+                          row.rule)
 
     def observe(self, event: SnapshotEvent, now: datetime) -> None:
         self.aggregator.observe(event, now)
@@ -141,6 +160,8 @@ class UsageRecorder:
             removed = await asyncio.to_thread(self.store.prune, t - self.retention_s, t - FITS_RETENTION_S)
             if self.jobs is not None:
                 removed += await asyncio.to_thread(self.jobs.prune, t - self.retention_s)
+            if self.keeps is not None:
+                removed += await asyncio.to_thread(self.keeps.prune, t - self.retention_s)
         except Exception:  # the batch is written; pruning is retried on the next flush
             log.exception("usage rollups: pruning buckets older than the retention failed")
             return
@@ -160,3 +181,5 @@ class UsageRecorder:
         self.store.close()
         if self.jobs is not None:
             self.jobs.close()
+        if self.keeps is not None:
+            self.keeps.close()

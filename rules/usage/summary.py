@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from gpuevents.costs import CostModel
+from rules.usage.render_keeps import keeps_summary
 from rules.usage.trends import Trend
 from rules.usage.weekly import WeeklyReport, team_label
 
@@ -58,6 +59,7 @@ def summary_text(report: WeeklyReport, costs: CostModel, top_jobs: int, *, escap
         idle = [x for x in report.exemptions if (x.idle_share_pct or 0) >= 50]
         lines.append(f"{len(report.exemptions)} job(s) exempt by annotation this week, {len(idle)} of them idle "
                      "half their time or more: " + ", ".join(e(x.job) for x in report.exemptions[:3]))
+    lines += keeps_summary(report.keeps, e)
     if report.simulated:
         lines.append("_Includes simulated usage (gpuevents simulate --history)._")
     for j in report.top_idle_jobs[:top_jobs]:

@@ -12,6 +12,7 @@ from zoneinfo import ZoneInfo
 from pydantic import BaseModel
 
 from gpuevents.costs import CostModel
+from rules.usage.keeps import TeamKeeps
 from rules.usage.rollup import HOUR, JOB_PREFIX
 from rules.usage.store import IdleJobRow, UsageRow
 from rules.usage.sums import UsageSum
@@ -130,6 +131,7 @@ class WeeklyReport(BaseModel):
     kpi: list[KpiLine] = []  # each team's utilization over the last 13 weeks against its target
     rightsize: list[RightsizeLine] = []  # workloads that would fit smaller, biggest saving first
     exemptions: list[ExemptionLine] = []  # jobs exempt by annotation this week, most idle GPU-hours first
+    keeps: list[TeamKeeps] = []  # each team's keeps this week, their reasons and how idle the kept GPUs stayed
 
 
 

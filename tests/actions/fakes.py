@@ -28,7 +28,7 @@ class SlackUser:
 
 
 class FakeSlack:
-    """users.lookupByEmail, users.list (paged), conversations.open, chat.postMessage, chat.update,
+    """users.lookupByEmail, users.list (paged), conversations.open, chat.postMessage, chat.update, views.open,
     apps.connections.open and the Socket Mode websocket (hello, envelopes, acks), response URLs; with injected
     failures."""
 
@@ -36,6 +36,7 @@ class FakeSlack:
         self.users = users
         self.posted: list[dict[str, Any]] = []
         self.updated: list[dict[str, Any]] = []
+        self.views: list[dict[str, Any]] = []  # modals opened: {"trigger_id", "view", "id"}
         self.responses: list[dict[str, Any]] = []  # what was posted to a response_url (ephemeral replies)
         self.acks: list[str] = []  # Socket Mode envelope ids acknowledged
         self.channel_members: dict[str, list[str]] = {}
@@ -118,6 +119,22 @@ class FakeSlack:
         self.updated.append({"channel": args.get("channel"), "ts": args.get("ts"), "text": args.get("text"),
                              "blocks": blocks})
         return {"ok": True, "channel": args.get("channel"), "ts": args.get("ts")}
+
+    def _views_open(self, args: dict[str, Any]) -> dict[str, Any]:
+        view = args.get("view")
+        if isinstance(view, str):
+            view = json.loads(view)
+        if not args.get("trigger_id") or not isinstance(view, dict):
+            return {"ok": False, "error": "invalid_arguments"}
+        opened = {"trigger_id": args["trigger_id"], "view": view, "id": f"V{len(self.views) + 1}"}
+        self.views.append(opened)
+        return {"ok": True, "view": {**view, "id": opened["id"]}}
+
+    def submission(self, opened: dict[str, Any], user: str, values: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        """The `view_submission` payload Slack sends when `user` submits the modal `opened` with `values`
+        (block_id -> action_id -> the element's state)."""
+        view = {**opened["view"], "id": opened["id"], "state": {"values": values}}
+        return {"type": "view_submission", "user": {"id": user}, "view": view}
 
     def _conversations_members(self, args: dict[str, Any]) -> dict[str, Any]:
         return {"ok": True, "members": self.channel_members.get(str(args.get("channel")), []),

@@ -10,7 +10,8 @@ from typing import ClassVar
 import pytest
 
 from actions import registry
-from actions.protocol import ActionParams
+from actions.legacy import LegacyAction
+from actions.protocol import ALL_KINDS, Action, ActionParams
 from actions.runner import ActionRunner
 from tests.actions.conftest import make_config, make_request
 
@@ -33,14 +34,35 @@ def test_plugin_parameters_are_checked_by_the_plugins_own_model() -> None:
 
 
 def test_a_unit_that_is_neither_entity_nor_node_is_refused_at_registration() -> None:
-    class Odd:
+    class Odd(Action[ActionParams]):
         type: ClassVar[str] = "odd-unit-test"
         params = ActionParams
-        unit = "gpu"
+        unit = "gpu"  # type: ignore[assignment]
 
     with pytest.raises(TypeError, match="unit must be one of entity, node"):
         registry.register(Odd)
     assert "odd-unit-test" not in registry.types()
+
+
+def test_register_wraps_a_class_of_the_earlier_protocol(monkeypatch: pytest.MonkeyPatch) -> None:
+    registry.load()
+    monkeypatch.setattr(registry, "_registry", dict(registry._registry))
+
+    class Plain:
+        type: ClassVar[str] = "plain-test"
+        params = ActionParams
+        destructive: ClassVar[bool] = True
+
+    with pytest.warns(DeprecationWarning, match="uses the earlier action protocol"):
+        assert registry.register(Plain) is Plain
+    wrapped = registry.get("plain-test")
+    assert issubclass(wrapped, LegacyAction) and wrapped.legacy is Plain and wrapped.destructive
+
+
+def test_the_example_plugin_is_an_action_of_the_base() -> None:
+    cls = registry.get("example.jsonl")
+    assert issubclass(cls, Action) and registry.runtime("example.jsonl") is cls  # it runs itself
+    assert (cls.destructive, cls.unit, cls.entity_kinds) == (False, "entity", ALL_KINDS)  # the defaults
 
 
 async def test_the_example_plugin_runs_through_the_runner(tmp_path: Path) -> None:

@@ -33,6 +33,7 @@ from gpuevents.clock import SystemClock
 from gpuevents.config import Config, NatsConfig
 from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot, ProcessInfo, make_event
 from rules.engine.service import Engine
+from rules.usage.keeps import KeepStore
 from tests.actions.builtin.test_kill import Children, children, control, gone, on_gpu  # noqa: F401 - fixtures
 from tests.actions.conftest import audit_records, make_request, publish_request
 from tests.actions.fakes import FakeSlack
@@ -102,6 +103,7 @@ async def conversation(config: Config, bus: Bus) -> AsyncIterator[Engine]:
 
 def click(action_id: str, sent: SentMessage, user: str, slack: FakeSlack, ts: str = "1.1") -> dict[str, Any]:
     return {"type": "block_actions", "user": {"id": user}, "response_url": slack.response_url(user),
+            "trigger_id": f"trigger-{ts}",
             "channel": {"id": sent.channel}, "container": {"message_ts": sent.ts},
             "actions": [{"action_id": action_id, "value": sent.request.key, "action_ts": ts}]}
 
@@ -118,7 +120,25 @@ async def dm_with_buttons(bus: Bus, slack: FakeSlack) -> SentMessage:
     return SentMessage.model_validate_json(got.value)
 
 
-async def test_keep_snoozes_within_snooze_max_and_the_staged_kill_never_runs(
+def form_values(reason: str, seconds: float) -> dict[str, dict[str, Any]]:
+    """The Keep form's state as Slack sends it on submission."""
+    return {"reason": {"reason": {"type": "plain_text_input", "value": reason}},
+            "for": {"for": {"type": "static_select", "selected_option": {"value": str(int(seconds))}}}}
+
+
+async def keep_through_the_form(slack: FakeSlack, sent: SentMessage, seconds: float, reason: str,
+                                envelope: str) -> dict[str, Any]:
+    """The owner clicks Keep, the form opens; they submit it with `reason`. The opened form."""
+    opened = len(slack.views)
+    await slack.send_interactive(f"{envelope}-click", click(f"{KEEP_PREFIX}{int(seconds)}", sent, "U001", slack,
+                                                            ts=envelope))
+    await wait_for(lambda: len(slack.views) > opened, what="the Keep form opened")
+    form = slack.views[-1]
+    await slack.send_interactive(envelope, slack.submission(form, "U001", form_values(reason, seconds)))
+    return form
+
+
+async def test_keep_asks_why_in_a_form_then_keeps_within_snooze_max_and_the_staged_kill_never_runs(
         config: Config, bus: Bus, slack: FakeSlack, children: Children) -> None:  # noqa: F811
     proc = await children.start(sys.executable, "-c", "import time; time.sleep(60)")
     created = datetime.fromtimestamp(psutil.Process(proc.pid).create_time(), UTC)
@@ -129,22 +149,106 @@ async def test_keep_snoozes_within_snooze_max_and_the_staged_kill_never_runs(
 
         await slack.send_interactive("env-stranger", click(f"{KEEP_PREFIX}14400", sent, "U002", slack))
         await wait_for(lambda: slack.responses, what="the stranger's refusal")
-        assert "Only <@U001>" in slack.responses[0]["text"] and not engine.core.snoozes  # type: ignore[union-attr]
+        assert "Only <@U001>" in slack.responses[0]["text"] and not slack.views  # no form for a stranger
 
-        keep3d = click(f"{KEEP_PREFIX}{3 * 86400}", sent, "U001", slack, ts="2.2")
-        await slack.send_interactive("env-keep", keep3d)
-        await slack.send_interactive("env-keep", keep3d)  # Slack retrying the envelope: one keep
+        await slack.send_interactive("env-keep-click", click(f"{KEEP_PREFIX}{3 * 86400}", sent, "U001", slack))
+        await wait_for(lambda: slack.views, what="the Keep form opened")
+        [form] = slack.views
+        assert form["trigger_id"] == "trigger-1.1" and form["view"]["type"] == "modal"
+        inputs = {b["block_id"]: b["element"] for b in form["view"]["blocks"] if b["type"] == "input"}
+        assert inputs["reason"]["type"] == "plain_text_input"
+        assert [o["text"]["text"] for o in inputs["for"]["options"]] == ["Keep 4h", "Keep 8h", "Keep 3d"]
+        assert inputs["for"]["initial_option"]["value"] == str(3 * 86400)  # the button clicked
+        assert engine.core is not None and not engine.core.snoozes  # nothing kept before the form is sent
+
+        stranger = slack.submission(form, "U002", form_values("mine now", 14400))
+        await slack.send_interactive("env-stranger-form", stranger)
+        submitted = slack.submission(form, "U001", form_values("the eval finishes tonight", 3 * 86400))
+        await slack.send_interactive("env-keep", submitted)
+        await slack.send_interactive("env-keep", submitted)  # Slack retrying the envelope: one keep
         await wait_for(lambda: slack.updated, what="the message updated")
-        await wait_for(lambda: "env-keep" in slack.acks and slack.acks.count("env-keep") == 2, what="both acks")
-        assert engine.core is not None
+        await wait_for(lambda: slack.acks.count("env-keep") == 2, what="both acks")
         snooze = engine.core.snoozes[("idle-held", "n1/gpu0")]
         assert (snooze.until - datetime.now(UTC)).total_seconds() <= 86400  # the rule's snooze_max: 24h
+        assert (snooze.reason, snooze.by) == ("the eval finishes tonight", "slack:U001")
         assert not engine.core.open_incidents()  # kept: the incident closed, its staged kill will not run
         [update] = slack.updated
         assert update["ts"] == sent.ts and "kept until" in update["text"] and "<@U001>" in update["text"]
-        assert "(capped: 3d asked, this rule allows at most 1d)" in update["text"]
+        assert ("this rule allows at most 1d and names no approving channel: kept for 1d; for 3d ask <@U003>"
+                in update["text"])
         assert not [b for b in update["blocks"] if b["type"] == "actions"]  # the buttons are gone
     assert proc.returncode is None and psutil.pid_exists(proc.pid)
+    records = await audit_records(bus)
+    assert [r.detail for r in records if r.kind == "snooze"] == [
+        f"kept until {snooze.until.isoformat()} by slack:U001: the eval finishes tonight"]
+    clicks = [r.detail or "" for r in records if r.kind == "click"]
+    assert sum("keep refused: clicked by U002" in c for c in clicks) == 1  # the stranger's form
+    assert sum(c.startswith("keep by U001 (the eval finishes tonight)") for c in clicks) == 1
+
+
+async def test_a_keep_past_snooze_max_waits_for_the_rules_approving_channel(
+        config: Config, bus: Bus, slack: FakeSlack, children: Children, tmp_path: Path) -> None:  # noqa: F811
+    (tmp_path / "rules" / "idle.yaml").write_text(RULES + '        approve: "#gpu-leads"\n')
+    slack.channel_members["#gpu-leads"] = ["U002"]
+    proc = await children.start(sys.executable, "-c", "import time; time.sleep(60)")
+    created = datetime.fromtimestamp(psutil.Process(proc.pid).create_time(), UTC)
+    async with conversation(config, bus) as engine:
+        await wait_for(lambda: len(slack.sockets) == 1, timeout=20, what="the Socket Mode connection")
+        bus.publish_event(idle_node(proc.pid, created))
+        sent = await dm_with_buttons(bus, slack)
+        await keep_through_the_form(slack, sent, 3 * 86400, "a 3-day fine-tune", "k1")
+        await wait_for(lambda: slack.updated, what="the owner told")
+        assert engine.core is not None
+        first = engine.core.snoozes[("idle-held", "n1/gpu0")]
+        assert (first.until - datetime.now(UTC)).total_seconds() <= 86400  # snooze_max meanwhile
+        assert "kept for 1d meanwhile; the 3d asked for awaits approval in #gpu-leads" in slack.updated[0]["text"]
+        post = await wait_for(lambda: [p for p in slack.posted if p["channel"] == "#gpu-leads"],
+                              what="the approval asked")
+        assert "Approve `keep` on n1/gpu0 (rule `idle-held`)?" in post[0]["text"]
+        assert "slack:U001 asks to keep it until" in post[0]["text"] and "a 3-day fine-tune" in post[0]["text"]
+        await slack.send_interactive("approve", answer(post[0], True, "U002", slack))
+        await wait_for(lambda: (engine.core.snoozes[("idle-held", "n1/gpu0")].until  # type: ignore[union-attr]
+                                - datetime.now(UTC)).total_seconds() > 2 * 86400, timeout=30,
+                       what="the full keep once approved")
+        full = engine.core.snoozes[("idle-held", "n1/gpu0")]
+        assert full.by == "slack:U001, approved by U002 in #gpu-leads" and full.reason == "a 3-day fine-tune"
+        told = [p["text"] for p in slack.posted if p["channel"] == "U001"]
+        assert len(told) == 1 and "Your keep of n1/gpu0 (rule `idle-held`) until" in told[0]
+        assert "was approved by <@U002>" in told[0]
+    keeps = [r for r in await audit_records(bus) if r.kind == "action" and r.action_type == "keep"]
+    assert [r.outcome for r in keeps] == ["ok"]
+    with KeepStore(config.engine.usage_db) as stored:  # one keep for the report, extended by the approval
+        [row] = stored.window(0, 2e9)
+    assert (row.reason, row.approved_by, row.until) == ("a 3-day fine-tune", "U002 in #gpu-leads",
+                                                        full.until.timestamp())
+    assert proc.returncode is None
+
+
+async def test_a_denied_long_keep_stays_at_snooze_max(
+        config: Config, bus: Bus, slack: FakeSlack, children: Children, tmp_path: Path) -> None:  # noqa: F811
+    (tmp_path / "rules" / "idle.yaml").write_text(RULES + '        approve: "#gpu-leads"\n')
+    proc = await children.start(sys.executable, "-c", "import time; time.sleep(60)")
+    created = datetime.fromtimestamp(psutil.Process(proc.pid).create_time(), UTC)
+    async with conversation(config, bus) as engine:
+        await wait_for(lambda: len(slack.sockets) == 1, timeout=20, what="the Socket Mode connection")
+        bus.publish_event(idle_node(proc.pid, created))
+        sent = await dm_with_buttons(bus, slack)
+        await keep_through_the_form(slack, sent, 3 * 86400, "please", "k2")
+        post = await wait_for(lambda: [p for p in slack.posted if p["channel"] == "#gpu-leads"],
+                              what="the approval asked")
+        assert engine.core is not None
+        first = engine.core.snoozes[("idle-held", "n1/gpu0")]
+        await slack.send_interactive("deny", answer(post[0], False, "U003", slack))  # an admin denies
+
+        async def decided() -> list[str | None]:
+            return [r.outcome for r in await audit_records(bus) if r.kind == "action" and r.action_type == "keep"]
+
+        await wait_for(decided, timeout=30, what="the keep's request decided")
+        assert await decided() == ["refused"]
+        assert engine.core.snoozes[("idle-held", "n1/gpu0")] == first  # still snooze_max, as it was
+        told = [p["text"] for p in slack.posted if p["channel"] == "U001"]
+        assert len(told) == 1 and told[0].endswith("was denied by <@U003>: it stays kept for the rule's snooze_max.")
+        assert (first.until - datetime.now(UTC)).total_seconds() <= 86400
 
 
 async def test_release_ends_the_real_process_through_the_agent(

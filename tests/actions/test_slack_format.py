@@ -56,3 +56,9 @@ def test_the_next_line_says_in_words_what_will_happen() -> None:
     text = str(incident_blocks(item))
     assert "*Next*\\nIn 1 minute this will be logged, unless you keep it (at <!date^" in text
     assert "log at" not in text
+
+
+def test_the_console_shows_the_buttons_and_the_keep_command_with_its_reason() -> None:
+    item = fmt.MessageItem(text="idle", rule="idle-held", entity_id="n1/gpu0")
+    assert fmt.buttons_text(item, [14400, 86400], True, False) == (
+        "[Keep 4h] [Keep 1d] [Release now] — a keep from a terminal: gpuevents keep idle-held n1/gpu0 4h --reason WHY")

@@ -9,8 +9,8 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
-from actions.builtin.publish import PublishParams
 from actions.runner import ActionRunner
+from actions.specs.publish import PublishParams
 from gpuevents import subjects as S
 from gpuevents.bus import Bus, Message
 from gpuevents.yamlpos import LocatedError

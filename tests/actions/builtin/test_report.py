@@ -11,9 +11,10 @@ import pytest
 from pydantic import ValidationError
 
 from actions import registry
-from actions.builtin.report import ReportAction, ReportParams
-from actions.protocol import ActionContext, PermanentError
+from actions.builtin.report import ReportAction
+from actions.protocol import ActionContext, ActionResult, PermanentError
 from actions.services import Services
+from actions.specs.report import ReportParams, ReportSpec
 from gpuevents.cli.report import weekly_summary
 from gpuevents.clock import ManualClock
 from gpuevents.config import Config
@@ -39,7 +40,12 @@ def _ctx(config: Config, params: dict[str, object], wired: bool = True) -> Actio
     })
     services = Services(config, clock=ManualClock(NOW), report=weekly_summary if wired else None)
     return ActionContext(request=request, params=ReportParams.model_validate(request.params), config=config,
-                         services=services.as_dict())
+                         services=services)
+
+
+async def _run(ctx: ActionContext) -> ActionResult:
+    assert isinstance(ctx.params, ReportParams)
+    return await ReportAction().run(ctx.params, ctx)
 
 
 def _config(db: Path, slack_url: str | None = None) -> Config:
@@ -52,7 +58,7 @@ def _config(db: Path, slack_url: str | None = None) -> Config:
 
 def test_report_is_a_registered_action() -> None:
     assert "report" in registry.types()
-    assert registry.get("report") is ReportAction  # type: ignore[comparison-overlap]
+    assert registry.get("report") is ReportSpec and registry.runtime("report") is ReportAction
     assert ReportAction.destructive is False
 
 
@@ -69,7 +75,7 @@ async def test_each_team_summary_goes_to_its_channel(
     ctx = _ctx(_config(tmp_path / "u.sqlite", slack.base_url),
                {"channels": {"vision": "#vision-gpus", "nlp": "#nlp", "absent": "#nobody"}, "to": "#gpu-fleet",
                 "top_jobs": 5})
-    result = await ReportAction().run(ctx)
+    result = await _run(ctx)
     assert result.status == "ok"
     by_channel = {p["channel"]: p["text"] for p in slack.posted}
     assert set(by_channel) == {"#vision-gpus", "#nlp", "#gpu-fleet"}  # a team with no usage gets nothing
@@ -89,17 +95,17 @@ async def test_without_a_token_the_summaries_are_printed(
 ) -> None:
     monkeypatch.delenv("TEST_REPORT_SLACK_TOKEN", raising=False)
     _fill(tmp_path / "u.sqlite")
-    result = await ReportAction().run(_ctx(_config(tmp_path / "u.sqlite"), {"to": "#gpu-fleet"}))
+    result = await _run(_ctx(_config(tmp_path / "u.sqlite"), {"to": "#gpu-fleet"}))
     assert "1 summaries printed" in result.detail
     assert "[slack → #gpu-fleet] *Weekly GPU usage for the fleet*" in capsys.readouterr().out
 
 
 async def test_no_usage_store_is_a_permanent_error(tmp_path: Path) -> None:
     with pytest.raises(PermanentError, match="no usage recorded yet"):
-        await ReportAction().run(_ctx(_config(tmp_path / "missing.sqlite"), {"to": "#x"}))
+        await _run(_ctx(_config(tmp_path / "missing.sqlite"), {"to": "#x"}))
 
 
 async def test_a_runner_without_the_summary_refuses_for_good(tmp_path: Path) -> None:
     _fill(tmp_path / "u.sqlite")
     with pytest.raises(PermanentError, match="needs the weekly usage summary"):
-        await ReportAction().run(_ctx(_config(tmp_path / "u.sqlite"), {"to": "#x"}, wired=False))
+        await _run(_ctx(_config(tmp_path / "u.sqlite"), {"to": "#x"}, wired=False))

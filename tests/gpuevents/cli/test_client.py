@@ -77,16 +77,24 @@ async def test_status_snooze_audit_and_backtest(engine_config: Config, bus: Bus,
         code, out = await gpuevents("snooze", "no-such-rule", "n1/gpu0", "--for", "4h", "-c", str(cfg_file))
         assert code == 1 and "no rule named" in out
 
-        # `keep` (the owner's button, from a terminal) is bounded by the rule's snooze_max (24h by default)
+        # `keep` (the owner's button, from a terminal) needs a reason, and is bounded by the rule's snooze_max
         code, out = await gpuevents("keep", "idle-gpu-1h", "n1/gpu0", "3d", "-c", str(cfg_file))
+        assert code == 2 and "--reason" in out
+        code, out = await gpuevents("keep", "idle-gpu-1h", "n1/gpu0", "3d", "--reason", "  ", "-c", str(cfg_file))
+        assert code == 2 and "a keep needs a reason" in out
+        code, out = await gpuevents("keep", "idle-gpu-1h", "n1/gpu0", "3d", "--reason", "eval of the 70B run",
+                                    "-c", str(cfg_file))
         assert code == 0, out
         kept = engine.core.snoozes[("idle-gpu-1h", "n1/gpu0")]
         assert (kept.until - clock.now()).total_seconds() <= 24 * 3600
         assert (kept.until - clock.now()).total_seconds() > 23 * 3600
+        assert (kept.reason, kept.bounded) == ("eval of the 70B run", True)
         assert f"until {kept.until:%Y-%m-%d %H:%M:%S} UTC" in out
-        assert "kept for n1/gpu0" in out and "capped: you asked for 3d, the rule's snooze_max allows 1d" in out
-        code, out = await gpuevents("keep", "idle-gpu-1h", "n1/gpu0", "2h", "-c", str(cfg_file))
-        assert code == 0 and "capped" not in out
+        assert "kept for n1/gpu0" in out
+        assert ("this rule allows at most 1d and names no approving channel: kept for 1d; for 3d ask whoever "
+                "runs gpuevents") in " ".join(out.split())
+        code, out = await gpuevents("keep", "idle-gpu-1h", "n1/gpu0", "2h", "--reason", "r", "-c", str(cfg_file))
+        assert code == 0 and "at most" not in out
 
     code, out = await gpuevents("audit", "--rule", "idle-gpu-1h", "--since", "1h", "--json", "-c", str(cfg_file))
     assert code == 0, out
@@ -162,14 +170,19 @@ async def test_a_simulated_agent_does_not_take_a_node_name_an_engine_sees(engine
             await asyncio.to_thread(_simulated_name, taken)
 
 
-async def test_a_keep_without_an_engine_says_the_next_one_applies_snooze_max(
+async def test_a_keep_or_snooze_without_an_engine_stores_nothing_and_says_so(
         engine_config: Config, bus: Bus, tmp_path: Path) -> None:
+    """One behaviour for every asker (Slack's Keep says the same): only the engine applies snooze_max and
+    approvals, so with none answering nothing is written behind its back."""
     await bus.ensure_streams()
-    code, out = await gpuevents("keep", "idle-gpu-1h", "n1/gpu0", "30d",
-                                "-c", str(write_config(engine_config, tmp_path / "c.yaml")))
-    assert code == 0, out
-    assert "kept for n1/gpu0 until" in out
-    assert "no engine running: stored for the next one, which cuts it to the rule's snooze_max" in " ".join(out.split())
+    cfg = str(write_config(engine_config, tmp_path / "c.yaml"))
+    code, out = await gpuevents("keep", "idle-gpu-1h", "n1/gpu0", "30d", "--reason", "long run", "-c", cfg)
+    assert code == 1
+    assert "no engine answered" in out and "n1/gpu0 was not kept" in out and "Nothing was stored" in out
+    code, out = await gpuevents("snooze", "idle-gpu-1h", "n1/gpu0", "--for", "4h", "-c", cfg)
+    assert code == 1 and "n1/gpu0 was not snoozed" in out
+    kv = await bus.kv()
+    assert await kv.keys("snooze.") == []
 
 
 async def test_status_without_an_engine_says_so(engine_config: Config, bus: Bus, tmp_path: Path) -> None:

@@ -103,7 +103,8 @@ def test_every_process_stops_on_sigterm_while_nats_is_out_of_reach(tmp_path: Pat
 
 
 CLIENT_COMMANDS = [
-    ["status"], ["audit"], ["snooze", "r", "n1/gpu0", "--for", "1h"], ["keep", "r", "n1/gpu0", "1h"], ["free"],
+    ["status"], ["audit"], ["snooze", "r", "n1/gpu0", "--for", "1h"], ["keep", "r", "n1/gpu0", "1h", "--reason", "x"],
+    ["free"],
     ["kill", "n1", "4242"], ["cancel", "123"], ["rules", "backtest", "rules", "--since", "1h"],
 ]
 

@@ -41,7 +41,7 @@ def test_snooze_and_reload_records_say_what_happened() -> None:
     s = Snooze(rule="idle", entity_id="n1/gpu0", until=T0 + timedelta(hours=4), by="alice", reason="demo")
     rec = snooze_record(T0, s)
     assert (rec.kind, rec.rule, rec.entity_id) == ("snooze", "idle", "n1/gpu0")
-    assert rec.detail == f"until {s.until.isoformat()} by alice: demo"
+    assert rec.detail == f"snoozed until {s.until.isoformat()} by alice: demo"
     assert reload_record(T0, 3).detail == "3 rules loaded"
 
 

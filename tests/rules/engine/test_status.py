@@ -17,9 +17,10 @@ from gpuevents.bus import Bus
 from gpuevents.clock import ManualClock
 from gpuevents.config import Config
 from gpuevents.events import Event, GpuInfo, NodeInfo, NodeSnapshot, ProcessInfo, make_event
+from gpuevents.wire import StatusQuery
 from rules.engine import readmodel, slices
 from rules.engine.service import Engine
-from rules.engine.status import StatusQuery, StatusSummary, ask_node, ask_pages, ask_summary
+from rules.engine.status import StatusSummary, ask_node, ask_pages, ask_summary
 from tests.rules.engine.conftest import T0, snapshot
 from tests.rules.engine.helpers import publish, running
 from tests.waiting import wait_for

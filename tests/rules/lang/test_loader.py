@@ -8,8 +8,7 @@ from typing import ClassVar, Literal
 import pytest
 
 from actions import registry
-from actions.escaping import no_escape
-from actions.protocol import ALL_KINDS, ActionParams, ActionUnit
+from actions.protocol import Action, ActionParams, ActionUnit
 from gpuevents.yamlpos import LocatedError
 from rules.lang.loader import load_rule_set
 from tests.rules.helpers import rules_from
@@ -215,15 +214,13 @@ class _DrainParams(ActionParams):
     type: Literal["drain-test"] = "drain-test"
 
 
-class _DrainAction:
+class _DrainAction(Action[_DrainParams]):
     """A plugin's action, declared as a built-in declares its nature."""
 
     type: ClassVar[str] = "drain-test"
     params = _DrainParams
-    entity_kinds = ALL_KINDS
     destructive: ClassVar[bool] = True
     unit: ClassVar[ActionUnit] = "node"
-    escape = staticmethod(no_escape)
 
 
 @pytest.fixture

@@ -9,14 +9,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from actions.protocol import (
-    ALL_KINDS,
-    ActionContext,
-    ActionParams,
-    ActionResult,
-    PermanentError,
-    no_escape,
-)
+from actions.protocol import Action, ActionContext, ActionParams, ActionResult, PermanentError
 
 
 class JsonLinesParams(ActionParams):
@@ -33,26 +26,24 @@ def _append(path: Path, line: str) -> None:
         f.write(line + "\n")
 
 
-class JsonLinesAction:
-    """Registered through the entry point; the runner creates one instance and calls `run` per request."""
+class JsonLinesAction(Action[JsonLinesParams]):
+    """Registered through the entry point; the runner creates one instance and calls `run` per request.
+
+    What is left out takes the base's defaults: every entity kind, not destructive, counted in entities, values
+    from the machine as they are (they go into JSON, which escapes itself)."""
 
     type: ClassVar[str] = "example.jsonl"
     params = JsonLinesParams
-    entity_kinds = ALL_KINDS
-    destructive: ClassVar[bool] = False
-    escape = staticmethod(no_escape)  # values from the machine go into JSON, which escapes itself
 
-    async def run(self, ctx: ActionContext) -> ActionResult:
-        p = ctx.params
-        assert isinstance(p, JsonLinesParams)
+    async def run(self, params: JsonLinesParams, ctx: ActionContext) -> ActionResult:
         req = ctx.request
         record: dict[str, Any] = {
             "key": req.key, "rule": req.rule, "entity_id": req.entity_id, "incident_id": req.incident_id,
-            "phase": req.phase, "note": p.note, "facts": req.facts,
+            "phase": req.phase, "note": params.note, "facts": req.facts,
         }
         try:
             # File I/O off the event loop: an action must never block the runner.
-            await asyncio.to_thread(_append, Path(p.path), json.dumps(record, default=str))
+            await asyncio.to_thread(_append, Path(params.path), json.dumps(record, default=str))
         except OSError as e:
-            raise PermanentError(f"cannot append to {p.path}: {e.strerror}") from None
-        return ActionResult(detail=f"appended to {p.path}")
+            raise PermanentError(f"cannot append to {params.path}: {e.strerror}") from None
+        return ActionResult(detail=f"appended to {params.path}")

@@ -1,0 +1,22 @@
+"""Every request and reply that crosses the bus to the engine (`gpuevents.engine.>`), one model each, imported by
+both ends: the command line, Slack's clicks and the dashboard ask with them; the engine's servers validate them.
+
+| subject | request | reply |
+| --- | --- | --- |
+| `gpuevents.engine.snooze` | `KeepRequest` (a snooze or an owner's keep) | `KeepReply` |
+| `gpuevents.engine.act` | `OperatorAction` (gpuevents/manual.py) | `OperatorActionReply` |
+| `gpuevents.engine.status` | `StatusQuery` | rules.engine.status's views of the read model, or `ErrorReply` |
+| `gpuevents.engine.free` | `FreeQuery` (also `GET /api/free`'s) | `FreeReply`, or `ErrorReply` |
+
+A request that does not validate is answered with an `ErrorReply` naming the field, never dropped. When no engine
+answers, nothing is stored or done: the asker is told so (`NoEngine`) and may ask again.
+"""
+
+from gpuevents.manual import OperatorAction, OperatorActionReply
+from gpuevents.wire.free import FreeQuery, FreeQueryError
+from gpuevents.wire.keeps import KeepReply, KeepRequest, keep_request
+from gpuevents.wire.replies import ErrorReply, FreeReply, NoEngine, bad_request
+from gpuevents.wire.status import TOP, StatusQuery
+
+__all__ = ["TOP", "ErrorReply", "FreeQuery", "FreeQueryError", "FreeReply", "KeepReply", "KeepRequest", "NoEngine",
+           "OperatorAction", "OperatorActionReply", "StatusQuery", "bad_request", "keep_request"]
