@@ -61,7 +61,8 @@ def make_report(config: Config, now: datetime, team: str | None = None) -> tuple
     targets = {name: t.target_util_pct for name, t in config.teams.items()}
     q = build_quarter(quarter_rows, costs, quarter_since, until, targets if team is None else
                       {team: targets.get(team)})
-    shown = [q.fleet] + [s for s in q.teams if team is None or s.team == team]
+    # a team's report reads the team's rows only: its "fleet" line would be the team's again, mislabelled
+    shown = [q.fleet, *q.teams] if team is None else [s for s in q.teams if s.team == team]
     report.kpi = [KpiLine(team=s.team, text=s.change_text(), on_target=s.on_target) for s in shown if s.known]
     report.rightsize = rightsize_lines(fit_rows, costs, (until - since).total_seconds() / 3600, team)
     report.simulated = simulated
