@@ -47,13 +47,18 @@ export function lineChart(series) {
     chart.appendChild(label);
   }
   const pts = [];
+  let d = "", pen = false;
   series.points.forEach((p, i) => {
-    if (p.util_pct !== null) pts.push([PAD + i * step, y(p.util_pct), p]);
+    if (p.util_pct === null) {
+      pen = false;  // a week with no reading breaks the line: nothing is drawn across it
+      return;
+    }
+    const [px, py] = [PAD + i * step, y(p.util_pct)];
+    pts.push([px, py, p]);
+    d += (d ? " " : "") + (pen ? "L" : "M") + px.toFixed(1) + "," + py.toFixed(1);
+    pen = true;
   });
-  if (pts.length > 1) {
-    const d = pts.map(([px, py], i) => (i ? "L" : "M") + px.toFixed(1) + "," + py.toFixed(1)).join(" ");
-    chart.appendChild(svg("path", {d, class: "util-line"}));
-  }
+  if (d.includes("L")) chart.appendChild(svg("path", {d, class: "util-line"}));
   for (const [px, py, p] of pts) {
     chart.appendChild(svg("circle", {cx: px, cy: py, r: 3, class: "util-point", "data-week": day(p.week_start),
       "data-util": p.util_pct}, "week of " + day(p.week_start) + ": " + pct(p.util_pct) + " utilization, "

@@ -84,6 +84,7 @@ CHART = """(team) => {
       title: c.querySelector('title').textContent, y: box(c).top + box(c).height / 2,
       visible: box(c).width > 0 && getComputedStyle(c).visibility !== 'hidden'})),
     zero: box(svg.querySelector('line')).top,
+    path: (svg.querySelector('path') || {getAttribute: () => ''}).getAttribute('d'),
     top: box(svg).top, height: box(svg).height,
     target: target ? {y: box(target).top + box(target).height / 2, title: target.textContent,
                       dashed: getComputedStyle(target).strokeDasharray} : null,
@@ -108,6 +109,10 @@ def check_chart(chart: dict[str, Any], series_points: list[Any], target: float |
         assert per_pct > 0  # more utilization, higher on the screen
         for c, p in zip(chart["points"], known, strict=True):
             assert abs((zero - c["y"]) - per_pct * p.util_pct) < 1.5, (c, p)
+    # one stroke per run of recorded weeks: a week without readings is a gap, not a line across it
+    runs = sum(1 for i, p in enumerate(series_points)
+               if p.util_pct is not None and (i == 0 or series_points[i - 1].util_pct is None))
+    assert chart["path"].count("M") == runs and chart["path"].count("L") == len(known) - runs
     if target is None:
         assert chart["target"] is None
     else:
