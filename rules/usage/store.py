@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import sqlite3
 import threading
@@ -320,7 +321,8 @@ class UsageStore:
         args: list[object] = [since, step, since, until] + ([team] if team is not None else [])
         self._ensure_file()
         with closing(self._db.execute(sql, args)) as cur:
-            return [UsageRow(int(since + w * step), "", "", -2, "*" if held else "", t, m, *v)
+            # a bucket's hour is its step's start, rounded up: a fractional `since` must not put it in the step before
+            return [UsageRow(math.ceil(since + w * step), "", "", -2, "*" if held else "", t, m, *v)
                     for w, t, m, held, *v in cur]
 
     def idle_jobs(self, since: float, until: float, team: str | None = None) -> list[IdleJobRow]:

@@ -133,9 +133,9 @@ def test_week_sums_give_the_quarter_that_every_hour_gives(rows: list[tuple[int, 
     """The quarter's KPI read from per-week sums in SQLite equals the one read from every hourly row."""
     costs = CostModel(CostsConfig(models={"H100": GpuCost(price=30000, depreciation_years=4, rated_power_w=700),
                                           "A100": GpuCost(price=15000, depreciation_years=4, rated_power_w=400)}))
-    since = T + 3 * 3600  # weeks need not start at midnight
+    since = T + 3 * 3600 + 0.25  # weeks need not start at midnight, nor on a whole second (`report` starts at now)
     batch = UsageBatch(usage=[
-        (UsageKey(since + h * 3600, "c", node, gpu, owner, team),
+        (UsageKey(int(since) + 1 + h * 3600, "c", node, gpu, owner, team),
          UsageAmounts(model=model, busy_s=busy if owner else 0, held_s=(3600 - busy) if owner else 0,
                       free_s=0 if owner else 3600, util_s=util * 3600 if owner else 0,
                       util_known_s=3600 if owner else 0, busy_kwh=busy / 3600, held_kwh=0.1))
