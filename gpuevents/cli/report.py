@@ -60,9 +60,8 @@ def make_report(config: Config, now: datetime, team: str | None = None) -> tuple
     )
     targets = {name: t.target_util_pct for name, t in config.teams.items()}
     q = build_quarter(quarter_rows, costs, quarter_since, until, targets if team is None else
-                      {team: targets.get(team)})
-    # a team's report reads the team's rows only: its "fleet" line would be the team's again, mislabelled
-    shown = [q.fleet, *q.teams] if team is None else [s for s in q.teams if s.team == team]
+                      {team: targets.get(team)}, team=team)
+    shown = q.lines()  # a team's report reads the team's rows only: no "fleet" line that is the team again
     report.kpi = [KpiLine(team=s.team, text=s.change_text(), on_target=s.on_target) for s in shown if s.known]
     report.rightsize = rightsize_lines(fit_rows, costs, (until - since).total_seconds() / 3600, team)
     report.simulated = simulated
@@ -136,8 +135,8 @@ def quarter_text(cfg: Config, now: datetime, weeks: int | None, since: str | Non
             before_rows = store.week_sums(a.timestamp(), b.timestamp(), team, step=(b - a).total_seconds())
     if team is not None:
         targets = {team: targets.get(team)}
-    q = build_quarter(rows, costs, start, end, targets, simulated=simulated)
-    comparison = compare(before_rows, rows, costs, _period(compare_with), (start, end)) \
+    q = build_quarter(rows, costs, start, end, targets, simulated=simulated, team=team)
+    comparison = compare(before_rows, rows, costs, _period(compare_with), (start, end), team) \
         if compare_with and before_rows is not None else None
     return render_quarter(q, costs, fmt, comparison), len(q.teams)
 

@@ -82,7 +82,7 @@ def render_html(q: QuarterReport, costs: CostModel, comparison: Comparison | Non
     if q.simulated:
         out.append(f"<p class='waste'><b>{escape(SIMULATED)}</b></p>")
     out.append("<div class='grid'>")
-    for s in [q.fleet, *q.teams]:
+    for s in q.lines():
         state = "" if s.on_target is None else (" <span class='met'>on target</span>" if s.on_target
                                                   else " <span class='miss'>below target</span>")
         out.append(f"<div><h2>{escape(_name(s.team))}</h2><div class='sub'>{escape(s.change_text())}{state}; "
@@ -90,7 +90,7 @@ def render_html(q: QuarterReport, costs: CostModel, comparison: Comparison | Non
     out.append("</div>")
     out.append("<h2>Week by week</h2><table><tr><th>team</th>"
                + "".join(f"<th>{w:%m-%d}</th>" for w in q.weeks) + "<th>target</th></tr>")
-    for s in [q.fleet, *q.teams]:
+    for s in q.lines():
         out.append(f"<tr><td class='t'>{escape(_name(s.team))}</td>"
                    + "".join(f"<td>{_pct(p.util_pct)}</td>" for p in s.points)
                    + f"<td>{_pct(s.target_util_pct)}</td></tr>")
@@ -114,7 +114,7 @@ def render_markdown(q: QuarterReport, costs: CostModel, comparison: Comparison |
     if q.simulated:
         out += [f"**{SIMULATED}**", ""]
     out += ["| team | utilization | target | held idle cost |", "| --- | --- | --- | --- |"]
-    for s in [q.fleet, *q.teams]:
+    for s in q.lines():
         out.append(f"| {_name(s.team)} | {s.change_text()} | {_pct(s.target_util_pct)} | "
                    f"{costs.format(sum(p.held_idle_cost for p in s.points))} |")
     if comparison is not None:

@@ -53,3 +53,13 @@ def test_a_comparison_has_the_fleet_first_and_leaves_out_teams_that_held_nothing
     assert [a.team for a, _b in c.rows] == [None, "nlp"]
     (a, b) = c.rows[1]
     assert a.util_pct is not None and b.util_pct is not None and b.util_pct - a.util_pct > 25
+
+
+def test_one_teams_report_shows_that_team_not_a_fleet_made_of_it() -> None:
+    nlp_rows = [r for r in _quarter_rows() if r.team == "nlp"]  # what a team's report reads
+    q = build_quarter(nlp_rows, COSTS, SINCE, SINCE + timedelta(weeks=13), {"nlp": 60.0}, team="nlp")
+    assert [s.team for s in q.lines()] == ["nlp"]
+    whole = build_quarter(_quarter_rows(), COSTS, SINCE, SINCE + timedelta(weeks=13), {"nlp": 60.0})
+    assert [s.team for s in whole.lines()] == [None, "nlp"]
+    c = compare(nlp_rows[:10], nlp_rows[-10:], COSTS, (SINCE, SINCE), (SINCE, SINCE), team="nlp")
+    assert [a.team for a, _b in c.rows] == ["nlp"]
