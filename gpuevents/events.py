@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time as _time
 from datetime import UTC, datetime
-from typing import Annotated, Literal, get_args
+from typing import Annotated, Literal, get_args, overload
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -321,6 +321,16 @@ def encode_event(event: Event) -> bytes:
     return event.model_dump_json(exclude_none=False).encode()
 
 
+@overload
+def make_event(type_: Literal["node.snapshot"], node: str, data: NodeSnapshot, *, cluster: str = "default",
+               time: datetime | None = None, id: str | None = None) -> SnapshotEvent: ...
+
+
+@overload
+def make_event(type_: str, node: str, data: BaseModel, *, cluster: str = "default", time: datetime | None = None,
+               id: str | None = None) -> Event: ...
+
+
 def make_event(
     type_: str,
     node: str,
@@ -330,7 +340,7 @@ def make_event(
     time: datetime | None = None,
     id: str | None = None,
 ) -> Event:
-    """Build an envelope around `data` for `node`."""
+    """Build an envelope around `data` for `node` (a snapshot's is a SnapshotEvent: its type says so)."""
     t = time or datetime.now(UTC)
     obj: dict[str, object] = {
         "type": type_,

@@ -198,9 +198,7 @@ def history_events(plan: HistoryPlan) -> Iterator[SnapshotEvent]:
             snap = NodeSnapshot(node=NodeInfo(name=node, cluster=plan.cluster, gpu_count=plan.gpus_per_node,
                                               labels={"pool": "simulated"}), gpus=gpus, processes=procs,
                                 jobs=jobs)
-            ev = make_event("node.snapshot", node, snap, cluster=plan.cluster, time=at)
-            assert isinstance(ev, SnapshotEvent)
-            yield ev
+            yield make_event("node.snapshot", node, snap, cluster=plan.cluster, time=at)
         t += plan.step_s
 
 

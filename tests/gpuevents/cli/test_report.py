@@ -36,7 +36,7 @@ def _fill(path: Path) -> None:
     for start, minutes, bob in spans:
         for m in range(minutes + 1):
             at = start + timedelta(minutes=m)
-            agg.observe(make_event("node.snapshot", "n1", _snapshot(at, bob_busy=bob), time=at), at)  # type: ignore[arg-type]
+            agg.observe(make_event("node.snapshot", "n1", _snapshot(at, bob_busy=bob), time=at), at)
         agg.forget("default", "n1")
     with UsageStore(path) as store:
         store.add(agg.drain())

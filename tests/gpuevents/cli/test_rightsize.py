@@ -12,6 +12,8 @@ from typer.testing import CliRunner
 
 from gpuevents.cli import app
 
+pytestmark = pytest.mark.slow  # the module simulates a quarter of usage through the CLI (`simulate --history 91d`)
+
 NOW = datetime(2026, 4, 14, 10, 30, tzinfo=UTC)
 
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuevents.events import GpuInfo, JobInfo, NodeInfo, NodeSnapshot, ProcessInfo, make_event
+from gpuevents.events import GpuInfo, JobInfo, NodeInfo, NodeSnapshot, ProcessInfo, SnapshotEvent, make_event
 from rules.usage.fits import (
     MEM_BINS,
     MEM_STEP,
@@ -25,7 +25,7 @@ from rules.usage.fits import (
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 
 
-def _snap(t: float, util: float, mem: float) -> object:
+def _snap(t: float, util: float, mem: float) -> SnapshotEvent:
     gpus = [GpuInfo(node="n", index=0, model="NVIDIA A100-SXM4-80GB", util_pct=util, mem_used_mib=mem,
                     mem_total_mib=81_920, pids=[10], allocated=True, job="77"),
             GpuInfo(node="n", index=1, model="NVIDIA A100-SXM4-80GB", util_pct=0, mem_used_mib=0)]  # nobody's
@@ -38,7 +38,7 @@ def _snap(t: float, util: float, mem: float) -> object:
 def test_a_jobs_hour_holds_its_gpu_time_peak_memory_and_utilization_spread() -> None:
     agg = FitAggregator(snapshot_interval=15)
     for i in range(241):  # an hour of 15 s snapshots: mostly 10 %, a burst at 62 %
-        agg.observe(_snap(i * 15, 62 if i % 20 == 0 else 10, 3_000 + i), T0 + timedelta(hours=2))  # type: ignore[arg-type]
+        agg.observe(_snap(i * 15, 62 if i % 20 == 0 else 10, 3_000 + i), T0 + timedelta(hours=2))
     items = agg.drain()
     assert [k.workload for k, _ in items] == ["job/slurm/77"]  # the free GPU is nobody's workload
     a = items[0][1]
@@ -51,8 +51,8 @@ def test_a_jobs_hour_holds_its_gpu_time_peak_memory_and_utilization_spread() -> 
 
 def test_an_outage_is_not_counted_as_time_held() -> None:
     agg = FitAggregator(snapshot_interval=15)
-    agg.observe(_snap(0, 10, 100), T0 + timedelta(hours=9))  # type: ignore[arg-type]
-    agg.observe(_snap(3 * 3600, 10, 100), T0 + timedelta(hours=9))  # type: ignore[arg-type]
+    agg.observe(_snap(0, 10, 100), T0 + timedelta(hours=9))
+    agg.observe(_snap(3 * 3600, 10, 100), T0 + timedelta(hours=9))
     assert sum(a.held_s for _, a in agg.drain()) == pytest.approx(45)  # 3 intervals at most, not 3 hours
 
 

@@ -74,7 +74,7 @@ def batch(node: str, seconds: float = 10) -> UsageBatch:
     """`seconds` of one busy GPU on `node`."""
     agg = UsageAggregator(snapshot_interval=15, rated_power_w=lambda _m: 400.0)
     snap = NodeSnapshot(node=NodeInfo(name=node), gpus=[GpuInfo(node=node, index=0, util_pct=50)])
-    event: SnapshotEvent = make_event("node.snapshot", node, snap, time=DAY_START)  # type: ignore[assignment]
+    event: SnapshotEvent = make_event("node.snapshot", node, snap, time=DAY_START)
     agg.observe(event, event.time)
     agg.settle(DAY_START + timedelta(seconds=seconds))
     return agg.drain()
