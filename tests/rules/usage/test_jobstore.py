@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -127,7 +128,7 @@ async def test_a_job_exempt_by_annotation_is_in_the_weekly_report_with_its_end(t
     assert "## Exempt by annotation" in md and "keep-until" in md
 
 
-def _run(minutes: list[tuple[float, float, float | None]]) -> JobLedger:
+def _run(minutes: Sequence[tuple[float, float, float | None]]) -> JobLedger:
     """A one-GPU job on an H100, one snapshot a minute: (utilization, memory MiB, SM activity) each minute."""
     ledger = JobLedger(max_gap_s=600)
     for m, (util, mem, sm) in enumerate(minutes):
