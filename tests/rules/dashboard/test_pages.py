@@ -297,3 +297,32 @@ async def test_each_teams_13_weeks_are_drawn_against_its_target_and_said_to_be_s
     await browser.evaluate("window.location.href = '/wall'")  # the office screen says so too
     await qw.until(browser, "window.location.pathname === '/wall' && "
                    "!document.getElementById('timeline-simulated').hidden", "the wall's simulated note")
+
+
+async def test_api_quarter_answers_the_rollups_weeks_and_checks_its_parameter(tmp_path: Path) -> None:
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from rules.dashboard.pages import make_dashboard_app
+
+    db = tmp_path / "usage.sqlite"
+    qw.write_quarter(db, simulated=False)
+    usage = UsageSource(db, qw.COSTS, now=lambda: qw.NOW, targets=qw.TARGETS)
+    async with TestClient(TestServer(make_dashboard_app(qw.NoFleet(), usage))) as c:  # type: ignore[arg-type]
+        r = await c.get("/api/quarter?weeks=13")
+        assert r.status == 200
+        body = await r.json()
+        nlp = next(s for s in body["teams"] if s["team"] == "nlp")
+        assert body["simulated"] is False and len(body["weeks"]) == 13
+        assert nlp["change"] == "19 % → 58 % in 13 weeks (target 60 %)" and nlp["on_target"] is False
+        assert [p["util_pct"] for p in nlp["points"]] == [
+            p.util_pct for p in next(s for s in qw.expected_quarter(db).teams if s.team == "nlp").points]
+        for bad in ("weeks=0", "weeks=54", "weeks=x"):
+            r = await c.get(f"/api/quarter?{bad}")
+            assert r.status == 400 and "weeks must be a whole number from 1 to 53" in await r.text()
+    missing = UsageSource(tmp_path / "none.sqlite", qw.COSTS, now=lambda: qw.NOW, targets=qw.TARGETS)
+    empty = await missing.quarter(13)
+    assert empty.fleet.known == [] and [s.team for s in empty.teams] == ["nlp"]  # its target, no usage yet
+    assert not (tmp_path / "none.sqlite").exists()  # reading never creates the file
+    async with TestClient(TestServer(make_dashboard_app(qw.NoFleet()))) as c:  # type: ignore[arg-type]
+        r = await c.get("/api/quarter")
+        assert r.status == 404 and "no usage history" in await r.text()
