@@ -271,6 +271,10 @@ class JobEnded(_Model):
     peak_util_pct: float | None = None
     mean_sm_active_pct: float | None = None
     peak_mem_mib: float | None = None
+    p95_util_pct: float | None = None
+    p95_sm_active_pct: float | None = None
+    p95_mem_mib: float | None = None
+    """The 95th percentiles over the job's GPU-time (never under the truth, never over the peak)."""
     idle_share_pct: float | None = None
     cost: float = 0.0
     cost_text: str = ""
