@@ -65,7 +65,7 @@ class Core:
                              lease_ttl_s=float(engine.lease_ttl))
         self.recovery = Recovery(self.plan, self.book, self.state, self.limiter, self.evaluator, self.settling,
                                  offline_grace_s=self.offline_grace_s)
-        self.events = EventPath(self.plan, self.state, self.book, self.evaluator, self.liveness)
+        self.events = EventPath(self.plan, self.state, self.book, self.evaluator, self.liveness, self.timers)
         self.defer_limits = False
         """While set, steps leave the rate-limit windows out of their results: the caller steps a batch and takes
         them once at its end (`take_limits`). Copying every window at every step that ran an action is quadratic
@@ -162,11 +162,12 @@ class Core:
         return None
 
     def next_wakeup(self, now: datetime) -> datetime:
-        """When to send the next Tick: the periodic sweep, a cron instant, a `for` or repeat deadline, a snooze
-        expiring, a node going offline or past its grace; never before `now`."""
+        """When to send the next Tick: the periodic sweep, a cron instant, a `for` or repeat deadline, a snooze or
+        a job's exemption ending, a node going offline or past its grace; never before `now`."""
         now = utc(now)
         best = self.timers.next_wakeup(now)
-        for at in (self.recovery.next_release(), self.book.next_snooze_end(), self.liveness.next_change(now)):
+        for at in (self.recovery.next_release(), self.book.next_snooze_end(), self.liveness.next_change(now),
+                   self.state.jobs.exemptions.next_end()):
             if at is not None and at < best:
                 best = at
         return max(best, now)
@@ -196,6 +197,9 @@ class Core:
             for rule in self.plan.event_rules["job"]:
                 self.evaluator.evaluate(rule, [ended], now, out, item.time)
             self.evaluator.close_all(ended, now, "gone", out)
+            live = self.state.by_kind["job"].get(ended.key)
+            if live is not None:  # a job its nodes still list (the ending raced a snapshot): evaluated anew
+                self.evaluator.evaluate_job(live, now, out, item.time)
         else:
             self.events.apply(item, now, out)
         self.flush_sends(now, out)

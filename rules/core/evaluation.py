@@ -37,7 +37,8 @@ class Evaluator:
         self.pending_sends: list[PendingSend] = []  # send phases due this step, decided at its end
         self.error_counts: Counter[tuple[str, str]] = Counter()
         self.erroring: dict[str, dict[str, str]] = {}  # node key -> key -> kind of entities whose evaluation raised
-        self.erroring_jobs: set[str] = set()  # jobs whose evaluation raised (evaluated again at any node's event)
+        self.erroring_jobs: set[str] = set()  # jobs evaluated again at any of their nodes' next event (their
+        # evaluation raised, or an offline node changed them)
 
     def take_sends(self) -> list[PendingSend]:
         sends, self.pending_sends = self.pending_sends, []
@@ -59,6 +60,15 @@ class Evaluator:
                     if e is not None:
                         out.append(e)
         return out
+
+    def evaluate_job(self, job: Entity, now: datetime, out: StepResult, event_time: datetime | None = None) -> None:
+        """Every rule on the job now if its head node is online (as a sweep would), else at the next event of any
+        of its nodes (as a full evaluation of that node would)."""
+        if self.state.evaluable(job):
+            for rule in self.plan.event_rules["job"]:
+                self.evaluate(rule, (job,), now, out, event_time)
+        else:
+            self.erroring_jobs.add(job.key)
 
     def evaluate(
         self, rule: Rule, ents: Iterable[Entity], now: datetime, out: StepResult,
@@ -108,6 +118,7 @@ class Evaluator:
             return
         for ent in ents:
             if online_only and not nodes[ent.node_key].online:
+                nodes[ent.node_key].full_next = True  # evaluated in full when it is back
                 continue
             key = ent.key
             if since is not None:
@@ -244,18 +255,28 @@ class Evaluator:
         for ent in self.state.by_kind["job"].values():
             if ent.view.id in jobs:
                 self.state.jobs.refresh_exemption(ent)
+        self.state.jobs.take_exemptions_changed()
+        self.evaluate_jobs(jobs, now, out)
+
+    def evaluate_jobs(self, jobs: set[str], now: datetime, out: StepResult, event_time: datetime | None = None,
+                      ) -> None:
+        """Evaluate the jobs of these ids and the GPUs and processes that are theirs, on every online node (their
+        exemptions changed)."""
         for kind, rules in self.plan.event_rules.items():
-            ents = [e for e in self.state.by_kind[kind].values() if self.state.online(e) and (
+            ents = [e for e in self.state.by_kind[kind].values() if self.state.evaluable(e) and (
                 e.view.id if kind == "job" else getattr(e.view, "job", None)) in jobs]
-            for rule in rules:
-                self.evaluate(rule, ents, now, out)
+            if ents:
+                for rule in rules:
+                    self.evaluate(rule, ents, now, out, event_time)
 
     def expire_snoozes(self, now: datetime, out: StepResult) -> None:
-        """Lift the snoozes that ended by `now` and evaluate their entities (those on online nodes) again."""
+        """Lift the snoozes that ended by `now` and evaluate their entities (those on online nodes, or any for a
+        rule that reads liveness) again."""
         for s in self.book.snoozes_ended(now):
             out.snoozes.append(s)
             rule = self.plan.by_name.get(s.rule)
             if rule is None or rule.scheduled:
                 continue
-            ents = [e for e in self.state.entities_by_id(rule.kind, s.entity_id) if self.state.online(e)]
+            ents = [e for e in self.state.entities_by_id(rule.kind, s.entity_id)
+                    if rule.reads_liveness or self.state.evaluable(e)]  # liveness rules see offline nodes too
             self.evaluate(rule, ents, now, out)

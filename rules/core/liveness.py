@@ -96,6 +96,9 @@ class Liveness:
         for e in change.changed:
             for rule in self.plan.event_rules[e.kind]:
                 self.evaluator.evaluate(rule, (e,), now, out)
+        exempting = self.state.jobs.take_exemptions_changed()
+        if exempting:  # a job gone with the node took its exemptions: its GPUs and processes elsewhere
+            self.evaluator.evaluate_jobs(exempting, now, out)
 
     def liveness_open(self, ns: NodeState) -> bool:
         """Whether a rule that reads liveness has an open incident on the node."""

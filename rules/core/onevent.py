@@ -17,19 +17,21 @@ from rules.core.evaluation import Evaluator
 from rules.core.inputs import StepResult
 from rules.core.liveness import Liveness
 from rules.core.plan import KINDS, RulePlan
-from rules.core.state import Entity, FleetState, NodeState
+from rules.core.state import Change, Entity, FleetState, NodeState
+from rules.core.timers import Timers
 
 
 class EventPath:
     """Applies events to the fleet state and evaluates what they make necessary."""
 
     def __init__(self, plan: RulePlan, state: FleetState, book: IncidentBook, evaluator: Evaluator,
-                 liveness: Liveness) -> None:
+                 liveness: Liveness, timers: Timers) -> None:
         self.plan = plan
         self.state = state
         self.book = book
         self.evaluator = evaluator
         self.liveness = liveness
+        self.timers = timers
 
     def apply(self, event: Event, now: datetime, out: StepResult) -> None:
         """Apply an event to the fleet state; evaluate the entities it changed, and the rest of its node (and
@@ -44,7 +46,12 @@ class EventPath:
         if ns is not None:
             self.liveness.check_online(ns, now, out)
         if change is None:
-            return
+            if ns is None or not ns.online:
+                return
+            # An agent's word (it starts or stops) changes no view, but the node is evaluated as at a repeated
+            # snapshot (clocks, deadlines that came due while it was offline, snoozes); back online with
+            # views not evaluated since it went offline, all of them, as a full evaluation of the node would.
+            change = state.refresh(ns) if ns.full_next else Change(key, [], [])
         for e in change.gone:
             ev.close_all(e, now, "gone", out)
         if ns is None:
@@ -52,6 +59,7 @@ class EventPath:
         if not ns.online:
             ns.full_next = True  # not evaluated now: evaluate every entity when it is back
             self.liveness.evaluate_liveness(ns, now, out)
+            self._offline_jobs(change.changed, now, out, event.time)
             return
         jobs = state.jobs_of(key)
         by_kind: dict[str, list[Entity]] = {k: [] for k in KINDS}
@@ -84,6 +92,14 @@ class EventPath:
                 else:
                     ev.evaluate(rule, ents, now, out, t)
         rest = self._rest(ns, jobs, by_kind)
+        if self.timers.full_eval:
+            # rules new or changed (a reload, a restore) and not swept yet: all of the node's entities, as a
+            # full evaluation of the node would (the tick that sweeps them comes at once)
+            for kind, rules in self.plan.event_rules.items():
+                ents = [*by_kind[kind], *rest[kind]]
+                for rule in rules:
+                    if rule.name in self.timers.full_eval and not rule.condition.time_dependent and ents:
+                        ev.evaluate(rule, ents, now, out, t)
         if self.plan.has_time_rules:
             # Unchanged entities keep their results, except under conditions that read the clock: an event
             # evaluates those for its whole node, as ticks do for the fleet.
@@ -96,6 +112,18 @@ class EventPath:
             self._snoozes_ended([*ns.entities.values(), *jobs], now, out, t)
         if ended:
             self._exemptions_ended([*ns.entities.values(), *jobs], ended, now, out, t)
+        exempting = state.jobs.take_exemptions_changed()
+        if exempting:
+            # a job's annotations changed what it is exempt from: its GPUs and processes on every node
+            ev.evaluate_jobs(exempting, now, out, t)
+
+    def _offline_jobs(self, changed: list[Entity], now: datetime, out: StepResult, t: datetime) -> None:
+        """Jobs an offline node's event changed (a job across nodes, one of them offline and still reporting):
+        evaluated now where their head node is online, as a sweep would; else at the next event of any of
+        their nodes, as a full evaluation of that node would."""
+        for e in changed:
+            if e.kind == "job":
+                self.evaluator.evaluate_job(e, now, out, t)
 
     @staticmethod
     def _rest(ns: NodeState, jobs: list[Entity], done: dict[str, list[Entity]]) -> dict[str, list[Entity]]:

@@ -137,7 +137,7 @@ class Recovery:
             if ent is None:
                 continue
             self.evaluator.close(rule, key, ent, now, "rule_changed", out)
-            if not rule.scheduled and (rule.reads_liveness or self.state.online(ent)):
+            if not rule.scheduled and (rule.reads_liveness or self.state.evaluable(ent)):
                 self.evaluator.evaluate(rule, (ent,), now, out)
 
     def release_deferred(self, now: datetime, out: StepResult) -> None:

@@ -71,7 +71,7 @@ class Engine(EngineAnswers):
         self.planner = TickPlanner(self.clock, float(config.engine.tick))
         self._consumer: Consumer | None = None
         self._subs: list[Subscription] = []
-        self.dead_letters = DeadLetters(bus, self.metrics)
+        self.dead_letters = DeadLetters(bus, self.metrics, monotonic=self.clock.monotonic)
         self.partition = partition  # the fleet partition this engine acts for; None: the whole fleet
         self.may_acquire = may_acquire  # asked before taking a lapsed lease (a replica's fair share)
         self.intake = Intake(float(config.engine.max_clock_skew), self.metrics, partition, self._dead_letter)
@@ -218,6 +218,9 @@ class Engine(EngineAnswers):
         stores = self.committer.stores
         assert self.core is not None
         async with self._lock:
+            # A batch stepped before the lease lapsed may still be committing: KV holds its incidents (and its
+            # events are acknowledged, never to come again) only once it is through, so wait for it first.
+            await self._settle()
             incidents = [i for i in (await stores.incidents.load()).values() if self._owns(i.cluster, i.node)]
             snoozes = list((await stores.snoozes.load()).values())
             limits = (await stores.limits.load()).get(limits_key(self.partition))
@@ -430,6 +433,7 @@ class Engine(EngineAnswers):
                 if self.core is not None and self.leader.is_set():
                     await self._settle()
                     await learn(self.core, self.committer, self.clock.now(), outcomes)
+                    self._changes += 1  # a warning's outcome is shown (status, dashboard): not an older model
 
     @property
     def audit_tail(self) -> list[AuditRecord]:

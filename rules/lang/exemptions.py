@@ -131,6 +131,10 @@ class Exemptions:
         live = [e for e in self.active.get(job, ()) if e.until > now]
         return max(live, key=lambda e: (e.rules is None, e.until), default=None)
 
+    def next_end(self) -> datetime | None:
+        """The earliest end of an exemption in force (its entities are evaluated again then)."""
+        return min((e.until for found in self.active.values() for e in found), default=None)
+
     def expired(self, now: datetime) -> list[str]:
         """The jobs an exemption of which ended by `now` (dropped: their entities are to be evaluated again)."""
         done: list[str] = []

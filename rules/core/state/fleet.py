@@ -123,10 +123,16 @@ class FleetState:
             else:
                 ns.stopping = True
             self._seen(ns, now)
+            if ns.node_entity is not None:
+                ns.node_entity.view.last_seen = ns.last_seen  # as a rebuild of the node now would show it
             return None
         else:  # pragma: no cover - the Event union is closed
             return None
         self._seen(ns, now)
+        return self._with_jobs(ns, self.rebuild(ns))
+
+    def refresh(self, ns: NodeState) -> Change:
+        """Rebuild the node's views (in full, if marked so) and its jobs: what changed, to evaluate."""
         return self._with_jobs(ns, self.rebuild(ns))
 
     def ended_job(self, event: JobEndedEvent) -> Entity:
@@ -269,6 +275,17 @@ class FleetState:
         """Whether `ent`'s node is known and online."""
         ns = self.nodes.get(ent.node_key)
         return ns is not None and ns.online
+
+    def evaluable(self, ent: Entity) -> bool:
+        """Whether `ent`'s node is known and online, so that `ent` can be evaluated now. One that is offline is
+        marked to be evaluated in full when it is back: what is skipped now (a snooze or exemption that ended, a
+        sweep, a deadline) is not lost."""
+        ns = self.nodes.get(ent.node_key)
+        if ns is None:
+            return False
+        if not ns.online:
+            ns.full_next = True
+        return ns.online
 
     @property
     def offline_keys(self) -> AbstractSet[str]:

@@ -18,7 +18,8 @@ from rules.lang.views import EntityView, EvalClock, GpuView, JobView
 
 log = logging.getLogger(__name__)
 SUMMARY_FIELDS = ("hours", "gpu_hours", "mean_util_pct", "peak_util_pct", "mean_sm_active_pct", "peak_mem_mib",
-                  "idle_share_pct", "cost", "cost_text", "smaller_fit")
+                  "p95_util_pct", "p95_sm_active_pct", "p95_mem_mib", "idle_share_pct", "cost", "cost_text",
+                  "smaller_fit")
 
 
 def ended_entity(ended: JobEnded, node_key: str, node: str, cluster: str, clock: EvalClock,
@@ -53,6 +54,7 @@ class Jobs:
         self.parts: dict[str, dict[str, JobInfo]] = {}  # job key -> node key -> that node's part
         self.of_node: dict[str, set[str]] = {}  # node key -> its job keys
         self.exemptions = Exemptions()  # gpuevents.io/keep-until and exclude annotations, by job id
+        self.exemptions_changed: set[str] = set()  # job ids whose exemptions changed: their entities, anywhere
 
     def update_node(self, ns: NodeState, jobs: list[JobInfo], nodes: Mapping[str, NodeState],
                     by_kind: dict[str, dict[str, Entity]]) -> tuple[list[Entity], list[Entity]]:
@@ -93,6 +95,8 @@ class Jobs:
             if not parts:
                 old = table.pop(key, None)
                 if old is not None:
+                    if old.view.id in self.exemptions.active:
+                        self.exemptions_changed.add(old.view.id)
                     self.exemptions.remove(old.view.id)
                     gone.append(old)
                 continue
@@ -105,12 +109,21 @@ class Jobs:
     def refresh_exemption(self, ent: Entity) -> None:
         """Take the job's annotations as of now, and show its exemption on its view (a job not rebuilt since its
         exemption ended shows what a rebuilt one would)."""
+        before = self.exemptions.active.get(ent.view.id)
         for bad in self.exemptions.update(ent.view.id, ent.view.annotations, self.clock.utc):
             log.warning("job %s: %s (not applied: fix the annotation)", ent.view.id, bad)
+        if self.exemptions.active.get(ent.view.id) != before:
+            self.exemptions_changed.add(ent.view.id)
         ex = self.exemptions.until(ent.view.id, self.clock.utc)
         ent.view.exempt_until = ex.until if ex is not None else None
         ent.view.exemption = ex.source if ex is not None else None
         ent.view.exemptions_malformed = [str(m) for m in self.exemptions.malformed.get(ent.view.id, [])]
+
+    def take_exemptions_changed(self) -> set[str]:
+        """The job ids whose exemptions started, changed or ended since asked last (their GPUs and processes
+        may be on other nodes than the one that changed the job)."""
+        out, self.exemptions_changed = self.exemptions_changed, set()
+        return out
 
     def _entity(self, key: str, parts: Mapping[str, JobInfo], nodes: Mapping[str, NodeState]) -> Entity:
         order = sorted(parts, key=lambda nk: nodes[nk].name)

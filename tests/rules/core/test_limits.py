@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpuevents.config import Config
+from gpuevents.records import ActionRequest
 from rules.core.core import Core, Tick
 from tests.rules.helpers import at, gpu, proc, rules_from, snapshot
 
@@ -24,7 +25,7 @@ rules:
 """
 
 
-def ten_hot_gpus(core: Core, t: float, hot: bool = True) -> list:  # type: ignore[type-arg]
+def ten_hot_gpus(core: Core, t: float, hot: bool = True) -> list[ActionRequest]:
     gpus = [gpu(i, 90, temp_c=90 if hot else 50) for i in range(10)]
     procs = [proc(100 + i, gpus=[i]) for i in range(10)]
     return core.step(snapshot(at(t), gpus=gpus, processes=procs), at(t)).actions

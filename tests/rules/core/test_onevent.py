@@ -122,8 +122,8 @@ rules:
     core.step(snap, at(0))
     assert fired(core.step(Tick(), at(100))) == []  # offline since 45 s: not evaluated at its deadline
     assert core.next_wakeup(at(100)) > at(100)  # and no tick is asked for it meanwhile
-    core.step(make_event("agent.started", "n1", AgentInfo(node="n1", version="1"), time=at(110)), at(110))
-    out = core.step(snap.model_copy(update={"time": at(115)}), at(115))  # a repeat: nothing changed
+    # its agent starts again: the node is back, and what came due is moved at once (as at a repeat)
+    out = core.step(make_event("agent.started", "n1", AgentInfo(node="n1", version="1"), time=at(110)), at(110))
     assert fired(out) == [("idle-for", "n1/gpu0", "firing")]
 
 
