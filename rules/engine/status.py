@@ -10,7 +10,7 @@ from typing import Protocol
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from gpuevents.wire import TOP, StatusQuery, bad_request
+from gpuevents.wire import TOP, ErrorReply, StatusQuery, bad_request
 from gpuevents.wire.status import MAX_EXEMPTIONS, StatusNode, StatusPage, StatusSummary, partition_key
 from rules.engine.readmodel import ReadModel
 
@@ -21,6 +21,10 @@ class ModelSource(Protocol):
     """The engine's read models: the latest (version None), or one kept for paging (None when no longer kept)."""
 
     async def __call__(self, version: int | None) -> ReadModel | None: ...
+
+
+def _error(text: str) -> bytes:
+    return ErrorReply(error=text).model_dump_json().encode()
 
 
 def summary_of(model: ReadModel, top: int = TOP, partition: int | None = None, partitions: int = 1,
@@ -48,8 +52,8 @@ async def answer(models: ModelSource, payload: bytes, partition: int | None, par
         return StatusPage(view=q.view, **where).model_dump_json().encode()
     model = await models(q.versions.get(partition_key(partition)) if q.view in ("nodes", "incidents") else None)
     if model is None:
-        return orjson.dumps({"ok": False, "error": "the fleet moved on since the first page (or another engine "
-                                                   "took this partition over): ask again from the start"})
+        return _error("the fleet moved on since the first page (or another engine took this partition over): "
+                      "ask again from the start")
     if q.view == "summary":
         reply: BaseModel = summary_of(model, q.top, partition, partitions, degraded)
     elif q.view == "node":
@@ -60,8 +64,8 @@ async def answer(models: ModelSource, payload: bytes, partition: int | None, par
         return await _page(model, q, budget, partition, partitions)
     body = reply.model_dump_json().encode()
     if len(body) > max_payload - HEADROOM:  # a node with thousands of GPUs: say so rather than fail to send
-        return orjson.dumps({"ok": False, "error": f"the answer ({len(body)} bytes) is larger than the bus takes "
-                                                  f"({max_payload}); ask for less (--top)"})
+        return _error(f"the answer ({len(body)} bytes) is larger than the bus takes ({max_payload}); "
+                      "ask for less (--top)")
     return body
 
 
@@ -78,8 +82,8 @@ async def _page(model: ReadModel, q: StatusQuery, budget: int, partition: int | 
         raw = items[i]
         if used + len(raw) + 1 > budget:
             if not parts:
-                return orjson.dumps({"ok": False, "error": f"{q.view[:-1]} {i} alone ({len(raw)} bytes) is larger "
-                                                          f"than a message may be ({budget} bytes)"})
+                return _error(f"{q.view[:-1]} {i} alone ({len(raw)} bytes) is larger than a message may be "
+                              f"({budget} bytes)")
             break
         parts.append(raw)
         used += len(raw) + 1
