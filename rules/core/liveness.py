@@ -5,10 +5,14 @@ resolve) and end as `gone` after `engine.offline_grace`. Rules that read `online
 exception: they see a node go offline at once, and their open incident keeps the node past the grace. A node
 forgotten (past its grace, or `ForgetNode`) takes its entities with it; the jobs it held a part of are rebuilt
 from their other nodes and evaluated again at once.
+
+Each node has one liveness deadline (going offline while online, passing the grace while offline), kept in a
+lazy heap as the fleet reports nodes touched: neither `next_change` nor a tick's `check_nodes` walks the fleet.
 """
 
 from __future__ import annotations
 
+import heapq
 from datetime import datetime, timedelta
 
 from rules.core.book import IncidentBook
@@ -33,6 +37,72 @@ class Liveness:
         self.detection = detection
         self.snapshot_interval_s = snapshot_interval_s
         self.offline_grace_s = offline_grace_s
+        self._heap: list[tuple[datetime, str]] = []  # (deadline, node key); stale entries are dropped lazily
+        self._at: dict[str, datetime] = {}  # node key -> its deadline now (see `deadline`)
+        self._due: dict[str, datetime] = {}  # taken off the heap as due by `horizon`: checked at every tick
+        self._horizon: datetime | None = None  # the latest instant `_due` was taken by
+        self._seq: dict[str, tuple[int, NodeState]] = {}  # node key -> (order of `state.nodes`, the node)
+        self._next_seq = 0
+        self._latest: datetime | None = None  # the latest instant a node's online state was checked at
+
+    def deadline(self, ns: NodeState) -> datetime | None:
+        """The node's next liveness change: when it goes offline (online) or passes its grace (offline)."""
+        off = self.offline_at(ns)
+        if off is None:
+            return None
+        if ns.online:
+            return off
+        if ns.offline_since is not None:
+            return ns.offline_since + timedelta(seconds=self.offline_grace_s)
+        return None
+
+    def _sync(self) -> list[str]:
+        """Take the nodes the fleet touched: new deadlines onto the heap; the touched nodes that are offline."""
+        touched = self.state.take_touched()
+        if not touched:
+            return []
+        nodes, at_of, due, seq = self.state.nodes, self._at, self._due, self._seq
+        offline: list[str] = []
+        for key in touched:
+            ns = nodes.get(key)
+            if ns is None:
+                at_of.pop(key, None)
+                due.pop(key, None)
+                seq.pop(key, None)
+                continue
+            known = seq.get(key)
+            if known is None or known[1] is not ns:  # new (or forgotten and back): last in `state.nodes`
+                seq[key] = (self._next_seq, ns)
+                self._next_seq += 1
+            if not ns.online:
+                offline.append(key)
+            at = self.deadline(ns)
+            if at == at_of.get(key):
+                continue
+            due.pop(key, None)
+            if at is None:
+                at_of.pop(key, None)
+            else:
+                at_of[key] = at
+                heapq.heappush(self._heap, (at, key))
+        return offline
+
+    def _take_due(self, now: datetime) -> None:
+        """Move the deadlines due by `now` from the heap to `_due` (all of `_due` back first if `now` is earlier
+        than the instant it was taken by)."""
+        heap, at_of, due = self._heap, self._at, self._due
+        if self._horizon is not None and now < self._horizon:
+            for key, at in due.items():
+                heapq.heappush(heap, (at, key))
+            due.clear()
+        self._horizon = now
+        while heap and heap[0][0] <= now:
+            at, key = heapq.heappop(heap)
+            if at_of.get(key) == at:
+                due[key] = at
+        if len(heap) > 64 and len(heap) > 4 * len(at_of):  # mostly stale: rebuild
+            self._heap = [(at, key) for key, at in at_of.items() if key not in due]
+            heapq.heapify(self._heap)
 
     def offline_at(self, ns: NodeState) -> datetime | None:
         """When the node counts as offline (at once for an agent that said it stops); None: never."""
@@ -45,6 +115,8 @@ class Liveness:
 
     def check_online(self, ns: NodeState, now: datetime, out: StepResult) -> None:
         """Mark the node online or offline as of `now`; a change is seen at once by the liveness rules."""
+        if self._latest is None or now > self._latest:
+            self._latest = now
         off = self.offline_at(ns)
         online = off is None or now < off
         if online != ns.online:
@@ -59,14 +131,34 @@ class Liveness:
                 self.evaluator.evaluate(rule, ents, now, out)
 
     def check_nodes(self, now: datetime, out: StepResult) -> None:
-        """At a tick: every node's online state; nodes offline past the grace are forgotten, their incidents gone."""
+        """At a tick: every node's online state; nodes offline past the grace are forgotten, their incidents gone.
+
+        Only the nodes whose deadline is due, or that are offline and reported since the last tick, can change:
+        those are checked, in the fleet's order, as a walk over every node would. A clock that went back since
+        the last check (a node that went offline could be online again) walks them all."""
+        offline = self._sync()
+        if self._latest is not None and now < self._latest:
+            self._check(self.state.nodes, now, out)
+        else:
+            self._take_due(now)
+            keys = set(self._due)
+            keys.update(offline)
+            if keys:
+                seq, nodes = self._seq, self.state.nodes
+                self._check({k: nodes[k] for k in sorted(keys, key=lambda k: seq[k][0])}, now, out)
+        if self._latest is None or now > self._latest:
+            self._latest = now
+        self._sync()
+
+    def _check(self, nodes: dict[str, NodeState], now: datetime, out: StepResult) -> None:
+        """`check_nodes` over these nodes (in the fleet's order)."""
         gone: list[str] = []
         # A node online that reported well within its last intervals stays online (and is not gone): skipped on
         # a float comparison; one near its instant (a millisecond) takes the exact check.
         quick = self.detection
         now_ts = now.timestamp() + 0.001
         after, interval = OFFLINE_AFTER_INTERVALS, self.snapshot_interval_s
-        for key, ns in self.state.nodes.items():
+        for key, ns in nodes.items():
             seen = ns.last_seen
             if quick and ns.online and not ns.stopping and seen is not None and (
                 seen.timestamp() + after * (ns.interval_s or interval) > now_ts
@@ -107,7 +199,20 @@ class Liveness:
         return any(self.plan.by_name[n].reads_liveness for n in self.book.rules_on(ns.node_entity.key))
 
     def next_change(self, now: datetime) -> datetime | None:
-        """The next instant a node goes offline or passes its grace, after `now`."""
+        """The next instant a node goes offline or passes its grace, after `now` (those due by `now` are left to
+        the next tick's `check_nodes`)."""
+        self._sync()
+        self._take_due(now)
+        heap, at_of = self._heap, self._at
+        while heap:
+            at, key = heap[0]
+            if at_of.get(key) == at:
+                return at
+            heapq.heappop(heap)
+        return None
+
+    def walk_next_change(self, now: datetime) -> datetime | None:
+        """`next_change` by a walk over every node (the reference the heap is tested against)."""
         best: datetime | None = None
         for ns in self.state.nodes.values():
             off = self.offline_at(ns)

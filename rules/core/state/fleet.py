@@ -45,6 +45,13 @@ class FleetState:
         self.node_jobs: dict[str, list[JobInfo]] = {}  # node key -> the jobs its last snapshot listed
         self._offline: set[str] = set()  # keys of the known nodes that are offline
         self._announced: dict[str, float] = {}  # snapshot intervals agents announced before their first snapshot
+        self._touched: dict[str, None] = {}  # keys of nodes whose liveness inputs may have changed, in order
+
+    def take_touched(self) -> dict[str, None]:
+        """The keys of the nodes added, removed or changed in what liveness reads (`last_seen`, `interval_s`,
+        `stopping`, `online`, `offline_since`) since the last call, a node added after any other it follows."""
+        touched, self._touched = self._touched, {}
+        return touched
 
     def node_key(self, cluster: str, name: str) -> str:
         return name if cluster == self.cluster else f"{cluster}:{name}"
@@ -191,12 +198,15 @@ class FleetState:
         )
 
     def _seen(self, ns: NodeState, t: datetime) -> None:
+        self._touched[ns.key] = None
         if ns.last_seen is None or t > ns.last_seen:
             ns.last_seen = t
 
     def _new_node(self, key: str, name: str, cluster: str, info: NodeInfo) -> NodeState:
         ns = NodeState(key=key, name=name, cluster=cluster, info=info)
         self.nodes[key] = ns
+        self._touched.pop(key, None)
+        self._touched[key] = None  # after the nodes added before it, as in `nodes`
         return ns
 
     @staticmethod
@@ -243,6 +253,7 @@ class FleetState:
         ns = self.nodes.pop(key, None)
         if ns is None:
             return Change(key, [], [])
+        self._touched[key] = None
         self._offline.discard(key)
         for e in ns.entities.values():
             self.by_kind[e.kind].pop(e.key, None)
@@ -298,6 +309,7 @@ class FleetState:
         return bool(self._offline)
 
     def set_online(self, ns: NodeState, online: bool, now: datetime) -> None:
+        self._touched[ns.key] = None
         ns.online = online
         ns.offline_since = None if online else (ns.offline_since or now)
         if online:
