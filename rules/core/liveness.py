@@ -138,7 +138,7 @@ class Liveness:
         the last check (a node that went offline could be online again) walks them all."""
         offline = self._sync()
         if self._latest is not None and now < self._latest:
-            self._check(self.state.nodes, now, out)
+            self.walk_check_nodes(now, out)
         else:
             self._take_due(now)
             keys = set(self._due)
@@ -149,6 +149,12 @@ class Liveness:
         if self._latest is None or now > self._latest:
             self._latest = now
         self._sync()
+
+    def walk_check_nodes(self, now: datetime, out: StepResult) -> None:
+        """`check_nodes` by a walk over every node (the reference the heap is tested against)."""
+        self._check(self.state.nodes, now, out)
+        if self._latest is None or now > self._latest:
+            self._latest = now
 
     def _check(self, nodes: dict[str, NodeState], now: datetime, out: StepResult) -> None:
         """`check_nodes` over these nodes (in the fleet's order)."""
