@@ -44,6 +44,10 @@ class Liveness:
         self._seq: dict[str, tuple[int, NodeState]] = {}  # node key -> (order of `state.nodes`, the node)
         self._next_seq = 0
         self._latest: datetime | None = None  # the latest instant a node's online state was checked at
+        self._grace = timedelta(seconds=offline_grace_s)
+        self._spans: dict[float, timedelta] = {}  # snapshot interval -> the silence that makes a node offline
+        self.one_pass_share = 8
+        """A tick checks its due nodes in one pass over the fleet when they are more than this share of it."""
 
     def deadline(self, ns: NodeState) -> datetime | None:
         """The node's next liveness change: when it goes offline (online) or passes its grace (offline)."""
@@ -53,7 +57,7 @@ class Liveness:
         if ns.online:
             return off
         if ns.offline_since is not None:
-            return ns.offline_since + timedelta(seconds=self.offline_grace_s)
+            return ns.offline_since + self._grace
         return None
 
     def _sync(self) -> list[str]:
@@ -96,8 +100,20 @@ class Liveness:
                 heapq.heappush(heap, (at, key))
             due.clear()
         self._horizon = now
+        popped, many = 0, len(heap) >> 3
         while heap and heap[0][0] <= now:
+            if popped > many:  # much of the fleet due at once: the rest in one pass
+                rest = []
+                for at, key in heap:
+                    if at > now:
+                        rest.append((at, key))
+                    elif at_of.get(key) == at:
+                        due[key] = at
+                heapq.heapify(rest)
+                self._heap = heap = rest
+                break
             at, key = heapq.heappop(heap)
+            popped += 1
             if at_of.get(key) == at:
                 due[key] = at
         if len(heap) > 64 and len(heap) > 4 * len(at_of):  # mostly stale: rebuild
@@ -111,7 +127,10 @@ class Liveness:
         if not self.detection or ns.last_seen is None:
             return None
         interval = ns.interval_s or self.snapshot_interval_s
-        return ns.last_seen + timedelta(seconds=OFFLINE_AFTER_INTERVALS * interval)
+        span = self._spans.get(interval)
+        if span is None:
+            span = self._spans[interval] = timedelta(seconds=OFFLINE_AFTER_INTERVALS * interval)
+        return ns.last_seen + span
 
     def check_online(self, ns: NodeState, now: datetime, out: StepResult) -> None:
         """Mark the node online or offline as of `now`; a change is seen at once by the liveness rules."""
@@ -134,8 +153,9 @@ class Liveness:
         """At a tick: every node's online state; nodes offline past the grace are forgotten, their incidents gone.
 
         Only the nodes whose deadline is due, or that are offline and reported since the last tick, can change:
-        those are checked, in the fleet's order, as a walk over every node would. A clock that went back since
-        the last check (a node that went offline could be online again) walks them all."""
+        those are checked, in the fleet's order, as a walk over every node would (in one pass over the fleet when
+        they are more than `1 / one_pass_share` of it). A clock that went back since the last check (a node that
+        went offline could be online again) walks them all."""
         offline = self._sync()
         if self._latest is not None and now < self._latest:
             self.walk_check_nodes(now, out)
@@ -143,8 +163,11 @@ class Liveness:
             self._take_due(now)
             keys = set(self._due)
             keys.update(offline)
-            if keys:
-                seq, nodes = self._seq, self.state.nodes
+            nodes = self.state.nodes
+            if len(keys) * self.one_pass_share > len(nodes):  # much of the fleet (say all going offline)
+                self._check({k: ns for k, ns in nodes.items() if k in keys}, now, out)
+            elif keys:
+                seq = self._seq
                 self._check({k: nodes[k] for k in sorted(keys, key=lambda k: seq[k][0])}, now, out)
         if self._latest is None or now > self._latest:
             self._latest = now

@@ -65,14 +65,16 @@ def _step(ours: Core, ref: Core, item: Item, now: datetime, probes: list[float])
 
 @settings(max_examples=examples(EXAMPLES), deadline=None, derandomize=not os.environ.get("GPUEVENTS_PROPERTY_EXAMPLES"),
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(items=inputs(), detection=st.booleans(), back=st.booleans(),
+@given(items=inputs(), detection=st.booleans(), back=st.booleans(), one_pass=st.sampled_from([8, 10**9]),
        probes=st.lists(st.sampled_from([-400.0, -45.0, -15.0, 0.0, 0.0, 30.0, 45.0, 120.0, 900.0]), max_size=4))
 def test_the_heap_answers_what_the_walk_answers(
-    tmp_path: Path, items: list[tuple[float, Item]], detection: bool, back: bool, probes: list[float],
+    tmp_path: Path, items: list[tuple[float, Item]], detection: bool, back: bool, one_pass: int,
+    probes: list[float],
 ) -> None:
     for v in range(3):
         _rules(tmp_path, v)
     ours, ref = _core(tmp_path, detection), _walking(_core(tmp_path, detection))
+    ours.liveness.one_pass_share = one_pass  # a small fleet: due nodes in one pass, or sorted by the fleet's order
     last = at(0)
     for t, item in items:
         now = at(t)
