@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from agent.attribution import PsutilIdentifier
 from agent.gpm import GpmReader
@@ -35,13 +35,19 @@ _NVML_FI_DEV_MEMORY_TEMP = 82
 _VALUE_MEMBER = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
 
 
+class ProcessIdentifier(Protocol):
+    """Who runs each pid (PsutilIdentifier reads /proc; tests give pids that are not real)."""
+
+    def identify(self, pids: Iterable[int]) -> dict[int, ProcessIdentity]: ...
+
+
 class NvmlSampler(NvmlCaller):
     """Reads every GPU and MIG instance through NVML; per-process memory and SM utilization; XIDs."""
 
     kind = "nvml"
     blocking = True
 
-    def __init__(self, nvml: Any = None, *, identifier: PsutilIdentifier | None = None,
+    def __init__(self, nvml: Any = None, *, identifier: ProcessIdentifier | None = None,
                  timing: bool = False) -> None:
         if nvml is None:
             try:

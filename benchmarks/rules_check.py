@@ -76,10 +76,10 @@ def main() -> None:
           f"load average (1 min) {os.getloadavg()[0]:.2f}")
     for name, m in medians.items():
         info = seen[name]
-        mods = info["modules"]
-        assert isinstance(mods, int)
+        mods, heavy = info["modules"], info["heavy"]
+        assert isinstance(mods, int) and isinstance(heavy, list)
         print(f"  {name:38} {m * 1000:6.0f} ms (x{m / base_s:4.2f})   {mods:5d} modules (x{mods / base_mods:4.2f})"
-              f"   runtime libraries: {', '.join(info['heavy']) or 'none'}")  # type: ignore[arg-type]
+              f"   runtime libraries: {', '.join(heavy) or 'none'}")
 
 
 if __name__ == "__main__":

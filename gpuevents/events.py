@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time as _time
 from datetime import UTC, datetime
-from typing import Annotated, Literal, get_args
+from typing import Annotated, Literal, get_args, overload
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -271,6 +271,10 @@ class JobEnded(_Model):
     peak_util_pct: float | None = None
     mean_sm_active_pct: float | None = None
     peak_mem_mib: float | None = None
+    p95_util_pct: float | None = None
+    p95_sm_active_pct: float | None = None
+    p95_mem_mib: float | None = None
+    """The 95th percentiles over the job's GPU-time (never under the truth, never over the peak)."""
     idle_share_pct: float | None = None
     cost: float = 0.0
     cost_text: str = ""
@@ -317,6 +321,16 @@ def encode_event(event: Event) -> bytes:
     return event.model_dump_json(exclude_none=False).encode()
 
 
+@overload
+def make_event(type_: Literal["node.snapshot"], node: str, data: NodeSnapshot, *, cluster: str = "default",
+               time: datetime | None = None, id: str | None = None) -> SnapshotEvent: ...
+
+
+@overload
+def make_event(type_: str, node: str, data: BaseModel, *, cluster: str = "default", time: datetime | None = None,
+               id: str | None = None) -> Event: ...
+
+
 def make_event(
     type_: str,
     node: str,
@@ -326,7 +340,7 @@ def make_event(
     time: datetime | None = None,
     id: str | None = None,
 ) -> Event:
-    """Build an envelope around `data` for `node`."""
+    """Build an envelope around `data` for `node` (a snapshot's is a SnapshotEvent: its type says so)."""
     t = time or datetime.now(UTC)
     obj: dict[str, object] = {
         "type": type_,

@@ -11,7 +11,7 @@ from typing import Any
 import nats
 import nats.js.errors
 import pytest
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 
@@ -24,12 +24,19 @@ from tests.quick import QUICK_EXAMPLES, set_quick
 SLOW_FIXTURES = frozenset({"slurm", "nats_cluster", "kube_cluster"})
 
 
+# No test fails on timing: hypothesis' per-example deadline and its "too slow" health check do, on a loaded machine.
+UNTIMED = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """`-m "not slow"` or GPUEVENTS_QUICK=1 is the quick loop: hypothesis runs fewer examples."""
     if os.environ.get("GPUEVENTS_QUICK") == "1" or "not slow" in (config.option.markexpr or ""):
         set_quick(True)
-        settings.register_profile("quick", max_examples=QUICK_EXAMPLES)
+        settings.register_profile("quick", UNTIMED, max_examples=QUICK_EXAMPLES)
         settings.load_profile("quick")
+    else:
+        settings.register_profile("full", UNTIMED)
+        settings.load_profile("full")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -123,4 +130,5 @@ async def stored_messages(js: JetStreamContext, stream: str, limit: int = 10_000
 
 from tests.kube_cluster import kube_cluster  # noqa: E402, F401 - a fixture: a real Kubernetes control plane
 from tests.nats_cluster import nats_cluster  # noqa: E402, F401 - a fixture: three nats-servers as one cluster
+from tests.pending import no_pending_tasks  # noqa: E402, F401 - autouse: a test that leaves asyncio tasks fails
 from tests.slurm_cluster import slurm  # noqa: E402, F401 - a fixture: a real Slurm on loopback

@@ -31,7 +31,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import pytest
 from lightkube import AsyncClient, Client, KubeConfig
@@ -43,6 +43,24 @@ from lightkube.resources.core_v1 import Namespace, Node, ServiceAccount, Service
 from gpuevents.server import free_port
 
 T = TypeVar("T")
+
+
+class _HasMeta(Protocol):
+    @property
+    def metadata(self) -> ObjectMeta | None: ...
+
+
+def meta(obj: _HasMeta) -> ObjectMeta:
+    """An object's metadata, which the API server always fills in (lightkube's models type it optional)."""
+    assert obj.metadata is not None, obj
+    return obj.metadata
+
+
+def name_of(obj: _HasMeta) -> str:
+    """An object's name, which the API server always has."""
+    name = meta(obj).name
+    assert name is not None, obj
+    return name
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = ROOT / "scripts" / "k8s-test-tools.sh"
 STAGES = Path(__file__).resolve().parent / "kwok-stages.yaml"
@@ -148,7 +166,7 @@ class KubeCluster:
             token = c.create(ServiceAccountToken(metadata=ObjectMeta(name=name, namespace=namespace),
                                                  spec=TokenRequestSpec(audiences=[], expirationSeconds=3600)),
                              name, namespace=namespace)
-        assert token.status is not None
+        assert token.status is not None and token.status.token is not None
         return write_kubeconfig(self.root / f"sa-{namespace}-{name}.kubeconfig", self.server,
                                 self.certs / "ca.crt", {"token": token.status.token}, namespace)
 
@@ -174,7 +192,7 @@ class KubeCluster:
 
             return self.wait(ready, timeout, f"node {name} Ready (kwok)")
 
-    def wait(self, condition: Callable[[], T], timeout: float = 30.0, what: str = "condition",
+    def wait(self, condition: Callable[[], T | None], timeout: float = 30.0, what: str = "condition",
              interval: float = 0.05) -> T:
         """Poll `condition` until it returns something truthy; fail after `timeout` (daemons that died say so)."""
         deadline = time.monotonic() + timeout

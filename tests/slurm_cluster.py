@@ -14,7 +14,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -142,14 +142,15 @@ class SlurmCluster:
         self.procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env,
                                            start_new_session=True))
 
-    def _wait(self, cond: object, timeout: float, what: str) -> None:
+    def _wait(self, cond: Callable[[], object], timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for p in self.procs:
                 if p.poll() is not None:
-                    raise RuntimeError(f"{p.args[0]} exited with {p.returncode} while waiting for {what}:\n"
+                    daemon = p.args[0] if isinstance(p.args, list) else p.args
+                    raise RuntimeError(f"{daemon!s} exited with {p.returncode} while waiting for {what}:\n"
                                        + self.logs())
-            if cond():  # type: ignore[operator]
+            if cond():
                 return
             time.sleep(0.1)
         raise TimeoutError(f"Slurm: timed out waiting for {what}:\n{self.logs()}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 
 from lightkube import ApiError, Client, KubeConfig
-from lightkube.models.core_v1 import Container, PodSpec, ResourceRequirements
+from lightkube.models.core_v1 import Container, PodCondition, PodSpec, ResourceRequirements
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Node, Pod
 
@@ -25,7 +25,8 @@ def test_gpus_are_scheduled_as_node_capacity_and_a_cordon_is_honoured(kube_clust
     with contextlib.closing(kube_cluster.sync_client()) as c:
         for name, gpus in (("fits", 2), ("too-big", 64)):
             pod = gpu_pod(name, ns, gpus)
-            pod.spec.nodeSelector = {"pool": ns}  # type: ignore[union-attr]
+            assert pod.spec is not None
+            pod.spec.nodeSelector = {"pool": ns}
             c.create(pod)
 
         def phase(name: str) -> tuple[str | None, str | None]:
@@ -33,16 +34,18 @@ def test_gpus_are_scheduled_as_node_capacity_and_a_cordon_is_honoured(kube_clust
             return (p.spec.nodeName if p.spec else None), (p.status.phase if p.status else None)
 
         assert kube_cluster.wait(lambda: phase("fits") == (node, "Running"), 30, "the 2-GPU pod running")
-        conditions = kube_cluster.wait(lambda: [x for x in (c.get(Pod, "too-big", namespace=ns).status.conditions
-                                                             or []) if x.reason == "Unschedulable"],
-                                       30, "the 64-GPU pod found unschedulable")
+        def unschedulable(name: str) -> list[PodCondition]:
+            status = c.get(Pod, name, namespace=ns).status
+            return [x for x in (status.conditions if status else None) or [] if x.reason == "Unschedulable"]
+
+        conditions = kube_cluster.wait(lambda: unschedulable("too-big"), 30, "the 64-GPU pod found unschedulable")
         assert "nvidia.com/gpu" in (conditions[0].message or "")
         c.patch(Node, node, {"spec": {"unschedulable": True}})
         late = gpu_pod("late", ns, 0)
-        late.spec.nodeSelector = {"pool": ns}  # type: ignore[union-attr]
+        assert late.spec is not None
+        late.spec.nodeSelector = {"pool": ns}
         c.create(late)
-        kube_cluster.wait(lambda: [x for x in (c.get(Pod, "late", namespace=ns).status.conditions or [])  # type: ignore[union-attr]
-                                   if x.reason == "Unschedulable"], 30, "no place on a cordoned node")
+        kube_cluster.wait(lambda: unschedulable("late"), 30, "no place on a cordoned node")
         assert phase("late") == (None, "Pending")
 
 

@@ -11,18 +11,18 @@ T = TypeVar("T")
 
 
 @overload
-async def wait_for(condition: Callable[[], Awaitable[T]], timeout: float = 10.0, interval: float = 0.02,
+async def wait_for(condition: Callable[[], Awaitable[T | None]], timeout: float = 10.0, interval: float = 0.02,
                    what: str = "condition") -> T: ...
 
 
 @overload
-async def wait_for(condition: Callable[[], T], timeout: float = 10.0, interval: float = 0.02,
+async def wait_for(condition: Callable[[], T | None], timeout: float = 10.0, interval: float = 0.02,
                    what: str = "condition") -> T: ...
 
 
 async def wait_for(condition: Callable[[], Any], timeout: float = 10.0,
                    interval: float = 0.02, what: str = "condition") -> Any:
-    """Poll `condition` (sync or async) until it returns something truthy; fail after `timeout`."""
+    """Poll `condition` (sync or async) until it returns something truthy (so not None); fail after `timeout`."""
     deadline = time.monotonic() + timeout
     while True:
         result = condition()

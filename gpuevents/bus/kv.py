@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import contextlib
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import nats.errors
 import nats.js.errors
 from nats.js import JetStreamContext, api
 from nats.js.kv import KeyValue
 
+from gpuevents.aio import guarded_task
 from gpuevents.bus.errors import BusError, BusTimeout, KvExists, KvWrongRevision, ack_error, bus_errors
 from gpuevents.bus.publishing import AckPipe
 
@@ -132,8 +136,8 @@ class Kv:
         with bus_errors(f"listing keys under {prefix!r}"):
             # A scan's ordered consumer is gone 10 s after it stops (nats-py's default, 5 min, leaves hundreds
             # of them on the servers' meta layer when partitions scan every few seconds).
-            watcher = await self._kv.watch(f"{prefix}>" if prefix else ">", ignore_deletes=True,
-                                           meta_only=meta_only, inactive_threshold=SCAN_CONSUMER_TTL_S)
+            watcher = await _watch(self._kv.watch(f"{prefix}>" if prefix else ">", ignore_deletes=True,
+                                                  meta_only=meta_only, inactive_threshold=SCAN_CONSUMER_TTL_S))
         out: list[KvEntry] = []
         last_seen = False  # an entry with nothing pending after it came: the scan is complete
         marker = False
@@ -155,8 +159,32 @@ class Kv:
                 if e.operation is None and e.key.startswith(prefix):
                     out.append(KvEntry(e.key, e.value or b"", e.revision or 0))
         finally:
-            await watcher.stop()
+            await _stop(watcher)
         return out
+
+
+# nats-py starts a watch's heartbeat and flow-control tasks before `watch` returns it, and ends them only at the
+# end of its `stop`: a scan cancelled half-way through either (an engine stopping) left them running for as long
+# as the connection. Both are seen through to their end, then the cancel goes on.
+
+async def _watch(making: Coroutine[Any, Any, KeyValue.KeyWatcher]) -> KeyValue.KeyWatcher:
+    task = guarded_task(making, "KV scan watch", awaited=True)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            await _stop(await task)
+        raise
+
+
+async def _stop(watcher: KeyValue.KeyWatcher) -> None:
+    task = guarded_task(watcher.stop(), "KV scan stop", awaited=True)
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            await task
+        raise
 
 
 async def open_bucket(js: JetStreamContext, bucket: str, replicas: int, pipe: AckPipe) -> Kv:

@@ -188,11 +188,11 @@ def _write_history(cfg: Config, seconds: float, nodes: int, gpus_per_node: int, 
         raise typer.Exit(2) from None
     shown = ", ".join(done.nodes[:3]) + (f" and {len(done.nodes) - 3} more" if len(done.nodes) > 3 else "")
     typer.secho(f"Wrote {format_duration(seconds)} of SIMULATED usage for {shown} ({gpus_per_node} GPUs each): "
-                f"{done.hours} node-hours to {cfg.engine.usage_db}"
+                f"{done.hours} node-hours and {done.jobs} job summaries to {cfg.engine.usage_db}"
                 + (f"; {done.skipped} node-hours already had usage and were left alone" if done.skipped else "")
                 + ".", fg="yellow", err=True)
-    typer.echo("See it: gpuevents report --format html -o report.html  (or the dashboard's 24-hour heatmap)",
-               err=True)
+    typer.echo("See it: gpuevents report --format html -o report.html, gpuevents report --weeks 13, "
+               "gpuevents rightsize, gpuevents jobs (or the dashboard)", err=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -8,6 +8,8 @@ from datetime import datetime
 from gpuevents.config import Config
 from gpuevents.costs import CostModel
 from rules.usage.fits import FitAggregator
+from rules.usage.jobledger import JobKey, JobTally
+from rules.usage.jobstore import JobStore
 from rules.usage.rollup import TeamResolver, UsageAggregator
 from rules.usage.simweek import TEAM_OF, HistoryPlan, count_history, drop_recorded, history_span
 from rules.usage.store import UsageStore
@@ -20,6 +22,7 @@ class HistoryWritten:
     nodes: tuple[str, ...]
     hours: int  # node-hours written
     skipped: int  # node-hours left alone: they had usage already
+    jobs: int = 0  # job summaries written (`gpuevents jobs`)
 
 
 def history_nodes(config: Config, nodes: int) -> tuple[str, ...]:
@@ -48,7 +51,10 @@ def write_history(config: Config, *, seconds: float, nodes: int, gpus_per_node: 
         rated_power_w=lambda model: costs.gpu_cost(model).rated_power_w,
     )
     fits = FitAggregator(snapshot_interval=plan.step_s, teams=aggregator.teams)
-    batch = count_history(plan, aggregator, fits)
+    tallies: dict[JobKey, JobTally] = {}
+    batch = count_history(plan, aggregator, fits, tallies)
+    for t in tallies.values():
+        t.simulated = True
     with UsageStore(config.engine.usage_db) as store:
         recorded = {r for r in store.recorded_hours(start.timestamp(), end.timestamp()) if r[1] == config.cluster}
         fresh = drop_recorded(batch, recorded)
@@ -56,6 +62,8 @@ def write_history(config: Config, *, seconds: float, nodes: int, gpus_per_node: 
         recorded_hours = {h for h, _c, _n in recorded}
         store.add_fits([(k, a) for k, a in fits.drain() if k.hour not in recorded_hours])
         store.mark_simulated()
+    with JobStore(config.engine.usage_db) as job_store:
+        jobs = job_store.put_new(list(tallies.values()), costs)
     written = {(k.hour, k.node) for k, _ in fresh.usage}
     skipped = {(h, n) for h, _, n in recorded if n in names}
-    return HistoryWritten(nodes=names, hours=len(written), skipped=len(skipped))
+    return HistoryWritten(nodes=names, hours=len(written), skipped=len(skipped), jobs=jobs)

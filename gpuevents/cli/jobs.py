@@ -15,6 +15,7 @@ from gpuevents.config import Config
 from gpuevents.costs import CostModel
 from gpuevents.durations import format_duration, parse_duration
 from rules.usage.jobstore import JobStore, JobSummary
+from rules.usage.rightsize import HEADROOM, MIN_HOURS
 
 ConfigOption = Annotated[Path | None, typer.Option("-c", "--config", help="config YAML")]
 JsonOption = Annotated[bool, typer.Option("--json", help="JSON instead of text")]
@@ -32,6 +33,17 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:.0f} %"
 
 
+def _gib(mib: float | None) -> str:
+    return "-" if mib is None else f"{mib / 1024:.1f} GiB"
+
+
+def _no_fit(s: JobSummary) -> str:
+    """Why a summary names no slice: too little seen, or none holds the job."""
+    if s.gpu_hours < MIN_HOURS or s.peak_mem_mib is None or (s.p95_util_pct is None and s.peak_util_pct is None):
+        return f"not assessed: too little data (under {MIN_HOURS:g} GPU-hour, or no memory or utilization reading)"
+    return f"none: no MIG slice of its GPU holds its peak memory and p95 compute (plus {HEADROOM:.0%} headroom)"
+
+
 def _when(d: datetime | None) -> str:
     return "-" if d is None else d.strftime("%Y-%m-%d %H:%M")
 
@@ -41,17 +53,19 @@ def describe(s: JobSummary, costs: CostModel) -> str:
     state = "running" if s.running else f"ended {_when(s.ended_at)}"
     where = ", ".join(s.nodes) or "-"
     lines = [
-        f"Job {s.id} ({s.scheduler}{', ' + s.name if s.name else ''}): {state}",
+        f"Job {s.id} ({s.scheduler}{', ' + s.name if s.name else ''}): {state}"
+        + ("  [SIMULATED: written by gpuevents simulate --history]" if s.simulated else ""),
         f"  user       {s.user or '-'}   account {s.account or '-'}   partition {s.partition or '-'}   "
         f"qos {s.qos or '-'}",
         f"  GPUs       {s.gpu_count} x {s.model or 'unknown model'} on {where}",
         f"  started    {_when(s.started_at)}   for {format_duration(s.hours * 3600)}",
         f"  GPU-hours  {s.gpu_hours:.2f}   cost {costs.format(s.cost)}",
-        f"  util       mean {_pct(s.mean_util_pct)}   peak {_pct(s.peak_util_pct)}   "
-        f"SM active {_pct(s.mean_sm_active_pct) if s.mean_sm_active_pct is not None else 'not measured'}",
-        f"  memory     peak {'-' if s.peak_mem_mib is None else f'{s.peak_mem_mib / 1024:.1f} GiB'}",
+        f"  util       mean {_pct(s.mean_util_pct)}   p95 {_pct(s.p95_util_pct)}   peak {_pct(s.peak_util_pct)}",
+        "  SM active  " + (f"mean {_pct(s.mean_sm_active_pct)}   p95 {_pct(s.p95_sm_active_pct)}"
+                            if s.mean_sm_active_pct is not None else "not measured"),
+        f"  memory     p95 {_gib(s.p95_mem_mib)}   peak {_gib(s.peak_mem_mib)}",
         f"  idle       {_pct(s.idle_share_pct)} of its GPU time",
-        f"  smaller fit {s.smaller_fit or 'not assessed'}",
+        f"  smaller fit {s.smaller_fit or _no_fit(s)}",
         f"  {s.line(costs)}",
     ]
     return "\n".join(lines)
@@ -62,7 +76,8 @@ def job_command(
     json: JsonOption = False,
     config: ConfigOption = None,
 ) -> None:
-    """A job's summary: GPU-hours, mean and peak utilisation, SM activity, peak memory, idle share, cost."""
+    """A job's summary: GPU-hours, mean, p95 and peak utilisation and SM activity, p95 and peak memory, idle share,
+    cost, the MIG slice it would have fitted."""
     cfg = load_config_or_exit(config)
     with _store(cfg) as store:
         found = store.find(job_id)
@@ -99,10 +114,12 @@ def jobs_command(
     if not found:
         typer.echo(f"no jobs seen in the last {since}{' for ' + user if user else ''}")
         return
+    if any(s.simulated for s in found):
+        typer.echo("Includes simulated jobs (gpuevents simulate --history): marked *.")
     typer.echo(f"{'JOB':<14} {'USER':<10} {'PARTITION':<10} {'GPUS':>4} {'HOURS':>6} {'GPU-H':>7} {'UTIL':>5} "
                f"{'IDLE':>5} {'COST':>9}  STATE")
     for s in found:
         typer.echo(f"{s.id[:14]:<14} {(s.user or '-')[:10]:<10} {(s.partition or s.namespace or '-')[:10]:<10} "
                    f"{s.gpu_count:>4} {s.hours:>6.1f} {s.gpu_hours:>7.2f} {_pct(s.mean_util_pct):>5} "
                    f"{_pct(s.idle_share_pct):>5} {costs.format(s.cost):>9}  "
-                   f"{'running' if s.running else 'ended'}")
+                   f"{'running' if s.running else 'ended'}{' *' if s.simulated else ''}")

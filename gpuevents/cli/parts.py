@@ -146,7 +146,8 @@ async def _dashboard(engines: list[Any], config: Config, stop: asyncio.Event) ->
     from rules.dashboard.usage_source import UsageSource
     from rules.engine.dashboard_source import EngineDashboardSource
 
-    usage = UsageSource(config.engine.usage_db, CostModel(config.costs))  # the rollups the engine writes
+    usage = UsageSource(config.engine.usage_db, CostModel(config.costs),  # the rollups the engine writes
+                        targets={name: t.target_util_pct for name, t in config.teams.items()})
     runner = await serve_dashboard(EngineDashboardSource(engines), "127.0.0.1", config.engine.dashboard_port or 0,
                                    usage)
     log.info("dashboard on http://127.0.0.1:%d/", bound_port(runner))

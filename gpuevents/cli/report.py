@@ -51,7 +51,7 @@ def make_report(config: Config, now: datetime, team: str | None = None) -> tuple
         usage = store.usage(since.timestamp(), until.timestamp(), team)
         jobs = store.idle_jobs(since.timestamp(), until.timestamp(), team)
         previous = store.usage(before.timestamp(), since.timestamp(), team)
-        quarter_rows = store.usage(quarter_since.timestamp(), until.timestamp(), team)
+        quarter_rows = store.week_sums(quarter_since.timestamp(), until.timestamp(), team)
         fit_rows = store.fits(since.timestamp(), until.timestamp())
         simulated = store.simulated()
     report = build_report(
@@ -60,8 +60,8 @@ def make_report(config: Config, now: datetime, team: str | None = None) -> tuple
     )
     targets = {name: t.target_util_pct for name, t in config.teams.items()}
     q = build_quarter(quarter_rows, costs, quarter_since, until, targets if team is None else
-                      {team: targets.get(team)})
-    shown = [q.fleet] + [s for s in q.teams if team is None or s.team == team]
+                      {team: targets.get(team)}, team=team)
+    shown = q.lines()  # a team's report reads the team's rows only: no "fleet" line that is the team again
     report.kpi = [KpiLine(team=s.team, text=s.change_text(), on_target=s.on_target) for s in shown if s.known]
     report.rightsize = rightsize_lines(fit_rows, costs, (until - since).total_seconds() / 3600, team)
     report.simulated = simulated
@@ -127,16 +127,16 @@ def quarter_text(cfg: Config, now: datetime, weeks: int | None, since: str | Non
         raise typer.BadParameter("--until must come after --since", param_hint="--until")
     targets = {name: t.target_util_pct for name, t in cfg.teams.items()}
     with UsageStore(path) as store:
-        rows = store.usage(start.timestamp(), end.timestamp(), team)
+        rows = store.week_sums(start.timestamp(), end.timestamp(), team)  # per week, summed in SQLite
         simulated = store.simulated()
         before_rows = None
         if compare_with:
             a, b = _period(compare_with)
-            before_rows = store.usage(a.timestamp(), b.timestamp(), team)
+            before_rows = store.week_sums(a.timestamp(), b.timestamp(), team, step=(b - a).total_seconds())
     if team is not None:
         targets = {team: targets.get(team)}
-    q = build_quarter(rows, costs, start, end, targets, simulated=simulated)
-    comparison = compare(before_rows, rows, costs, _period(compare_with), (start, end)) \
+    q = build_quarter(rows, costs, start, end, targets, simulated=simulated, team=team)
+    comparison = compare(before_rows, rows, costs, _period(compare_with), (start, end), team) \
         if compare_with and before_rows is not None else None
     return render_quarter(q, costs, fmt, comparison), len(q.teams)
 

@@ -26,7 +26,8 @@ class IncidentBook:
         self._by_entity: dict[str, set[str]] = {}
         self.snoozes: dict[tuple[str, str], Snooze] = {}  # (rule, entity id) -> snooze
         self._deadline_of: dict[tuple[str, str], datetime] = {}  # (rule, key) -> its incident's next deadline
-        self._heap: list[tuple[datetime, str, str]] = []  # (deadline, rule, key); stale entries skipped
+        # (deadline as a timestamp: floats compare faster than aware datetimes, deadline, rule, key); stale skipped
+        self._heap: list[tuple[float, str, str, datetime]] = []
         self._parked: set[tuple[str, str]] = set()  # due, taken off the heap, not changed since
 
     # ------------------------------------------------------------------ incidents
@@ -77,7 +78,7 @@ class IncidentBook:
         elif self._deadline_of.get(ident) != d:
             self._deadline_of[ident] = d
             self._parked.discard(ident)
-            heapq.heappush(self._heap, (d, *ident))
+            heapq.heappush(self._heap, (d.timestamp(), rule.name, inc.entity_key, d))
             if len(self._heap) > 64 + 2 * len(self._deadline_of):
                 self._compact()
 
@@ -113,8 +114,9 @@ class IncidentBook:
         and no tick is asked for it."""
         heap, live, parked = self._heap, self._deadline_of, self._parked
         out: list[tuple[str, str]] = []
-        while heap and heap[0][0] <= now:
-            d, rule, key = heapq.heappop(heap)
+        now_ts = now.timestamp()
+        while heap and heap[0][0] <= now_ts:
+            _, rule, key, d = heapq.heappop(heap)
             ident = (rule, key)
             if live.get(ident) == d and ident not in parked:
                 parked.add(ident)
@@ -125,14 +127,14 @@ class IncidentBook:
         """The earliest deadline of any open incident (it may be past: an offline node's, due when it is back)."""
         heap, live = self._heap, self._deadline_of
         while heap:
-            d, rule, key = heap[0]
+            _, rule, key, d = heap[0]
             if live.get((rule, key)) == d and (rule, key) not in self._parked:
                 return d
             heapq.heappop(heap)
         return None
 
     def _compact(self) -> None:
-        self._heap = [(d, r, k) for (r, k), d in self._deadline_of.items() if (r, k) not in self._parked]
+        self._heap = [(d.timestamp(), r, k, d) for (r, k), d in self._deadline_of.items() if (r, k) not in self._parked]
         heapq.heapify(self._heap)
 
     # ------------------------------------------------------------------ snoozes

@@ -66,6 +66,10 @@ class Core:
         self.recovery = Recovery(self.plan, self.book, self.state, self.limiter, self.evaluator, self.settling,
                                  offline_grace_s=self.offline_grace_s)
         self.events = EventPath(self.plan, self.state, self.book, self.evaluator, self.liveness, self.timers)
+        self.defer_limits = False
+        """While set, steps leave the rate-limit windows out of their results: the caller steps a batch and takes
+        them once at its end (`take_limits`). Copying every window at every step that ran an action is quadratic
+        at a big fleet's start."""
         self._set_rules(rules)
 
     # ------------------------------------------------------------------ rules
@@ -220,5 +224,9 @@ class Core:
                 requests = self.sender.requests(p.rule, p.entity, p.incident, p.phase, now, totals, p.event_time)
                 out.actions += requests
                 warnings.record_sent(self, p, requests, out)
-        if self.limiter.dirty:
+        if self.limiter.dirty and not self.defer_limits:
             out.limits = self.limiter.windows(now.timestamp())
+
+    def take_limits(self, now: datetime) -> LimitWindows | None:
+        """The rate-limit windows as of `now` if steps changed them since they were last reported, else None."""
+        return self.limiter.windows(utc(now).timestamp()) if self.limiter.dirty else None

@@ -84,14 +84,20 @@ class Evaluator:
         exempt = self.state.jobs.exemptions
         nodes = self.state.nodes
         name = rule.name
-        if not online_only and since is None and not snoozes and not exempt.active:
-            # The common case (every tick's sweep of a fleet all online): one test and one lookup an entity.
-            # An open incident that still matches changes only at its deadline (its `for`, next stage or
-            # repeat, kept by the book): before it, it is left as it is without a call.
+        if since is None and not snoozes and not exempt.active:
+            # The common case (every tick's sweep): one test and one lookup an entity. An open incident that still
+            # matches changes only at its deadline (its `for`, next stage or repeat, kept by the book): before it,
+            # it is left as it is without a call. `online_only`: entities of offline nodes are skipped (none to
+            # evaluate when every node is offline).
+            offline = self.state.offline_keys if online_only else None
+            if offline and len(offline) >= len(nodes):
+                return
             advance = self.advance
             deadlines = self.book.deadlines
             scheduled = rule.scheduled
             for ent in ents:
+                if offline and ent.node_key in offline:
+                    continue
                 try:
                     matched = test(ent.ctx)
                 except Exception as e:

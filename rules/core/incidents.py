@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gpuevents.durations import format_duration
 from gpuevents.records import EntityKind, IncidentStatus, Phase
+from gpuevents.trusted import Builder
 
 ResolveReason = Literal["condition", "gone", "snoozed", "kept", "exempt", "rule_changed", "rule_removed"]
 """Why an incident closed: `condition` (it cleared), `gone` (its node went away), `snoozed` / `kept` (an operator's
@@ -102,6 +103,10 @@ class Transition(BaseModel):
     reason: str = ""
 
 
+_new_incident = Builder(Incident)
+_new_transition = Builder(Transition)
+
+
 def incident_id(rule: str, entity_key: str, active_at: datetime, rule_hash: str = "") -> str:
     """Deterministic, so two replicas (or a replay) name the same incident the same way; the rule's hash is
     part of it, so an incident a changed rule opens at the instant the old one closed is another incident."""
@@ -114,7 +119,7 @@ def open_incident(
     now: datetime,
 ) -> Incident:
     # Built from the core's own, already valid values: not validated again (thousands open at a fleet's start).
-    return Incident.model_construct(
+    return _new_incident(
         id=incident_id(rule, entity_key, now, rule_hash), rule=rule, rule_hash=rule_hash, entity_id=entity_id,
         entity_key=entity_key, entity_kind=kind, cluster=cluster, node=node, status="pending", active_at=now,
     )
@@ -181,7 +186,7 @@ def transitions(before: Incident | None, after: Incident, reason: str = "") -> l
         path.append("pending")
     path.append(after.status)
     return [
-        Transition.model_construct(
+        _new_transition(
             time=after.resolved_at if after.status in ("resolved", "inactive") and after.resolved_at else (
                 after.fired_at if after.status == "firing" and after.fired_at else after.active_at),
             rule=after.rule, entity_id=after.entity_id, entity_key=after.entity_key, incident_id=after.id,

@@ -61,7 +61,17 @@ class Liveness:
     def check_nodes(self, now: datetime, out: StepResult) -> None:
         """At a tick: every node's online state; nodes offline past the grace are forgotten, their incidents gone."""
         gone: list[str] = []
+        # A node online that reported well within its last intervals stays online (and is not gone): skipped on
+        # a float comparison; one near its instant (a millisecond) takes the exact check.
+        quick = self.detection
+        now_ts = now.timestamp() + 0.001
+        after, interval = OFFLINE_AFTER_INTERVALS, self.snapshot_interval_s
         for key, ns in self.state.nodes.items():
+            seen = ns.last_seen
+            if quick and ns.online and not ns.stopping and seen is not None and (
+                seen.timestamp() + after * (ns.interval_s or interval) > now_ts
+            ):
+                continue
             self.check_online(ns, now, out)
             if not ns.online and ns.offline_since is not None and (
                 (now - ns.offline_since).total_seconds() >= self.offline_grace_s

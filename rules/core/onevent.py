@@ -78,14 +78,15 @@ class EventPath:
             ents = by_kind[kind]
             if not ents:
                 continue
+            # each entity's delta; None: evaluate every rule (new, or its `job` changed: a GPU's or process's
+            # `job` decides whether a job's exemption covers it, so every rule reads it)
+            pairs = [(e, None if (d := deltas.get(e.key)) is None or "job" in d else d) for e in ents] if deltas else []
             for rule in rules:
                 cond = rule.condition
                 reads = cond.reads
                 if deltas and reads is not None and not cond.time_dependent:
                     # only the entities whose changes this condition reads: the others keep their result
-                    # (a GPU's or process's `job` decides whether a job's exemption covers it: read by all)
-                    sel = [e for e in ents
-                           if (d := deltas.get(e.key)) is None or not reads.isdisjoint(d) or "job" in d]
+                    sel = [e for e, d in pairs if d is None or not reads.isdisjoint(d)]
                     if sel:
                         ev.evaluate(rule, sel, now, out, t)
                 else:

@@ -25,7 +25,7 @@ STATIC = Path(__file__).parent / "static"
 SOURCE_KEY = web.AppKey("dashboard_source", DashboardSource)
 USAGE_KEY = web.AppKey("dashboard_usage", UsageSource)
 # the pages' ES modules and style sheet (no build step, nothing fetched from elsewhere)
-ASSETS = ("dashboard.js", "wall.js", "fleet.js", "timeline.js", "free.js", "colours.js", "common.js",
+ASSETS = ("dashboard.js", "wall.js", "fleet.js", "timeline.js", "free.js", "quarter.js", "colours.js", "common.js",
           "dashboard.css")
 MAX_AUDIT = 500
 PER_CHOICES: tuple[str, ...] = get_args(Per)
@@ -124,6 +124,13 @@ async def _timeline(request: web.Request) -> web.Response:
     return _json(await usage.timeline(hours, cast(Per, per), query, limit))
 
 
+async def _quarter(request: web.Request) -> web.Response:
+    usage = request.app.get(USAGE_KEY)
+    if usage is None:
+        raise web.HTTPNotFound(text="no usage history here: this dashboard was started without a rollups store")
+    return _json(await usage.quarter(_whole(request, "weeks", 13, 1, 53)))
+
+
 async def _audit(request: web.Request) -> web.Response:
     raw = request.query.get("limit", str(DEFAULT_AUDIT))
     try:
@@ -160,7 +167,8 @@ def make_dashboard_app(source: DashboardSource, usage: UsageSource | None = None
     """The app: `/` (the page), `/wall` (the office screen; also `/?view=wall`), `/static/*`,
     `/api/fleet[?offset=N&limit=M]`,
     `/api/incidents`, `/api/audit?limit=N`, `/api/free?count=N&min_free_mem=40G&model=M&label=K=V`, and with
-    `usage`, `/api/timeline?hours=24&per=auto|gpu|node&q=TEXT&limit=N`."""
+    `usage`, `/api/timeline?hours=24&per=auto|gpu|node&q=TEXT&limit=N` and `/api/quarter?weeks=13` (each team's
+    utilization week by week against its target)."""
     app = web.Application(middlewares=[_errors])
     app[SOURCE_KEY] = source
     if usage is not None:
@@ -177,6 +185,7 @@ def make_dashboard_app(source: DashboardSource, usage: UsageSource | None = None
         kind = "text/css" if name.endswith(".css") else "text/javascript"
         app.router.add_get(f"/static/{name}", _static(name, kind))
     app.router.add_get("/api/timeline", _timeline)
+    app.router.add_get("/api/quarter", _quarter)
     app.router.add_get("/api/fleet", _fleet)
     app.router.add_get("/api/incidents", _incidents)
     app.router.add_get("/api/audit", _audit)

@@ -51,6 +51,7 @@ class Timeline(BaseModel):
     rows: list[TimelineRow]
     total_rows: int
     left_out: int
+    simulated: bool = False  # the store holds simulated usage (`gpuevents simulate --history`)
 
 
 def hour_window(now: datetime, hours: int) -> tuple[int, int]:

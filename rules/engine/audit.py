@@ -8,6 +8,7 @@ from datetime import datetime
 
 from gpuevents.bus import PublishItem
 from gpuevents.records import ActionRequest, AuditRecord, audit_messages, decode_audit, transition_id, unique_records
+from gpuevents.trusted import Builder
 from rules.core.incidents import Transition
 from rules.core.inputs import Snooze
 
@@ -15,12 +16,14 @@ AUDIT_TAIL = 400
 AUDIT_TAIL_BYTES = 1 << 20  # the newest audit messages kept for the dashboard (a batch's message holds many)
 
 
+_new_record = Builder(AuditRecord)
+
+
 def transition_record(t: Transition) -> AuditRecord:
     # Built from a validated Transition whose fields have the record's types: no second validation.
-    return AuditRecord.model_construct(id=transition_id(t.incident_id, t.from_status, t.to_status),
-                                       time=t.time, kind="transition", rule=t.rule, entity_id=t.entity_id,
-                                       cluster=t.cluster, incident_id=t.incident_id, from_status=t.from_status,
-                                       to_status=t.to_status, detail=t.reason or None)
+    return _new_record(id=transition_id(t.incident_id, t.from_status, t.to_status), time=t.time, kind="transition",
+                       rule=t.rule, entity_id=t.entity_id, cluster=t.cluster, incident_id=t.incident_id,
+                       from_status=t.from_status, to_status=t.to_status, detail=t.reason or None)
 
 
 def reload_record(now: datetime, rules: int) -> AuditRecord:

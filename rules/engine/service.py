@@ -71,7 +71,7 @@ class Engine(EngineAnswers):
         self.planner = TickPlanner(self.clock, float(config.engine.tick))
         self._consumer: Consumer | None = None
         self._subs: list[Subscription] = []
-        self.dead_letters = DeadLetters(bus, self.metrics)
+        self.dead_letters = DeadLetters(bus, self.metrics, monotonic=self.clock.monotonic)
         self.partition = partition  # the fleet partition this engine acts for; None: the whole fleet
         self.may_acquire = may_acquire  # asked before taking a lapsed lease (a replica's fair share)
         self.intake = Intake(float(config.engine.max_clock_skew), self.metrics, partition, self._dead_letter)
@@ -218,6 +218,9 @@ class Engine(EngineAnswers):
         stores = self.committer.stores
         assert self.core is not None
         async with self._lock:
+            # A batch stepped before the lease lapsed may still be committing: KV holds its incidents (and its
+            # events are acknowledged, never to come again) only once it is through, so wait for it first.
+            await self._settle()
             incidents = [i for i in (await stores.incidents.load()).values() if self._owns(i.cluster, i.node)]
             snoozes = list((await stores.snoozes.load()).values())
             limits = (await stores.limits.load()).get(limits_key(self.partition))
@@ -284,26 +287,13 @@ class Engine(EngineAnswers):
             assert self.core is not None
             total = StepResult()
             counts: Counter[str] = Counter()
-            for d in deliveries:
-                event = await self.intake.accept(d)
-                if event is None:
-                    continue
-                counts[event.type] += 1
-                now = self.clock.now()
-                try:
-                    total.extend(self.core.step(event, now))
-                except Exception as e:
-                    # A schema-valid event the core cannot digest must not stop the fleet's watch, nor
-                    # come back forever: it is dead-lettered like a malformed one, with the reason.
-                    log.exception("event %s from %s could not be applied", event.type, d.subject)
-                    await self._dead_letter(d, e)
-                    continue
-                if self.usage is not None and isinstance(event, SnapshotEvent):
-                    # A repeated snapshot is counted from the equal one already held (the usage figures
-                    # read none of the fields that may differ), so the new copy dies young.
-                    snap = self.core.state.current_snapshot(event)
-                    self.usage.observe(event if snap is event.data else event.model_copy(update={"data": snap}),
-                                       now)
+            core = self.core
+            core.defer_limits = True  # the batch's windows are taken once, at its end
+            try:
+                await self._step_batch(core, deliveries, total, counts)
+            finally:
+                core.defer_limits = False
+            total.limits = core.take_limits(self.clock.now())
             self._changes += 1
             for type_, n in counts.items():
                 self.metrics.events.labels(type=type_).inc(n)
@@ -312,6 +302,29 @@ class Engine(EngineAnswers):
             self._inflight = guarded_task(self._commit_and_ack(total, deliveries), "commit", awaited=True)
             self.planner.stepped(self.core)
         self._collect()
+
+    async def _step_batch(self, core: Core, deliveries: list[Delivery], total: StepResult,
+                          counts: Counter[str]) -> None:
+        for d in deliveries:
+            event = await self.intake.accept(d)
+            if event is None:
+                continue
+            counts[event.type] += 1
+            now = self.clock.now()
+            try:
+                total.extend(core.step(event, now))
+            except Exception as e:
+                # A schema-valid event the core cannot digest must not stop the fleet's watch, nor
+                # come back forever: it is dead-lettered like a malformed one, with the reason.
+                log.exception("event %s from %s could not be applied", event.type, d.subject)
+                await self._dead_letter(d, e)
+                continue
+            if self.usage is not None and isinstance(event, SnapshotEvent):
+                # A repeated snapshot is counted from the equal one already held (the usage figures
+                # read none of the fields that may differ), so the new copy dies young.
+                snap = core.state.current_snapshot(event)
+                self.usage.observe(event if snap is event.data else event.model_copy(update={"data": snap}),
+                                   now)
 
     async def _commit_and_ack(self, result: StepResult, deliveries: list[Delivery]) -> None:
         await self.committer.commit(result, "commit the batch's actions, audit and incidents")
@@ -420,6 +433,7 @@ class Engine(EngineAnswers):
                 if self.core is not None and self.leader.is_set():
                     await self._settle()
                     await learn(self.core, self.committer, self.clock.now(), outcomes)
+                    self._changes += 1  # a warning's outcome is shown (status, dashboard): not an older model
 
     @property
     def audit_tail(self) -> list[AuditRecord]:

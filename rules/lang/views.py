@@ -241,7 +241,8 @@ class JobView:
     started_at: datetime | None
     summary: dict[str, Any] | None
     """An ended job's summary (`gpu_hours`, `hours`, `mean_util_pct`, `peak_util_pct`, `mean_sm_active_pct`,
-    `peak_mem_mib`, `idle_share_pct`, `cost`, `smaller_fit`); None while it runs."""
+    `peak_mem_mib`, `p95_util_pct`, `p95_sm_active_pct`, `p95_mem_mib`, `idle_share_pct`, `cost`, `smaller_fit`);
+    None while it runs."""
     time_limit_s: float | None
     user: str | None
     util_pct: float | None

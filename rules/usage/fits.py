@@ -2,12 +2,14 @@
 the GPU-time it held, its peak GPU memory and how its utilization (and SM activity) was spread. Pure.
 
 Utilization is kept as a histogram of seconds in twenty 5 % bins, so the 95th percentile of any window is read from
-the sum of its hours without keeping samples.
+the sum of its hours without keeping samples. A job's summary keeps GPU memory the same way, in bins an eighth of
+an octave wide (each 9 % above the last), so its p95 memory is bounded in size and never under the truth.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple
@@ -66,6 +68,46 @@ def percentile(hist: Iterable[float], q: float) -> float | None:
         if running >= q * total - 1e-9:
             return (i + 1) * (100 / BINS)
     return 100.0
+
+
+MEM_BASE_MIB = 64.0  # bin 0 holds readings under 64 MiB
+MEM_STEP = 2 ** (1 / 8)  # each bin's upper edge 9 % above the one before
+MEM_BINS = 113  # the last bin's upper edge is 64 MiB x 2^14 = 1 TiB; readings above it fall into it
+
+
+def mem_bin_of(mib: float) -> int:
+    """The memory bin of a reading: 0 under 64 MiB, then bins 2^(1/8) wide (the last one open-ended)."""
+    return min(bisect_right(_MEM_EDGES, mib), MEM_BINS - 1)
+
+
+def mem_edge(i: int) -> float:
+    """The upper edge (MiB, exclusive) of memory bin `i`."""
+    return _MEM_EDGES[i]
+
+
+_MEM_EDGES = tuple(MEM_BASE_MIB * MEM_STEP**i for i in range(MEM_BINS))  # upper edge of each bin
+
+
+def sparse_percentile(hist: Mapping[int, float], q: float, edge: Callable[[int], float],
+                      cap: float | None = None) -> float | None:
+    """The `q` quantile (0-1) of a sparse histogram, as the upper edge of its bin (never under the truth), at most
+    `cap` (the measured peak: no quantile exceeds it); None when empty."""
+    total = sum(v for v in hist.values() if v > 0)
+    if total <= 0:
+        return None
+    running = 0.0
+    found = edge(max(hist))
+    for b in sorted(hist):
+        running += max(hist[b], 0.0)
+        if running >= q * total - 1e-9:
+            found = edge(b)
+            break
+    return found if cap is None else min(found, cap)
+
+
+def pct_edge(i: int) -> float:
+    """The upper edge of a 5 % bin."""
+    return (i + 1) * (100 / BINS)
 
 
 def workload_of(gpu: GpuInfo, procs: list[ProcessInfo], owner: str, info: JobInfo | None = None) -> str:

@@ -1,5 +1,5 @@
-"""Per-job tallies from snapshots (GPU-seconds, utilisation, SM activity, memory, idle time, energy) and the
-moment each job ends: pure, time from the events, no I/O."""
+"""Per-job tallies from snapshots (GPU-seconds, utilisation, SM activity, memory, idle time, energy; their spread
+as small histograms for the 95th percentiles) and the moment each job ends: pure, time from the events, no I/O."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 
 from gpuevents.events import GpuInfo, JobInfo, SnapshotEvent
 from rules.lang.exemptions import parse as parse_exemptions
+from rules.usage.fits import bin_of, mem_bin_of
 
 JobKey = tuple[str, str, str]
 """(cluster, scheduler, job id)"""
@@ -42,10 +43,14 @@ class JobTally:
     mem_peak_mib: float | None = None
     idle_gpu_s: float = 0.0
     kwh: float = 0.0
+    util_hist: dict[int, float] = field(default_factory=dict)  # 5 % bin -> GPU-seconds (rules/usage/fits.py)
+    sm_hist: dict[int, float] = field(default_factory=dict)
+    mem_hist: dict[int, float] = field(default_factory=dict)  # memory bin (fits.mem_bin_of) -> GPU-seconds
     gpus_on: dict[str, int] = field(default_factory=dict)  # node -> how many of its GPUs the job holds
     samples: dict[str, list[GpuInfo]] = field(default_factory=dict)  # node -> its job's GPUs, last sampled
     on_nodes: dict[str, datetime] = field(default_factory=dict)
     """Node -> its latest snapshot that listed this job (the job is on no node once it has ended)."""
+    simulated: bool = False  # written by `gpuevents simulate --history`, not seen on a fleet
     exemption: str | None = None  # the annotations exempting it (`gpuevents.io/keep-until: …`), or None
     exempt_until: datetime | None = None
 
@@ -132,12 +137,21 @@ class JobLedger:
         dt = max(0.0, min((t - prev).total_seconds(), self.max_gap.total_seconds()))
         for g in tally.samples.get(node, []):
             tally.gpu_s += dt
+            if dt <= 0:
+                continue
             if g.util_pct is not None:
                 tally.util_s += g.util_pct * dt
                 tally.util_known_s += dt
+                b = bin_of(g.util_pct)
+                tally.util_hist[b] = tally.util_hist.get(b, 0.0) + dt
             if g.sm_active_pct is not None:
                 tally.sm_s += g.sm_active_pct * dt
                 tally.sm_known_s += dt
+                b = bin_of(g.sm_active_pct)
+                tally.sm_hist[b] = tally.sm_hist.get(b, 0.0) + dt
+            if g.mem_used_mib is not None:
+                b = mem_bin_of(g.mem_used_mib)
+                tally.mem_hist[b] = tally.mem_hist.get(b, 0.0) + dt
             if g.idle:
                 tally.idle_gpu_s += dt
             if g.power_w is not None:

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict
 
 from gpuevents.costs import CostModel
 from gpuevents.events import SCHEDULER_SOURCE, JobEnded, JobEndedEvent, make_event
+from rules.usage.fits import mem_edge, pct_edge, sparse_percentile
 from rules.usage.jobledger import JobTally
 from rules.usage.rightsize import WorkloadUse, advise
 
@@ -27,7 +28,8 @@ CREATE TABLE IF NOT EXISTS job_summaries (
     gpu_s REAL NOT NULL DEFAULT 0, util_s REAL NOT NULL DEFAULT 0, util_known_s REAL NOT NULL DEFAULT 0,
     util_peak REAL, sm_s REAL NOT NULL DEFAULT 0, sm_known_s REAL NOT NULL DEFAULT 0, mem_peak_mib REAL,
     idle_gpu_s REAL NOT NULL DEFAULT 0, kwh REAL NOT NULL DEFAULT 0, cost REAL NOT NULL DEFAULT 0,
-    smaller_fit TEXT, exemption TEXT, exempt_until REAL,
+    smaller_fit TEXT, exemption TEXT, exempt_until REAL, util_hist TEXT, sm_hist TEXT, mem_hist TEXT,
+    simulated INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (cluster, scheduler, id)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS job_summaries_seen ON job_summaries (last_seen);
@@ -37,9 +39,13 @@ CREATE INDEX IF NOT EXISTS job_summaries_seen ON job_summaries (last_seen);
 _COLUMNS = ("cluster", "scheduler", "id", "user", "name", "account", "partition", "qos", "namespace", "model",
             "nodes", "gpu_count", "started_at", "first_seen", "last_seen", "ended_at", "gpu_s", "util_s",
             "util_known_s", "util_peak", "sm_s", "sm_known_s", "mem_peak_mib", "idle_gpu_s", "kwh", "cost",
-            "smaller_fit", "exemption", "exempt_until")
+            "smaller_fit", "exemption", "exempt_until", "util_hist", "sm_hist", "mem_hist", "simulated")
 _TIMES = ("started_at", "first_seen", "last_seen", "ended_at", "exempt_until")
-_ADDED = {"exemption": "TEXT", "exempt_until": "REAL"}  # columns a store from before them gains
+_HISTS = ("util_hist", "sm_hist", "mem_hist")  # JSON objects, bin -> GPU-seconds
+_ADDED = {"exemption": "TEXT", "exempt_until": "REAL", "util_hist": "TEXT", "sm_hist": "TEXT",
+          "mem_hist": "TEXT", "simulated": "INTEGER NOT NULL DEFAULT 0"}  # columns a store from before them gains
+_INSERT_NEW = (f"INSERT OR IGNORE INTO job_summaries ({', '.join(_COLUMNS)}) "
+               f"VALUES ({', '.join('?' for _ in _COLUMNS)})")
 _UPSERT = (f"INSERT OR REPLACE INTO job_summaries ({', '.join(_COLUMNS)}) "
            f"VALUES ({', '.join('?' for _ in _COLUMNS)})")
 
@@ -71,14 +77,23 @@ class JobSummary(BaseModel):
     mean_sm_active_pct: float | None
     """None where SM activity was not measured (no GPM / DCGM profiling)."""
     peak_mem_mib: float | None
+    p95_util_pct: float | None = None
+    """Utilization at the 95th percentile of the job's GPU-time: the upper edge of its 5 % bin, at most the peak."""
+    p95_sm_active_pct: float | None = None
+    """SM activity at its 95th percentile, where measured."""
+    p95_mem_mib: float | None = None
+    """GPU memory used at its 95th percentile, rounded up to its bin (at most 9 % over), at most the peak."""
     idle_share_pct: float | None
     cost: float
     exemption: str | None = None
     """The annotations that exempted it (`gpuevents.io/keep-until: …`) when last seen, or None."""
     exempt_until: datetime | None = None
+    simulated: bool = False
+    """Written by `gpuevents simulate --history`: not a real job."""
     smaller_fit: str | None = None
-    """The smallest MIG slice of its GPU the job would have fitted (`MIG 2g.20gb`), from its peak memory and peak
-    utilization; None when it needed its whole GPU, or too little is known."""
+    """The smallest MIG slice of its GPU the job would have fitted (`MIG 2g.20gb`), from its peak memory and its
+    p95 compute (SM activity where measured, else utilization); None when it needed its whole GPU, or too little
+    is known."""
 
     def line(self, costs: CostModel) -> str:
         """`your job used 12 % of 4 GPUs for 3 h ($41)`."""
@@ -120,13 +135,23 @@ def ended_event(s: JobSummary, costs: CostModel) -> JobEndedEvent:
     return event
 
 
+def p95s(t: JobTally) -> tuple[float | None, float | None, float | None]:
+    """The job's utilization, SM activity and memory at their 95th percentile over its GPU-time, from its
+    histograms: never under the truth (a bin's upper edge), never over the peak."""
+    return (sparse_percentile(t.util_hist, 0.95, pct_edge, t.util_peak),
+            sparse_percentile(t.sm_hist, 0.95, pct_edge, 100.0),
+            sparse_percentile(t.mem_hist, 0.95, mem_edge, t.mem_peak_mib))
+
+
 def smaller_fit(t: JobTally, costs: CostModel) -> str | None:
-    """The MIG slice the job would have fitted (rules/usage/rightsize.py), with its peak utilization standing in
-    for the 95th percentile (a summary keeps no spread: the advice errs on the big side); None when it needed its
-    whole GPU or too little is known."""
+    """The MIG slice the job would have fitted (rules/usage/rightsize.py): its peak memory plus headroom (the
+    safety rule: a slice never holds less), its p95 compute plus headroom (SM activity where measured, else
+    utilization; the peak where a store from before the histograms has none); None when it needed its whole GPU
+    or too little is known."""
+    util95, sm95, _mem95 = p95s(t)
     use = WorkloadUse(key=f"job/{t.scheduler}/{t.id}", owner=t.user, team=None, model=t.model,
                       gpus=max(t.gpu_count, 1), held_hours=t.gpu_s / 3600, peak_mem_mib=t.mem_peak_mib,
-                      p95_util_pct=t.util_peak)
+                      p95_util_pct=util95 if util95 is not None else t.util_peak, sm_active_pct=sm95)
     fit = advise(use, [], costs, window_hours=max(t.gpu_s / 3600 / max(t.gpu_count, 1), 1.0))
     return fit.target if fit.kind == "mig" else None
 
@@ -135,7 +160,12 @@ def _row(t: JobTally, costs: CostModel) -> dict[str, Any]:
     row: dict[str, Any] = {c: getattr(t, c, None) for c in _COLUMNS}
     row.update({c: _ts(getattr(t, c)) for c in _TIMES}, nodes=json.dumps(t.nodes), cost=cost_of(t, costs),
                smaller_fit=smaller_fit(t, costs))
+    row.update({c: json.dumps({str(b): round(v, 3) for b, v in sorted(getattr(t, c).items())}) for c in _HISTS})
     return row
+
+
+def _hist(raw: str | None) -> dict[int, float]:
+    return {int(b): float(v) for b, v in json.loads(raw).items()} if raw else {}
 
 
 class JobStore:
@@ -167,6 +197,15 @@ class JobStore:
         rows = [tuple(row[c] for c in _COLUMNS) for row in (_row(t, costs) for t in tallies)]
         with self._db:
             self._db.executemany(_UPSERT, rows)
+
+    def put_new(self, tallies: list[JobTally], costs: CostModel) -> int:
+        """Write the tallies of jobs the store does not hold yet (simulated history never overwrites a job seen
+        on the fleet, and writing it twice adds nothing); how many were new."""
+        rows = [tuple(row[c] for c in _COLUMNS) for row in (_row(t, costs) for t in tallies)]
+        with self._db:
+            before = self._db.total_changes
+            self._db.executemany(_INSERT_NEW, rows)
+            return self._db.total_changes - before
 
     def running(self) -> list[JobTally]:
         """The tallies of jobs not ended, to resume after a restart."""
@@ -201,7 +240,9 @@ class JobStore:
 
     @staticmethod
     def _tally(r: dict[str, Any]) -> JobTally:
-        fields = {c: r[c] for c in _COLUMNS if c not in ("nodes", "cost", "smaller_fit", *_TIMES)}
+        fields: dict[str, Any] = {c: r[c] for c in _COLUMNS
+                                  if c not in ("nodes", "cost", "smaller_fit", *_TIMES, *_HISTS)}
+        fields.update({c: _hist(r[c]) for c in _HISTS}, simulated=bool(r["simulated"]))
         fields["exempt_until"] = _dt(r["exempt_until"])
         first, last = _dt(r["first_seen"]), _dt(r["last_seen"])
         assert first is not None and last is not None
@@ -213,6 +254,9 @@ class JobStore:
         start = r["started_at"] if r["started_at"] is not None else r["first_seen"]
         end = r["ended_at"] if r["ended_at"] is not None else r["last_seen"]
         gpu_s = r["gpu_s"]
+        util95 = sparse_percentile(_hist(r["util_hist"]), 0.95, pct_edge, r["util_peak"])
+        sm95 = sparse_percentile(_hist(r["sm_hist"]), 0.95, pct_edge, 100.0)
+        mem95 = sparse_percentile(_hist(r["mem_hist"]), 0.95, mem_edge, r["mem_peak_mib"])
         return JobSummary(
             cluster=r["cluster"], scheduler=r["scheduler"], id=r["id"], user=r["user"], name=r["name"],
             account=r["account"], partition=r["partition"], qos=r["qos"], namespace=r["namespace"],
@@ -223,8 +267,9 @@ class JobStore:
             mean_util_pct=round(r["util_s"] / r["util_known_s"], 1) if r["util_known_s"] else None,
             peak_util_pct=r["util_peak"],
             mean_sm_active_pct=round(r["sm_s"] / r["sm_known_s"], 1) if r["sm_known_s"] else None,
-            peak_mem_mib=r["mem_peak_mib"],
+            peak_mem_mib=r["mem_peak_mib"], p95_util_pct=util95, p95_sm_active_pct=sm95,
+            p95_mem_mib=None if mem95 is None else round(mem95),
             idle_share_pct=round(100 * r["idle_gpu_s"] / gpu_s, 1) if gpu_s else None,
             cost=round(r["cost"], 2), smaller_fit=r["smaller_fit"], exemption=r["exemption"],
-            exempt_until=_dt(r["exempt_until"]),
+            exempt_until=_dt(r["exempt_until"]), simulated=bool(r["simulated"]),
         )

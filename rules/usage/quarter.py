@@ -7,7 +7,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 
-from pydantic import BaseModel
+from pydantic import BaseModel, computed_field
 
 from gpuevents.costs import CostModel
 from rules.usage.store import UsageRow
@@ -45,6 +45,7 @@ class TeamSeries(BaseModel):
         known = self.known
         return known[-1].util_pct if known else None
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def on_target(self) -> bool | None:
         last = self.last_util_pct
@@ -63,6 +64,12 @@ class TeamSeries(BaseModel):
             text += f" (target {self.target_util_pct:.0f} %)"
         return text
 
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def change(self) -> str:
+        """`change_text()`, for pages that draw the series."""
+        return self.change_text()
+
 
 class QuarterReport(BaseModel):
     since: datetime
@@ -72,6 +79,11 @@ class QuarterReport(BaseModel):
     teams: list[TeamSeries]  # most held-idle cost first
     currency: str
     simulated: bool = False
+    team: str | None = None  # one team's report: its rows only, so no fleet line is shown (it would be the team's)
+
+    def lines(self) -> list[TeamSeries]:
+        """The series to show: the fleet's and every team's, or the one team's."""
+        return [self.fleet, *self.teams] if self.team is None else [s for s in self.teams if s.team == self.team]
 
 
 class PeriodLine(BaseModel):
@@ -107,7 +119,8 @@ def _point(start: datetime, sums: TeamSums | None) -> WeekPoint:
 
 
 def build_quarter(rows: Iterable[UsageRow], costs: CostModel, since: datetime, until: datetime,
-                  targets: Mapping[str, float | None], simulated: bool = False) -> QuarterReport:
+                  targets: Mapping[str, float | None], simulated: bool = False,
+                  team: str | None = None) -> QuarterReport:
     """Week by week from `since` (the first week's start) until `until`, per team and the fleet."""
     weeks = week_starts(since, until)
     t0 = since.timestamp()
@@ -119,17 +132,19 @@ def build_quarter(rows: Iterable[UsageRow], costs: CostModel, since: datetime, u
             continue
         fleet[w].add(r, costs)
         teams[r.team][w].add(r, costs)
-    for team in targets:
-        teams.setdefault(team, defaultdict(TeamSums))
+    for name in targets:
+        teams.setdefault(name, defaultdict(TeamSums))
 
-    def series(team: str | None, by_week: Mapping[int, TeamSums]) -> TeamSeries:
-        return TeamSeries(team=team, target_util_pct=targets.get(team) if team is not None else None,
+    def series(name: str | None, by_week: Mapping[int, TeamSums]) -> TeamSeries:
+        return TeamSeries(team=name, target_util_pct=targets.get(name) if name is not None else None,
                           points=[_point(start, by_week.get(i)) for i, start in enumerate(weeks)])
 
-    lines = [series(team, by_week) for team, by_week in teams.items()]
+    lines = [series(name, by_week) for name, by_week in teams.items()]
+    # a team with nothing held (free GPUs carry no team) and no target has no line to show
+    lines = [s for s in lines if s.known or s.target_util_pct is not None or any(p.held_idle_h for p in s.points)]
     lines.sort(key=lambda s: (-sum(p.held_idle_cost for p in s.points), s.team or ""))
     return QuarterReport(since=since, until=until, weeks=weeks, fleet=series(None, fleet), teams=lines,
-                         currency=costs.currency, simulated=simulated)
+                         currency=costs.currency, simulated=simulated, team=team)
 
 
 def _line(team: str | None, sums: TeamSums | None) -> PeriodLine:
@@ -140,8 +155,9 @@ def _line(team: str | None, sums: TeamSums | None) -> PeriodLine:
 
 
 def compare(before_rows: Iterable[UsageRow], after_rows: Iterable[UsageRow], costs: CostModel,
-            before: tuple[datetime, datetime], after: tuple[datetime, datetime]) -> Comparison:
-    """Each team (and the fleet) in one period against another."""
+            before: tuple[datetime, datetime], after: tuple[datetime, datetime],
+            team: str | None = None) -> Comparison:
+    """Each team (and the fleet) in one period against another; with `team`, that team alone."""
     sides: list[tuple[TeamSums, dict[str, TeamSums]]] = []
     for rows in (before_rows, after_rows):
         fleet = TeamSums()
@@ -154,4 +170,8 @@ def compare(before_rows: Iterable[UsageRow], after_rows: Iterable[UsageRow], cos
     names = sorted(set(ta) | set(tb))
     lines = [(_line(None, fa), _line(None, fb))]
     lines += [(_line(t, ta.get(t)), _line(t, tb.get(t))) for t in names]
+    lines = lines[:1] + [(a, b) for a, b in lines[1:]  # as above: a team that held nothing in either period is no row
+                         if a.util_pct is not None or b.util_pct is not None or a.held_idle_h or b.held_idle_h]
+    if team is not None:  # the rows are the team's: the "fleet" is the team again
+        lines = [(a, b) for a, b in lines[1:] if a.team == team]
     return Comparison(before=before, after=after, rows=lines)

@@ -23,6 +23,18 @@ def _name(team: str | None) -> str:
     return "Fleet" if team is None else team_label(team)
 
 
+def _path(points: list[tuple[float, float | None]]) -> str:
+    """An SVG path through the points, broken where a week has no reading (no line drawn across a gap)."""
+    parts, pen = [], False
+    for x, yy in points:
+        if yy is None:
+            pen = False
+            continue
+        parts.append(f"{'L' if pen else 'M'}{x:.1f},{yy:.1f}")
+        pen = True
+    return " ".join(parts) if sum(1 for p in parts if p[0] == "L") else ""
+
+
 def line_svg(series: TeamSeries) -> str:
     """Utilization week by week (0-100 %) and the target as a dashed line."""
     n = max(len(series.points), 1)
@@ -40,8 +52,8 @@ def line_svg(series: TeamSeries) -> str:
         out.append(f'<line x1="{PAD}" y1="{ty:.1f}" x2="{W - PAD}" y2="{ty:.1f}" stroke="#1b6e3a" '
                    f'stroke-dasharray="4 3"><title>target {series.target_util_pct:.0f} %</title></line>')
     pts = [(PAD + i * step, y(p.util_pct), p) for i, p in enumerate(series.points) if p.util_pct is not None]
-    if len(pts) > 1:
-        path = " ".join(f"{'M' if i == 0 else 'L'}{x:.1f},{yy:.1f}" for i, (x, yy, _p) in enumerate(pts))
+    path = _path([(PAD + i * step, None if p.util_pct is None else y(p.util_pct)) for i, p in enumerate(series.points)])
+    if path:
         out.append(f'<path d="{path}" fill="none" stroke="#3b528b" stroke-width="2"/>')
     for x, yy, p in pts:
         out.append(f'<circle cx="{x:.1f}" cy="{yy:.1f}" r="2.5" fill="#3b528b"><title>week of '
@@ -70,7 +82,7 @@ def render_html(q: QuarterReport, costs: CostModel, comparison: Comparison | Non
     if q.simulated:
         out.append(f"<p class='waste'><b>{escape(SIMULATED)}</b></p>")
     out.append("<div class='grid'>")
-    for s in [q.fleet, *q.teams]:
+    for s in q.lines():
         state = "" if s.on_target is None else (" <span class='met'>on target</span>" if s.on_target
                                                   else " <span class='miss'>below target</span>")
         out.append(f"<div><h2>{escape(_name(s.team))}</h2><div class='sub'>{escape(s.change_text())}{state}; "
@@ -78,7 +90,7 @@ def render_html(q: QuarterReport, costs: CostModel, comparison: Comparison | Non
     out.append("</div>")
     out.append("<h2>Week by week</h2><table><tr><th>team</th>"
                + "".join(f"<th>{w:%m-%d}</th>" for w in q.weeks) + "<th>target</th></tr>")
-    for s in [q.fleet, *q.teams]:
+    for s in q.lines():
         out.append(f"<tr><td class='t'>{escape(_name(s.team))}</td>"
                    + "".join(f"<td>{_pct(p.util_pct)}</td>" for p in s.points)
                    + f"<td>{_pct(s.target_util_pct)}</td></tr>")
@@ -102,7 +114,7 @@ def render_markdown(q: QuarterReport, costs: CostModel, comparison: Comparison |
     if q.simulated:
         out += [f"**{SIMULATED}**", ""]
     out += ["| team | utilization | target | held idle cost |", "| --- | --- | --- | --- |"]
-    for s in [q.fleet, *q.teams]:
+    for s in q.lines():
         out.append(f"| {_name(s.team)} | {s.change_text()} | {_pct(s.target_util_pct)} | "
                    f"{costs.format(sum(p.held_idle_cost for p in s.points))} |")
     if comparison is not None:

@@ -4,7 +4,9 @@ from what it used, and what that would save per week. Pure.
 A fit must hold the workload's peak GPU memory plus headroom, and enough compute for its busiest (p95) use plus
 headroom: on a MIG slice, its share of the SMs; on another model, scaled by the two models' dense FP16 throughput;
 shared (time-sliced), its share of the time. A slice or a smaller model, which isolate the workload, come before
-sharing, which does not. Too little observation time gives no advice, said plainly.
+sharing, which does not. Too little observation time gives no advice, said plainly. A workload already on a MIG
+slice is measured against that slice (its utilization is the slice's), costs the slice's share of its GPU, and is
+offered only a smaller slice of the same GPU.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gpuevents.costs import CostModel
-from gpuevents.mig import MigProfile, profiles_of
+from gpuevents.mig import MigProfile, instance_profile, profiles_of
 from rules.usage.fits import FitAmounts, FitKey, percentile
 from rules.usage.weekly import RightsizeLine
 
@@ -122,6 +124,9 @@ def advise(use: WorkloadUse, fleet_models: Iterable[tuple[str, float]], costs: C
                    f"too little data: {use.held_hours:.1f} GPU-hours observed"
                    + ("" if mem_need is not None else ", no memory reading")
                    + ("" if compute_need is not None else ", no utilization reading"))
+    current = instance_profile(use.model)
+    if current is not None:
+        return _advise_on_slice(use, current, mem_need, compute_need, costs, window_hours)
     if compute_need >= 1.0:
         return fit("whole", "", 1.0, f"uses {compute_need / (1 + HEADROOM):.0%} of its GPU's compute at p95")
     busiest = f"{compute_need / (1 + HEADROOM):.0%}"
@@ -156,10 +161,61 @@ def advise(use: WorkloadUse, fleet_models: Iterable[tuple[str, float]], costs: C
     return candidates[0]
 
 
+def _advise_on_slice(use: WorkloadUse, current: MigProfile, mem_need: float, compute_need: float, costs: CostModel,
+                     window_hours: float) -> Fit:
+    """A workload on a MIG slice: a smaller slice of the same GPU that holds its needs, its compute need (a share of
+    the slice) taken to a share of the whole GPU; the saving counted on the slice's cost (its share of the GPU)."""
+    parent = re.split(r"(?i)\bmig\s", use.model or "")[0]  # `NVIDIA A100-SXM4-40GB MIG 3g.20gb` → the GPU
+    on_gpu = compute_need * current.compute_share
+    weekly = (costs.hourly(use.model) * current.compute_share * use.held_hours * HOURS_PER_WEEK
+              / max(window_hours, 1.0))
+    smaller = [p for p in profiles_of(parent) if p.total_slices == current.total_slices
+               and p.compute_slices < current.compute_slices]
+    profile = mig_fit(smaller, mem_need, on_gpu)
+    busiest = f"{compute_need / (1 + HEADROOM):.0%}"
+    if profile is None:
+        return Fit(use.key, use.owner, use.team, "whole", "", 1.0, 0.0,
+                   f"no slice smaller than its {current.name} holds its peak {use.peak_mem_mib or 0:,.0f} MiB and "
+                   f"p95 compute {busiest} of the slice")
+    share = profile.compute_share / current.compute_share
+    return Fit(use.key, use.owner, use.team, "mig", f"MIG {profile.name}", share, max(0.0, (1.0 - share) * weekly),
+               f"peak {use.peak_mem_mib or 0:,.0f} MiB and p95 compute {busiest} of its {current.name} slice fit a "
+               f"{profile.name} slice ({profile.compute_slices}/{profile.total_slices} of the GPU, "
+               f"{profile.compute_slices} of its {current.compute_slices} slices)")
+
+
 def rank(fits: Iterable[Fit]) -> list[Fit]:
     """Advice first, biggest saving first; then the rest by key."""
     items = list(fits)
     return sorted(items, key=lambda f: (not f.advised, -f.saving_per_week, f.key))
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerFits:
+    """One user's workloads over a window: how many, how many would fit smaller, what that saves."""
+
+    owner: str
+    team: str | None
+    workloads: int
+    advised: int
+    too_little_data: int
+    saving_per_week: float
+    biggest: Fit | None  # the advice that saves most
+
+
+def per_owner(fits: Iterable[Fit]) -> list[OwnerFits]:
+    """The advice added up per owner, the biggest saving first (right-sizing for a user, not a job)."""
+    mine: dict[str, list[Fit]] = {}
+    for f in fits:
+        mine.setdefault(f.owner or "unknown", []).append(f)
+    out = []
+    for owner, items in mine.items():
+        advised = [f for f in items if f.advised]
+        out.append(OwnerFits(owner=owner, team=next((f.team for f in items if f.team), None), workloads=len(items),
+                             advised=len(advised), too_little_data=sum(1 for f in items if f.kind == "unknown"),
+                             saving_per_week=sum(f.saving_per_week for f in advised),
+                             biggest=max(advised, key=lambda f: f.saving_per_week, default=None)))
+    return sorted(out, key=lambda o: (-o.saving_per_week, o.owner))
 
 
 def uses_from_fits(items: Iterable[tuple[FitKey, FitAmounts]], team: str | None = None) -> list[WorkloadUse]:

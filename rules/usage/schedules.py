@@ -34,6 +34,7 @@ class Proposal:
     gpus: int
     saving_per_week: float
     rule_yaml: str
+    cluster: str = ""
 
     @property
     def window(self) -> str:
@@ -64,36 +65,44 @@ class _Hours:
     gpus: int = 0
     model: str = ""
     node: str = ""  # a node it ran on
+    cluster: str = ""
+    slurm: bool = False  # a Slurm job ran on the node: it is drained through Slurm, not Kubernetes
 
 
 def _new() -> _Hours:
     return _Hours(defaultdict(float), defaultdict(float))
 
 
-def collect(usage: Iterable[UsageRow], fits: Iterable[tuple[FitKey, FitAmounts]], tz: ZoneInfo) -> dict[str, _Hours]:
+def collect(usage: Iterable[UsageRow], fits: Iterable[tuple[FitKey, FitAmounts]],
+            tz: ZoneInfo) -> dict[tuple[str, str], _Hours]:
     """Hourly busy/held seconds per node (every GPU, held or not: a node is idle when its GPUs are) and per
-    Kubernetes Deployment or StatefulSet (its held GPUs), by local day and hour."""
-    out: dict[str, _Hours] = defaultdict(_new)
-    node_gpus: dict[str, set[int]] = defaultdict(set)
+    Kubernetes Deployment or StatefulSet (its held GPUs), by local day and hour; keyed by (cluster, key)."""
+    out: dict[tuple[str, str], _Hours] = defaultdict(_new)
+    node_gpus: dict[tuple[str, str], set[int]] = defaultdict(set)
     for r in usage:
         if r.gpu < 0:
             continue  # a day folded: no hours left to read
         local = datetime.fromtimestamp(r.hour, UTC).astimezone(tz)
         slot = (local.date().isoformat(), local.hour)
-        h = out[f"node/{r.node}"]
+        h = out[(r.cluster, f"node/{r.node}")]
         h.busy[slot] += r.busy_s
         h.held[slot] += r.busy_s + r.held_s + r.free_s  # a node's capacity: every GPU-second it had
         h.model = h.model or r.model
-        h.node = r.node
-        node_gpus[r.node].add(r.gpu)
-    for node, gpus in node_gpus.items():
-        out[f"node/{node}"].gpus = len(gpus)
+        h.node, h.cluster = r.node, r.cluster
+        node_gpus[(r.cluster, f"node/{r.node}")].add(r.gpu)
+    for key, gpus in node_gpus.items():
+        out[key].gpus = len(gpus)
+    fits = list(fits)
+    for k, a in fits:
+        if k.workload.startswith("job/slurm/") and a.node and (k.cluster, f"node/{a.node}") in out:
+            out[(k.cluster, f"node/{a.node}")].slurm = True
     for k, a in fits:
         if not _WORKLOAD.match(k.workload) or a.held_s > 3600 * max(a.gpus, 1) + 1:
             continue  # only services can be scaled on a clock; a folded day (over an hour of time) has no hours
         local = datetime.fromtimestamp(k.hour, UTC).astimezone(tz)
         slot = (local.date().isoformat(), local.hour)
-        h = out[k.workload]
+        h = out[(k.cluster, k.workload)]
+        h.cluster = k.cluster
         h.busy[slot] += sum(a.util_hist[1:])  # seconds at 5 % or more
         h.held[slot] += a.held_s
         h.gpus = max(h.gpus, a.gpus)
@@ -139,7 +148,7 @@ def idle_window(hours: _Hours) -> Window | None:
     return Window(start, length, every / len(basis), len(full), weekends)
 
 
-def _rule(key: str, w: Window, timezone: str, anchor: str) -> str:
+def _rule(key: str, w: Window, timezone: str, anchor: str, cluster: str, slurm: bool) -> str:
     start, length = w.start_hour, w.hours
     end = (start + length) % 24
     days = "Mon-Fri" if w.weekends else "Mon-Sun"
@@ -162,16 +171,17 @@ def _rule(key: str, w: Window, timezone: str, anchor: str) -> str:
         # anchored on one node the workload ran on (its pods' nodes keep reporting while it is scaled down; a
         # job entity would be gone with its pods, and its incident would restore the replicas at once)
         return (head + "    entity: node\n"
-                f"    when: node.name == '{anchor}' and in_window('{ranges}')\n"
+                f"    when: node.cluster == '{cluster}' and node.name == '{anchor}' and in_window('{ranges}')\n"
                 f"    schedule: {schedule}\n    timezone: {timezone}\n"
                 f"    labels: {{severity: info}}\n    actions:\n      - type: scale\n{target}        replicas: 0\n"
                 f"    on_resolve:\n      - type: scale\n{target}        replicas: previous\n")
     node = key.removeprefix("node/")
+    provider = "slurm" if slurm else "kubernetes"  # a node that ran Slurm jobs is drained through Slurm
     return (head + "    entity: node\n"
-            f"    when: node.name == '{node}' and in_window('{ranges}')\n"
+            f"    when: node.cluster == '{cluster}' and node.name == '{node}' and in_window('{ranges}')\n"
             f"    schedule: {schedule}\n    timezone: {timezone}\n"
-            "    labels: {severity: info}\n    actions:\n      - type: cordon\n        provider: kubernetes\n"
-            "    on_resolve:\n      - type: uncordon\n        provider: kubernetes\n")
+            f"    labels: {{severity: info}}\n    actions:\n      - type: cordon\n        provider: {provider}\n"
+            f"    on_resolve:\n      - type: uncordon\n        provider: {provider}\n")
 
 
 def propose(usage: Iterable[UsageRow], fits: Iterable[tuple[FitKey, FitAmounts]], costs: CostModel,
@@ -179,10 +189,11 @@ def propose(usage: Iterable[UsageRow], fits: Iterable[tuple[FitKey, FitAmounts]]
     """A proposal per node or workload with a regular idle window, the biggest saving first."""
     tz = ZoneInfo(timezone)
     out = []
-    for key, hours in collect(usage, fits, tz).items():
+    for (cluster, key), hours in collect(usage, fits, tz).items():
         w = idle_window(hours)
         if w is None or not hours.node:
             continue  # no regular window, or no node to anchor the rule on
         saving = costs.hourly(hours.model or None) * max(hours.gpus, 1) * w.idle_hours_per_week * w.regularity
-        out.append(Proposal(key, w, hours.gpus, saving, _rule(key, w, timezone, hours.node)))
-    return sorted(out, key=lambda p: (-p.saving_per_week, p.key))
+        out.append(Proposal(key, w, hours.gpus, saving, _rule(key, w, timezone, hours.node, cluster, hours.slurm),
+                            cluster))
+    return sorted(out, key=lambda p: (-p.saving_per_week, p.key, p.cluster))

@@ -15,11 +15,12 @@ import random
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from gpuevents.events import GpuInfo, JobInfo, NodeInfo, NodeSnapshot, ProcessInfo, SnapshotEvent, make_event
 from rules.usage.fits import FitAggregator
+from rules.usage.jobledger import JobKey, JobLedger, JobTally
 from rules.usage.rollup import HOUR, UsageAggregator, UsageBatch
 
 TEAMS = {"vision": ("alice", "dave", "grace"), "nlp": ("bob", "erin", "heidi"), "speech": ("carol", "frank")}
@@ -191,12 +192,13 @@ def history_events(plan: HistoryPlan) -> Iterator[SnapshotEvent]:
                 gpus.append(_gpu_at(node, g, seg, t, noise))
                 if seg is not None and seg.kind != "allocated":
                     procs.append(_process(node, g, seg))
+                if seg is not None and seg.job is not None:  # what the node's scheduler says it runs
+                    jobs.append(JobInfo(id=seg.job, user=seg.user, partition="gpu", gpus=[g],
+                                        pids=[] if seg.kind == "allocated" else [seg.pid]))
             snap = NodeSnapshot(node=NodeInfo(name=node, cluster=plan.cluster, gpu_count=plan.gpus_per_node,
                                               labels={"pool": "simulated"}), gpus=gpus, processes=procs,
                                 jobs=jobs)
-            ev = make_event("node.snapshot", node, snap, cluster=plan.cluster, time=at)
-            assert isinstance(ev, SnapshotEvent)
-            yield ev
+            yield make_event("node.snapshot", node, snap, cluster=plan.cluster, time=at)
         t += plan.step_s
 
 
@@ -206,14 +208,24 @@ def history_span(now: datetime, seconds: float) -> tuple[datetime, datetime]:
     return datetime.fromtimestamp(end - seconds, UTC), datetime.fromtimestamp(end, UTC)
 
 
-def count_history(plan: HistoryPlan, aggregator: UsageAggregator,
-                  fits: FitAggregator | None = None) -> UsageBatch:
+def count_history(plan: HistoryPlan, aggregator: UsageAggregator, fits: FitAggregator | None = None,
+                  jobs: dict[JobKey, JobTally] | None = None) -> UsageBatch:
     """The plan's snapshots counted into hourly buckets, as the engine counts live ones (and, with `fits`, what
-    each workload used, for right-sizing)."""
+    each workload used, for right-sizing; with `jobs`, each scheduler job's summary tally, every job ended by the
+    end of the plan)."""
+    ledger = JobLedger(max_gap_s=3 * plan.step_s)
+    next_drain = plan.start.timestamp() + HOUR
     for event in history_events(plan):
         aggregator.observe(event, event.time)
         if fits is not None:
             fits.observe(event, event.time)
+        if jobs is not None:
+            ledger.observe(event)
+            if event.time.timestamp() >= next_drain:  # ended jobs are let go as the engine lets them go
+                jobs.update((t.key, t) for t in ledger.drain(event.time))
+                next_drain += HOUR
+    if jobs is not None:
+        jobs.update((t.key, t) for t in ledger.drain(plan.end + timedelta(seconds=3 * plan.step_s + 1)))
     aggregator.settle(plan.end)
     return aggregator.drain()
 

@@ -37,7 +37,7 @@ def test_slack_gets_its_entities_and_no_pings() -> None:
 
 @pytest.mark.parametrize("kind", ["email", "data"])
 def test_email_and_json_take_the_value_as_it_is(kind: str) -> None:
-    assert finish("x " + mark("<b>@all</b>"), kind) == "x <b>@all</b>"  # type: ignore[arg-type]
+    assert finish("x " + mark("<b>@all</b>"), kind) == "x <b>@all</b>"  # type: ignore[arg-type]  # kind: the parametrized str
 
 
 def test_a_value_cannot_forge_or_close_a_mark() -> None:

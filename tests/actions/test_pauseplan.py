@@ -3,6 +3,8 @@ field someone changed since."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from actions.pauseplan import Change, describe, merge_patch, pause_changes, resume_changes
@@ -26,7 +28,8 @@ NOW = "2026-12-03T10:00:00Z"
     ("InferenceService", {"spec": {"predictor": {"minReplicas": 2}}},
      Change(path=["spec", "predictor", "minReplicas"], before=2, after=0)),
 ])
-def test_each_kind_is_stopped_its_own_way_and_resume_sets_back_exactly(kind: str, obj: dict, change: Change) -> None:
+def test_each_kind_is_stopped_its_own_way_and_resume_sets_back_exactly(kind: str, obj: dict[str, Any],
+                                                                       change: Change) -> None:
     changes = pause_changes(KINDS[kind], obj, NOW)
     assert changes == [change]
     paused = merge_patch([(c.path, c.after) for c in changes])
@@ -35,7 +38,7 @@ def test_each_kind_is_stopped_its_own_way_and_resume_sets_back_exactly(kind: str
     assert merge_patch([(c.path, c.after) for c in undo]) == merge_patch([(change.path, change.before)])
 
 
-def _apply(obj: dict, patch: dict) -> dict:
+def _apply(obj: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
     out = dict(obj)
     for k, v in patch.items():
         if isinstance(v, dict):

@@ -37,7 +37,7 @@ def test_a_unit_that_is_neither_entity_nor_node_is_refused_at_registration() -> 
     class Odd(Action[ActionParams]):
         type: ClassVar[str] = "odd-unit-test"
         params = ActionParams
-        unit = "gpu"  # type: ignore[assignment]
+        unit = "gpu"  # type: ignore[assignment]  # not an ActionUnit: that is the point
 
     with pytest.raises(TypeError, match="unit must be one of entity, node"):
         registry.register(Odd)

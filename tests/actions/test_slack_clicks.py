@@ -207,9 +207,12 @@ async def test_a_keep_past_snooze_max_waits_for_the_rules_approving_channel(
         assert "Approve `keep` on n1/gpu0 (rule `idle-held`)?" in post[0]["text"]
         assert "slack:U001 asks to keep it until" in post[0]["text"] and "a 3-day fine-tune" in post[0]["text"]
         await slack.send_interactive("approve", answer(post[0], True, "U002", slack))
-        await wait_for(lambda: (engine.core.snoozes[("idle-held", "n1/gpu0")].until  # type: ignore[union-attr]
-                                - datetime.now(UTC)).total_seconds() > 2 * 86400, timeout=30,
-                       what="the full keep once approved")
+        def kept_for_days() -> bool:
+            assert engine.core is not None
+            until = engine.core.snoozes[("idle-held", "n1/gpu0")].until
+            return (until - datetime.now(UTC)).total_seconds() > 2 * 86400
+
+        await wait_for(kept_for_days, timeout=30, what="the full keep once approved")
         full = engine.core.snoozes[("idle-held", "n1/gpu0")]
         assert full.by == "slack:U001, approved by U002 in #gpu-leads" and full.reason == "a 3-day fine-tune"
         told = [p["text"] for p in slack.posted if p["channel"] == "U001"]
@@ -281,7 +284,7 @@ async def test_the_http_endpoint_checks_slacks_signature(config: Config, bus: Bu
             seen.append(payload)
             return type("R", (), {"message": "recorded"})()
 
-    app = slack_transport.interactivity_app(config, Recorder(), "s3cret", SystemClock())  # type: ignore[arg-type]
+    app = slack_transport.interactivity_app(config, Recorder(), "s3cret", SystemClock())  # type: ignore[arg-type]  # a recording stand-in for ClickHandler
     server = TestServer(app, host="127.0.0.1")
     await server.start_server()
     try:

@@ -7,6 +7,7 @@ import time
 import pytest
 
 from actions.runner import ActionRunner
+from gpuevents.records import ActionRequest
 from tests.actions.conftest import make_config, make_request
 from tests.slurm_cluster import SlurmCluster
 from tests.waiting import wait_for
@@ -28,7 +29,7 @@ async def running(slurm: SlurmCluster, *options: str) -> str:
     return job
 
 
-def cancel_request(job: str, user: str = "root", **params: object) -> object:
+def cancel_request(job: str, user: str = "root", **params: object) -> ActionRequest:
     return make_request("cancel", {"job": job, **params}, entity_kind="process", entity_id="n1/pid7",
                         facts={"process": {"pid": 7, "user": user, "name": "python", "job": job}})
 

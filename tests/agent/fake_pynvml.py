@@ -117,11 +117,15 @@ class c_nvmlGpmMetricsGet_t:  # pynvml's name for the request
         self.metrics = [FakeGpmMetric() for _ in range(16)]
 
 
+_MetricsGet = c_nvmlGpmMetricsGet_t  # the request's type, by a name FakeNvml's attribute does not shadow
+
+
 class FakeNvml:
     """Module-like: `FakeNvml(devices)` has the pynvml functions the sampler uses as methods."""
 
     NVMLError = NVMLError
     c_nvmlGpmMetricsGet_t = c_nvmlGpmMetricsGet_t
+    NVML_GPM_METRICS_GET_VERSION: int  # set with the other NVML_ constants in __init__
 
     def __init__(self, devices: list[FakeDevice], *, driver: str = "550.54.15",
                  init_error: int | None = None) -> None:
@@ -271,7 +275,7 @@ class FakeNvml:
             raise NVMLError(NVML_ERROR_NOT_FOUND)
         return self._fill(found[0], sample)
 
-    def nvmlGpmMetricsGet(self, request: c_nvmlGpmMetricsGet_t) -> c_nvmlGpmMetricsGet_t:
+    def nvmlGpmMetricsGet(self, request: _MetricsGet) -> _MetricsGet:
         self.calls["nvmlGpmMetricsGet"] += 1
         s1, s2 = request.sample1, request.sample2
         assert request.version == NVML_GPM_METRICS_GET_VERSION

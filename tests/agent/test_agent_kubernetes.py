@@ -12,11 +12,11 @@ import sys
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from agent.kubeowners import Meta, OwnerRef, OwnerWalker
 from agent.podresources.client import PodResources
 from agent.runner import run_nodes, simulated_agents
+from gpuevents.bus import Handler, Message, Subscription
 from gpuevents.clock import SystemClock
 from gpuevents.config import AgentConfig, Config
 from gpuevents.events import Event, SnapshotEvent
@@ -34,8 +34,12 @@ class Capture:
         if isinstance(event, SnapshotEvent):
             self.snapshots.append(event)
 
-    async def serve(self, *a: Any, **kw: Any) -> None:
-        return None
+    async def serve(self, subject: str, handler: Handler, queue: str | None = None, *, concurrency: int = 1,
+                    what: str = "request") -> Subscription:
+        async def answer(m: Message) -> None:
+            await handler(m)
+
+        return Subscription(subject, answer, concurrency, what)  # never subscribed: no command comes
 
 
 def start_kubelet(sock: Path, pods: list[list[str]]) -> subprocess.Popen[bytes]:

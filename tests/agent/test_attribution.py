@@ -128,7 +128,7 @@ async def kubelet(tmp_path: Path) -> AsyncIterator[tuple[str, list[str]]]:
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]  # aiohttp internals: the bound port
     try:
         yield f"http://127.0.0.1:{port}", auth
     finally:

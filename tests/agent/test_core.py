@@ -27,12 +27,12 @@ def gpu(util: float | None = 0.0, **kw: object) -> GpuReading:
     base: dict[str, object] = {"index": 0, "uuid": "GPU-0", "model": "H100", "util_pct": util,
                                "mem_used_mib": 1000.0, "mem_total_mib": 80000.0, "temp_c": 40.0}
     base.update(kw)
-    return GpuReading(**base)  # type: ignore[arg-type]
+    return GpuReading(**base)  # type: ignore[arg-type]  # fields from a dict of overrides
 
 
 def run(utils: list[float | None]) -> tuple[GpuState, list[tuple[int, str]]]:
     st = GpuState()
-    seen = []
+    seen: list[tuple[int, str]] = []
     for i, u in enumerate(utils):
         st, ev = step_gpu(st, gpu(u), T0 + timedelta(seconds=i), TH)
         seen.extend((i, e) for e in ev)
@@ -73,7 +73,7 @@ def test_unknown_utilization_is_no_evidence() -> None:
 def test_hot_fires_once_and_rearms_below_clear() -> None:
     st = GpuState()
     temps = [70, 86, 90, 82, 79, 86]
-    seen = []
+    seen: list[tuple[int, str]] = []
     for i, t in enumerate(temps):
         st, ev = step_gpu(st, gpu(95, temp_c=float(t)), T0 + timedelta(seconds=i), TH)
         seen.extend((i, e) for e in ev)
@@ -82,7 +82,7 @@ def test_hot_fires_once_and_rearms_below_clear() -> None:
 
 def test_memory_full_fires_once_until_usage_falls() -> None:
     st = GpuState()
-    seen = []
+    seen: list[tuple[int, str]] = []
     for i, used in enumerate([70000, 77000, 79000, 75000, 70000, 77000]):
         st, ev = step_gpu(st, gpu(95, mem_used_mib=float(used)), T0 + timedelta(seconds=i), TH)
         seen.extend((i, e) for e in ev)
@@ -105,7 +105,7 @@ def ident(pid: int, user: str, age_s: float, owner: str | None = None) -> Proces
 
 def core(**kw: object) -> NodeCore:
     return NodeCore(node="n1", cluster="c1", thresholds=TH, snapshot_interval_s=15,
-                    labels={"env": "dev"}, driver_version="550.54.15", hostname="host-1", **kw)  # type: ignore[arg-type]
+                    labels={"env": "dev"}, driver_version="550.54.15", hostname="host-1", **kw)  # type: ignore[arg-type]  # keyword overrides
 
 
 def reading(procs: list[ProcReading], utils: tuple[float, float] = (0.0, 95.0),
@@ -235,7 +235,7 @@ def test_a_model_s_own_signal_decides_idleness_with_the_same_hysteresis() -> Non
     # util says busy (a spinning kernel) but the SMs are idle and power is low: idle by sm_active
     steps = [(98.0, 1.0, 120.0), (98.0, 90.0, 400.0), (98.0, 1.0, 120.0), (98.0, 80.0, 400.0),
              (98.0, 85.0, 410.0), (98.0, 88.0, 420.0)]
-    seen = []
+    seen: list[tuple[int, str]] = []
     for i, (u, sm, p) in enumerate(steps):
         r = gpu(u, model="NVIDIA H100 80GB HBM3", sm_active_pct=sm, power_w=p)
         seen += [(i, e.type) for e in core.step(T0 + timedelta(seconds=i), NodeReading(gpus=(r,)), {})
@@ -270,7 +270,9 @@ def test_gpm_activity_reaches_the_snapshot_and_the_last_xid_is_kept() -> None:
     r = gpu(60.0, sm_active_pct=42.5, tensor_active_pct=20.0)
     events = core.step(T0, NodeReading(gpus=(r,), xids=(XidReading(gpu=0, xid=79),)), {})
     snap = next(e for e in events if isinstance(e, SnapshotEvent))
-    g = decode_event(encode_event(snap)).data.gpus[0]  # type: ignore[union-attr]
+    decoded = decode_event(encode_event(snap))
+    assert isinstance(decoded, SnapshotEvent)
+    g = decoded.data.gpus[0]
     assert (g.sm_active_pct, g.tensor_active_pct) == (42.5, 20.0)
     assert core.last_xid == {0: 79}
 

@@ -17,7 +17,7 @@ HOPPER = {1: 91.0, 2: 63.5, 5: 41.25, 10: 30.0, 20: 2.0, 21: 0.5}  # GPM metric 
 
 def sampler(devices: list[FakeDevice]) -> tuple[NvmlSampler, FakeNvml]:
     nv = FakeNvml(devices)
-    return NvmlSampler(nv, identifier=NoPsutil()), nv  # type: ignore[arg-type]
+    return NvmlSampler(nv, identifier=NoPsutil()), nv
 
 
 def test_gpm_metric_ids_are_pynvml_s() -> None:

@@ -160,7 +160,7 @@ async def test_the_running_agent_publishes_the_node_labels_and_follows_an_uncord
     async def cordoned(value: bool) -> bool:
         node = await latest_node()
         return node is not None and node["cordoned"] is value and \
-            node["labels"].get("topology.kubernetes.io/zone") == "z1"  # type: ignore[attr-defined]
+            node["labels"].get("topology.kubernetes.io/zone") == "z1"  # type: ignore[attr-defined]  # JSON: labels is a dict
 
     try:
         await wait_for(lambda: cordoned(True), timeout=10, what="a snapshot of the cordoned node")

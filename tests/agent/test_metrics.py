@@ -69,7 +69,7 @@ def default_counters() -> dict[str, tuple[str, str]]:
 
 def served(agents: list[NodeAgent], counters: AgentCounters | None = None, **kw: object) -> str:
     server = MetricsServer(AgentCollector(lambda: [a.core for a in agents], counters or AgentCounters(),
-                                          **kw), 0, "127.0.0.1").start()  # type: ignore[arg-type]
+                                          **kw), 0, "127.0.0.1").start()  # type: ignore[arg-type]  # kw: overrides
     try:
         return scrape_text(server.port)
     finally:
@@ -126,7 +126,7 @@ def test_a_reading_the_gpu_does_not_give_is_absent_not_zero() -> None:
     dev = FakeDevice(uuid="GPU-a10", name="NVIDIA A10G", mem_temp=None, events=0,
                      fail={"nvmlDeviceGetRemappedRows": NVML_ERROR_NOT_SUPPORTED,
                            "nvmlDeviceGetPcieReplayCounter": NVML_ERROR_NOT_SUPPORTED})
-    sampler = NvmlSampler(FakeNvml([dev]), identifier=NoPsutil())  # type: ignore[arg-type]
+    sampler = NvmlSampler(FakeNvml([dev]), identifier=NoPsutil())
     agent = NodeAgent(Config(), sampler, node="n1", hostname="n1")
     agent.tick(T0)
     agent.tick(T0 + timedelta(seconds=1))
@@ -142,7 +142,7 @@ def test_a_reading_the_gpu_does_not_give_is_absent_not_zero() -> None:
 
 def test_xid_errors_are_zero_until_one_comes_then_the_last_one() -> None:
     nv = FakeNvml([FakeDevice(uuid="GPU-0"), FakeDevice(uuid="GPU-1")])
-    agent = NodeAgent(Config(), NvmlSampler(nv, identifier=NoPsutil()), node="n1")  # type: ignore[arg-type]
+    agent = NodeAgent(Config(), NvmlSampler(nv, identifier=NoPsutil()), node="n1")
     agent.tick(T0)
     assert [v for _, v in parse(served([agent]))[0]["DCGM_FI_DEV_XID_ERRORS"]] == [0.0, 0.0]
     nv.pending_xids += [(nv.devices[1], 48), (nv.devices[1], 79)]
@@ -212,9 +212,9 @@ def test_the_hpc_job_mapping_directory_labels_gpus_and_mig_instances(tmp_path: P
     mig.core.held = {}  # no processes: only the mapping names jobs
     mig.core.job_gpus = JobMapping(tmp_path).jobs()
     series, _, _ = parse(served([mig]))
-    jobs = sorted((lb["gpu"], lb.get("GPU_I_ID", ""), lb["hpc_job"])
-                  for lb, _ in series["DCGM_FI_DEV_FB_USED"] if "hpc_job" in lb)
-    assert jobs == [("3", "", "4242"), ("3", "", "4243"), ("6", "2", "777")]
+    mig_jobs = sorted((lb["gpu"], lb.get("GPU_I_ID", ""), lb["hpc_job"])
+                      for lb, _ in series["DCGM_FI_DEV_FB_USED"] if "hpc_job" in lb)
+    assert mig_jobs == [("3", "", "4242"), ("3", "", "4243"), ("6", "2", "777")]
     assert JobMapping(tmp_path / "missing").jobs() == {}
 
 
@@ -302,9 +302,11 @@ def test_the_engines_metrics_listen_where_config_says() -> None:
 
     config = Config.model_validate({"engine": {"metrics_address": "127.0.0.1", "metrics_port": free_port()}})
     assert Config().engine.metrics_address == "0.0.0.0"
-    server = start_metrics(config.engine.metrics_port, CollectorRegistry(), config.engine.metrics_address)
+    port = config.engine.metrics_port
+    assert port is not None
+    server = start_metrics(port, CollectorRegistry(), config.engine.metrics_address)
     try:
-        assert listening_on(config.engine.metrics_port) == {"127.0.0.1"}
+        assert listening_on(port) == {"127.0.0.1"}
     finally:
         server.shutdown()
         server.server_close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
 import pynvml
@@ -29,14 +30,14 @@ US = int(NOW.timestamp() * 1_000_000)  # NVML's per-process sample timestamps ar
 class NoPsutil:
     """Identities without touching /proc, for pids that are not real."""
 
-    def identify(self, pids: object) -> dict[int, ProcessIdentity]:
+    def identify(self, pids: Iterable[int]) -> dict[int, ProcessIdentity]:
         return {p: ProcessIdentity(pid=p, create_time=NOW, name="python", user="alice")
-                for p in pids}  # type: ignore[attr-defined]
+                for p in pids}
 
 
 def sampler(devices: list[FakeDevice], **kw: object) -> tuple[NvmlSampler, FakeNvml]:
-    nv = FakeNvml(devices, **kw)  # type: ignore[arg-type]
-    return NvmlSampler(nv, identifier=NoPsutil()), nv  # type: ignore[arg-type]
+    nv = FakeNvml(devices, **kw)  # type: ignore[arg-type]  # keyword overrides
+    return NvmlSampler(nv, identifier=NoPsutil()), nv
 
 
 def test_stand_in_uses_the_real_error_codes() -> None:
@@ -165,7 +166,7 @@ def test_mig_instances_are_gpus_with_a_parent() -> None:
 
 def test_nvml_that_does_not_load_says_so() -> None:
     with pytest.raises(NvmlUnavailable, match="NVML did not initialise"):
-        NvmlSampler(FakeNvml([], init_error=9), identifier=NoPsutil())  # type: ignore[arg-type]
+        NvmlSampler(FakeNvml([], init_error=9), identifier=NoPsutil())
 
 
 def test_close_shuts_nvml_down() -> None:

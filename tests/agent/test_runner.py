@@ -15,7 +15,7 @@ from gpuevents import subjects as S
 from gpuevents.bus import Bus
 from gpuevents.commands import KillCommand, KillReply
 from gpuevents.config import AgentConfig, Config, NatsConfig, ProtectConfig
-from gpuevents.events import Event, ProcessEvent, decode_event
+from gpuevents.events import Event, GpuEvent, ProcessEvent, SnapshotEvent, decode_event
 from gpuevents.server import EmbeddedServer
 from tests.waiting import wait_for
 
@@ -90,15 +90,15 @@ async def test_kill_over_nats(bus: Bus, nats_config: NatsConfig) -> None:
     stop = asyncio.Event()
     task = asyncio.create_task(run_agent(cfg, bus, sampler=agent_sampler, stop_event=stop))
 
-    async def idle_event() -> Event | None:
+    async def idle_event() -> GpuEvent | None:
         for _, e in await stored(bus):
-            if e.type == "gpu.idle" and e.data.index == 0:
+            if isinstance(e, GpuEvent) and e.type == "gpu.idle" and e.data.index == 0:
                 return e
         return None
 
     idle = await wait_for(idle_event, timeout=20, what="gpu.idle for GPU 0")
-    snap = next(e for _, e in await stored(bus) if e.type == "node.snapshot")
-    pid = idle.data.pids[0]  # type: ignore[union-attr]
+    snap = next(e for _, e in await stored(bus) if isinstance(e, SnapshotEvent))
+    pid = idle.data.pids[0]
     proc = next(p for p in snap.data.processes if p.pid == pid)
     subject = S.command_subject("c1", "n1", "kill")
     wrong = KillCommand(pid=pid, create_time=proc.create_time.replace(year=2020), grace_s=1)

@@ -51,7 +51,7 @@ async def test_a_node_cannot_read_other_inboxes_other_snapshots_nor_action_reque
             assert n1.violations("subscription", subject), (subject, n1.errors)
 
         # real traffic: n2 answers a runner's command on the runner's inbox; n1 sees none of it
-        async def answer(msg) -> None:  # type: ignore[no-untyped-def]
+        async def answer(msg: Msg) -> None:
             await msg.respond(b"done by n2")
 
         await n2.nc.subscribe(S.node_commands_filter("c1", "n2"), cb=answer)
@@ -60,6 +60,7 @@ async def test_a_node_cannot_read_other_inboxes_other_snapshots_nor_action_reque
 
         async def answered() -> bool:  # until the server routes to n2's new subscription
             with contextlib.suppress(nats.errors.NoRespondersError):
+                assert runner.nc is not None
                 replies.append(await runner.nc.request(S.command_subject("c1", "n2", "kill"), b"{}", timeout=5))
             return bool(replies)
 

@@ -13,7 +13,7 @@ import yaml
 from lightkube import ApiError, Client, KubeConfig, codecs
 from lightkube.models.apps_v1 import DeploymentSpec
 from lightkube.models.authorization_v1 import ResourceAttributes, SelfSubjectAccessReviewSpec
-from lightkube.models.core_v1 import Container, PodSpec, PodTemplateSpec
+from lightkube.models.core_v1 import Container, PodSpec, PodTemplateSpec, ResourceRequirements
 from lightkube.models.meta_v1 import LabelSelector, ObjectMeta
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.authorization_v1 import SelfSubjectAccessReview
@@ -156,7 +156,8 @@ async def test_pause_resume_and_drain_work_with_exactly_the_runners_rights(insta
     ns = kube_cluster.namespace("ml")
     admin = kube_cluster.sync_client()
     template = PodTemplateSpec(metadata=ObjectMeta(labels={"app": "train"}), spec=PodSpec(
-        nodeName=node, containers=[Container(name="t", image="t:1", resources={"limits": {"nvidia.com/gpu": "1"}})]))
+        nodeName=node, containers=[Container(name="t", image="t:1", resources=ResourceRequirements(
+        limits={"nvidia.com/gpu": "1"}))]))
     admin.create(Deployment(metadata=ObjectMeta(name="train", namespace=ns), spec=DeploymentSpec(
         replicas=3, selector=LabelSelector(matchLabels={"app": "train"}), template=template)))
     kube_cluster.wait(lambda: len(list(admin.list(Pod, namespace=ns))) == 3, 60, "three pods")

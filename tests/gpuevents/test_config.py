@@ -122,12 +122,3 @@ def test_a_zero_tick_is_refused(tmp_path: Path) -> None:
     f.write_text("engine:\n  tick: 0s\n")
     with pytest.raises(LocatedError, match=r"c.yaml:2: engine.tick: must be greater than 0s"):
         load_config(f)
-
-
-def test_a_typo_in_a_fleet_limit_is_an_error_not_a_missing_limit(tmp_path: Path) -> None:
-    f = tmp_path / "c.yaml"
-    f.write_text("engine:\n  limits:\n    kil: {max_per_hour: 5}\n    kill: {max_per_hour: 5}\n")
-    result = CliRunner().invoke(app, ["config", "check", "-c", str(f)])
-    assert result.exit_code == 1
-    assert f"{f}:3: engine.limits.kil: unknown action type" in result.output
-    assert "engine.limits.kill:" not in result.output

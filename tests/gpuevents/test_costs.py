@@ -6,6 +6,7 @@ import pytest
 
 from gpuevents.config import CostsConfig, GpuCost
 from gpuevents.costs import CostModel
+from gpuevents.events import GpuInfo
 
 
 def _costs(**kw: object) -> CostsConfig:
@@ -81,9 +82,7 @@ def test_currency_comes_from_config() -> None:
     assert CostModel(_costs(currency="JPY")).currency == "JPY"
 
 
-def _gpu(index: int, model: str, uuid: str = "", mig_parent: str | None = None) -> object:
-    from gpuevents.events import GpuInfo
-
+def _gpu(index: int, model: str, uuid: str = "", mig_parent: str | None = None) -> GpuInfo:
     return GpuInfo(node="n", index=index, uuid=uuid or f"GPU-{index}", model=model, mig_parent=mig_parent)
 
 
@@ -96,7 +95,7 @@ def test_a_mig_instance_costs_its_profiles_share_of_the_compute_slices() -> None
             _gpu(2, "NVIDIA A100-SXM4-40GB MIG 2g.10gb", "MIG-2", parent),
             _gpu(3, "NVIDIA A100-SXM4-40GB MIG 1g.5gb", "MIG-3", parent),
             _gpu(4, "NVIDIA A100-SXM4-40GB MIG 1g.5gb", "MIG-4", parent)]
-    shares = physical_shares(gpus)  # type: ignore[arg-type]
+    shares = physical_shares(gpus)
     assert shares == pytest.approx({0: 0.0, 1: 3 / 7, 2: 2 / 7, 3: 1 / 7, 4: 1 / 7})
 
 
@@ -104,4 +103,4 @@ def test_instances_of_unknown_profile_split_their_gpu_equally() -> None:
     from gpuevents.costs import physical_shares
 
     gpus = [_gpu(0, "A100", "P"), _gpu(1, "A100", "M1", "P"), _gpu(2, "A100 MIG 3g.20gb", "M2", "P")]
-    assert physical_shares(gpus) == pytest.approx({0: 0.0, 1: 0.5, 2: 0.5})  # type: ignore[arg-type]
+    assert physical_shares(gpus) == pytest.approx({0: 0.0, 1: 0.5, 2: 0.5})

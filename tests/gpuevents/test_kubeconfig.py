@@ -31,4 +31,4 @@ def test_an_unknown_key_or_a_bad_duration_is_refused_and_sections_are_frozen() -
     with pytest.raises(ValidationError, match="duration like 2h"):
         KubeletConfig.model_validate({"refresh": "soon"})
     with pytest.raises(ValidationError, match="frozen"):
-        KubeletConfig().url = "https://127.0.0.1:10250"  # type: ignore[misc]
+        KubeletConfig().url = "https://127.0.0.1:10250"  # type: ignore[misc]  # frozen: it must raise

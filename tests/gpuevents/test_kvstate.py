@@ -46,9 +46,11 @@ def test_an_unreadable_value_is_absent_counted_each_time_and_logged_once(caplog:
     assert "read as absent; the next snooze writes it" in lines[0]
 
 
-def test_the_logged_keys_are_bounded() -> None:
+def test_the_logged_keys_are_bounded(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr("gpuevents.kvstate._LOGGED_KEYS_MAX", 3)
     seen = UnreadableValues()
-    for i in range(10_001):
-        seen.saw(f"other.{i}", ValueError("bad"), "x")
-    assert seen.counts["other"] == 10_001
-    assert len(seen._logged) <= 10_000
+    for key in ("other.1", "other.2", "other.3", "other.4", "other.1"):
+        seen.saw(key, ValueError("bad"), "x")
+    assert seen.counts["other"] == 5
+    assert len(seen._logged) <= 3
+    assert caplog.text.count("unreadable value at other.1 ") == 2  # forgotten once the set was full: said again

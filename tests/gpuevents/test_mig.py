@@ -32,7 +32,8 @@ def test_an_instance_names_its_profile_and_its_share_of_the_compute() -> None:
     assert p is not None
     assert (p.compute_slices, p.total_slices) == (3, 7)
     assert p.compute_share == pytest.approx(3 / 7)
-    assert instance_profile("NVIDIA A30 MIG 2g.12gb").compute_share == pytest.approx(0.5)  # type: ignore[union-attr]
+    a30 = instance_profile("NVIDIA A30 MIG 2g.12gb")
+    assert a30 is not None and a30.compute_share == pytest.approx(0.5)
     assert instance_profile("NVIDIA A100-SXM4-40GB") is None
     assert instance_profile("NVIDIA A100-SXM4-40GB MIG 9g.99gb") is None  # no such profile: not guessed
 

@@ -15,7 +15,7 @@ from lightkube.resources.core_v1 import Event, Node, Pod
 from actions.runner import ActionRunner
 from gpuevents.records import AuditRecord
 from tests.actions.conftest import make_config, make_request
-from tests.kube_cluster import KubeCluster
+from tests.kube_cluster import KubeCluster, meta, name_of
 
 GPU = {"limits": {"nvidia.com/gpu": "1"}}
 
@@ -38,8 +38,8 @@ def workload(api: Client, ns: str, name: str, replicas: int, node: str, resource
 def running(cluster: KubeCluster, api: Client, ns: str, app: str, n: int) -> list[str]:
     def ok() -> list[str] | None:
         pods = [p for p in api.list(Pod, namespace=ns, labels={"app": app})
-                if p.status and p.status.phase == "Running" and not p.metadata.deletionTimestamp]
-        return [p.metadata.name for p in pods] if len(pods) == n else None
+                if p.status and p.status.phase == "Running" and not meta(p).deletionTimestamp]
+        return [name_of(p) for p in pods] if len(pods) == n else None
 
     return cluster.wait(ok, 60, f"{n} running pods of {app}")
 
@@ -69,12 +69,13 @@ async def test_drain_cordons_and_evicts_gpu_pods_and_a_budget_holds_its_pods(
 
     record = await drain(kube_cluster, node, timeout="3s")
     assert record.outcome == "ok", record
-    assert api.get(Node, node).spec.unschedulable is True
+    spec = api.get(Node, node).spec
+    assert spec is not None and spec.unschedulable is True
     detail = record.detail or ""
     assert "2 GPU pod(s) evicted" in detail
     assert "1 still running at the 3s timeout" in detail and f"{ns}/{guarded}" in detail
     assert "after_timeout: wait" in detail
-    present = {p.metadata.name for p in api.list(Pod, namespace=ns)}
+    present = {name_of(p) for p in api.list(Pod, namespace=ns)}
     assert guarded in present and cpu in present   # the budget's pod and the pod without a GPU stay
     reasons = [e.reason for e in api.list(Event, namespace=ns) if e.involvedObject.name in free]
     assert "GpueventsEvicted" in reasons
@@ -82,7 +83,7 @@ async def test_drain_cordons_and_evicts_gpu_pods_and_a_budget_holds_its_pods(
     record = await drain(kube_cluster, node, timeout="1s", after_timeout="delete")
     assert record.outcome == "ok" and f"1 deleted after the 1s timeout (PodDisruptionBudget): {ns}/{guarded}" in (
         record.detail or "")
-    kube_cluster.wait(lambda: guarded not in {p.metadata.name for p in api.list(Pod, namespace=ns)}, 30,
+    kube_cluster.wait(lambda: guarded not in {name_of(p) for p in api.list(Pod, namespace=ns)}, 30,
                       "the guarded pod deleted")
 
 
@@ -100,4 +101,4 @@ async def test_drain_leaves_protected_namespaces(kube_cluster: KubeCluster, api:
     finally:
         await runner.close()
     assert record.outcome == "ok" and f"{ns}/{pod} (namespace {ns} is protected)" in (record.detail or "")
-    assert pod in {p.metadata.name for p in api.list(Pod, namespace=ns)}
+    assert pod in {name_of(p) for p in api.list(Pod, namespace=ns)}

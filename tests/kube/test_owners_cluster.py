@@ -13,8 +13,9 @@ from lightkube.resources.core_v1 import Namespace, Pod
 
 from agent.kubeapi import lightkube_fetch, open_fetch
 from agent.kubeowners import Fetch, OwnerWalker
-from gpuevents.config import KubernetesConfig, KubernetesJobsConfig
-from tests.kube_cluster import KubeCluster
+from gpuevents.config import KubernetesConfig
+from gpuevents.kubeconfig import KubernetesJobsConfig
+from tests.kube_cluster import KubeCluster, meta, name_of
 
 POD_SPEC: dict[str, Any] = {"containers": [{"name": "main", "image": "trainer:1", "resources": {
     "limits": {"nvidia.com/gpu": "1"}}}], "tolerations": [{"operator": "Exists"}]}
@@ -37,8 +38,8 @@ def _setup(cluster: KubeCluster) -> tuple[str, list[str], list[str]]:
 
         def pods() -> tuple[list[str], list[str]] | None:
             got = list(api.list(Pod, namespace=ns))
-            dep = [p.metadata.name for p in got if (p.metadata.labels or {}).get("app") == "llm"]
-            job = [p.metadata.name for p in got if (p.metadata.labels or {}).get("job") == "train"]
+            dep = [name_of(p) for p in got if (meta(p).labels or {}).get("app") == "llm"]
+            job = [name_of(p) for p in got if (meta(p).labels or {}).get("job") == "train"]
             return (dep, job) if len(dep) == 2 and len(job) == 1 else None
 
         dep, job = cluster.wait(pods, 60, "the Deployment's and the Job's pods")

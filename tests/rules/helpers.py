@@ -24,7 +24,7 @@ def gpu(index: int, util: float = 0.0, **kw: Any) -> GpuInfo:
     return GpuInfo(node=kw.pop("node", "n1"), index=index, util_pct=util, mem_total_mib=81559, **kw)
 
 
-def proc(pid: int, user: str = "alice", gpus: list[int] | None = None, created: datetime = T0,
+def proc(pid: int, user: str | None = "alice", gpus: list[int] | None = None, created: datetime = T0,
          **kw: Any) -> ProcessInfo:
     return ProcessInfo(node=kw.pop("node", "n1"), pid=pid, user=user, gpus=gpus if gpus is not None else [0],
                        create_time=created, **kw)

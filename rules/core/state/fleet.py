@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from datetime import datetime, timedelta
 
 from gpuevents.events import (
@@ -23,7 +24,7 @@ from gpuevents.events import (
 from rules.core.state.demand import DemandBook
 from rules.core.state.jobs import Jobs, ended_entity
 from rules.core.state.node import Change, Entity, NodeState
-from rules.core.state.rebuild import rebuild, snapshot_sig, timed
+from rules.core.state.rebuild import rebuild, same_inputs, timed
 from rules.lang.views import DemandView, EvalClock
 
 CREATE_TIME_TOLERANCE_S = 1.0
@@ -61,9 +62,7 @@ class FleetState:
             snap = event.data
             # The very snapshot object the views stand on (the engine's decoder reuses it for repeated bytes)
             # is equal to itself: no need to compare.
-            sig = ns.snap_sig if ns is not None and snap is ns.snapshot and not ns.snap_timed else snapshot_sig(
-                snap, event.time)
-            if ns is not None and sig is not None and sig == ns.snap_sig and self._unchanged(ns):
+            if ns is not None and self._repeats(ns, snap, event.time):
                 # The node repeats its last snapshot (times aside): every view stays, nothing to evaluate.
                 self._seen(ns, now)
                 assert ns.node_entity is not None
@@ -86,7 +85,8 @@ class FleetState:
                 ns.proc_infos[self._process_key(key, p, old_procs)] = p
             self._seen(ns, now)
             change = self.rebuild(ns)
-            ns.snap_sig = sig
+            ns.snap_valid = True
+            ns.snap_time = event.time
             ns.snap_timed = timed(snap)
             ns.snapshot = snap
             if snap.jobs:
@@ -105,11 +105,11 @@ class FleetState:
             if isinstance(event, GpuXidEvent):
                 ns.xids[g.index] = (event.data.xid, event.time)
                 g = g.model_copy(update={"xid_at": event.time})
-            ns.snap_sig = None
+            ns.snap_valid = False
             ns.gpu_infos[g.index] = self._idle_since(g, ns.gpu_infos.get(g.index), event.time)
         elif isinstance(event, ProcessEvent):
             p = event.data
-            ns.snap_sig = None
+            ns.snap_valid = False
             pkey = self._process_key(key, p, ns.proc_infos)
             if event.type == "process.started":
                 ns.proc_infos[pkey] = p
@@ -173,6 +173,14 @@ class FleetState:
                 ns.xids[idx] = (g.xid, at)
             elif known is not None:
                 ns.gpu_infos[idx] = g.model_copy(update={"xid": known[0], "xid_at": known[1]})
+
+    def _repeats(self, ns: NodeState, snap: NodeSnapshot, t: datetime) -> bool:
+        """Whether `snap` (at `t`) repeats the snapshot the node's views stand on, times aside, while nothing else
+        changed them."""
+        old, old_t = ns.snapshot, ns.snap_time
+        if old is None or old_t is None or not ns.snap_valid or not self._unchanged(ns):
+            return False
+        return (snap is old and not ns.snap_timed) or same_inputs(old, old_t, snap, t)
 
     @staticmethod
     def _unchanged(ns: NodeState) -> bool:
@@ -278,6 +286,11 @@ class FleetState:
         if not ns.online:
             ns.full_next = True
         return ns.online
+
+    @property
+    def offline_keys(self) -> AbstractSet[str]:
+        """Read only: the keys of the known nodes that are offline."""
+        return self._offline
 
     @property
     def any_offline(self) -> bool:

@@ -18,7 +18,8 @@ from rules.lang.views import EntityView, EvalClock, GpuView, JobView
 
 log = logging.getLogger(__name__)
 SUMMARY_FIELDS = ("hours", "gpu_hours", "mean_util_pct", "peak_util_pct", "mean_sm_active_pct", "peak_mem_mib",
-                  "idle_share_pct", "cost", "cost_text", "smaller_fit")
+                  "p95_util_pct", "p95_sm_active_pct", "p95_mem_mib", "idle_share_pct", "cost", "cost_text",
+                  "smaller_fit")
 
 
 def ended_entity(ended: JobEnded, node_key: str, node: str, cluster: str, clock: EvalClock,

@@ -10,7 +10,7 @@ from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot, ProcessInfo
 from rules.lang.views import GpuView
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Entity:
     """One evaluable entity: its key (unique, a process's includes its create time), id, and context."""
 
@@ -22,7 +22,7 @@ class Entity:
     ctx: dict[str, Any]
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class NodeState:
     """Everything known about one node; views are rebuilt from the infos whenever one changes."""
 
@@ -44,8 +44,9 @@ class NodeState:
     view_gpu_infos: dict[int, GpuInfo] = field(default_factory=dict)  # the infos the views show now
     view_proc_infos: dict[str, ProcessInfo] = field(default_factory=dict)
     gpu_views: list[GpuView] = field(default_factory=list)
-    snap_sig: tuple[Any, ...] | None = None  # the last snapshot's inputs, while nothing else changed them
-    snap_timed: bool = False  # the signature depends on the snapshot's time (see `rebuild.timed`)
+    snap_valid: bool = False  # `snapshot` holds the node's inputs: no other event changed them since
+    snap_time: datetime | None = None  # the time of `snapshot` (a GPU's idle start may be derived from it)
+    snap_timed: bool = False  # the snapshot's inputs depend on its time (see `rebuild.timed`)
     snapshot: NodeSnapshot | None = None  # the snapshot the views were built from (kept while repeated)
     xids: dict[int, tuple[int, datetime]] = field(default_factory=dict)  # GPU index -> its last XID and when
 

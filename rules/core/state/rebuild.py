@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
-from operator import itemgetter
+from operator import is_, itemgetter
 from typing import Any
 
 from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot, ProcessInfo
@@ -53,12 +53,17 @@ def timed(snap: NodeSnapshot) -> bool:
     return any(g.idle and g.idle_since is None and g.idle_for_s is not None for g in snap.gpus)
 
 
-def snapshot_sig(snap: NodeSnapshot, t: datetime) -> tuple[Any, ...]:
-    """A snapshot's inputs at its time `t`, times aside: equal signatures build equal views."""
-    return (
-        _node_fields(snap.node), tuple(_gpu_raw(g, t) for g in snap.gpus), tuple(map(_process_fields, snap.processes)),
-        tuple(snap.jobs),
-    )
+def same_inputs(old: NodeSnapshot, old_t: datetime, new: NodeSnapshot, t: datetime) -> bool:
+    """Whether two snapshots, at their times, have the same inputs, times aside: such snapshots build equal views.
+    Compared part by part, the cheapest first, up to the first difference (a changing snapshot's first GPU)."""
+    if _node_fields(old.node) != _node_fields(new.node) or len(old.gpus) != len(new.gpus) or len(
+        old.processes) != len(new.processes) or tuple(old.jobs) != tuple(new.jobs):
+        return False
+    for a, b in zip(old.gpus, new.gpus, strict=True):
+        if _gpu_raw(a, old_t) != _gpu_raw(b, t):
+            return False
+    return all(a is b or _process_fields(a) == _process_fields(b)
+               for a, b in zip(old.processes, new.processes, strict=True))
 
 
 _MEMBERSHIP = frozenset({"gpus", "owner", "create_time"})
@@ -66,8 +71,12 @@ _MEMBERSHIP = frozenset({"gpus", "owner", "create_time"})
 and `owners` (what the agent says of a GPU with no process attributed) count too."""
 
 
+_NONE: frozenset[str] = frozenset()
+"""No field changed (shared: never modified)."""
+
+
 def _same_items(a: list[Any], b: list[Any]) -> bool:
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+    return len(a) == len(b) and all(map(is_, a, b))
 
 
 def rebuild(ns: NodeState, clock: EvalClock, owners: Mapping[str, str],
@@ -253,7 +262,7 @@ def _patch(ns: NodeState, clock: EvalClock, owners: Mapping[str, str],
         attributed = (gv.pids, gv.processes, gv.owners) if same_members else _on_gpu(idx, g, pids_of, by_pid)
         d = _patch_gpu(gv, old_g, g, *attributed)
         for pv in gv.processes:  # the GPU shows its processes: their changes are its changes
-            pd = proc_delta.get(key_of[id(pv)], set())
+            pd = proc_delta.get(key_of[id(pv)], _NONE)
             if pd is None:
                 d.add("processes")
             elif pd:
@@ -269,7 +278,7 @@ def _patch(ns: NodeState, clock: EvalClock, owners: Mapping[str, str],
     all_gpu_changes: set[str] = set(node_delta)
     for idx, gv in gpus.items():
         key = gv.id
-        delta = gpu_delta.get(idx, set())
+        delta = gpu_delta.get(idx, _NONE)
         if delta is None:
             ent = Entity(key, key, "gpu", nkey, gv, {
                 "gpu": gv, "node": node_view, "entity": EntityView(key, "gpu", ns.name, ns.cluster), CLOCK_KEY: clock,
@@ -278,7 +287,7 @@ def _patch(ns: NodeState, clock: EvalClock, owners: Mapping[str, str],
             all_gpu_changes.add("gpus")
         else:
             ent = old_entities[key]
-            d = delta | node_delta
+            d = node_delta | delta
             if d:
                 changed.append(ent)
                 deltas[key] = frozenset(d)
@@ -291,7 +300,7 @@ def _patch(ns: NodeState, clock: EvalClock, owners: Mapping[str, str],
         changed.insert(0, node_ent)
         deltas[nkey] = frozenset(all_gpu_changes)
     for pkey, pv in procs.items():
-        delta = proc_delta.get(pkey, set())
+        delta = proc_delta.get(pkey, _NONE)
         pgpus = ([gpus[i] for i in pv.gpus if i in gpus]
                  if delta is None or not (same_members and not gpus_moved) else [])
         if delta is None:
@@ -302,12 +311,12 @@ def _patch(ns: NodeState, clock: EvalClock, owners: Mapping[str, str],
             changed.append(ent)
         else:
             ent = old_entities[pkey]
-            d = delta | node_delta
+            d = node_delta | delta
             if not (same_members and not gpus_moved) and not _same_items(ent.ctx["gpus"], pgpus):
                 ent.ctx["gpus"] = pgpus
                 d.add("gpus")
             for i in pv.gpus:  # the process shows its GPUs
-                gd = gpu_delta.get(i, set())
+                gd = gpu_delta.get(i, _NONE)
                 d |= gd if gd is not None else {"gpus"}
             if d:
                 changed.append(ent)

@@ -60,5 +60,5 @@ export function params() {
 }
 
 // Timings the benchmark (benchmarks/dashboard_scale.py) and the tests read.
-export const timings = {firstFleetMs: null, firstTimelineMs: null, updates: []};
+export const timings = {firstFleetMs: null, firstTimelineMs: null, firstQuarterMs: null, updates: []};
 window.gpuevents = {timings};

@@ -6,10 +6,12 @@ import {legend} from "./colours.js";
 import {groupChoices, groupFleet, renderGroups} from "./fleet.js";
 import {refreshFree, setupFree} from "./free.js";
 import {TimelineView} from "./timeline.js";
+import {renderQuarter} from "./quarter.js";
 
 const query = params();
 const refreshMs = Math.max(100, parseInt(query.get("refresh") || "5000", 10) || 5000);
 const timelineMs = Math.max(1000, parseInt(query.get("timeline_refresh") || "60000", 10) || 60000);
+const quarterMs = Math.max(1000, parseInt(query.get("quarter_refresh") || "600000", 10) || 600000);
 const MAX_INCIDENTS = 100;
 const view = {group: query.get("group") || "auto", sort: query.get("sort") || "waste", show: query.get("show") || "all",
   q: query.get("q") || ""};
@@ -131,11 +133,23 @@ async function refreshTimeline() {
   try {
     const data = await getJson("/api/timeline?hours=24&per=auto&limit=100&q=" + encodeURIComponent(view.q));
     timeline.setData(data);
+    $("timeline-simulated").hidden = !data.simulated;
     if (timings.firstTimelineMs === null) timings.firstTimelineMs = performance.now();
   } catch (e) {
     timeline.note.textContent = "no usage history: " + e.message;
   } finally {
     timelineTimer = window.setTimeout(refreshTimeline, timelineMs);
+  }
+}
+
+async function refreshQuarter() {
+  try {
+    renderQuarter($("quarter"), $("quarter-simulated"), await getJson("/api/quarter?weeks=13"));
+    if (timings.firstQuarterMs === null) timings.firstQuarterMs = performance.now();
+  } catch (e) {
+    $("quarter").replaceChildren(el("p", "legend", "no usage history: " + e.message));
+  } finally {
+    window.setTimeout(refreshQuarter, quarterMs);
   }
 }
 
@@ -166,3 +180,4 @@ setupControls();
 setupFree($("free-form"));
 refresh();
 refreshTimeline();
+refreshQuarter();

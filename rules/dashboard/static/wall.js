@@ -107,7 +107,9 @@ async function refresh() {
 
 async function refreshTimeline() {
   try {
-    timeline.setData(await getJson("/api/timeline?hours=24&per=auto&limit=20"));
+    const data = await getJson("/api/timeline?hours=24&per=auto&limit=20");
+    timeline.setData(data);
+    $("timeline-simulated").hidden = !data.simulated;
     if (timings.firstTimelineMs === null) timings.firstTimelineMs = performance.now();
   } catch (e) {
     timeline.note.textContent = "no usage history: " + e.message;

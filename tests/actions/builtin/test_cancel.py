@@ -8,13 +8,13 @@ from lightkube.resources.core_v1 import Pod
 
 from tests.actions.builtin.kube_objects import gpu_pod_spec, runner_for, running
 from tests.actions.conftest import make_request
-from tests.kube_cluster import KubeCluster
+from tests.kube_cluster import KubeCluster, name_of
 from tests.waiting import wait_for
 
 
 async def test_cancel_deletes_the_pod_of_a_kubernetes_job(kube_cluster: KubeCluster) -> None:
     ns = kube_cluster.namespace("ml")
-    node = kube_cluster.add_gpu_node(kube_cluster.unique("gpu")).metadata.name  # type: ignore[union-attr]
+    node = name_of(kube_cluster.add_gpu_node(kube_cluster.unique("gpu")))
     client = kube_cluster.client()
     await client.create(Pod(metadata=ObjectMeta(name="train-0", namespace=ns, labels={"app": "train"}),
                             spec=gpu_pod_spec(node)))

@@ -12,11 +12,11 @@ from actions.builtin.cordon import ANNOTATION
 from tests.actions.builtin.kube_objects import runner_for
 from tests.actions.conftest import make_request
 from tests.actions.fakes import FakeKubernetes, Injected
-from tests.kube_cluster import KubeCluster
+from tests.kube_cluster import KubeCluster, name_of
 
 
 async def test_cordon_sets_unschedulable_and_the_annotation(kube_cluster: KubeCluster) -> None:
-    name = kube_cluster.add_gpu_node(kube_cluster.unique("gpu")).metadata.name  # type: ignore[union-attr]
+    name = name_of(kube_cluster.add_gpu_node(kube_cluster.unique("gpu")))
     runner = runner_for(kube_cluster.kubeconfig)
     try:
         record = await runner.process(make_request("cordon", {}, entity_kind="node", entity_id=name, node=name))

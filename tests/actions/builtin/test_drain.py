@@ -20,7 +20,7 @@ def pod(ns: str = "team-a", resources: dict[str, Any] | None = None, **md: Any) 
 def ctx(**protect: Any) -> ActionContext:
     req = make_request("drain", {})
     cfg = make_config(protect=protect) if protect else make_config()
-    return ActionContext(request=req, params=None, config=cfg)  # type: ignore[arg-type]
+    return ActionContext(request=req, params=None, config=cfg)  # type: ignore[arg-type]  # these helpers read no params
 
 
 def test_gpu_pods_are_evicted_and_the_others_left_with_a_reason() -> None:

@@ -61,7 +61,8 @@ async def test_a_mail_reaches_the_smtp_server_with_subject_and_body(smtp: tuple[
     [(rcpts, msg)] = inbox.messages
     assert rcpts == ["alice@hpc.example.org"]
     assert msg["From"] == "gpuevents@hpc.example.org" and msg["Subject"] == "Job 42 idle"
-    assert msg.get_payload().strip() == "Your job 42 has held 4 idle GPUs for 1h."
+    payload = msg.get_payload()
+    assert isinstance(payload, str) and payload.strip() == "Your job 42 has held 4 idle GPUs for 1h."
 
 
 async def test_a_user_name_is_mailed_at_the_default_domain(smtp: tuple[Inbox, int]) -> None:

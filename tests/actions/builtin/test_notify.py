@@ -220,7 +220,8 @@ async def test_an_owner_is_mailed_at_the_address_of_the_owner_map(smtp: tuple[In
     record = await ActionRunner(None, config).process(make_request("notify", params))
     assert record.outcome == "ok", record.error
     [(rcpts, msg)] = inbox.messages
-    assert rcpts == ["alice@hpc.example.org"] and "GPU 3 idle" in msg.get_payload(decode=True).decode()
+    body = msg.get_payload(decode=True)
+    assert rcpts == ["alice@hpc.example.org"] and isinstance(body, bytes) and "GPU 3 idle" in body.decode()
     assert record.detail == "posted to email → alice@hpc.example.org"
 
 

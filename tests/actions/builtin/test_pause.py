@@ -21,7 +21,7 @@ from actions.store import MemoryKv
 from gpuevents.kubekinds import KINDS
 from gpuevents.records import AuditRecord
 from tests.actions.conftest import make_config, make_request
-from tests.kube_cluster import KubeCluster
+from tests.kube_cluster import KubeCluster, meta, name_of
 
 KV = MemoryKv()  # what pause remembers outlives each runner, as the engine's KV bucket does
 POD_SPEC: dict[str, Any] = {"containers": [{"name": "main", "image": "trainer:1", "resources": {
@@ -48,7 +48,8 @@ def crd(api: Client, cluster: KubeCluster, group: str, version: str, kind: str, 
 
     def established() -> bool:
         got = api.get(CustomResourceDefinition, name)
-        return any(c.type == "Established" and c.status == "True" for c in (got.status.conditions or []))
+        conditions = (got.status.conditions if got.status else None) or []
+        return any(c.type == "Established" and c.status == "True" for c in conditions)
 
     cluster.wait(established, 30, f"CRD {name} established")
 
@@ -64,7 +65,8 @@ def get(api: Client, kind: str, ns: str, name: str) -> dict[str, Any]:
     from gpuevents.kube import resource_for
 
     k = KINDS[kind]
-    return api.get(resource_for(k.api_version, k.kind), name, namespace=ns).to_dict()
+    obj: dict[str, Any] = api.get(resource_for(k.api_version, k.kind), name, namespace=ns).to_dict()
+    return obj
 
 
 async def run(cluster: KubeCluster, type_: str, job: str, facts: dict[str, Any] | None = None,
@@ -124,7 +126,7 @@ async def test_pause_stops_each_kind_its_way_and_resume_sets_it_back(
     record = await run(kube_cluster, "pause", job, {"controller_uid": obj["metadata"]["uid"]})
     assert record.outcome == "ok", record
     paused = get(api, kind, ns, "w")
-    value = paused
+    value: Any = paused
     for p in path:
         value = value.get(p) if isinstance(value, dict) else None
     assert value is not None and (value == after or (kind == "Notebook" and value.startswith("20")))
@@ -206,9 +208,9 @@ async def test_a_kind_pause_does_not_know_is_paused_by_the_nearest_owner_below_i
     t = api.get(trainer_res, "t1", namespace=ns)
     dep = deployment(ns, "t1-workers", 2)
     dep["metadata"]["ownerReferences"] = [{"apiVersion": "acme.example.com/v1", "kind": "Trainer", "name": "t1",
-                                           "uid": t.metadata.uid, "controller": True}]
+                                           "uid": meta(t).uid, "controller": True}]
     api.create(codecs.from_dict(dep))
-    pods = kube_cluster.wait(lambda: [p.metadata.name for p in api.list(Pod, namespace=ns)], 60, "the pods")
+    pods = kube_cluster.wait(lambda: [name_of(p) for p in api.list(Pod, namespace=ns)], 60, "the pods")
     r = await run(kube_cluster, "pause", f"{ns}/Trainer/t1", {"pods": pods})
     assert r.outcome == "ok", r
     assert "Deployment t1-workers" in (r.detail or "") and "cannot be paused" in (r.detail or "")
@@ -233,7 +235,7 @@ async def test_cancel_deletes_a_bare_pod_and_refuses_a_controllers_job(kube_clus
         await runner.close()
     assert bare.outcome == "ok" and bare.detail == f"pod {ns}/scratch deleted"
     assert owned.outcome == "refused" and "`pause` stops it" in (owned.detail or "")
-    kube_cluster.wait(lambda: not [p for p in api.list(Pod, namespace=ns) if p.metadata.name == "scratch"], 30,
+    kube_cluster.wait(lambda: not [p for p in api.list(Pod, namespace=ns) if name_of(p) == "scratch"], 30,
                       "the bare pod gone")
     assert "GpueventsCancelled" in events(api, ns, "scratch")
 

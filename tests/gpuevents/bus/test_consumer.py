@@ -13,13 +13,13 @@ from nats.js import JetStreamContext
 from gpuevents import subjects as S
 from gpuevents.bus import Bus, BusError, Consumer, Delivery
 from gpuevents.bus.consumer import open_consumer
-from gpuevents.events import GpuInfo, decode_event, make_event
+from gpuevents.events import Event, GpuInfo, decode_event, make_event
 from gpuevents.server import EmbeddedServer
 from tests.conftest import PullRequests
 from tests.waiting import wait_for
 
 
-def _idle(index: int):  # type: ignore[no-untyped-def]
+def _idle(index: int) -> Event:
     return make_event("gpu.idle", "n1", GpuInfo(node="n1", index=index, util_pct=0, idle=True), cluster="c1")
 
 
@@ -56,7 +56,7 @@ async def test_publish_then_durable_consume_and_ack(bus: Bus) -> None:
         bus.publish_event(e)
     assert await bus.flush(5)
     consumer = await bus.consumer(S.STREAM_EVENTS, "t1", S.EVENTS_ALL, ack_wait=5)
-    got = []
+    got: list[Event] = []
     while len(got) < 5:
         batch = await consumer.fetch(10, timeout=1)
         assert batch, "expected the published events"

@@ -10,7 +10,7 @@ from nats.js import JetStreamContext
 from gpuevents import subjects as S
 from gpuevents.bus import Bus, BusNoResponders, PublishItem
 from gpuevents.config import NatsConfig
-from gpuevents.events import GpuInfo, decode_event, make_event
+from gpuevents.events import Event, GpuInfo, decode_event, make_event
 from gpuevents.records import AuditRecord
 from gpuevents.server import EmbeddedServer
 from tests.conftest import stored_messages
@@ -19,7 +19,7 @@ from tests.waiting import wait_for
 T0 = datetime(2026, 1, 5, tzinfo=UTC)
 
 
-def _idle(node: str = "n1", index: int = 0, id: str | None = None):  # type: ignore[no-untyped-def]
+def _idle(node: str = "n1", index: int = 0, id: str | None = None) -> Event:
     return make_event("gpu.idle", node, GpuInfo(node=node, index=index, util_pct=0, idle=True),
                       cluster="c1", id=id)
 
@@ -78,7 +78,7 @@ async def test_a_full_buffer_drops_the_oldest_and_counts(nats_server: EmbeddedSe
     await bus.connect()
     await bus.ensure_streams()
     assert await bus.flush(5)
-    indexes = [decode_event(m.data).data.index async for m in bus.replay(S.STREAM_EVENTS, S.EVENTS_ALL)]  # type: ignore[union-attr]
+    indexes = [decode_event(m.data).data.index async for m in bus.replay(S.STREAM_EVENTS, S.EVENTS_ALL)]  # type: ignore[union-attr]  # all gpu.idle
     await bus.close()
     assert indexes == list(range(5, 15))
 
@@ -90,8 +90,8 @@ async def test_publish_many_stores_each_once_in_order_and_reports_failures_per_i
     items.insert(2, PublishItem("no.stream.here", b"x"))
     results = await bus.js_publish_many(items)
     assert isinstance(results[2], BusNoResponders)
-    seqs = [r for i, r in enumerate(results) if i != 2]
-    assert all(isinstance(s, int) for s in seqs) and seqs == sorted(seqs) and len(set(seqs)) == 5
+    seqs = [r for i, r in enumerate(results) if i != 2 and isinstance(r, int)]
+    assert len(seqs) == 5 and seqs == sorted(seqs) and len(set(seqs)) == 5
     again = await bus.js_publish_many(items[:2])  # the same msg ids: deduplicated, the same sequences
     assert again == seqs[:2]
     stored = await stored_messages(jetstream, S.STREAM_AUDIT)

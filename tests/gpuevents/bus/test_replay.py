@@ -6,10 +6,10 @@ from datetime import UTC, datetime, timedelta
 
 from gpuevents import subjects as S
 from gpuevents.bus import Bus
-from gpuevents.events import GpuInfo, decode_event, make_event
+from gpuevents.events import Event, GpuInfo, decode_event, make_event
 
 
-def _idle(node: str = "n1", index: int = 0, id: str | None = None):  # type: ignore[no-untyped-def]
+def _idle(node: str = "n1", index: int = 0, id: str | None = None) -> Event:
     return make_event("gpu.idle", node, GpuInfo(node=node, index=index, util_pct=0, idle=True),
                       cluster="c1", id=id)
 

@@ -71,7 +71,7 @@ async def test_status_snooze_audit_and_backtest(engine_config: Config, bus: Bus,
 
         code, out = await gpuevents("snooze", "idle-gpu-1h", "n1/gpu0", "--for", "4h", "-c", str(cfg_file))
         assert code == 0, out
-        assert ("idle-gpu-1h", "n1/gpu0") in engine.core.snoozes
+        assert engine.core is not None and ("idle-gpu-1h", "n1/gpu0") in engine.core.snoozes
         assert not engine.core.open_incidents()  # snoozed: the incident ended
 
         code, out = await gpuevents("snooze", "no-such-rule", "n1/gpu0", "--for", "4h", "-c", str(cfg_file))
@@ -135,7 +135,7 @@ async def test_two_agents_claiming_one_node_show_in_status_log_and_metric(
     async with running(Engine(engine_config, bus, clock=clock)) as engine:
         for i in range(6):  # `up`'s agent and an `agent --simulate` both called n1, taking turns
             ev = snapshot("n1", clock.now())
-            node = ev.data.node.model_copy(update={"agent_id": ("up-aaaa1111", "sim-bbbb2222")[i % 2]})  # type: ignore[union-attr]
+            node = ev.data.node.model_copy(update={"agent_id": ("up-aaaa1111", "sim-bbbb2222")[i % 2]})
             bus.publish_event(ev.model_copy(update={"data": ev.data.model_copy(update={"node": node})}))
         assert await bus.flush(5)
         metric = "gpuevents_node_claim_conflicts_total"

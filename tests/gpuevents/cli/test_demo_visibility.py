@@ -13,12 +13,15 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 
 pytestmark = pytest.mark.slow  # runs `gpuevents up --demo` as a process
 
+T = TypeVar("T")
 PINNED = {0, 1, 2}  # agent/scenarios/demo.yaml: held idle, training, a ghost holding memory
 
 
@@ -27,11 +30,11 @@ def _gpuevents(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           timeout=60)
 
 
-def _until(check: object, timeout: float, what: str) -> object:
+def _until(check: Callable[[], T | None], timeout: float, what: str) -> T:
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
-        last = check()  # type: ignore[operator]
+        last = check()
         if last:
             return last
         time.sleep(1.0)
@@ -46,7 +49,9 @@ def test_after_a_minute_of_the_demo_report_has_gpu_hours_and_free_offers_idle_un
     proc = subprocess.Popen([sys.executable, "-m", "gpuevents.cli", "up", "--demo", "-c", str(cfg)], cwd=tmp_path,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
+    stdout = proc.stdout
+    assert stdout is not None
+    reader = threading.Thread(target=lambda: lines.extend(iter(stdout.readline, "")), daemon=True)
     reader.start()
     try:
         def ports() -> tuple[int, int] | None:
@@ -55,20 +60,20 @@ def test_after_a_minute_of_the_demo_report_has_gpu_hours_and_free_offers_idle_un
             web = re.search(r"dashboard on http://127\.0\.0\.1:(\d+)/", text)
             return (int(nats.group(1)), int(web.group(1))) if nats and web else None
 
-        nats_port, web_port = _until(ports, 60, "NATS and the dashboard")  # type: ignore[misc]
+        nats_port, web_port = _until(ports, 60, "NATS and the dashboard")
         banner = "".join(lines)
         assert "gpuevents free" in banner and "gpuevents simulate --history" in banner
         client = tmp_path / "client.yaml"
         client.write_text(f"nats:\n  url: nats://127.0.0.1:{nats_port}\n")
 
-        def report() -> dict[str, object] | None:
+        def report() -> dict[str, Any] | None:
             r = _gpuevents(tmp_path, "report", "--format", "json", "-c", str(cfg))
             data = json.loads(r.stdout) if r.returncode == 0 else None
             return data if data and data["fleet"]["gpu_h"] > 0 else None
 
         data = _until(report, 60, "GPU-hours in the report")
-        assert data["fleet"]["gpus"] == 8  # type: ignore[index]
-        assert data["heatmap"]["rows"][0]["cells"][-1] is not None  # type: ignore[index]  # the current hour
+        assert data["fleet"]["gpus"] == 8
+        assert data["heatmap"]["rows"][0]["cells"][-1] is not None  # the current hour
 
         def ghost_arrived() -> bool:  # 20 s into the demo a ghost takes GPU 2's memory and never lets go
             r = _gpuevents(tmp_path, "status", "--all", "--json", "-c", str(client))
@@ -77,7 +82,7 @@ def test_after_a_minute_of_the_demo_report_has_gpu_hours_and_free_offers_idle_un
 
         _until(ghost_arrived, 90, "the demo's ghost on GPU 2")
 
-        def free() -> dict[str, object] | None:
+        def free() -> dict[str, Any] | None:
             r = _gpuevents(tmp_path, "free", "--json", "-c", str(client))
             answer = json.loads(r.stdout) if r.stdout.startswith("{") else None
             return answer if answer and answer["nodes"] else None
@@ -87,7 +92,7 @@ def test_after_a_minute_of_the_demo_report_has_gpu_hours_and_free_offers_idle_un
         assert offered and not PINNED & {g["index"] for g in offered}, offered
         idle_for = [g["idle_for_s"] or 0 for g in offered]
         assert idle_for == sorted(idle_for, reverse=True)  # most idle first
-        line = answer["nodes"][0]["env"]  # type: ignore[index]
+        line = answer["nodes"][0]["env"]
         assert line == "CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=" + ",".join(str(g["index"]) for g in offered)
 
         with urllib.request.urlopen(f"http://127.0.0.1:{web_port}/api/free", timeout=10) as r:

@@ -69,7 +69,7 @@ def test_every_runner_is_handed_the_weekly_summary(bus: Bus) -> None:
     made = runner_parts(Config(), bus, SystemClock(), 2)
     assert sorted(made) == ["runner0", "runner1"]
     for run in made.values():
-        runner = run.__self__  # type: ignore[attr-defined]
+        runner = run.__self__  # type: ignore[attr-defined]  # a bound method
         assert runner._report is weekly_summary
 
 

@@ -36,7 +36,7 @@ def _fill(path: Path) -> None:
     for start, minutes, bob in spans:
         for m in range(minutes + 1):
             at = start + timedelta(minutes=m)
-            agg.observe(make_event("node.snapshot", "n1", _snapshot(at, bob_busy=bob), time=at), at)  # type: ignore[arg-type]
+            agg.observe(make_event("node.snapshot", "n1", _snapshot(at, bob_busy=bob), time=at), at)
         agg.forget("default", "n1")
     with UsageStore(path) as store:
         store.add(agg.drain())
@@ -85,3 +85,24 @@ def test_markdown_is_accepted_as_the_long_name_of_md(config: Path) -> None:
     markdown = CliRunner().invoke(app, ["report", "--format", "markdown", "-c", str(config)])
     assert markdown.exit_code == 0, markdown.output
     assert markdown.output == md.output and "| 1 | alice | vision | 0.3 |" in markdown.output
+
+
+def test_weeks_start_now_to_the_microsecond_and_a_team_report_has_no_fleet_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.rules.dashboard import quarterweeks as qw
+
+    qw.write_quarter(tmp_path / "usage.sqlite", simulated=True)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"engine:\n  usage_db: {tmp_path / 'usage.sqlite'}\nteams:\n  nlp: {{target_util_pct: 60}}\n")
+    now = qw.NOW.replace(microsecond=250_000)  # as the clock gives it: weeks start off the whole second
+    monkeypatch.setattr("gpuevents.cli.report.SystemClock.now", lambda self: now)
+    result = CliRunner().invoke(app, ["report", "--weeks", "13", "--format", "json", "-c", str(cfg)])
+    q = json.loads(result.output)["quarter"]
+    nlp = next(s for s in q["teams"] if s["team"] == "nlp")
+    # every week in its own place: the rollups' 19 % first, 58 % last
+    assert [round(p["util_pct"], 2) for p in nlp["points"]] == [round(19 + 3.25 * w, 2) for w in range(13)]
+    md = CliRunner().invoke(app, ["report", "--weeks", "13", "--team", "nlp", "--format", "md", "-c", str(cfg)])
+    assert "| nlp | 19 % → 58 % in 13 weeks (target 60 %) |" in md.output and "| Fleet |" not in md.output
+    both = CliRunner().invoke(app, ["report", "--weeks", "4", "--team", "nlp", "--compare", "2026-01-14..2026-02-10",
+                                    "--format", "md", "-c", str(cfg)]).output
+    assert "## Before and after" in both and "| Fleet |" not in both.split("## Before and after")[1]

@@ -12,6 +12,8 @@ from typer.testing import CliRunner
 
 from gpuevents.cli import app
 
+pytestmark = pytest.mark.slow  # the module simulates a quarter of usage through the CLI (`simulate --history 91d`)
+
 NOW = datetime(2026, 4, 14, 10, 30, tzinfo=UTC)
 
 
@@ -100,3 +102,57 @@ def test_the_weekly_report_has_the_quarter_line_the_right_sizing_and_says_it_is_
     nlp = next(k for k in report["kpi"] if k["team"] == "nlp")
     assert "in 13 weeks (target 60 %)" in nlp["text"]
     assert report["rightsize"] and report["rightsize"][0]["saving_per_week"] > 0
+
+
+def test_rightsize_says_plainly_when_it_has_too_little_data_to_advise(tmp_path: Path) -> None:
+    from rules.usage.fits import FitAmounts, FitKey
+    from rules.usage.store import UsageStore
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"engine:\n  usage_db: {tmp_path / 'u.sqlite'}\n")
+    hour = int(NOW.timestamp()) // 3600 * 3600
+    hist = [0.0] * 20
+    hist[1] = 600
+    with UsageStore(tmp_path / "u.sqlite") as store:  # ten minutes of one job: not enough to size it
+        store.add_fits([(FitKey(hour, "c", "job/slurm/7"), FitAmounts(
+            owner="alice", team="nlp", model="NVIDIA H100 80GB HBM3", gpus=1, held_s=600, peak_mem_mib=2000,
+            mem_total_mib=81_559, util_hist=hist))])
+    result = CliRunner().invoke(app, ["rightsize", "-c", str(cfg)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "0 of 1 would fit smaller" in result.output
+    assert "Too little data to advise: each of the 1 workload(s) seen in the last 7d" in result.output
+
+
+def test_simulated_history_writes_job_summaries_with_p95_and_fits_marked_simulated(quarter: Path) -> None:
+    result = CliRunner().invoke(app, ["jobs", "--since", "14d", "--json", "-c", str(quarter)])
+    assert result.exit_code == 0, result.output
+    jobs = json.loads(result.output)
+    slurm = [j for j in jobs if j["scheduler"] == "slurm"]
+    assert slurm and all(j["simulated"] and not j["running"] for j in jobs)
+    fitted = [j for j in slurm if j["smaller_fit"]]
+    assert fitted and all(j["smaller_fit"].startswith("MIG ") for j in fitted)
+    for j in slurm:
+        if j["p95_util_pct"] is not None:
+            assert j["p95_util_pct"] <= j["peak_util_pct"] and j["p95_mem_mib"] <= j["peak_mem_mib"]
+    # somewhere a spike above the job's p95 (a stall, noise): the p95 is what right-sizing reads
+    assert any(j["p95_util_pct"] is not None and j["p95_util_pct"] < j["peak_util_pct"] for j in slurm)
+
+    table = CliRunner().invoke(app, ["jobs", "--since", "14d", "-c", str(quarter)]).output
+    assert table.startswith("Includes simulated jobs (gpuevents simulate --history): marked *.")
+    one = CliRunner().invoke(app, ["job", fitted[0]["id"], "-c", str(quarter)]).output
+    assert "[SIMULATED: written by gpuevents simulate --history]" in one and " p95 " in one
+    assert f"smaller fit {fitted[0]['smaller_fit']}" in one
+
+
+def test_rightsize_by_owner_adds_each_users_savings_up(quarter: Path) -> None:
+    per_job = json.loads(CliRunner().invoke(app, ["rightsize", "--json", "-c", str(quarter)]).output)["fits"]
+    result = CliRunner().invoke(app, ["rightsize", "--by-owner", "--json", "-c", str(quarter)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["simulated"] is True
+    owners = data["owners"]
+    assert [o["saving_per_week"] for o in owners] == sorted((o["saving_per_week"] for o in owners), reverse=True)
+    for o in owners:
+        mine = [f for f in per_job if (f["owner"] or "unknown") == o["owner"]]
+        assert o["workloads"] == len(mine)
+        assert o["saving_per_week"] == pytest.approx(sum(f["saving_per_week"] for f in mine), abs=0.05)

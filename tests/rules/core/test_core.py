@@ -43,8 +43,8 @@ def test_replacing_rules_keeps_incidents_of_unchanged_rules(tmp_path: Path) -> N
     core = Core(rules_from(tmp_path, both))
     core.step(held_idle(), at(0))
     assert {i.rule for i in core.open_incidents()} == {"idle", "hot"}
-    dropped = core.replace_rules(rules_from(tmp_path, both.replace("util_pct >= 0", "util_pct >= -1")))
-    dropped = dropped.incidents  # the result of a reload: the closed incidents (and their transitions, actions)
+    reload = core.replace_rules(rules_from(tmp_path, both.replace("util_pct >= 0", "util_pct >= -1")))
+    dropped = reload.incidents  # the result of a reload: the closed incidents (and their transitions, actions)
     assert [i.rule for i in dropped] == ["hot", "hot"] and {i.rule for i in core.open_incidents()} == {"idle"}
     out = core.step(Tick(), at(10))  # changed rules are evaluated in full at the next tick
     assert {(t.rule, t.to_status) for t in out.transitions} == {("hot", "pending"), ("hot", "firing")}
@@ -80,7 +80,7 @@ rules:
             keys = list(sliced.state.by_kind["gpu"])
             for i in range(0, len(keys), 4):
                 part.extend(sliced.step(Sweep(rule=name, keys=tuple(keys[i:i + 4])), at(t)))
-        got = sorted((x.rule, x.entity_id, x.to_status) for x in part.transitions)
+        got: list[tuple[str, str, str]] = sorted((x.rule, x.entity_id, x.to_status) for x in part.transitions)
         assert got == sorted((x.rule, x.entity_id, x.to_status) for x in one.transitions)
         return got
 

@@ -181,7 +181,7 @@ def _outcome_of(core: Core, item: Outcome) -> ActionOutcome | None:
     if not sent:
         return None
     incident_id, key, rule = sent[item.index % len(sent)]
-    return ActionOutcome(rule=rule, incident_id=incident_id, key=key, outcome=item.outcome)  # type: ignore[arg-type]
+    return ActionOutcome(rule=rule, incident_id=incident_id, key=key, outcome=item.outcome)
 
 
 def _run(core: Core, item: Item, now: datetime, extra: set[str] | None = None) -> StepResult:
@@ -199,9 +199,9 @@ def _run(core: Core, item: Item, now: datetime, extra: set[str] | None = None) -
         for part in (keys[: len(keys) // 2], keys[len(keys) // 2:]):
             out.extend(core.step(Sweep(rule=name, keys=part, rule_hash=rule.hash), now))
     for name in sorted(extra or ()):
-        rule = core.plan.by_name.get(name)
-        if rule is not None and not rule.scheduled and not rule.condition.time_dependent:
-            out.extend(core.step(Sweep(rule=name, keys=tuple(core.state.by_kind[rule.kind])), now))
+        maybe = core.plan.by_name.get(name)
+        if maybe is not None and not maybe.scheduled and not maybe.condition.time_dependent:
+            out.extend(core.step(Sweep(rule=name, keys=tuple(core.state.by_kind[maybe.kind])), now))
     return out
 
 

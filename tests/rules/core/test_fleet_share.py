@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpuevents.config import Config
+from gpuevents.events import SnapshotEvent
 from rules.core.core import Core, Tick
 from tests.rules.helpers import at, gpu, proc, rules_from, snapshot
 
@@ -20,7 +21,7 @@ rules:
 """
 
 
-def node(t: float, name: str, hot: bool):  # type: ignore[no-untyped-def]
+def node(t: float, name: str, hot: bool) -> SnapshotEvent:
     return snapshot(at(t), node=name, gpus=[gpu(i, 90, temp_c=90 if hot and i == 0 else 50) for i in range(8)])
 
 

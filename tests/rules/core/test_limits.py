@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpuevents.config import Config
+from gpuevents.records import ActionRequest
 from rules.core.core import Core, Tick
 from tests.rules.helpers import at, gpu, proc, rules_from, snapshot
 
@@ -24,7 +25,7 @@ rules:
 """
 
 
-def ten_hot_gpus(core: Core, t: float, hot: bool = True) -> list:  # type: ignore[type-arg]
+def ten_hot_gpus(core: Core, t: float, hot: bool = True) -> list[ActionRequest]:
     gpus = [gpu(i, 90, temp_c=90 if hot else 50) for i in range(10)]
     procs = [proc(100 + i, gpus=[i]) for i in range(10)]
     return core.step(snapshot(at(t), gpus=gpus, processes=procs), at(t)).actions
@@ -126,3 +127,21 @@ def test_a_cordon_share_counts_nodes_even_for_a_gpu_rule(tmp_path: Path) -> None
     second = core.step(snapshot(at(20), node="n2", gpus=[gpu(0, 0)] + [gpu(i, 90) for i in range(1, 8)]), at(20))
     assert [a.decision for a in first.actions] == ["run"]  # 1 of 2 nodes: 50%, not over
     assert [a.decision for a in second.actions] == ["held"]  # 2 of 2 nodes (2 of 16 GPUs would pass)
+
+
+def test_a_deferred_batch_reports_the_windows_once_as_its_steps_would(tmp_path: Path) -> None:
+    """The engine steps a batch with `defer_limits` and takes the windows at its end: the same windows the
+    batch's last step would have reported, and none while nothing changed them."""
+    rules = rules_from(tmp_path, KILL_EVERY_HOT_GPU.replace("max_per_hour: 1", "max_per_hour: 5"))
+    each, batched = Core(rules), Core(rules)
+    batched.defer_limits = True
+    reported = None
+    for i in range(3):
+        ev = snapshot(at(i), gpus=[gpu(g, temp_c=90 if g <= i else 50) for g in range(3)],
+                      processes=[proc(10 + g, gpus=[g]) for g in range(3)])
+        out = each.step(ev, at(i))
+        reported = out.limits or reported
+        assert batched.step(ev, at(i)).limits is None  # left for the end of the batch
+    assert reported is not None and len(reported.rules["hot-kill"]) == 3
+    assert batched.take_limits(at(2)) == reported
+    assert batched.take_limits(at(3)) is None  # taken: nothing changed since

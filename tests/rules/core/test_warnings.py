@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpuevents.config import Config, ProtectConfig
-from gpuevents.events import JobInfo
+from gpuevents.events import JobInfo, SnapshotEvent
 from gpuevents.records import ActionRequest, Outcome
 from rules.core.core import ActionOutcome, Core, StepResult, Tick
 from rules.core.incidents import Incident
@@ -35,12 +35,12 @@ def warn_then_kill(tmp_path: Path, extra: str = "") -> Core:
                 offline_detection=False)
 
 
-def held_by(user: str | None) -> object:
-    return snapshot(at(0), gpus=[gpu(0), gpu(1, 90)], processes=[proc(42, user=user)])  # type: ignore[arg-type]
+def held_by(user: str | None) -> SnapshotEvent:
+    return snapshot(at(0), gpus=[gpu(0), gpu(1, 90)], processes=[proc(42, user=user)])
 
 
 def fired(core: Core, user: str | None = "alice") -> ActionRequest:
-    (warning,) = core.step(held_by(user), at(0)).actions  # type: ignore[arg-type]
+    (warning,) = core.step(held_by(user), at(0)).actions
     assert warning.type == "slack"
     return warning
 
@@ -111,7 +111,7 @@ rules:
     when: gpu.idle and gpu.processes
     actions: [{type: log, message: noted}, {type: kill, after: 30m}]
 """), offline_detection=False)
-    core.step(held_by("alice"), at(0))  # type: ignore[arg-type]
+    core.step(held_by("alice"), at(0))
     assert staged(core).decision == "run"
 
 
@@ -122,7 +122,7 @@ def test_the_warnings_survive_a_restart(tmp_path: Path) -> None:
     stored = [Incident.model_validate_json(i.model_dump_json()) for i in core.open_incidents()]
     again = warn_then_kill(tmp_path)
     again.restore(stored, now=at(600))
-    again.step(held_by("alice"), at(615))  # type: ignore[arg-type]
+    again.step(held_by("alice"), at(615))
     kill = staged(again)
     assert (kill.decision, kill.reason) == ("refused", f"{NOT_DELIVERED} (slack refused)")
 

@@ -70,5 +70,5 @@ def day_events() -> Iterator[SnapshotEvent]:
     for t in range(0, 24 * 3600, STEP_S):
         at = DAY_START + timedelta(seconds=t)
         if not OUTAGE[0] <= t < OUTAGE[1]:
-            yield make_event("node.snapshot", "n1", n1_snapshot(t), time=at)  # type: ignore[misc]
-        yield make_event("node.snapshot", "n2", n2_snapshot(t), time=at)  # type: ignore[misc]
+            yield make_event("node.snapshot", "n1", n1_snapshot(t), time=at)
+        yield make_event("node.snapshot", "n2", n2_snapshot(t), time=at)

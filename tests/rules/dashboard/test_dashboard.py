@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from gpuevents.config import CostsConfig
@@ -17,6 +18,8 @@ from rules.dashboard.fleet_view import FleetIncident, FleetView, fleet_view
 from rules.dashboard.pages import bound_port, make_dashboard_app, serve_dashboard
 from tests.rules.dashboard.cdp import Chromium
 from tests.waiting import wait_for
+
+_Client = TestClient[web.Request, web.Application]
 
 NOW = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 ARTIFACTS = Path(__file__).resolve().parents[3] / "test-artifacts"
@@ -59,7 +62,7 @@ class FleetSource:
 
 
 @pytest.fixture
-async def client() -> AsyncIterator[tuple[TestClient, FleetSource]]:  # type: ignore[type-arg]
+async def client() -> AsyncIterator[tuple[_Client, FleetSource]]:
     source = FleetSource()
     async with TestClient(TestServer(make_dashboard_app(source))) as c:
         yield c, source
@@ -75,7 +78,7 @@ def test_fleet_view_counts_held_idle_gpus_and_what_they_cost() -> None:
     assert view.held_idle_cost_per_hour_text == "$1.00"
 
 
-async def test_api_fleet_returns_the_fleet_model(client: tuple[TestClient, FleetSource]) -> None:  # type: ignore[type-arg]
+async def test_api_fleet_returns_the_fleet_model(client: tuple[_Client, FleetSource]) -> None:
     c, source = client
     source.make_held_idle("gpu-node-1", 0)
     r = await c.get("/api/fleet")
@@ -87,7 +90,7 @@ async def test_api_fleet_returns_the_fleet_model(client: tuple[TestClient, Fleet
     assert (await r.json())["held_idle"] == 1
 
 
-async def test_api_incidents_and_audit(client: tuple[TestClient, FleetSource]) -> None:  # type: ignore[type-arg]
+async def test_api_incidents_and_audit(client: tuple[_Client, FleetSource]) -> None:
     c, source = client
     source.firing = [FleetIncident(id="i1", rule="idle-gpu-2h", entity_id="gpu-node-1/gpu0", entity_kind="gpu",
                                   started_at=NOW, firing_since=NOW, cost="$2.00")]
@@ -98,22 +101,22 @@ async def test_api_incidents_and_audit(client: tuple[TestClient, FleetSource]) -
 
 
 @pytest.mark.parametrize("limit", ["0", "x", "100000"])
-async def test_api_audit_rejects_a_bad_limit(client: tuple[TestClient, FleetSource], limit: str) -> None:  # type: ignore[type-arg]
+async def test_api_audit_rejects_a_bad_limit(client: tuple[_Client, FleetSource], limit: str) -> None:
     c, _ = client
     r = await c.get(f"/api/audit?limit={limit}")
     assert r.status == 400
     assert "limit must be" in await r.text()
 
 
-async def test_a_failing_source_answers_500_not_a_traceback(client: tuple[TestClient, FleetSource]) -> None:  # type: ignore[type-arg]
+async def test_a_failing_source_answers_500_not_a_traceback(client: tuple[_Client, FleetSource]) -> None:
     c, source = client
-    source.nodes["bad"] = None  # type: ignore[assignment]
+    source.nodes["bad"] = None  # type: ignore[assignment]  # a broken source on purpose
     r = await c.get("/api/fleet")
     assert r.status == 500
     assert (await r.json()) == {"error": "internal error; see the engine log"}
 
 
-async def test_page_and_its_assets_are_served_with_a_strict_policy(client: tuple[TestClient, FleetSource]) -> None:  # type: ignore[type-arg]
+async def test_page_and_its_assets_are_served_with_a_strict_policy(client: tuple[_Client, FleetSource]) -> None:
     c, _ = client
     page = await c.get("/")
     assert page.status == 200

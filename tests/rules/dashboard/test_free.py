@@ -114,7 +114,7 @@ async def test_api_free_answers_as_the_function_does() -> None:
     f = fleet(node("a", [gpu("a", 0, idle_for=10), gpu("a", 1, idle_for=20, pids=[3]), gpu("a", 2, idle_for=30)],
                    labels={"team": "vision"}),
               node("b", [gpu("b", 0, idle_for=40)], labels={"team": "nlp"}))
-    async with TestClient(TestServer(make_dashboard_app(_Source(f)))) as c:  # type: ignore[arg-type]
+    async with TestClient(TestServer(make_dashboard_app(_Source(f)))) as c:  # type: ignore[arg-type]  # a minimal FleetSource
         r = await c.get("/api/free?count=2&min_free_mem=40G&model=H100&label=team=vision")
         assert r.status == 200
         body = FreeAnswer.model_validate(await r.json())

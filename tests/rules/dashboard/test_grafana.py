@@ -112,8 +112,9 @@ def test_every_label_the_dashboard_uses_is_one_the_agent_or_engine_sets() -> Non
 @pytest.mark.parametrize("variable", ["hostname", "model"])
 def test_template_variables_query_known_metric_labels(variable: str) -> None:
     var = next(v for v in _dashboard()["templating"]["list"] if v["name"] == variable)
-    metric, label = re.fullmatch(r"label_values\((\w+),\s*(\w+)\)",
-                                 var["query"]["query"]).groups()  # type: ignore[union-attr]
+    m = re.fullmatch(r"label_values\((\w+),\s*(\w+)\)", var["query"]["query"])
+    assert m is not None, var
+    metric, label = m.groups()
     assert metric in DCGM_METRICS and label in DCGM_LABELS
 
 
@@ -177,7 +178,9 @@ def test_every_panel_returns_series_from_a_real_prometheus(demo_scraped: Prometh
     d = _dashboard()
     for var in d["templating"]["list"]:
         if var["type"] == "query":
-            metric, label = re.fullmatch(r"label_values\((\w+),\s*(\w+)\)", var["query"]["query"]).groups()  # type: ignore[union-attr]
+            m = re.fullmatch(r"label_values\((\w+),\s*(\w+)\)", var["query"]["query"])
+            assert m is not None, var
+            metric, label = m.groups()
             assert prom.api(f"label/{label}/values", **{"match[]": metric}), var["name"]
     checked = 0
     for p in _panels(d):

@@ -22,6 +22,7 @@ from rules.dashboard.timeline import hour_window
 from rules.dashboard.usage_source import UsageSource
 from rules.usage.rollup import HOUR, UsageAmounts, UsageBatch, UsageKey
 from rules.usage.store import UsageStore
+from tests.rules.dashboard import quarterweeks as qw
 from tests.rules.dashboard.cdp import Chromium
 from tests.waiting import wait_for
 
@@ -247,3 +248,81 @@ async def test_the_wall_view_shows_big_numbers_teams_owners_and_the_last_day(tmp
                                 {"width": 1920, "height": 1080, "deviceScaleFactor": 1, "mobile": False})
         ARTIFACTS.mkdir(exist_ok=True)
         await page.browser.screenshot(ARTIFACTS / "dashboard-wall.png")
+
+
+@pytest.fixture
+async def quarter(tmp_path: Path) -> AsyncIterator[tuple[Chromium, Path]]:
+    """The dashboard over 13 weeks of simulated rollups (no fleet now), targets from config."""
+    db = tmp_path / "usage.sqlite"
+    qw.write_quarter(db, simulated=True)
+    usage = UsageSource(db, qw.COSTS, now=lambda: qw.NOW, targets=qw.TARGETS)
+    runner = await serve_dashboard(qw.NoFleet(), "127.0.0.1", 0, usage)  # type: ignore[arg-type]
+    browser = Chromium(tmp_path / "profile")
+    try:
+        await browser.start(f"http://127.0.0.1:{bound_port(runner)}/?refresh=60000")
+        yield browser, db
+    finally:
+        await browser.close()
+        await runner.cleanup()
+
+
+async def test_each_teams_13_weeks_are_drawn_against_its_target_and_said_to_be_simulated(
+        quarter: tuple[Chromium, Path]) -> None:
+    browser, db = quarter
+    expected = qw.expected_quarter(db)
+    await qw.until(browser, "document.querySelectorAll('.quarter-card svg circle').length > 0", "the quarter lines")
+    chart = await browser.evaluate(f"({qw.CHART % '.quarter-card'})('nlp')")
+    assert chart["heading"] == "nlp"
+    nlp = next(s for s in expected.teams if s.team == "nlp")
+    assert nlp.change_text() == "19 % → 58 % in 13 weeks (target 60 %)"
+    assert "19 % → 58 % in 13 weeks (target 60 %) · below target" in chart["text"]
+    qw.check_chart(chart, nlp.points, 60.0)
+
+    vision = next(s for s in expected.teams if s.team == "vision")
+    chart = await browser.evaluate(f"({qw.CHART % '.quarter-card'})('vision')")
+    assert len(chart["points"]) == 12  # its unrecorded week is no point
+    qw.check_chart(chart, vision.points, None)
+
+    fleet = await browser.evaluate(f"({qw.CHART % '.quarter-card'})('')")
+    assert fleet["heading"] == "Fleet" and len(fleet["points"]) == 13
+    qw.check_chart(fleet, expected.fleet.points, None)
+
+    note = await browser.evaluate("(() => { const n = document.getElementById('quarter-simulated');"
+                                  " return [n.hidden, n.getBoundingClientRect().height, n.textContent]; })()")
+    assert note[0] is False and note[1] > 0 and "simulated" in note[2]
+    await qw.until(browser, "!document.getElementById('timeline-simulated').hidden", "the heatmap's simulated note")
+    ARTIFACTS.mkdir(exist_ok=True)
+    await browser.evaluate("document.getElementById('quarter-section').scrollIntoView()")
+    await browser.screenshot(ARTIFACTS / "dashboard-quarter.png")
+    await browser.evaluate("window.location.href = '/wall'")  # the office screen says so too
+    await qw.until(browser, "window.location.pathname === '/wall' && "
+                   "!document.getElementById('timeline-simulated').hidden", "the wall's simulated note")
+
+
+async def test_api_quarter_answers_the_rollups_weeks_and_checks_its_parameter(tmp_path: Path) -> None:
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from rules.dashboard.pages import make_dashboard_app
+
+    db = tmp_path / "usage.sqlite"
+    qw.write_quarter(db, simulated=False)
+    usage = UsageSource(db, qw.COSTS, now=lambda: qw.NOW, targets=qw.TARGETS)
+    async with TestClient(TestServer(make_dashboard_app(qw.NoFleet(), usage))) as c:  # type: ignore[arg-type]
+        r = await c.get("/api/quarter?weeks=13")
+        assert r.status == 200
+        body = await r.json()
+        nlp = next(s for s in body["teams"] if s["team"] == "nlp")
+        assert body["simulated"] is False and len(body["weeks"]) == 13
+        assert nlp["change"] == "19 % → 58 % in 13 weeks (target 60 %)" and nlp["on_target"] is False
+        assert [p["util_pct"] for p in nlp["points"]] == [
+            p.util_pct for p in next(s for s in qw.expected_quarter(db).teams if s.team == "nlp").points]
+        for bad in ("weeks=0", "weeks=54", "weeks=x"):
+            r = await c.get(f"/api/quarter?{bad}")
+            assert r.status == 400 and "weeks must be a whole number from 1 to 53" in await r.text()
+    missing = UsageSource(tmp_path / "none.sqlite", qw.COSTS, now=lambda: qw.NOW, targets=qw.TARGETS)
+    empty = await missing.quarter(13)
+    assert empty.fleet.known == [] and [s.team for s in empty.teams] == ["nlp"]  # its target, no usage yet
+    assert not (tmp_path / "none.sqlite").exists()  # reading never creates the file
+    async with TestClient(TestServer(make_dashboard_app(qw.NoFleet()))) as c:  # type: ignore[arg-type]
+        r = await c.get("/api/quarter")
+        assert r.status == 404 and "no usage history" in await r.text()

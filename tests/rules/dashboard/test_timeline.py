@@ -92,7 +92,7 @@ class _NoFleet:
 async def test_api_timeline_reads_the_store_and_checks_its_parameters(tmp_path: Path) -> None:
     _store(tmp_path / "u.sqlite")
     usage = UsageSource(tmp_path / "u.sqlite", COSTS, now=lambda: NOW)
-    async with TestClient(TestServer(make_dashboard_app(_NoFleet(), usage))) as c:  # type: ignore[arg-type]
+    async with TestClient(TestServer(make_dashboard_app(_NoFleet(), usage))) as c:  # type: ignore[arg-type]  # a minimal FleetSource
         r = await c.get("/api/timeline?hours=24&q=alice")
         assert r.status == 200
         body = await r.json()
@@ -104,6 +104,6 @@ async def test_api_timeline_reads_the_store_and_checks_its_parameters(tmp_path: 
     missing = UsageSource(tmp_path / "none.sqlite", COSTS, now=lambda: NOW)
     assert (await missing.timeline(24)).rows == []
     assert not (tmp_path / "none.sqlite").exists()  # reading never creates the file
-    async with TestClient(TestServer(make_dashboard_app(_NoFleet()))) as c:  # type: ignore[arg-type]
+    async with TestClient(TestServer(make_dashboard_app(_NoFleet()))) as c:  # type: ignore[arg-type]  # a minimal FleetSource
         r = await c.get("/api/timeline")
         assert r.status == 404 and "no usage history" in await r.text()

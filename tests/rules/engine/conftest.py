@@ -57,6 +57,4 @@ def snapshot(node: str, at: datetime, *, util: float = 0.0, idle_since: datetime
                          create_time=at - timedelta(hours=3), gpus=[0], gpu_mem_mib=20000)] if pid else []
     snap = NodeSnapshot(node=NodeInfo(name=node, cluster="c1", gpu_count=1), gpus=[gpu],
                         processes=procs)
-    ev = make_event("node.snapshot", node, snap, cluster="c1", time=at, id=event_id)
-    assert isinstance(ev, SnapshotEvent)
-    return ev
+    return make_event("node.snapshot", node, snap, cluster="c1", time=at, id=event_id)

@@ -12,6 +12,7 @@ from nats.js import JetStreamContext
 
 from gpuevents import subjects as S
 from gpuevents.bus import Bus
+from gpuevents.events import Event
 from gpuevents.records import ActionRequest, AuditRecord, decode_audit
 from rules.engine.lease import Lease
 from rules.engine.service import Engine
@@ -48,7 +49,7 @@ async def _never_released(lease: Lease) -> None:
     """A crashed engine never gets to release its lease."""
 
 
-async def publish(bus: Bus, *events) -> None:  # type: ignore[no-untyped-def]
+async def publish(bus: Bus, *events: Event) -> None:
     for e in events:
         bus.publish_event(e)
     assert await bus.flush(5)
@@ -60,8 +61,9 @@ def seen(engine: Engine, node: str, at: datetime) -> bool:
     return any(ns.name == node and ns.last_seen == at for ns in engine.core.state.nodes.values())
 
 
-def incident(engine: Engine, entity_id: str):  # type: ignore[no-untyped-def]
-    """The open incident on `entity_id`, or None."""
+def incident(engine: Engine, entity_id: str):  # type: ignore[no-untyped-def]  # callers read it unchecked
+    """The open incident on `entity_id`, or None (an Incident | None left untyped: the engine tests read the
+    incident they have just waited for without checking for None at each use)."""
     assert engine.core is not None
     found = [i for i in engine.core.open_incidents() if i.entity_id == entity_id]
     return found[0] if found else None

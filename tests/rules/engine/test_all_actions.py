@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -136,7 +136,7 @@ async def test_a_rule_with_every_built_in_action_runs_end_to_end(
 
     published: list[dict[str, str]] = []
 
-    async def on_custom(msg):  # type: ignore[no-untyped-def]
+    async def on_custom(msg: Message) -> None:
         published.append(orjson.loads(msg.data))
 
     await bus.subscribe("gpuevents.custom.idle", on_custom)
@@ -160,7 +160,8 @@ async def test_a_rule_with_every_built_in_action_runs_end_to_end(
 
         async def outcomes() -> dict[str, AuditRecord]:
             recs = [r async for m in bus.replay(S.STREAM_AUDIT, S.AUDIT_ALL) for r in decode_audit(m.data)]
-            return {r.action_type: r for r in recs if r.kind == "action" and r.outcome is not None}
+            return {r.action_type: r for r in recs
+                    if r.kind == "action" and r.outcome is not None and r.action_type is not None}
 
         fired = {"log", "slack", "webhook", "command", "publish", "function", "cordon", "scale", "kill"}
         done = await wait_for(lambda: _has(outcomes(), fired), timeout=30, what="every action's outcome")
@@ -190,6 +191,6 @@ async def test_a_rule_with_every_built_in_action_runs_end_to_end(
             await child.wait()
 
 
-async def _has(pending, wanted: set[str]):  # type: ignore[no-untyped-def]
+async def _has(pending: Awaitable[dict[str, AuditRecord]], wanted: set[str]) -> dict[str, AuditRecord] | None:
     got = await pending
     return got if wanted <= set(got) else None

@@ -4,6 +4,7 @@ FleetView's, in pages when asked."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
 import pytest
@@ -37,19 +38,19 @@ async def dashboard(engine_config: Config, bus: Bus) -> AsyncIterator[tuple[Engi
             await runner.cleanup()
 
 
-async def get(url: str) -> dict:  # type: ignore[type-arg]
+async def get(url: str) -> dict[str, Any]:
     async with aiohttp.ClientSession() as http, http.get(url) as r:
         assert r.status == 200, await r.text()
-        return await r.json()  # type: ignore[no-any-return]
+        got: dict[str, Any] = await r.json()
+        return got
 
 
-async def current(base: str) -> dict:  # type: ignore[type-arg]
+async def current(base: str) -> dict[str, Any]:
     """/api/fleet once it shows every node: the dashboard shares a read model up to two seconds old."""
-    async def every_node() -> dict | None:  # type: ignore[type-arg]
+    async def every_node() -> dict[str, Any] | None:
         got = await get(f"{base}/api/fleet")
         return got if got["total_nodes"] == len(NODES) else None
-    found: dict = await wait_for(every_node, what="the dashboard showing every node")  # type: ignore[type-arg, arg-type]
-    return found
+    return await wait_for(every_node, what="the dashboard showing every node")
 
 
 async def test_the_fleet_is_the_json_of_a_fleet_view_and_comes_in_pages(dashboard: tuple[Engine, str]) -> None:

@@ -35,6 +35,7 @@ def malformed_series(engine: Engine) -> dict[str, float]:
             if s.name.endswith("_total")}
 
 
+@pytest.mark.slow  # five thousand events through a real engine
 async def test_five_thousand_distinct_malformed_events_make_one_series_and_one_log_line(
         engine_config: Config, bus: Bus, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="rules.engine.deadletter")

@@ -4,6 +4,7 @@ keeps the reports it publishes (and believes them only from the demand reader's 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -149,5 +150,5 @@ async def test_pending_gpu_pods_of_a_real_control_plane_are_demand_per_pool(kube
         await client.close()
 
 
-async def _is(value: object, expected: str) -> bool:
-    return await value == expected  # type: ignore[misc]
+async def _is(value: Awaitable[object], expected: str) -> bool:
+    return await value == expected

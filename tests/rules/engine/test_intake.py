@@ -19,7 +19,7 @@ ACK = "$JS.ACK.GPUEVENTS.engine.1.{seq}.{seq}.1767571200000000000.0"
 def delivery(node: str, subject_node: str, seq: int) -> Delivery:
     raw = encode_event(snapshot(at(0), node, gpus=[gpu(0, pids=[42])], processes=[proc(42)]))
     subject = S.stored_event_subject("default", subject_node, "node.snapshot", None)
-    return Delivery(Msg(_client=None, subject=subject, reply=ACK.format(seq=seq), data=raw))  # type: ignore[arg-type]
+    return Delivery(Msg(_client=None, subject=subject, reply=ACK.format(seq=seq), data=raw))  # type: ignore[arg-type]  # no client: never acked here
 
 
 def test_rejected_events_with_made_up_sources_do_not_grow_the_decoders_cache() -> None:

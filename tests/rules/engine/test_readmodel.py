@@ -10,6 +10,7 @@ import pytest
 
 from gpuevents.config import Config
 from gpuevents.costs import CostModel
+from rules.core.core import Core
 from rules.dashboard.fleet_view import FleetNode, fleet_view
 from rules.engine import readings
 from rules.engine.readmodel import ReadModel, ReadSide, build_read_model, empty_model
@@ -19,7 +20,7 @@ from tests.rules.helpers import T0, at, gpu, idle_core, proc, snapshot
 COSTS = CostModel(Config().costs)
 
 
-def fleet_core(tmp_path: Path):  # type: ignore[no-untyped-def]
+def fleet_core(tmp_path: Path) -> Core:
     """Nodes b (two GPUs held idle since 0 s), a (one held idle since 600 s, one busy), c in cluster x (free)."""
     core = idle_core(tmp_path)
     core.step(snapshot(at(0), "b", gpus=[gpu(0, pids=[1], idle_since=at(0)), gpu(1, pids=[2], idle_since=at(0))],
@@ -46,7 +47,8 @@ async def test_the_model_holds_every_node_as_the_fleet_view_shows_it_and_ranks_i
     assert (s.incidents_firing, s.incidents_pending) == (3, 0)
     top = model.top_firing(5)
     assert [i.entity_id for i in top] == ["b/gpu0", "b/gpu1", "a/gpu0"]  # held idle longest: costliest
-    assert top[0].cost_value is not None and top[0].cost_value > top[2].cost_value  # type: ignore[operator]
+    first, third = top[0].cost_value, top[2].cost_value
+    assert first is not None and third is not None and first > third
     assert [(w.name, w.held_idle) for w in model.worst_nodes] == [("b", 2), ("a", 1)]
     nodes, incidents = model.node("a")
     assert [n.name for n in nodes] == ["a"] and [i.entity_id for i in incidents] == ["a/gpu0"]

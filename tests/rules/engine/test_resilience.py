@@ -15,6 +15,7 @@ from gpuevents.config import Config
 from gpuevents.records import decode_audit
 from gpuevents.server import EmbeddedServer
 from rules.core.core import Core
+from rules.engine.lease import Lease
 from rules.engine.service import Engine
 from tests.rules.engine.conftest import T0, snapshot
 from tests.rules.engine.helpers import incident, publish, running
@@ -144,3 +145,47 @@ async def test_an_engine_rides_out_a_nats_outage_longer_than_its_lease(
         stop.set()
         await asyncio.wait_for(task, 30)
         await bus.close(flush_timeout=1)
+
+
+async def test_a_commit_still_retrying_when_the_lease_comes_back_is_in_the_restored_core(
+        engine_config: Config, bus: Bus, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lease lapses while a batch's commit is still retrying (the KV bucket's leader is being elected), and
+    comes back: the take-over restores from KV only once that commit went through, so the incident it writes
+    (and the event it then acknowledges, never to come again) is in the acting core. Before, the core was
+    rebuilt from KV first and the late commit's incident lived in KV only: the node dropped out of the engine's
+    watch until its next snapshot (test_replica.py's server death timed out this way under load)."""
+    ttl = engine_config.engine.model_copy(update={"lease_ttl": 0.3})
+    async with running(Engine(engine_config.model_copy(update={"engine": ttl}), bus,
+                              clock=ManualClock(T0))) as engine:
+        store = engine.committer.stores.incidents
+        refused: list[object] = []
+        may_write = asyncio.Event()
+        save_many = store.save_many
+
+        async def unreachable_until_allowed(items: Any) -> None:
+            if not may_write.is_set():
+                refused.append(items)
+                raise BusError("updating incident.x failed: NoStreamResponseError: nats: no response from stream")
+            await save_many(items)
+
+        monkeypatch.setattr(store, "save_many", unreachable_until_allowed)
+        steps: list[str] = []
+        tick = Lease.tick
+
+        async def lapse_once(lease: Lease, may_acquire: bool = True) -> bool:
+            if len(refused) >= 3 and not steps:
+                steps.append("lapsed")
+                return False
+            if steps == ["lapsed"] and not engine.leader.is_set():
+                steps.append("taken back")  # from here the commit's next try goes through
+                may_write.set()
+            return await tick(lease, may_acquire)
+
+        monkeypatch.setattr(Lease, "tick", lapse_once)
+        await publish(bus, snapshot("n1", T0))
+        await wait_for(lambda: steps == ["lapsed", "taken back"] and engine.leader.is_set(),
+                       what="the lease to lapse and come back while the commit retries")
+        await engine.settle()
+        assert incident(engine, "n1/gpu0") is not None, "the late commit's incident is not in the acting core"
+        stored = await store.load()
+        assert [i.entity_id for i in stored.values()] == ["n1/gpu0"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -21,8 +22,9 @@ from tests.rules.engine.helpers import act_requests, audit_records, incident, pu
 from tests.waiting import wait_for
 
 
-async def ask(bus: Bus, subject: str, payload: bytes) -> dict:  # type: ignore[type-arg]
-    return orjson.loads(await bus.request(subject, payload, timeout=5))  # type: ignore[no-any-return]
+async def ask(bus: Bus, subject: str, payload: bytes) -> dict[str, Any]:
+    reply: dict[str, Any] = orjson.loads(await bus.request(subject, payload, timeout=5))
+    return reply
 
 
 async def test_status_answers_the_fleet_and_its_open_incidents(engine_config: Config, bus: Bus) -> None:

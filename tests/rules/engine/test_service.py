@@ -297,6 +297,7 @@ rules:
         await publish(bus, snapshot("n1", epoch, idle_since=epoch - timedelta(minutes=5)))
         await wait_for(lambda: engine.core is not None and engine.core.gpus(), what="the snapshot")
         await engine.settle()
+        assert engine.core is not None
         gpu = engine.core.gpus()[0]
         assert 290 <= gpu.idle_for_s <= 400  # idle for five minutes, by the agent's own account
         assert incident(engine, "n1/gpu0") is None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import random
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -72,7 +73,7 @@ def packed_of(n: int) -> tuple[Packed, list[bytes]]:
     return packed.done(), packed._blobs
 
 
-async def test_a_packed_nobody_holds_is_freed_a_step_at_a_time_on_the_loop(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+async def test_a_packed_nobody_holds_is_freed_a_step_at_a_time_on_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(slices, "FREE_BYTES", 1)  # one blob a step
     packed, blobs = packed_of(3 * slices.PACK)
     assert len(blobs) == 3

@@ -29,7 +29,7 @@ from tests.agent.fake_pynvml import FakeDevice, FakeNvml
 from tests.slurm_cluster import SlurmCluster
 from tests.waiting import wait_for
 
-LIBRARY = Path(__file__).resolve().parents[2] / "rules" / "library" / "jobs.yaml"
+LIBRARY = Path(__file__).resolve().parents[3] / "rules" / "library" / "jobs.yaml"
 
 
 def short_library_rules() -> str:
@@ -83,12 +83,12 @@ async def test_an_idle_slurm_job_is_mailed_to_its_user_then_cancelled(
     agent = NodeAgent(config, NvmlSampler(nvml), node=slurm.node)
     original = agent.core.snapshot
 
-    def spy(now):  # type: ignore[no-untyped-def]
+    def spy(now):  # type: ignore[no-untyped-def]  # wraps the method below
         snap = original(now)
         snapshots.append(snap)
         return snap
 
-    agent.core.snapshot = spy  # type: ignore[method-assign]
+    agent.core.snapshot = spy  # type: ignore[method-assign]  # a spy on the instance
     clock = SystemClock()
     engine = Engine(config, bus, clock=clock)
     runner = ActionRunner(bus, config, clock)

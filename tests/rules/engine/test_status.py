@@ -18,7 +18,8 @@ from gpuevents.clock import ManualClock
 from gpuevents.config import Config
 from gpuevents.events import Event, GpuInfo, NodeInfo, NodeSnapshot, ProcessInfo, make_event
 from gpuevents.wire import StatusQuery
-from rules.engine import readmodel, slices
+from gpuevents.wire.status import TOP
+from rules.engine import slices
 from rules.engine.service import Engine
 from rules.engine.status import StatusSummary, ask_node, ask_pages, ask_summary
 from tests.rules.engine.conftest import T0, snapshot
@@ -89,10 +90,10 @@ async def test_a_large_fleets_summary_is_small_and_ranks_what_costs_most(big_eng
     assert (s.nodes, s.gpus, s.held_idle, s.busy) == (FLEET, FLEET * GPUS, FLEET, FLEET)
     assert (s.incidents_firing, s.incidents_pending) == (FLEET, FLEET)
     assert [(i.rule, i.entity_id) for i in st.incidents] == [  # the most costly: held idle the longest
-        ("held-idle", f"gpu-{i:05d}/gpu0") for i in range(readmodel.TOP)]
-    assert all(a.cost_value > b.cost_value for a, b in zip(st.incidents, st.incidents[1:], strict=False))  # type: ignore[operator]
-    assert len(st.incidents) == readmodel.TOP and st.incidents_more == FLEET - readmodel.TOP
-    assert len(st.worst_nodes) == readmodel.TOP and {w.held_idle for w in st.worst_nodes} == {1}
+        ("held-idle", f"gpu-{i:05d}/gpu0") for i in range(TOP)]
+    assert all(a.cost_value > b.cost_value for a, b in zip(st.incidents, st.incidents[1:], strict=False))  # type: ignore[operator]  # all priced here
+    assert len(st.incidents) == TOP and st.incidents_more == FLEET - TOP
+    assert len(st.worst_nodes) == TOP and {w.held_idle for w in st.worst_nodes} == {1}
     merged = await ask_summary(bus, top=5)
     assert merged is not None and len(merged.incidents) == 5 and merged.incidents_more == FLEET - 5
 

@@ -51,7 +51,8 @@ def test_exemptions_cover_the_job_and_its_gpus_are_reported_once_and_expire() ->
     other = GpuView(clock, job="team-b/Pod/x", idle=True)
     assert ex.for_view(job, "any-rule", NOW) is not None and ex.for_view(gpu, "any-rule", NOW) is not None
     assert ex.for_view(other, "any-rule", NOW) is None
-    assert ex.until("team-a/Deployment/llm", NOW).until == NOW + timedelta(hours=2)  # type: ignore[union-attr]
+    until = ex.until("team-a/Deployment/llm", NOW)
+    assert until is not None and until.until == NOW + timedelta(hours=2)
     assert ex.expired(NOW + timedelta(hours=1)) == []
     assert ex.expired(NOW + timedelta(hours=2)) == ["team-a/Deployment/llm"]
     assert ex.for_view(job, "any-rule", NOW + timedelta(hours=2)) is None

@@ -25,12 +25,12 @@ rules:
     actions: [{{type: log, message: m}}]
 """)
     rule = rules.by_name["weekly"]
-    out, t = [], MONDAY - timedelta(seconds=1)
-    while True:
-        t = rule.next_cron(t)  # type: ignore[assignment]
-        if t is None or t >= MONDAY + timedelta(days=days):
-            return out
-        out.append(t.strftime("%a %d"))
+    out: list[str] = []
+    t = MONDAY - timedelta(seconds=1)
+    while (fire := rule.next_cron(t)) is not None and fire < MONDAY + timedelta(days=days):
+        out.append(fire.strftime("%a %d"))
+        t = fire
+    return out
 
 
 @pytest.mark.parametrize("field, days", [

@@ -1,24 +1,37 @@
 """Job summaries in the usage store: written as jobs run and end, kept across an engine restart, added to a
-store from before they existed, and read back by `gpuevents job` / `gpuevents jobs`."""
+store from before they existed, and read back by `gpuevents job` / `gpuevents jobs`; their p95 utilization, SM
+activity and memory (shown with the peak, used for the slice a job would have fitted, which still holds its peak
+memory plus headroom); simulated summaries marked and never written over a real job's."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from hypothesis import given
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from gpuevents.cli import app
+from gpuevents.cli.jobs import describe
 from gpuevents.config import Config, CostsConfig
 from gpuevents.costs import CostModel
 from gpuevents.events import JobInfo
+from gpuevents.mig import profiles_of
+from rules.core.state.jobs import SUMMARY_FIELDS
+from rules.usage.fits import MEM_STEP
+from rules.usage.jobledger import JobLedger
+from rules.usage.jobstore import JobStore, ended_event, summary_of
 from rules.usage.recorder import UsageRecorder
+from rules.usage.rightsize import HEADROOM
 from rules.usage.store import UsageStore
-from tests.rules.usage.test_jobledger import job, snap
+from tests.rules.usage.test_jobledger import T0, job, snap
 
 COSTS = CostModel(CostsConfig())
+H100 = "NVIDIA H100 80GB HBM3"
 
 
 def config(tmp_path: Path) -> Config:
@@ -113,3 +126,78 @@ async def test_a_job_exempt_by_annotation_is_in_the_weekly_report_with_its_end(t
     assert notebook["exemption"].startswith("malformed gpuevents.io/exclude") and notebook["until"] is None
     md = CliRunner().invoke(app, ["report", "--format", "md", "-c", str(write_config(tmp_path))]).output
     assert "## Exempt by annotation" in md and "keep-until" in md
+
+
+def _run(minutes: Sequence[tuple[float, float, float | None]]) -> JobLedger:
+    """A one-GPU job on an H100, one snapshot a minute: (utilization, memory MiB, SM activity) each minute."""
+    ledger = JobLedger(max_gap_s=600)
+    for m, (util, mem, sm) in enumerate(minutes):
+        ledger.observe(snap("n1", T0 + timedelta(minutes=m), [util], [job([0])], mem=mem, sm=sm))
+    ledger.observe(snap("n1", T0 + timedelta(minutes=len(minutes)), [0], []))
+    return ledger
+
+
+def test_a_job_with_a_short_spike_gets_its_p95_not_its_peak_and_a_slice_from_p95_compute() -> None:
+    # two hours at 10 % and 6 GB, five minutes at 95 % and 30 GB: the peak would keep the whole GPU
+    minutes = [(10.0, 6000.0, 8.0)] * 115 + [(95.0, 30000.0, 90.0)] * 5
+    [t] = _run(minutes).drain(T0 + timedelta(minutes=121))
+    s = summary_of(t, COSTS)
+    assert s.peak_util_pct == 95 and s.p95_util_pct == 15  # the upper edge of the 10-15 % bin
+    assert s.p95_sm_active_pct == 10
+    assert s.peak_mem_mib == 30000 and s.p95_mem_mib is not None and 6000 <= s.p95_mem_mib <= 6000 * MEM_STEP
+    # p95 SM 10 % + 20 % → 1 of 7 slices; peak 30,000 MiB + 20 % → the slice with 40 GB: 1g.20gb would not hold it
+    assert s.smaller_fit == "MIG 3g.40gb"
+    text = describe(s, COSTS)
+    assert "util       mean 14 %   p95 15 %   peak 95 %" in text
+    assert "SM active  mean 11 %   p95 10 %" in text and "memory     p95 6.2 GiB   peak 29.3 GiB" in text
+
+    event = ended_event(s, COSTS)
+    assert event.data.p95_util_pct == 15 and event.data.p95_mem_mib == s.p95_mem_mib
+    assert {"p95_util_pct", "p95_sm_active_pct", "p95_mem_mib"} <= set(SUMMARY_FIELDS)
+
+
+@given(st.lists(st.tuples(st.floats(min_value=0, max_value=100), st.floats(min_value=0, max_value=80_000),
+                          st.none() | st.floats(min_value=0, max_value=100)), min_size=2, max_size=60))
+def test_the_slice_a_job_would_have_fitted_always_holds_its_peak_memory_plus_headroom(
+        minutes: list[tuple[float, float, float | None]]) -> None:
+    [t] = _run(minutes).drain(T0 + timedelta(minutes=len(minutes) + 1))
+    s = summary_of(t, COSTS)
+    if s.smaller_fit is None:
+        return
+    profile = next(p for p in profiles_of(H100) if f"MIG {p.name}" == s.smaller_fit)
+    assert profile.memory_mib >= max(m for _u, m, _s in minutes) * (1 + HEADROOM)
+    compute = max(s.p95_sm_active_pct or 0, 0) if s.p95_sm_active_pct is not None else s.p95_util_pct or 0
+    assert profile.compute_share >= compute / 100 * (1 + HEADROOM)
+
+
+def test_the_histograms_survive_the_store_so_a_resumed_job_keeps_its_spread() -> None:
+    minutes = [(10.0, 6000.0, None)] * 30
+    ledger = JobLedger(max_gap_s=600)
+    for m, (util, mem, sm) in enumerate(minutes):
+        ledger.observe(snap("n1", T0 + timedelta(minutes=m), [util], [job([0])], mem=mem, sm=sm))
+    [running] = ledger.drain(T0 + timedelta(minutes=30))
+    with JobStore(":memory:") as store:
+        store.put([running], COSTS)
+        [back] = store.running()
+        assert back.util_hist == running.util_hist and back.mem_hist == running.mem_hist and back.sm_hist == {}
+        [s] = store.find("42")
+    # a steady job: its p95 is its peak (a bin's edge is capped there)
+    assert s.p95_util_pct == 10 and s.p95_sm_active_pct is None and s.p95_mem_mib == 6000
+
+
+def test_simulated_summaries_never_overwrite_a_job_seen_on_the_fleet_and_are_marked() -> None:
+    ledger = _run([(50.0, 9000.0, None)] * 90)
+    [real] = ledger.drain(T0 + timedelta(minutes=91))
+    [sim] = _run([(5.0, 100.0, None)] * 10).drain(T0 + timedelta(minutes=11))
+    sim.simulated = True
+    with JobStore(":memory:") as store:
+        store.put([real], COSTS)
+        assert store.put_new([sim], COSTS) == 0  # the same id: the fleet's job stays
+        [s] = store.find("42")
+        assert s.simulated is False and s.peak_util_pct == 50
+        sim.id = "43"
+        assert store.put_new([sim], COSTS) == 1 and store.put_new([sim], COSTS) == 0
+        [s] = store.find("43")
+        assert s.simulated is True
+    text = describe(s, COSTS)
+    assert "[SIMULATED" in text and "smaller fit not assessed: too little data" in text

@@ -39,7 +39,7 @@ def _fill(path: Path) -> None:
     for node, team in (("n1", "vision"), ("n2", "nlp")):
         for m in range(121):
             at = START + timedelta(minutes=m)
-            agg.observe(make_event("node.snapshot", node, _snapshot(at, node, team), time=at), at)  # type: ignore[arg-type]
+            agg.observe(make_event("node.snapshot", node, _snapshot(at, node, team), time=at), at)
         agg.forget("default", node)
     with UsageStore(path) as store:
         store.add(agg.drain())
@@ -50,7 +50,7 @@ def _keep(id: str, entity: str, node: str, gpu: int, start: datetime, hours: flo
     until = (start + timedelta(hours=hours)).timestamp()
     return KeepRow(id=id, cluster="default", rule="idle-held", entity_id=entity, gpus=(KeptGpu(node, gpu),),
                    by="alice", reason=reason, start=start.timestamp(), until=until, asked_until=until,
-                   **more)  # type: ignore[arg-type]
+                   **more)  # type: ignore[arg-type]  # keyword overrides
 
 
 @pytest.fixture

@@ -56,7 +56,7 @@ class GatedStore(UsageStore):
 
 def _busy(node: str, t: float) -> SnapshotEvent:
     snap = NodeSnapshot(node=NodeInfo(name=node), gpus=[GpuInfo(node=node, index=0, util_pct=50)])
-    return make_event("node.snapshot", node, snap, time=DAY_START + timedelta(seconds=t))  # type: ignore[return-value]
+    return make_event("node.snapshot", node, snap, time=DAY_START + timedelta(seconds=t))
 
 
 def _recorder(path: Path, gate: OffLoopGate, fail_writes: int = 0) -> UsageRecorder:
@@ -105,7 +105,7 @@ def _held_idle(node: str, t: float) -> SnapshotEvent:
         gpus=[GpuInfo(node=node, index=0, util_pct=0, idle=True, pids=[7])],
         processes=[ProcessInfo(node=node, pid=7, name="python", owner="alice", create_time=DAY_START)],
     )
-    return make_event("node.snapshot", node, snap, time=DAY_START + timedelta(seconds=t))  # type: ignore[return-value]
+    return make_event("node.snapshot", node, snap, time=DAY_START + timedelta(seconds=t))
 
 
 def _stored(path: Path) -> dict[str, float]:

@@ -3,6 +3,9 @@ never one that does not; too little data says so; savings by the share of the GP
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -10,7 +13,7 @@ from hypothesis import strategies as st
 from gpuevents.config import CostsConfig, GpuCost
 from gpuevents.costs import CostModel
 from gpuevents.mig import profiles_of
-from rules.usage.rightsize import HEADROOM, HOURS_PER_WEEK, WorkloadUse, advise, rank, throughput
+from rules.usage.rightsize import HEADROOM, HOURS_PER_WEEK, WorkloadUse, advise, per_owner, rank, throughput
 
 COSTS = CostModel(CostsConfig(models={
     "A100": GpuCost(price=15000, depreciation_years=4, rated_power_w=400),
@@ -96,3 +99,51 @@ def test_no_advice_ever_offers_less_than_the_peak_memory_plus_headroom_or_the_co
         assert need_mem * ways <= 81_559 and need_compute * ways <= 1.0 + 1e-9
     assert 0 <= fit.saving_per_week
     assert fit.share <= 1.0
+
+
+A100_3G = "NVIDIA A100-SXM4-40GB MIG 3g.20gb"
+
+
+def test_a_workload_on_a_slice_is_offered_a_smaller_slice_and_saves_on_the_slices_cost() -> None:
+    # 10 % of a 3g slice is 3/7 x 12 % of the GPU with headroom: one slice holds it; 3,000 MiB + 20 % fits 1g.5gb
+    fit = advise(_use(peak=3_000, util=10, model=A100_3G), [], COSTS)
+    assert (fit.kind, fit.target) == ("mig", "MIG 1g.5gb")
+    assert fit.share == pytest.approx(1 / 3)  # one of its three slices
+    slice_weekly = COSTS.hourly(A100_3G) * 3 / 7 * HOURS_PER_WEEK
+    assert fit.saving_per_week == pytest.approx(slice_weekly * 2 / 3)
+    assert "of its 3g.20gb slice" in fit.reason
+
+
+def test_a_busy_slice_is_never_offered_a_bigger_or_equal_one() -> None:
+    fit = advise(_use(peak=3_000, util=90, model=A100_3G), [("NVIDIA L4", 23_034.0)], COSTS)
+    assert fit.kind == "whole" and fit.saving_per_week == 0 and "smaller than its 3g.20gb" in fit.reason
+
+
+@given(st.floats(min_value=0, max_value=100), st.floats(min_value=0, max_value=40_000),
+       st.sampled_from(["1g.5gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"]))
+def test_advice_on_a_slice_is_a_smaller_slice_of_the_same_gpu_that_holds_peak_memory_and_compute(
+        util: float, peak: float, name: str) -> None:
+    model = f"NVIDIA A100-SXM4-40GB MIG {name}"
+    current = next(p for p in profiles_of("NVIDIA A100-SXM4-40GB") if p.name == name)
+    fit = advise(_use(peak=peak, util=util, model=model), [("NVIDIA L4", 23_034.0)], COSTS)
+    assert fit.kind in ("mig", "whole")
+    if fit.kind == "mig":
+        p = next(p for p in profiles_of("NVIDIA A100-SXM4-40GB") if f"MIG {p.name}" == fit.target)
+        assert p.compute_slices < current.compute_slices
+        assert p.memory_mib >= peak * (1 + HEADROOM)
+        assert p.compute_share >= util / 100 * (1 + HEADROOM) * current.compute_share - 1e-9
+        assert fit.share == pytest.approx(p.compute_slices / current.compute_slices)
+
+
+def test_advice_adds_up_per_owner_biggest_saving_first() -> None:
+    def use(key: str, owner: str, **kw: Any) -> WorkloadUse:
+        return replace(_use(**kw), key=key, owner=owner)
+
+    fits = [advise(use("job/slurm/1", "alice", peak=1_100, util=6), [], COSTS),
+            advise(use("job/slurm/2", "alice", peak=70_000, util=97), [], COSTS),
+            advise(use("job/slurm/3", "alice", hours=0.2), [], COSTS),
+            advise(use("job/slurm/4", "bob", peak=1_100, util=6, hours=24), [], COSTS)]
+    alice, bob = per_owner(fits)
+    assert (alice.owner, alice.workloads, alice.advised, alice.too_little_data) == ("alice", 3, 1, 1)
+    assert alice.saving_per_week == pytest.approx(fits[0].saving_per_week) and alice.biggest == fits[0]
+    assert (bob.owner, bob.advised) == ("bob", 1) and 0 < bob.saving_per_week < alice.saving_per_week

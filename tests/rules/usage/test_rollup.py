@@ -101,7 +101,7 @@ def test_idle_jobs_are_split_between_the_processes_on_the_gpu(day: UsageBatch) -
 
 def _one_gpu(node: str, t: float, util: float, idle: bool = False) -> SnapshotEvent:
     snap = NodeSnapshot(node=NodeInfo(name=node), gpus=[GpuInfo(node=node, index=0, util_pct=util, idle=idle)])
-    return make_event("node.snapshot", node, snap, time=DAY_START + timedelta(seconds=t))  # type: ignore[return-value]
+    return make_event("node.snapshot", node, snap, time=DAY_START + timedelta(seconds=t))
 
 
 def test_a_redelivered_snapshot_is_counted_once() -> None:
@@ -206,7 +206,7 @@ def _mig_node(t: float) -> SnapshotEvent:
     gpus += [GpuInfo(node="m", index=1 + i, uuid=f"MIG-{i}", model="A100", mig_parent="GPU-parent",
                      util_pct=50, idle=False) for i in range(3)]
     snap = NodeSnapshot(node=NodeInfo(name="m"), gpus=gpus)
-    return make_event("node.snapshot", "m", snap, time=DAY_START + timedelta(seconds=t))  # type: ignore[return-value]
+    return make_event("node.snapshot", "m", snap, time=DAY_START + timedelta(seconds=t))
 
 
 def test_a_mig_gpu_is_counted_once_not_once_for_the_parent_and_once_per_instance() -> None:
@@ -246,7 +246,7 @@ def test_a_scheduler_job_is_the_idle_job_and_an_allocated_gpu_with_nothing_on_it
     ], processes=[dave])
     for minute in (0, 1):
         at = DAY_START + timedelta(minutes=minute)
-        agg.observe(make_event("node.snapshot", "n5", snap, time=at), at)  # type: ignore[arg-type]
+        agg.observe(make_event("node.snapshot", "n5", snap, time=at), at)
     batch = agg.drain()
     jobs = {(k.gpu, job_id(k.job), a.owner, a.name): a.held_s for k, a in batch.idle_jobs}
     assert jobs == {(0, "812345", "dave", "python (job 812345)"): 60.0, (1, "812399", "erin", "job 812399"): 60.0}
@@ -263,7 +263,7 @@ def test_an_allocated_gpu_with_nothing_on_it_belongs_to_its_jobs_user() -> None:
                         gpus=[GpuInfo(node="n6", index=0, util_pct=0, idle=True, allocated=True, job="900001")])
     for minute in (0, 1):
         at = DAY_START + timedelta(minutes=minute)
-        agg.observe(make_event("node.snapshot", "n6", snap, time=at), at)  # type: ignore[arg-type]
+        agg.observe(make_event("node.snapshot", "n6", snap, time=at), at)
     batch = agg.drain()
     assert [(k.owner, a.held_s) for k, a in batch.usage] == [("frank@example.com", 60.0)]
     assert [(job_id(k.job), a.name, a.owner) for k, a in batch.idle_jobs] == [

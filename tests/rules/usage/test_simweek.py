@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
@@ -49,7 +49,7 @@ def test_every_gpu_hour_is_counted_and_the_last_week_wastes_less(seed: int) -> N
     total_h = sum(a.busy_s + a.held_s + a.free_s for _, a in batch.usage) / 3600
     assert total_h == pytest.approx(14 * 24 * 16)
     mid = plan.end.timestamp() - 7 * 86400
-    held = Counter()
+    held: defaultdict[str, float] = defaultdict(float)
     for k, a in batch.usage:
         held["new" if k.hour >= mid else "old"] += a.held_s
     assert held["new"] < 0.9 * held["old"]

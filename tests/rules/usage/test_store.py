@@ -1,17 +1,24 @@
 """The usage store: fit rows round-trip, old hours fold into days with every total kept, simulated usage is marked;
-a deleted or replaced file is noticed, said in the log, and written again."""
+a deleted or replaced file is noticed, said in the log, and written again; per-week sums give the same quarter as
+every hour does."""
 
 from __future__ import annotations
 
 import logging
 import os
-from datetime import timedelta
+import tempfile
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from gpuevents.config import CostsConfig, GpuCost
+from gpuevents.costs import CostModel
 from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot, SnapshotEvent, make_event
 from rules.usage.fits import FitAmounts, FitKey
+from rules.usage.quarter import build_quarter
 from rules.usage.rollup import IdleJobAmounts, IdleJobKey, UsageAggregator, UsageAmounts, UsageBatch, UsageKey
 from rules.usage.store import UsageStore
 from tests.rules.dashboard.fleetday import DAY_START
@@ -67,7 +74,7 @@ def batch(node: str, seconds: float = 10) -> UsageBatch:
     """`seconds` of one busy GPU on `node`."""
     agg = UsageAggregator(snapshot_interval=15, rated_power_w=lambda _m: 400.0)
     snap = NodeSnapshot(node=NodeInfo(name=node), gpus=[GpuInfo(node=node, index=0, util_pct=50)])
-    event: SnapshotEvent = make_event("node.snapshot", node, snap, time=DAY_START)  # type: ignore[assignment]
+    event: SnapshotEvent = make_event("node.snapshot", node, snap, time=DAY_START)
     agg.observe(event, event.time)
     agg.settle(DAY_START + timedelta(seconds=seconds))
     return agg.drain()
@@ -112,3 +119,38 @@ def test_an_untouched_database_is_not_reopened(tmp_path: Path, caplog: pytest.Lo
         store.add(batch("b"))
         store.prune(0)
     assert set(nodes_in(path)) == {"a", "b"} and not caplog.records
+
+
+_ROW = st.tuples(st.integers(0, 13 * 7 * 24 - 1), st.sampled_from(["n1", "n2"]), st.integers(0, 1),
+                 st.sampled_from(["", "alice", "bob"]), st.sampled_from(["", "nlp", "vision"]),
+                 st.sampled_from(["H100", "A100"]), st.floats(0, 3600), st.floats(0, 100))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(_ROW, min_size=1, max_size=60, unique_by=lambda r: r[:5]))
+def test_week_sums_give_the_quarter_that_every_hour_gives(rows: list[tuple[int, str, int, str, str, str, float,
+                                                                          float]]) -> None:
+    """The quarter's KPI read from per-week sums in SQLite equals the one read from every hourly row."""
+    costs = CostModel(CostsConfig(models={"H100": GpuCost(price=30000, depreciation_years=4, rated_power_w=700),
+                                          "A100": GpuCost(price=15000, depreciation_years=4, rated_power_w=400)}))
+    since = T + 3 * 3600 + 0.25  # weeks need not start at midnight, nor on a whole second (`report` starts at now)
+    batch = UsageBatch(usage=[
+        (UsageKey(int(since) + 1 + h * 3600, "c", node, gpu, owner, team),
+         UsageAmounts(model=model, busy_s=busy if owner else 0, held_s=(3600 - busy) if owner else 0,
+                      free_s=0 if owner else 3600, util_s=util * 3600 if owner else 0,
+                      util_known_s=3600 if owner else 0, busy_kwh=busy / 3600, held_kwh=0.1))
+        for h, node, gpu, owner, team, model, busy, util in rows])
+    with tempfile.TemporaryDirectory() as tmp, UsageStore(Path(tmp) / "u.sqlite") as store:
+        store.add(batch)
+        start, end = datetime.fromtimestamp(since, UTC), datetime.fromtimestamp(since + 13 * 7 * DAY, UTC)
+        targets = {"nlp": 60.0}
+        every = build_quarter(store.usage(since, end.timestamp()), costs, start, end, targets)
+        summed = build_quarter(store.week_sums(since, end.timestamp()), costs, start, end, targets)
+        assert len(store.week_sums(since, end.timestamp())) <= 13 * 3 * 2 * 2  # weeks × teams × models × held
+    assert [s.team for s in summed.teams] == [s.team for s in every.teams]
+    for a, b in zip([summed.fleet, *summed.teams], [every.fleet, *every.teams], strict=True):
+        for p, q in zip(a.points, b.points, strict=True):
+            assert (p.util_pct is None) == (q.util_pct is None)
+            assert p.util_pct == pytest.approx(q.util_pct, abs=1e-6) if q.util_pct is not None else True
+            assert (p.held_idle_h, p.held_idle_cost, p.gpu_h) == pytest.approx((q.held_idle_h, q.held_idle_cost,
+                                                                                q.gpu_h), abs=1e-6)

@@ -54,7 +54,7 @@ def _fill(path: Path, extra_pod: str | None = None) -> None:
                                        create_time=DAY_START)],
             )
             at = DAY_START + timedelta(hours=20, seconds=t)
-            agg.observe(make_event("node.snapshot", "n3<b>", snap, time=at), at)  # type: ignore[arg-type]
+            agg.observe(make_event("node.snapshot", "n3<b>", snap, time=at), at)
     agg.settle(DAY_START + timedelta(days=1))
     with UsageStore(path) as store:
         store.add(agg.drain())
