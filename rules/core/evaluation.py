@@ -90,8 +90,11 @@ class Evaluator:
             # it is left as it is without a call. `online_only`: entities of offline nodes are skipped (none to
             # evaluate when every node is offline).
             offline = self.state.offline_keys if online_only else None
-            if offline and len(offline) >= len(nodes):
-                return
+            if offline:
+                for k in offline:
+                    nodes[k].full_next = True  # their entities are skipped: evaluated in full when they are back
+                if len(offline) >= len(nodes):
+                    return
             advance = self.advance
             deadlines = self.book.deadlines
             scheduled = rule.scheduled

@@ -213,3 +213,20 @@ rules:
     assert moved(out) == [("spread-idle", "job/slurm/7", "resolved", "condition")]
     out = core.step(job_part(20, "n2", 0), at(20))  # n2 still lists it, unchanged: a full evaluation finds it
     assert moved(out) == [("spread-idle", "job/slurm/7", "pending", ""), ("spread-idle", "job/slurm/7", "firing", "")]
+
+
+def test_a_new_rule_swept_while_a_node_is_offline_is_evaluated_when_the_node_is_back(tmp_path: Path) -> None:
+    rule = """\
+  - name: {name}
+    entity: gpu
+    when: gpu.temp_c > {limit}
+    actions: [{{type: log, message: "{{{{ gpu.id }}}}"}}]
+"""
+    core = Core(rules_from(tmp_path, "rules:\n" + rule.format(name="hot", limit=80)), config(tick="30s"))
+    core.step(snapshot(at(0), gpus=[gpu(0, 90, temp_c=75)]), at(0))
+    core.step(Tick(), at(50))  # offline
+    core.replace_rules(rules_from(tmp_path, "rules:\n" + rule.format(name="hot", limit=80)
+                                  + rule.format(name="warm", limit=70), name="new.yaml"), at(60))
+    assert moved(core.step(Tick(), at(60))) == []  # the new rule's sweep skips the offline node
+    out = core.step(agent("agent.started", 70), at(70))  # back, its readings as they were
+    assert moved(out) == [("warm", "n1/gpu0", "pending", ""), ("warm", "n1/gpu0", "firing", "")]
