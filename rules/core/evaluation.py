@@ -265,9 +265,13 @@ class Evaluator:
                       ) -> None:
         """Evaluate the jobs of these ids and the GPUs and processes that are theirs, on every online node (their
         exemptions changed)."""
+        for ent in [e for e in self.state.by_kind["job"].values() if e.view.id in jobs]:
+            self.evaluate_job(ent, now, out, event_time)  # (one whose head node is offline: at its next event)
         for kind, rules in self.plan.event_rules.items():
-            ents = [e for e in self.state.by_kind[kind].values() if self.state.evaluable(e) and (
-                e.view.id if kind == "job" else getattr(e.view, "job", None)) in jobs]
+            if kind == "job":
+                continue
+            ents = [e for e in self.state.by_kind[kind].values()
+                    if getattr(e.view, "job", None) in jobs and self.state.evaluable(e)]
             if ents:
                 for rule in rules:
                     self.evaluate(rule, ents, now, out, event_time)
