@@ -39,7 +39,8 @@ import aiohttp  # noqa: E402
 from gpuevents.config import CostsConfig  # noqa: E402
 from gpuevents.costs import CostModel  # noqa: E402
 from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot  # noqa: E402
-from rules.dashboard.fleet_view import FleetIncident, FleetView, fleet_view  # noqa: E402
+from gpuevents.wire.fleet import FleetIncident  # noqa: E402
+from rules.dashboard.fleet_view import FleetView, fleet_view  # noqa: E402
 from rules.dashboard.pages import bound_port, serve_dashboard  # noqa: E402
 from rules.usage.rollup import HOUR, UsageAmounts, UsageBatch, UsageKey  # noqa: E402
 from rules.usage.store import UsageStore  # noqa: E402

@@ -130,10 +130,12 @@ def dlq_subject(original: str) -> str:
 
 
 ENGINE_STATUS = f"{PREFIX}.engine.status"
-"""Request/reply: the leading engine answers with the fleet and its open incidents."""
+"""Request/reply: every acting engine answers with its part of the fleet and its open incidents (`StatusQuery`;
+the replies in gpuevents/wire/status.py)."""
 ENGINE_SNOOZE = f"{PREFIX}.engine.snooze"
+"""Request/reply: the acting engine applies a snooze or a keep (`KeepRequest`, `KeepReply`)."""
 ENGINE_FREE = f"{PREFIX}.engine.free"
-"""Request/reply: the leading engine applies a snooze."""
+"""Request/reply: every acting engine answers `gpuevents free` for its part of the fleet (`FreeQuery`, `FreeReply`)."""
 ENGINE_ACT = f"{PREFIX}.engine.act"
 """Request/reply: a person's kill or cancel (`gpuevents kill`, `gpuevents cancel`), decided by the acting engine
 like a rule's action."""

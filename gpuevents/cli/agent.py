@@ -130,7 +130,8 @@ def free_prefix(prefix: str, used: set[str]) -> str:
 async def names_in_use(cfg: Config) -> set[str]:
     """The node names an engine sees online in this cluster now; empty when no engine answers."""
     from gpuevents.bus import Bus, BusError
-    from rules.engine.status import StatusError, ask_pages
+    from gpuevents.cli.ask_status import ask_pages
+    from gpuevents.wire.status import StatusError
 
     names: set[str] = set()
     try:

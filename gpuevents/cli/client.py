@@ -28,8 +28,8 @@ from gpuevents.records import AuditRecord, decode_audit, unique_records
 
 if TYPE_CHECKING:
     from gpuevents.config import Config
-    from rules.dashboard.fleet_view import FleetIncident, FleetNode
-    from rules.engine.status import StatusSummary
+    from gpuevents.wire.fleet import FleetIncident, FleetNode
+    from gpuevents.wire.status import StatusSummary
 
 out = Console()
 
@@ -98,7 +98,8 @@ def register(app: typer.Typer) -> None:
 async def show_status(config: Config, as_json: bool, *, node: str | None = None, all_: bool = False,
                       top: int = 10) -> None:
     from gpuevents.bus import BusNoResponders, BusTimeout
-    from rules.engine.status import StatusError, ask_node, ask_pages, ask_summary
+    from gpuevents.cli.ask_status import ask_node, ask_pages, ask_summary
+    from gpuevents.wire.status import StatusError
 
     try:
         async with operator_bus(config, "gpuevents-status") as bus:
@@ -184,7 +185,7 @@ def exemptions_table(st: StatusSummary) -> Table:
 
 
 def _show_node(found: object, name: str, as_json: bool) -> None:
-    from rules.engine.status import StatusNode
+    from gpuevents.wire.status import StatusNode
 
     if not isinstance(found, StatusNode):
         _no_engine()

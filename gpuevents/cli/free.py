@@ -14,8 +14,7 @@ from gpuevents.config import Config
 from gpuevents.durations import format_duration
 
 if TYPE_CHECKING:
-    from gpuevents.wire import FreeQuery
-    from rules.dashboard.free import FreeAnswer
+    from gpuevents.wire.free import FreeAnswer, FreeQuery
 
 out = Console()
 
@@ -72,7 +71,7 @@ async def ask_free(config: Config, query: FreeQuery) -> FreeAnswer | None:
     from pydantic import ValidationError
 
     from gpuevents.wire import ErrorReply, FreeReply
-    from rules.dashboard.free import FreeAnswer, merge_answers
+    from gpuevents.wire.free import merge_answers
 
     def parsed(raw: bytes) -> FreeReply | ErrorReply:
         try:
@@ -92,7 +91,7 @@ async def ask_free(config: Config, query: FreeQuery) -> FreeAnswer | None:
         if isinstance(reply, ErrorReply):
             errors.append(reply.error)
         else:
-            seen.setdefault(reply.partition, FreeAnswer.model_validate(reply.answer))
+            seen.setdefault(reply.partition, reply.answer)
     if errors and not seen:
         typer.echo(f"error: {errors[0]}", err=True)
         raise typer.Exit(1)

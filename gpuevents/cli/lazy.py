@@ -63,7 +63,8 @@ VERBS: dict[str, Verb] = {
                       "Which jobs and workloads would run on a MIG slice, a smaller GPU or a shared GPU, and what "
                       "that saves."),
     "job": Verb("gpuevents.cli.jobs", "job_command",
-                "A job's summary: GPU-hours, mean and peak utilisation, SM activity, peak memory, idle share, cost."),
+                "A job's summary: GPU-hours, mean, p95 and peak utilisation and SM activity, p95 and peak memory, "
+                "idle share, cost, the MIG slice it would have fitted."),
     "jobs": Verb("gpuevents.cli.jobs", "jobs_command", "The jobs of a window, most recent first, one a line."),
 }
 

@@ -1,10 +1,11 @@
-"""`gpuevents free`'s request (and `GET /api/free`'s, from its query string): what the job needs; the answer is
-built from the read model in rules/dashboard/free.py."""
+"""`gpuevents free`'s request (and `GET /api/free`'s, from its query string), what the job needs, and its answer
+(built from the read model in rules/dashboard/free.py), with how the answers of several engines merge into one."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 
 from pydantic import BaseModel, Field
 
@@ -72,3 +73,69 @@ class FreeQuery(BaseModel):
             cluster=params.get("cluster") or None,
             limit=number("limit", 1),
         )
+
+
+# why a GPU was not offered, in the order they are checked
+REASONS = ("offline", "cordoned", "lost", "allocated", "held", "busy", "filtered")
+
+
+class FreeGpu(BaseModel):
+    cluster: str
+    node: str
+    index: int
+    uuid: str = ""
+    device: str  # what CUDA_VISIBLE_DEVICES takes: the index, or the UUID of a MIG instance
+    model: str | None = None
+    util_pct: float | None = None
+    idle_for_s: float | None = None
+    mem_free_mib: float | None = None
+    mem_total_mib: float | None = None
+
+
+class FreeNode(BaseModel):
+    cluster: str
+    node: str
+    labels: dict[str, str] = {}
+    gpus: list[FreeGpu]
+    cuda_visible_devices: str
+    env: str  # the line to start a job with: `CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=2,3`
+
+
+class FreeAnswer(BaseModel):
+    """`GET /api/free` and `gpuevents free --json`: nodes best first, each with its GPUs most idle first."""
+
+    time: datetime
+    query: FreeQuery
+    nodes: list[FreeNode]
+    free_gpus: int  # GPUs that could be offered (before `count` and `limit`)
+    excluded: dict[str, int]  # GPUs not offered, by reason (see REASONS)
+    more_nodes: int = 0  # nodes that matched but were left out to keep the answer under the bus's max payload
+
+
+def idleness(gpu: FreeGpu) -> tuple[float, float, float, int]:
+    """Sort key, most idle first: idle longest, then least utilized, then most memory free."""
+    return (-(gpu.idle_for_s or 0.0), gpu.util_pct or 0.0, -(gpu.mem_free_mib or 0.0), gpu.index)
+
+
+def ranked(time: datetime, query: FreeQuery, nodes: list[FreeNode], total: int,
+            excluded: Mapping[str, int]) -> FreeAnswer:
+    """Nodes best first: with `count`, the node whose least idle chosen GPU is the most idle; else the node with
+    the most idle GPU; cut to `limit`."""
+    pick = -1 if query.count is not None else 0
+    nodes = sorted(nodes, key=lambda n: (idleness(n.gpus[pick])[:3], n.cluster, n.node))
+    if query.limit is not None:
+        nodes = nodes[:query.limit]
+    return FreeAnswer(time=time, query=query, nodes=nodes, free_gpus=total,
+                      excluded={k: v for k, v in excluded.items() if v})
+
+
+def merge_answers(answers: list[FreeAnswer], query: FreeQuery) -> FreeAnswer:
+    """One answer from the answers of the engines that each act for a part of the fleet (engine.partitions)."""
+    excluded: dict[str, int] = {}
+    for a in answers:
+        for k, v in a.excluded.items():
+            excluded[k] = excluded.get(k, 0) + v
+    nodes = [n for a in answers for n in a.nodes]
+    merged = ranked(max(a.time for a in answers), query, nodes, sum(a.free_gpus for a in answers), excluded)
+    merged.more_nodes = sum(a.more_nodes for a in answers)
+    return merged

@@ -3,9 +3,11 @@ answered; `gpuevents free`'s envelope."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
+
+from gpuevents.wire.free import FreeAnswer
 
 
 class ErrorReply(BaseModel):
@@ -41,4 +43,4 @@ class FreeReply(BaseModel):
     ok: Literal[True] = True
     partition: int | None = None
     partitions: int = 1
-    answer: dict[str, Any]
+    answer: FreeAnswer

@@ -15,6 +15,9 @@ from rules.core.incidents import Incident, next_deadline
 from rules.core.inputs import Snooze
 from rules.lang.model import Rule
 
+_POP_ONE_BY_ONE = 64
+"""Due deadlines taken off the heap one at a time; past this many, the rest in one pass."""
+
 
 class IncidentBook:
     """Open incidents (rule -> entity key -> incident), the rules open on each entity, deadlines and snoozes."""
@@ -115,12 +118,23 @@ class IncidentBook:
         heap, live, parked = self._heap, self._deadline_of, self._parked
         out: list[tuple[str, str]] = []
         now_ts = now.timestamp()
+        popped = 0
         while heap and heap[0][0] <= now_ts:
-            _, rule, key, d = heapq.heappop(heap)
-            ident = (rule, key)
-            if live.get(ident) == d and ident not in parked:
-                parked.add(ident)
-                out.append(ident)
+            if popped == _POP_ONE_BY_ONE:
+                # Many are due at once (a fleet's `for` deadlines falling together): take them out in one pass
+                # and sort them, in the order the heap would give them.
+                due = [e for e in heap if e[0] <= now_ts]
+                self._heap = heap = [e for e in heap if e[0] > now_ts]
+                heapq.heapify(heap)
+                due.sort()
+            else:
+                due = [heapq.heappop(heap)]
+                popped += 1
+            for _, rule, key, d in due:
+                ident = (rule, key)
+                if live.get(ident) == d and ident not in parked:
+                    parked.add(ident)
+                    out.append(ident)
         return out
 
     def next_deadline(self) -> datetime | None:

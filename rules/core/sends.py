@@ -41,7 +41,7 @@ class CostView:
 
 @dataclass(frozen=True, slots=True)
 class TemplateIncident:
-    """`incident` in templates (not the dashboard's `fleet_view.FleetIncident`, a record of the API)."""
+    """`incident` in templates (not `gpuevents.wire.fleet.FleetIncident`, a record of the API)."""
 
     id: str
     status: str

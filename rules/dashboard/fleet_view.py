@@ -11,52 +11,8 @@ from pydantic import BaseModel, computed_field
 
 from gpuevents.costs import CostModel, physical_shares
 from gpuevents.events import GpuInfo, NodeInfo, ProcessInfo
-from gpuevents.records import AuditRecord, EntityKind, IncidentStatus
-
-
-class FleetGpu(BaseModel):
-    index: int
-    uuid: str = ""
-    model: str | None = None
-    util_pct: float | None = None
-    mem_used_mib: float | None = None
-    mem_total_mib: float | None = None
-    mem_pct: float | None = None
-    temp_c: float | None = None
-    power_w: float | None = None
-    idle: bool = False
-    held_idle: bool = False  # idle, with a process on it (or allocated to a job by a scheduler)
-    idle_for_s: float | None = None
-    owner: str | None = None
-    processes: int = 0
-    cost_per_hour: float | None = None
-    allocated: bool | None = None  # a scheduler allocated it (DESIGN §2); null: no scheduler integration
-    job: str | None = None  # the scheduler job it is allocated to, else the job of a process on it
-    mig_parent: str | None = None
-    lost: bool = False
-    team: str | None = None  # the team label of a process on it (its pod's), else of its node
-
-
-class FleetNode(BaseModel):
-    name: str
-    cluster: str = "default"
-    online: bool = True
-    cordoned: bool | None = None
-    labels: dict[str, str] = {}
-    gpus: list[FleetGpu] = []
-
-
-class DemandLine(BaseModel):
-    """GPUs waiting to be allocated, as a scheduler reports them (one partition, pool or model; or, with none
-    of them, the whole cluster)."""
-
-    cluster: str
-    scheduler: str
-    partition: str | None = None
-    pool: str | None = None
-    model: str | None = None
-    pending_gpus: int
-    waiting_for_s: float | None = None
+from gpuevents.records import AuditRecord
+from gpuevents.wire.fleet import DemandLine, FleetGpu, FleetIncident, FleetNode
 
 
 class FleetView(BaseModel):
@@ -121,24 +77,6 @@ class FleetRows:
         """The nodes, parsed one at a time."""
         for raw in self.node_json[start:stop]:
             yield FleetNode.model_validate_json(raw)
-
-
-class FleetIncident(BaseModel):
-    """One incident, as `GET /api/incidents` lists it (the engine lists the firing ones)."""
-
-    id: str
-    rule: str
-    entity_id: str
-    entity_kind: EntityKind
-    status: IncidentStatus = "firing"
-    started_at: datetime
-    firing_since: datetime | None = None
-    severity: str | None = None
-    owner: str | None = None
-    cost: str | None = None  # estimated waste so far, already formatted ("$12.40")
-    cost_value: float | None = None  # the same, as a number in the fleet's currency (to sort by)
-    warning: str | None = None
-    """Set while none of the warnings it sent was delivered: its staged destructive actions will be refused."""
 
 
 class IncidentsResponse(BaseModel):

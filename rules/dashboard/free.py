@@ -3,53 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
-from datetime import datetime
+from collections.abc import Sequence
 
-from pydantic import BaseModel
-
-from gpuevents.wire.free import MAX_COUNT as MAX_COUNT  # the request is a wire model; the answer is built here
-from gpuevents.wire.free import FreeQuery as FreeQuery
-from gpuevents.wire.free import FreeQueryError as FreeQueryError
-from gpuevents.wire.free import parse_labels as parse_labels
-from gpuevents.wire.free import parse_mem_mib as parse_mem_mib
-from rules.dashboard.fleet_view import FleetGpu, FleetNode, FleetRows, FleetView
-
-# why a GPU was not offered, in the order they are checked
-REASONS = ("offline", "cordoned", "lost", "allocated", "held", "busy", "filtered")
-
-
-class FreeGpu(BaseModel):
-    cluster: str
-    node: str
-    index: int
-    uuid: str = ""
-    device: str  # what CUDA_VISIBLE_DEVICES takes: the index, or the UUID of a MIG instance
-    model: str | None = None
-    util_pct: float | None = None
-    idle_for_s: float | None = None
-    mem_free_mib: float | None = None
-    mem_total_mib: float | None = None
-
-
-class FreeNode(BaseModel):
-    cluster: str
-    node: str
-    labels: dict[str, str] = {}
-    gpus: list[FreeGpu]
-    cuda_visible_devices: str
-    env: str  # the line to start a job with: `CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=2,3`
-
-
-class FreeAnswer(BaseModel):
-    """`GET /api/free` and `gpuevents free --json`: nodes best first, each with its GPUs most idle first."""
-
-    time: datetime
-    query: FreeQuery
-    nodes: list[FreeNode]
-    free_gpus: int  # GPUs that could be offered (before `count` and `limit`)
-    excluded: dict[str, int]  # GPUs not offered, by reason (see REASONS)
-    more_nodes: int = 0  # nodes that matched but were left out to keep the answer under the bus's max payload
+from gpuevents.wire.fleet import FleetGpu, FleetNode
+from gpuevents.wire.free import REASONS, FreeAnswer, FreeGpu, FreeNode, FreeQuery, idleness, merge_answers, ranked
+from rules.dashboard.fleet_view import FleetRows, FleetView
 
 
 def _reason(node: FleetNode, gpu: FleetGpu, q: FreeQuery) -> str | None:
@@ -90,11 +48,6 @@ def _mem_free(gpu: FleetGpu) -> float | None:
     return max(0.0, gpu.mem_total_mib - (gpu.mem_used_mib or 0.0))
 
 
-def _idleness(gpu: FreeGpu) -> tuple[float, float, float, int]:
-    """Sort key, most idle first: idle longest, then least utilized, then most memory free."""
-    return (-(gpu.idle_for_s or 0.0), gpu.util_pct or 0.0, -(gpu.mem_free_mib or 0.0), gpu.index)
-
-
 def free_gpus(fleet: FleetView, query: FreeQuery) -> FreeAnswer:
     """The GPUs to start a job on now, from the engine's latest view of the fleet.
 
@@ -124,7 +77,7 @@ def free_gpus(fleet: FleetView, query: FreeQuery) -> FreeAnswer:
             ))
         total += len(offered)
         if offered:
-            offered.sort(key=_idleness)
+            offered.sort(key=idleness)
             candidates.append((node, offered))
     nodes = []
     for node, offered in candidates:
@@ -136,31 +89,7 @@ def free_gpus(fleet: FleetView, query: FreeQuery) -> FreeAnswer:
         nodes.append(FreeNode(cluster=node.cluster, node=node.name, labels=node.labels, gpus=offered,
                               cuda_visible_devices=devices,
                               env=f"CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES={devices}"))
-    return _answer(fleet.time, query, nodes, total, excluded)
-
-
-def _answer(time: datetime, query: FreeQuery, nodes: list[FreeNode], total: int,
-            excluded: Mapping[str, int]) -> FreeAnswer:
-    """Nodes best first: with `count`, the node whose least idle chosen GPU is the most idle; else the node with
-    the most idle GPU; cut to `limit`."""
-    pick = -1 if query.count is not None else 0
-    nodes = sorted(nodes, key=lambda n: (_idleness(n.gpus[pick])[:3], n.cluster, n.node))
-    if query.limit is not None:
-        nodes = nodes[:query.limit]
-    return FreeAnswer(time=time, query=query, nodes=nodes, free_gpus=total,
-                      excluded={k: v for k, v in excluded.items() if v})
-
-
-def merge_answers(answers: list[FreeAnswer], query: FreeQuery) -> FreeAnswer:
-    """One answer from the answers of the engines that each act for a part of the fleet (engine.partitions)."""
-    excluded: dict[str, int] = {}
-    for a in answers:
-        for k, v in a.excluded.items():
-            excluded[k] = excluded.get(k, 0) + v
-    nodes = [n for a in answers for n in a.nodes]
-    merged = _answer(max(a.time for a in answers), query, nodes, sum(a.free_gpus for a in answers), excluded)
-    merged.more_nodes = sum(a.more_nodes for a in answers)
-    return merged
+    return ranked(fleet.time, query, nodes, total, excluded)
 
 
 async def free_gpus_sliced(fleet: FleetView | FleetRows, query: FreeQuery, chunk: int = 128) -> FreeAnswer:

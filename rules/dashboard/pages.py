@@ -14,8 +14,9 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from pydantic import BaseModel
 
+from gpuevents.wire.free import FreeQuery, FreeQueryError
 from rules.dashboard.fleet_view import AuditResponse, DashboardSource, FleetRows, FleetView
-from rules.dashboard.free import FreeQuery, FreeQueryError, free_gpus_sliced
+from rules.dashboard.free import free_gpus_sliced
 from rules.dashboard.timeline import Per
 from rules.dashboard.usage_source import UsageSource
 

@@ -6,13 +6,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
-from pydantic import BaseModel
-
 from gpuevents.events import GpuInfo, NodeInfo, ProcessInfo
+from gpuevents.wire.fleet import DemandLine, ExemptionView
 from rules.core.core import Core
 from rules.core.incidents import Incident
 from rules.core.warnings import undelivered
-from rules.dashboard.fleet_view import DemandLine
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,16 +68,6 @@ def demand_lines(core: Core, now: datetime) -> list[DemandLine]:
             out.append(DemandLine(cluster=cluster, scheduler=scheduler, partition=e.partition, pool=e.pool,
                                   model=e.model, pending_gpus=e.pending_gpus, waiting_for_s=waited))
     return out
-
-
-class ExemptionView(BaseModel):
-    """A job's exemption from its annotations (gpuevents.io/keep-until, exclude), or one that is malformed."""
-
-    job: str
-    until: datetime | None = None
-    rules: list[str] | None = None  # None: every rule
-    source: str
-    malformed: str | None = None  # why it is not applied
 
 
 def exemption_views(core: Core, now: datetime) -> list[ExemptionView]:

@@ -13,46 +13,16 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel
-
 from gpuevents.aio import guarded_task
 from gpuevents.costs import CostModel
+from gpuevents.wire.fleet import DemandLine, ExemptionView, FleetIncident, FleetNode, FleetSummary, WorstNode
 from gpuevents.wire.status import TOP
 from rules.core.core import Core
-from rules.dashboard.fleet_view import DemandLine, FleetIncident, FleetNode, FleetRows, fleet_node
+from rules.dashboard.fleet_view import FleetRows, fleet_node
 from rules.engine import readings
 from rules.engine.slices import Packed, Slicer, add, sorted_sliced
 
 log = logging.getLogger(__name__)
-
-
-class WorstNode(BaseModel):
-    """A node with GPUs held idle: the summary lists the nodes with the most."""
-
-    name: str
-    cluster: str = "default"
-    online: bool = True
-    gpus: int = 0
-    idle: int = 0
-    held_idle: int = 0
-    held_idle_cost_per_hour: float = 0.0
-
-
-class FleetSummary(BaseModel):
-    """The fleet in a few numbers: what `gpuevents status` prints first."""
-
-    time: datetime
-    currency: str = "USD"
-    nodes: int = 0
-    nodes_online: int = 0
-    gpus: int = 0
-    busy: int = 0
-    idle: int = 0
-    held_idle: int = 0
-    held_idle_cost_per_hour: float = 0.0
-    held_idle_cost_per_hour_text: str = ""
-    incidents_firing: int = 0
-    incidents_pending: int = 0
 
 
 @dataclass(frozen=True)
@@ -77,7 +47,7 @@ class ReadModel:
     firing_since: Sequence[float] = ()  # and when it fired (a timestamp)
     demand: tuple[DemandLine, ...] = ()  # what the schedulers report as waiting, still valid at `time`
     warnings: tuple[str, ...] = ()  # what the engine cannot set right itself: a node two agents claim
-    exemptions: tuple[readings.ExemptionView, ...] = ()  # jobs exempt by their annotations; malformed ones
+    exemptions: tuple[ExemptionView, ...] = ()  # jobs exempt by their annotations; malformed ones
     built_s: float = 0.0  # how long the build took, slices and pauses included
 
     def firing(self) -> list[bytes]:

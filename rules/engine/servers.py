@@ -85,7 +85,7 @@ async def serve_requests(bus: Bus, engine: Answers) -> list[Subscription]:
         found = await free_gpus_sliced(model.fleet_rows(), query)
         found = bounded(found, bus.max_payload - HEADROOM)
         return FreeReply(partition=engine.partition, partitions=engine.partitions,
-                         answer=found.model_dump(mode="json")).model_dump_json().encode()
+                         answer=found).model_dump_json().encode()
 
     async def act(msg: Message) -> bytes | None:
         """`gpuevents kill` / `cancel`: decided by the engine whose part of the fleet holds the target."""

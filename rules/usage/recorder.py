@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import ParamSpec, TypeVar
 
 from gpuevents.config import Config
 from gpuevents.costs import CostModel
@@ -19,6 +21,9 @@ from rules.usage.rollup import TeamResolver, UsageAggregator, UsageBatch
 from rules.usage.store import UsageStore
 
 log = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 PRUNE_EVERY_S = 3600.0
 FITS_RETENTION_S = 92 * 86400.0  # right-sizing looks back a quarter at most
@@ -49,6 +54,10 @@ class UsageRecorder:
     fast) and hands the worker thread a batch that nothing else refers to, so snapshots observed
     while a write is in flight land in the next batch. A crash loses at most what came since the
     last flush; the engine flushes on its tick.
+
+    Every write runs in a worker thread under one lock, which `close` takes too: a flush cancelled while its
+    thread writes (the engine stopping) leaves the thread running, and closing SQLite under it crashed the
+    process. `close` waits for that write to end; a thread started after it gets SQLite's "closed database".
     """
 
     def __init__(
@@ -72,6 +81,7 @@ class UsageRecorder:
         """Owners' keeps, for the weekly report (rules/usage/keeps.py)."""
         self.retention_s = retention_s
         self._lock = asyncio.Lock()
+        self._io = threading.Lock()
         self._pruned_at: float | None = None
 
     @classmethod
@@ -98,9 +108,9 @@ class UsageRecorder:
         keeps = self.keeps
         try:
             if row.until <= row.start and not row.approved_by:
-                await asyncio.to_thread(keeps.lift, row.cluster, row.rule, row.entity_id, row.start)
+                await self._in_thread(keeps.lift, row.cluster, row.rule, row.entity_id, row.start)
             else:
-                await asyncio.to_thread(keeps.add, row)
+                await self._in_thread(keeps.add, row)
         except Exception:
             log.exception("usage store: the keep of %s (%s) could not be recorded for the report", row.entity_id,
                           row.rule)
@@ -123,7 +133,7 @@ class UsageRecorder:
             fits = self.fits.drain() if self.fits is not None else []
             if batch or fits:
                 try:
-                    await asyncio.to_thread(self._write, batch, fits)
+                    await self._in_thread(self._write, batch, fits)
                 except Exception:  # not on cancellation: the thread may still write it
                     self.aggregator.restore(batch)
                     if self.fits is not None:
@@ -146,7 +156,7 @@ class UsageRecorder:
         if self.jobs is None or not tallies:
             return
         try:
-            await asyncio.to_thread(self.jobs.put, tallies, self.costs)
+            await self._in_thread(self.jobs.put, tallies, self.costs)
         except Exception:
             for t in tallies:  # written whole or not at all: write them again next time
                 self.ledger.jobs.setdefault(t.key, t)
@@ -157,11 +167,11 @@ class UsageRecorder:
         if self._pruned_at is not None and t - self._pruned_at < PRUNE_EVERY_S:
             return
         try:
-            removed = await asyncio.to_thread(self.store.prune, t - self.retention_s, t - FITS_RETENTION_S)
+            removed = await self._in_thread(self.store.prune, t - self.retention_s, t - FITS_RETENTION_S)
             if self.jobs is not None:
-                removed += await asyncio.to_thread(self.jobs.prune, t - self.retention_s)
+                removed += await self._in_thread(self.jobs.prune, t - self.retention_s)
             if self.keeps is not None:
-                removed += await asyncio.to_thread(self.keeps.prune, t - self.retention_s)
+                removed += await self._in_thread(self.keeps.prune, t - self.retention_s)
         except Exception:  # the batch is written; pruning is retried on the next flush
             log.exception("usage rollups: pruning buckets older than the retention failed")
             return
@@ -170,14 +180,26 @@ class UsageRecorder:
             log.info("usage rollups: pruned %d buckets older than the retention", removed)
         if self.hourly_for_s is not None:
             try:
-                folded = await asyncio.to_thread(self.store.compact, t - self.hourly_for_s)
+                folded = await self._in_thread(self.store.compact, t - self.hourly_for_s)
             except Exception:
                 log.exception("usage rollups: folding old hours into days failed")
                 return
             if folded:
                 log.info("usage rollups: folded %d hourly buckets into days", folded)
 
+    async def _in_thread(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        def locked() -> R:
+            with self._io:
+                return fn(*args, **kwargs)
+
+        return await asyncio.to_thread(locked)
+
     def close(self) -> None:
+        """Close the stores once no worker thread is using them (a write ends within SQLite's 10 s timeout)."""
+        with self._io:
+            self._close()
+
+    def _close(self) -> None:
         self.store.close()
         if self.jobs is not None:
             self.jobs.close()

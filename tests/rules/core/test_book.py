@@ -68,3 +68,22 @@ def test_snoozes_end_and_are_lifted_once() -> None:
     assert book.next_snooze_end() == at(60) and book.snooze("slow", "n1/gpu1") is not None
     assert [s.entity_id for s in book.snoozes_ended(at(60))] == ["n1/gpu0"]
     assert book.snoozes_ended(at(60)) == [] and book.next_snooze_end() == at(600)
+
+
+def test_many_deadlines_due_at_once_come_out_in_deadline_rule_and_key_order(tmp_path: Path) -> None:
+    """A fleet's `for` deadlines fall together: past the first few they are taken out in one pass, in the very
+    order one-by-one pops give (deadline, then rule, then entity key), stale and later ones left alone."""
+    rules = rules_from(tmp_path, RULES)
+    slow = rules.by_name["slow"]
+    book = IncidentBook()
+    book.add_rule("slow")
+    keys = [f"n{n}/gpu{g}" for n in range(40) for g in range(8)]
+    for i, key in enumerate(reversed(keys)):
+        book.put(slow, open_incident("slow", slow.hash, key, key, "gpu", "default", key.split("/")[0],
+                                     at(i % 3)))  # due at 120, 121 or 122
+    moved = open_incident("slow", slow.hash, keys[0], keys[0], "gpu", "default", "n0", at(50))
+    book.put(slow, moved)  # its earlier heap entry is stale: due at 170 now
+    expected = sorted((book.deadline("slow", k), "slow", k) for k in keys if k != keys[0])
+    due = book.pop_due(at(122))
+    assert due == [(r, k) for _, r, k in expected] and len(due) == len(keys) - 1
+    assert book.next_deadline() == at(170) and book.pop_due(at(170)) == [("slow", keys[0])]

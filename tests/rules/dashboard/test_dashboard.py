@@ -14,7 +14,8 @@ from gpuevents.config import CostsConfig
 from gpuevents.costs import CostModel
 from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot
 from gpuevents.records import AuditRecord
-from rules.dashboard.fleet_view import FleetIncident, FleetView, fleet_view
+from gpuevents.wire.fleet import FleetIncident
+from rules.dashboard.fleet_view import FleetView, fleet_view
 from rules.dashboard.pages import bound_port, make_dashboard_app, serve_dashboard
 from tests.rules.dashboard.cdp import Chromium
 from tests.waiting import wait_for

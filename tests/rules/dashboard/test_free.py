@@ -8,8 +8,9 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot
+from gpuevents.wire.free import FreeAnswer, FreeQuery, parse_labels, parse_mem_mib
 from rules.dashboard.fleet_view import FleetView, fleet_view
-from rules.dashboard.free import FreeAnswer, FreeQuery, free_gpus, parse_labels, parse_mem_mib
+from rules.dashboard.free import free_gpus
 from rules.dashboard.pages import make_dashboard_app
 
 NOW = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
@@ -134,7 +135,7 @@ def test_answers_of_partitions_merge_into_the_answer_for_the_whole_fleet(query: 
          node("c", [gpu("c", 0, idle_for=50, model="NVIDIA A100")])]
     b = [node("b", [gpu("b", 0, idle_for=700), gpu("b", 1, idle_for=800)]),
          node("d", [gpu("d", 0)], online=False)]
-    from rules.dashboard.free import merge_answers
+    from gpuevents.wire.free import merge_answers
 
     merged = merge_answers([free_gpus(fleet(*a), query), free_gpus(fleet(*b), query)], query)
     whole = free_gpus(fleet(*a, *b), query)

@@ -15,8 +15,10 @@ import pytest
 from gpuevents.config import CostsConfig, GpuCost
 from gpuevents.costs import CostModel
 from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot
-from rules.dashboard.fleet_view import FleetIncident, FleetView, fleet_view
-from rules.dashboard.free import FreeQuery, free_gpus
+from gpuevents.wire.fleet import FleetIncident
+from gpuevents.wire.free import FreeQuery
+from rules.dashboard.fleet_view import FleetView, fleet_view
+from rules.dashboard.free import free_gpus
 from rules.dashboard.pages import bound_port, serve_dashboard
 from rules.dashboard.timeline import hour_window
 from rules.dashboard.usage_source import UsageSource

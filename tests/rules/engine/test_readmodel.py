@@ -10,8 +10,9 @@ import pytest
 
 from gpuevents.config import Config
 from gpuevents.costs import CostModel
+from gpuevents.wire.fleet import FleetNode
 from rules.core.core import Core
-from rules.dashboard.fleet_view import FleetNode, fleet_view
+from rules.dashboard.fleet_view import fleet_view
 from rules.engine import readings
 from rules.engine.readmodel import ReadModel, ReadSide, build_read_model, empty_model
 from rules.engine.slices import Slicer

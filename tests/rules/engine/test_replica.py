@@ -12,13 +12,13 @@ import pytest
 
 from gpuevents import subjects as S
 from gpuevents.bus import Bus
+from gpuevents.cli.ask_status import ask_pages
 from gpuevents.clock import SystemClock
 from gpuevents.config import Config
 from gpuevents.records import ActionRequest
 from rules.engine import replica as replica_module
 from rules.engine.lease import Lease
 from rules.engine.replica import EngineReplica
-from rules.engine.status import ask_pages
 from tests.conftest import stored_messages
 from tests.nats_cluster import NatsCluster
 from tests.rules.engine.conftest import snapshot

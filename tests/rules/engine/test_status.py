@@ -14,14 +14,14 @@ import pytest
 
 from gpuevents import subjects as S
 from gpuevents.bus import Bus
+from gpuevents.cli.ask_status import ask_node, ask_pages, ask_summary
 from gpuevents.clock import ManualClock
 from gpuevents.config import Config
 from gpuevents.events import Event, GpuInfo, NodeInfo, NodeSnapshot, ProcessInfo, make_event
 from gpuevents.wire import StatusQuery
-from gpuevents.wire.status import TOP
+from gpuevents.wire.status import TOP, StatusSummary
 from rules.engine import slices
 from rules.engine.service import Engine
-from rules.engine.status import StatusSummary, ask_node, ask_pages, ask_summary
 from tests.rules.engine.conftest import T0, snapshot
 from tests.rules.engine.helpers import publish, running
 from tests.waiting import wait_for

@@ -148,3 +148,22 @@ async def test_a_failed_write_keeps_the_counted_hours_for_the_next_flush(tmp_pat
     assert _stored(tmp_path / "failed.sqlite") == pytest.approx(expected, abs=1e-9)
     assert _stored(tmp_path / "ok.sqlite") == pytest.approx(expected, abs=1e-9)
     assert waste.held_idle == pytest.approx(reference.held_idle) and waste.held_idle > 0
+
+
+async def test_closing_waits_for_a_cancelled_flush_still_writing(tmp_path: Path) -> None:
+    """The engine stopping cancels a flush whose worker thread goes on writing: closing SQLite under that thread
+    crashed the process (a segmentation fault in the benchmark). Closing waits for the write, which lands whole."""
+    gate = OffLoopGate()
+    recorder = _recorder(tmp_path / "u.sqlite", gate)
+    _observe(recorder, "a", 0)
+    flush = asyncio.create_task(recorder.flush(DAY_START + timedelta(seconds=10)))
+    await wait_for(gate.entered.is_set, what="the flush to be in its worker thread")
+    flush.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await flush
+    closing = asyncio.create_task(asyncio.to_thread(recorder.close))
+    await asyncio.sleep(0.05)  # room for a close that does not wait to happen: the assertion below must hold
+    assert not closing.done(), "the store was closed while a worker thread was writing to it"
+    gate.release.set()
+    await asyncio.wait_for(closing, timeout=10)
+    assert _busy_s_per_node(tmp_path / "u.sqlite") == pytest.approx({"a": 10.0}, abs=1e-9)
