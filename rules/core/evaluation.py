@@ -90,8 +90,11 @@ class Evaluator:
             # it is left as it is without a call. `online_only`: entities of offline nodes are skipped (none to
             # evaluate when every node is offline).
             offline = self.state.offline_keys if online_only else None
-            if offline and len(offline) >= len(nodes):
-                return
+            if offline:
+                for k in offline:
+                    nodes[k].full_next = True  # their entities are skipped: evaluated in full when they are back
+                if len(offline) >= len(nodes):
+                    return
             advance = self.advance
             deadlines = self.book.deadlines
             scheduled = rule.scheduled
@@ -262,9 +265,13 @@ class Evaluator:
                       ) -> None:
         """Evaluate the jobs of these ids and the GPUs and processes that are theirs, on every online node (their
         exemptions changed)."""
+        for ent in [e for e in self.state.by_kind["job"].values() if e.view.id in jobs]:
+            self.evaluate_job(ent, now, out, event_time)  # (one whose head node is offline: at its next event)
         for kind, rules in self.plan.event_rules.items():
-            ents = [e for e in self.state.by_kind[kind].values() if self.state.evaluable(e) and (
-                e.view.id if kind == "job" else getattr(e.view, "job", None)) in jobs]
+            if kind == "job":
+                continue
+            ents = [e for e in self.state.by_kind[kind].values()
+                    if getattr(e.view, "job", None) in jobs and self.state.evaluable(e)]
             if ents:
                 for rule in rules:
                     self.evaluate(rule, ents, now, out, event_time)

@@ -158,7 +158,7 @@ def _outcome(result: StepResult) -> dict[str, Any]:
         "actions": sorted((a.key, a.type, a.rule, a.entity_id, a.phase, a.decision, str(a.params))
                           for a in result.actions),
         "snoozes": sorted(str(s) for s in result.snoozes),
-        "errors": sorted(str(e) for e in result.errors),
+        "errors": sorted((e.rule, e.message) for e in result.errors),  # (the entity named is the first to raise)
     }
 
 

@@ -20,7 +20,7 @@ from gpuevents.events import (
 )
 from rules.core.core import Core, Snooze, Tick
 from rules.core.inputs import StepResult
-from rules.lang.exemptions import KEEP_UNTIL
+from rules.lang.exemptions import EXCLUDE, KEEP_UNTIL
 from tests.rules.helpers import at, config, gpu, proc, rules_from, snapshot
 
 HELD = """\
@@ -213,3 +213,40 @@ rules:
     assert moved(out) == [("spread-idle", "job/slurm/7", "resolved", "condition")]
     out = core.step(job_part(20, "n2", 0), at(20))  # n2 still lists it, unchanged: a full evaluation finds it
     assert moved(out) == [("spread-idle", "job/slurm/7", "pending", ""), ("spread-idle", "job/slurm/7", "firing", "")]
+
+
+def test_a_new_rule_swept_while_a_node_is_offline_is_evaluated_when_the_node_is_back(tmp_path: Path) -> None:
+    rule = """\
+  - name: {name}
+    entity: gpu
+    when: gpu.temp_c > {limit}
+    actions: [{{type: log, message: "{{{{ gpu.id }}}}"}}]
+"""
+    core = Core(rules_from(tmp_path, "rules:\n" + rule.format(name="hot", limit=80)), config(tick="30s"))
+    core.step(snapshot(at(0), gpus=[gpu(0, 90, temp_c=75)]), at(0))
+    core.step(Tick(), at(50))  # offline
+    core.replace_rules(rules_from(tmp_path, "rules:\n" + rule.format(name="hot", limit=80)
+                                  + rule.format(name="warm", limit=70), name="new.yaml"), at(60))
+    assert moved(core.step(Tick(), at(60))) == []  # the new rule's sweep skips the offline node
+    out = core.step(agent("agent.started", 70), at(70))  # back, its readings as they were
+    assert moved(out) == [("warm", "n1/gpu0", "pending", ""), ("warm", "n1/gpu0", "firing", "")]
+
+
+def test_a_job_whose_exemption_ends_while_its_head_node_is_offline_is_evaluated_at_its_next_event(
+    tmp_path: Path,
+) -> None:
+    core = Core(rules_from(tmp_path, """\
+rules:
+  - name: job-excluded
+    entity: job
+    when: job.exempt_until is not none
+    actions: [{type: log, message: "{{ job.id }}"}]
+"""), config(tick="30s", offline_grace="10m"), offline_detection=False)  # offline only when an agent says it stops
+    excluded = {EXCLUDE: f"until={at(100).isoformat()};rules=other"}
+    core.step(kube_job(0, "n1", excluded), at(0))
+    core.step(kube_job(5, "n2", excluded), at(5))
+    assert [(i.rule, i.status) for i in core.open_incidents()] == [("job-excluded", "firing")]
+    core.step(agent("agent.stopping", 10), at(10))  # n1, the job's head node, is offline
+    core.step(Tick(), at(100))  # the exclusion ends; the job is not evaluated while its head node is offline
+    out = core.step(agent("agent.started", 110, "n2"), at(110))  # n2's event: a full evaluation sees it end
+    assert moved(out) == [("job-excluded", "job/kubernetes/ml/Deployment/chat", "resolved", "condition")]
