@@ -57,17 +57,8 @@ def bin_of(pct: float) -> int:
 
 
 def percentile(hist: Iterable[float], q: float) -> float | None:
-    """The `q` quantile (0-1) of a 5 % histogram, as the upper edge of its bin (never under the truth)."""
-    counts = list(hist)
-    total = sum(counts)
-    if total <= 0:
-        return None
-    running = 0.0
-    for i, c in enumerate(counts):
-        running += c
-        if running >= q * total - 1e-9:
-            return (i + 1) * (100 / BINS)
-    return 100.0
+    """The `q` quantile (0-1) of a dense 5 % histogram, as the upper edge of its bin (never under the truth)."""
+    return sparse_percentile(dict(enumerate(hist)), q, pct_edge)
 
 
 MEM_BASE_MIB = 64.0  # bin 0 holds readings under 64 MiB

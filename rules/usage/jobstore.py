@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
@@ -138,9 +138,15 @@ def ended_event(s: JobSummary, costs: CostModel) -> JobEndedEvent:
 def p95s(t: JobTally) -> tuple[float | None, float | None, float | None]:
     """The job's utilization, SM activity and memory at their 95th percentile over its GPU-time, from its
     histograms: never under the truth (a bin's upper edge), never over the peak."""
-    return (sparse_percentile(t.util_hist, 0.95, pct_edge, t.util_peak),
-            sparse_percentile(t.sm_hist, 0.95, pct_edge, 100.0),
-            sparse_percentile(t.mem_hist, 0.95, mem_edge, t.mem_peak_mib))
+    return p95s_of(t.util_hist, t.sm_hist, t.mem_hist, t.util_peak, t.mem_peak_mib)
+
+
+def p95s_of(util_hist: Mapping[int, float], sm_hist: Mapping[int, float], mem_hist: Mapping[int, float],
+            util_peak: float | None, mem_peak_mib: float | None) -> tuple[float | None, float | None, float | None]:
+    """`p95s` from the histograms and peaks themselves (a tally's, or a stored row's)."""
+    return (sparse_percentile(util_hist, 0.95, pct_edge, util_peak),
+            sparse_percentile(sm_hist, 0.95, pct_edge, 100.0),
+            sparse_percentile(mem_hist, 0.95, mem_edge, mem_peak_mib))
 
 
 def smaller_fit(t: JobTally, costs: CostModel) -> str | None:
@@ -254,9 +260,8 @@ class JobStore:
         start = r["started_at"] if r["started_at"] is not None else r["first_seen"]
         end = r["ended_at"] if r["ended_at"] is not None else r["last_seen"]
         gpu_s = r["gpu_s"]
-        util95 = sparse_percentile(_hist(r["util_hist"]), 0.95, pct_edge, r["util_peak"])
-        sm95 = sparse_percentile(_hist(r["sm_hist"]), 0.95, pct_edge, 100.0)
-        mem95 = sparse_percentile(_hist(r["mem_hist"]), 0.95, mem_edge, r["mem_peak_mib"])
+        util95, sm95, mem95 = p95s_of(_hist(r["util_hist"]), _hist(r["sm_hist"]), _hist(r["mem_hist"]),
+                                      r["util_peak"], r["mem_peak_mib"])
         return JobSummary(
             cluster=r["cluster"], scheduler=r["scheduler"], id=r["id"], user=r["user"], name=r["name"],
             account=r["account"], partition=r["partition"], qos=r["qos"], namespace=r["namespace"],
