@@ -123,7 +123,8 @@ class Page:
 async def _open(tmp_path: Path, nodes: int, path: str) -> AsyncIterator[Page]:
     fleet = Fleet(nodes)
     _usage(tmp_path / "usage.sqlite", fleet)
-    runner = await serve_dashboard(fleet, "127.0.0.1", 0, UsageSource(tmp_path / "usage.sqlite", COSTS))
+    usage = UsageSource(tmp_path / "usage.sqlite", COSTS, now=lambda: NOW)  # the hours the rollups were written for
+    runner = await serve_dashboard(fleet, "127.0.0.1", 0, usage)
     browser = Chromium(tmp_path / "profile")
     base = f"http://127.0.0.1:{bound_port(runner)}"
     try:
