@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import sys
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from gpuevents.cli.common import NoUsageError, load_config_or_exit, usage_db
+from gpuevents.cli.common import NoUsageError, load_config_or_exit, parse_day, usage_db
 from gpuevents.clock import SystemClock
 from gpuevents.config import Config
 from gpuevents.costs import CostModel
@@ -96,11 +96,7 @@ def weekly_summary(config: Config, now: datetime, team: str | None, top_jobs: in
 
 
 def _day(text: str, flag: str) -> datetime:
-    try:
-        return datetime.fromisoformat(text).replace(tzinfo=UTC) if len(text) <= 10 else (
-            datetime.fromisoformat(text).astimezone(UTC))
-    except ValueError:
-        raise typer.BadParameter(f"{text!r} is not a date like 2026-09-01", param_hint=flag) from None
+    return parse_day(text, flag)
 
 
 def _period(text: str) -> tuple[datetime, datetime]:
