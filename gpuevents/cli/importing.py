@@ -48,6 +48,8 @@ def import_command(
     again: Annotated[bool, typer.Option("--again", help="read the chunks imported before again")] = False,
     timeout: Annotated[str, typer.Option("--timeout", help="each request's timeout")] = "60s",
     pace: Annotated[str, typer.Option("--pace", help="at least this long between two requests")] = "200ms",
+    retries: Annotated[int, typer.Option("--retries", min=0, help="tries again after an error or a timeout, "
+                                         "waiting 1 s, 2 s, 4 s... in between")] = 5,
     sacct: Annotated[str, typer.Option("--sacct", help="the sacct to run (--from slurm)")] = "sacct",
     config: ConfigOption = None,
 ) -> None:
@@ -63,11 +65,12 @@ def import_command(
     if not url:
         raise typer.BadParameter("--from prometheus needs --url, e.g. http://prometheus:9090", param_hint="--url")
     _prometheus(cfg, url, selector, start, end, duration_option(step, "--step"), duration_option(chunk, "--chunk"),
-                again, duration_option(timeout, "--timeout"), duration_option(pace, "--pace"), now, err)
+                again, duration_option(timeout, "--timeout"), duration_option(pace, "--pace"), retries, now, err)
 
 
 def _prometheus(cfg: Config, url: str, selector: str, start: datetime, end: datetime, step_s: float,
-                chunk_s: float, again: bool, timeout_s: float, pace_s: float, now: datetime, err: Console) -> None:
+                chunk_s: float, again: bool, timeout_s: float, pace_s: float, retries: int, now: datetime,
+                err: Console) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from rules.history.promapi import PromClient, PromError, auth_header
@@ -77,7 +80,8 @@ def _prometheus(cfg: Config, url: str, selector: str, start: datetime, end: date
         raise typer.BadParameter("at least 1s", param_hint="--step")
     plan = PromImport(url=url, since=start, until=end, step_s=step_s, chunk_s=chunk_s, selector=selector,
                       again=again)
-    client = PromClient(url, authorization=auth_header(os.environ), timeout_s=timeout_s, pace_s=pace_s)
+    client = PromClient(url, authorization=auth_header(os.environ), timeout_s=timeout_s, pace_s=pace_s,
+                        retries=retries)
     bar = Progress(TextColumn("importing"), BarColumn(), MofNCompleteColumn(), TextColumn("chunks"),
                    TimeRemainingColumn(), console=err, transient=True)
     task = bar.add_task("import", total=None)

@@ -35,7 +35,9 @@ class PromImport:
 
     @property
     def source(self) -> str:
-        return f"prometheus {self.url.rstrip('/')} {{{self.selector}}} step={self.step_s:g}"
+        """What the chunks done are remembered by, with the cluster: not the URL (a Prometheus and the Thanos in
+        front of it hold the same series)."""
+        return f"prometheus {{{self.selector}}} step={self.step_s:g}"
 
 
 @dataclass

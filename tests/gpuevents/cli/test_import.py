@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from gpuevents.cli import app
 from tests.dcgm_series import PHYSICAL_GPUS, Gpu, Segment, truth, write
+from tests.flaky_http import flaky
 from tests.prometheus import PrometheusServer
 
 DAY = 86400
@@ -114,3 +115,31 @@ def dump(path: Path) -> list[tuple[object, ...]]:
                 *db.execute("SELECT * FROM fits ORDER BY 1, 2, 3"),
                 *db.execute("SELECT hour, cluster, node, origin FROM origins ORDER BY 1, 2, 3"),
                 *db.execute("SELECT * FROM job_summaries ORDER BY 1, 2, 3")]
+
+
+def test_a_prometheus_that_fails_and_times_out_part_way_is_retried_to_the_same_store(history: History,
+                                                                                    tmp_path: Path) -> None:
+    since, until = history.until - timedelta(days=1), history.until
+    direct = tmp_path / "direct"
+    direct.mkdir()
+    run_import(history.prometheus.url, write_config(direct), since, until)
+    plan = {2: "503", 3: "503", 6: "hang", 9: "503"}
+    with flaky(history.prometheus.url, lambda n: plan.get(n, "pass")) as (url, seen):
+        said = run_import(url, write_config(tmp_path), since, until, "--timeout", "1s")
+    assert seen.count("503") == 3 and seen.count("hang") == 1
+    assert "(4 requests retried after an error or timeout)" in said
+    assert dump(tmp_path / "usage.sqlite") == dump(direct / "usage.sqlite")
+
+
+def test_an_import_stopped_by_prometheus_goes_on_where_it_stopped(history: History, tmp_path: Path) -> None:
+    since, until = history.until - timedelta(days=2), history.until
+    cfg = write_config(tmp_path)
+    with flaky(history.prometheus.url, lambda n: "pass" if n <= 7 else "503") as (url, _seen):
+        result = CliRunner().invoke(app, ["import", "--from", "prometheus", "--url", url, "--since", day(since),
+                                          "--until", day(until - timedelta(days=1)), "--step", f"{STEP}s",
+                                          "--chunk", "24h", "--pace", "0s", "--retries", "1", "-c", cfg])
+    assert result.exit_code == 1
+    assert "HTTP 503" in result.output and "run the same command again" in result.output
+    assert "Traceback" not in result.output
+    said = run_import(history.prometheus.url, cfg, since, until)
+    assert "1 chunks imported before" in said and "imported 48 node-hours" in said
