@@ -27,6 +27,11 @@ class Gpu:
     gi: int = 0
     share: float = 1.0  # of a physical GPU
 
+    @property
+    def index(self) -> int:
+        """The index gpuevents gives it: a MIG instance's is 100 × (its GPU + 1) + its instance id."""
+        return 100 * (self.gpu + 1) + self.gi if self.profile else self.gpu
+
     def labels(self) -> dict[str, str]:
         out = {"gpu": str(self.gpu), "UUID": self.uuid, "pci_bus_id": f"00000000:{self.gpu + 1:02d}:00.0",
                "device": f"nvidia{self.gpu}", "modelName": self.model, "Hostname": self.node}

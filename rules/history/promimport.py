@@ -3,12 +3,13 @@ same aggregators that count live snapshots, each chunk one transaction and remem
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from gpuevents.config import Config
 from gpuevents.costs import CostModel
+from gpuevents.events import SnapshotEvent
 from rules.history.chunklog import ChunkLog
 from rules.history.dcgm import METRICS, REQUIRED, Classify, Grid, Rebuilder, grid
 from rules.history.promapi import PromClient, Series
@@ -95,6 +96,16 @@ def read_chunk(client: PromClient, plan: PromImport, start: int, end: int) -> tu
         if series:
             found[name] = series
     return grid(found), set(found)
+
+
+def rebuilt_events(config: Config, client: PromClient, plan: PromImport) -> Iterator[SnapshotEvent]:
+    """The node snapshots the series give, chunk by chunk in time order: what `rules backtest --prometheus`
+    replays (readings rebuilt from the series, with no processes: what dcgm-exporter does not see)."""
+    how = Classify(idle_rule=config.agent.thresholds.idle_rule, owners=config.owners)
+    rebuild = Rebuilder(config.cluster, how)
+    for start, end in chunks(plan.since, plan.until, plan.chunk_s):
+        readings, _seen = read_chunk(client, plan, start, end)
+        yield from rebuild.events(readings)
 
 
 def import_prometheus(config: Config, client: PromClient, plan: PromImport, now: datetime,
