@@ -154,7 +154,8 @@ class Rebuilder:
                 yield self._snapshot(node, sorted(by_node[node], key=lambda x: x[0].index), at)
 
     def _snapshot(self, node: str, gpus: list[tuple[GpuId, Reading]], at: datetime) -> SnapshotEvent:
-        infos, jobs = [], {}
+        infos: list[GpuInfo] = []
+        jobs: dict[str, JobInfo] = {}
         for g, r in gpus:
             since = self._idle_since.get(g)
             info = gpu_info(g, r, self.how, since or at, at)

@@ -76,6 +76,15 @@ def test_a_held_out_import_reports_each_state_within_5_percent_of_the_truth(hist
     for key in ("gpu_h", "busy_h", "held_idle_h", "unallocated_h"):
         assert data["fleet"][key] == pytest.approx(want[key], rel=0.05), key
     assert data["simulated"] is False and data["imported"] is True
+    assert len(data["quarter"]["weeks"]) == 2 and all(p["gpu_h"] == pytest.approx(7 * 24 * PHYSICAL_GPUS, rel=0.01)
+                                                      for p in data["quarter"]["fleet"]["points"])
+    mid = history.since + timedelta(days=7)
+    compare = CliRunner().invoke(app, ["report", "--since", day(mid), "--until", day(last), "--compare",
+                                       f"{day(history.since)}..{day(mid - timedelta(days=1))}", "--format", "md",
+                                       "-c", cfg])
+    assert compare.exit_code == 0, compare.output
+    assert "## Before and after" in compare.output and "imported from the site's history" in compare.output
+    assert "simulated" not in compare.output
 
 
 def test_importing_a_window_again_gives_the_same_store(history: History, tmp_path: Path) -> None:
