@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -14,6 +14,10 @@ from rich.console import Console
 from gpuevents.cli.common import ConfigOption, duration_option, load_config_or_exit, parse_day
 from gpuevents.clock import SystemClock
 from gpuevents.config import Config
+
+if TYPE_CHECKING:
+    from rules.history.promapi import PromClient
+    from rules.history.promimport import PromImport
 
 
 class Source(StrEnum):
@@ -45,6 +49,9 @@ def import_command(
     step: Annotated[str, typer.Option("--step", help="one reading per GPU this often (not under the scrape "
                                                      "interval)")] = "60s",
     chunk: Annotated[str, typer.Option("--chunk", help="read this much at a time (whole hours)")] = "6h",
+    mem_floor: Annotated[float, typer.Option(
+        "--idle-memory-mib", min=0, help="an idle GPU with more memory in use than this is held idle (a process "
+        "keeps it), else unallocated")] = 256.0,
     again: Annotated[bool, typer.Option("--again", help="read the chunks imported before again")] = False,
     timeout: Annotated[str, typer.Option("--timeout", help="each request's timeout")] = "60s",
     pace: Annotated[str, typer.Option("--pace", help="at least this long between two requests")] = "200ms",
@@ -64,24 +71,29 @@ def import_command(
         return
     if not url:
         raise typer.BadParameter("--from prometheus needs --url, e.g. http://prometheus:9090", param_hint="--url")
-    _prometheus(cfg, url, selector, start, end, duration_option(step, "--step"), duration_option(chunk, "--chunk"),
-                again, duration_option(timeout, "--timeout"), duration_option(pace, "--pace"), retries, now, err)
-
-
-def _prometheus(cfg: Config, url: str, selector: str, start: datetime, end: datetime, step_s: float,
-                chunk_s: float, again: bool, timeout_s: float, pace_s: float, retries: int, now: datetime,
-                err: Console) -> None:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
     from rules.history.promapi import PromClient, PromError, auth_header
-    from rules.history.promimport import PromImport, import_prometheus
+    from rules.history.promimport import PromImport
 
+    step_s = duration_option(step, "--step")
     if step_s < 1:
         raise typer.BadParameter("at least 1s", param_hint="--step")
-    plan = PromImport(url=url, since=start, until=end, step_s=step_s, chunk_s=chunk_s, selector=selector,
-                      again=again)
-    client = PromClient(url, authorization=auth_header(os.environ), timeout_s=timeout_s, pace_s=pace_s,
-                        retries=retries)
+    plan = PromImport(url=url, since=start, until=end, step_s=step_s, chunk_s=duration_option(chunk, "--chunk"),
+                      selector=selector, again=again, mem_floor_mib=mem_floor)
+    try:
+        client = PromClient(url, authorization=auth_header(os.environ),
+                            timeout_s=duration_option(timeout, "--timeout"), pace_s=duration_option(pace, "--pace"),
+                            retries=retries)
+    except PromError as e:
+        raise typer.BadParameter(str(e), param_hint="--url") from None
+    _prometheus(cfg, plan, client, now, err)
+
+
+def _prometheus(cfg: Config, plan: PromImport, client: PromClient, now: datetime, err: Console) -> None:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from rules.history.promapi import PromError
+    from rules.history.promimport import import_prometheus
+
     bar = Progress(TextColumn("importing"), BarColumn(), MofNCompleteColumn(), TextColumn("chunks"),
                    TimeRemainingColumn(), console=err, transient=True)
     task = bar.add_task("import", total=None)

@@ -143,7 +143,10 @@ def _from_prometheus(cfg: Config, paths: list[Path], url: str, selector: str, se
     now = SystemClock().now()
     start = now - timedelta(seconds=seconds)
     plan = PromImport(url=url, since=start, until=now, step_s=step_s, selector=selector)
-    client = PromClient(url, authorization=auth_header(os.environ))
+    try:
+        client = PromClient(url, authorization=auth_header(os.environ))
+    except PromError as e:
+        raise typer.BadParameter(str(e), param_hint="--prometheus") from None
     note = ("readings rebuilt from dcgm-exporter's series: GPUs, their pods and memory; no processes, so rules on "
             "processes do not fire")
     try:

@@ -78,6 +78,11 @@ class PromClient:
     """How many requests were tried again, for the import's last words."""
     _last: float | None = field(default=None, repr=False)
 
+    def __post_init__(self) -> None:
+        parts = urllib.parse.urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise PromError(f"{self.url!r} is not a URL; write it like http://prometheus:9090")
+
     def query_range(self, expr: str, start: float, end: float, step_s: float) -> list[Series]:
         params = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step_s:g}",
                   "timeout": f"{self.timeout_s:g}s"}

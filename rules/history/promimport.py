@@ -33,6 +33,8 @@ class PromImport:
     selector: str = ""
     again: bool = False
     """Import the chunks done before again (the result is the same store, unless the source changed)."""
+    mem_floor_mib: float = 256.0
+    """An idle GPU with more memory in use than this is held (a process keeps it), at most this is free."""
 
     @property
     def source(self) -> str:
@@ -98,11 +100,18 @@ def read_chunk(client: PromClient, plan: PromImport, start: int, end: int) -> tu
     return grid(found), set(found)
 
 
+def rebuilder(config: Config, plan: PromImport) -> Rebuilder:
+    """Readings judged as the engine judges live ones: the config's idle rule per model, `owners` for a pod's
+    namespace."""
+    how = Classify(idle_rule=config.agent.thresholds.idle_rule, mem_floor_mib=plan.mem_floor_mib,
+                   owners=config.owners)
+    return Rebuilder(config.cluster, how)
+
+
 def rebuilt_events(config: Config, client: PromClient, plan: PromImport) -> Iterator[SnapshotEvent]:
     """The node snapshots the series give, chunk by chunk in time order: what `rules backtest --prometheus`
     replays (readings rebuilt from the series, with no processes: what dcgm-exporter does not see)."""
-    how = Classify(idle_rule=config.agent.thresholds.idle_rule, owners=config.owners)
-    rebuild = Rebuilder(config.cluster, how)
+    rebuild = rebuilder(config, plan)
     for start, end in chunks(plan.since, plan.until, plan.chunk_s):
         readings, _seen = read_chunk(client, plan, start, end)
         yield from rebuild.events(readings)
@@ -115,8 +124,7 @@ def import_prometheus(config: Config, client: PromClient, plan: PromImport, now:
     costs = CostModel(config.costs)
     teams: dict[str, str] = {}  # owner -> team: a pod's namespace, as it is read
     resolver = TeamResolver(team_label=config.costs.team_label, owners=config.owners, teams=teams)
-    how = Classify(idle_rule=config.agent.thresholds.idle_rule, owners=config.owners)
-    rebuild = Rebuilder(config.cluster, how)
+    rebuild = rebuilder(config, plan)
     ledger = JobLedger(max_gap_s=3 * plan.step_s)
     out = Outcome()
     todo = chunks(plan.since, plan.until, plan.chunk_s)

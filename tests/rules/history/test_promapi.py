@@ -39,3 +39,8 @@ def test_requests_are_paced() -> None:
         with pytest.raises(PromError, match="no answer after 1 tries"):
             client.query_range("up", 0, 60, 60)
     assert slept == [0.5]
+
+
+def test_a_url_that_is_not_one_is_said() -> None:
+    with pytest.raises(PromError, match="'prometheus:9090' is not a URL; write it like http://prometheus:9090"):
+        PromClient("prometheus:9090")

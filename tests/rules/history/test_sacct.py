@@ -114,3 +114,19 @@ def test_a_sacct_without_slurmdbd_is_said_in_one_line() -> None:
         run_sacct("sacct", datetime(2026, 11, 2, tzinfo=UTC), datetime(2026, 11, 3, tzinfo=UTC))
     with pytest.raises(SacctFailed, match="not found; install Slurm's client or pass --sacct PATH"):
         run_sacct("/nonexistent/sacct", datetime(2026, 11, 2, tzinfo=UTC), datetime(2026, 11, 3, tzinfo=UTC))
+
+
+def test_the_jobs_listing_marks_imported_jobs(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from gpuevents.cli import app
+
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(f"cluster: hpc\nengine: {{usage_db: {tmp_path / 'usage.sqlite'}}}\n")
+    import_slurm(config(tmp_path), OUTPUT.replace("2026-11-02", f"{datetime.now(UTC):%Y-%m-%d}"))
+    listing = CliRunner().invoke(app, ["jobs", "--since", "2d", "-c", str(cfg)])
+    assert listing.exit_code == 0, listing.output
+    assert "imported from the site's history (gpuevents import): marked +" in listing.output
+    assert "ended +" in listing.output
+    one = CliRunner().invoke(app, ["job", "1002", "-c", str(cfg)])
+    assert "[imported from the site's history: gpuevents import]" in one.output
