@@ -65,7 +65,7 @@ def test_a_held_out_import_reports_each_state_within_5_percent_of_the_truth(hist
                                                                          tmp_path: Path) -> None:
     cfg = write_config(tmp_path)
     said = run_import(history.prometheus.url, cfg, history.since, history.until)
-    assert "on 2 nodes" in said and "marked imported, not simulated" in said
+    assert "imported 672 node-hours of 7 GPUs on 2 nodes" in said and "marked imported, not simulated" in said
     last = history.until - timedelta(days=1)
     report = CliRunner().invoke(app, ["report", "--since", day(history.since), "--until", day(last),
                                       "--format", "json", "-c", cfg])
