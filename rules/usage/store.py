@@ -245,8 +245,10 @@ class UsageStore:
             self._write(batch)
 
     def _drop_imported(self, keys: set[tuple[int, str, str]]) -> None:
-        with closing(self._db.execute("SELECT 1 FROM origins WHERE origin = ? LIMIT 1", (IMPORTED,))) as cur:
-            if cur.fetchone() is None:  # the engine's flush costs one lookup where nothing was ever imported
+        hours = sorted({h for h, _c, _n in keys})  # a flush holds an hour or two
+        sql = f"SELECT 1 FROM origins WHERE origin = ? AND hour IN ({', '.join('?' for _ in hours)}) LIMIT 1"
+        with closing(self._db.execute(sql, (IMPORTED, *hours))) as cur:
+            if cur.fetchone() is None:  # the engine's flush costs one indexed lookup where nothing was imported
                 return
         found = [k for k in keys if self._db.execute(
             "SELECT 1 FROM origins WHERE hour = ? AND cluster = ? AND node = ? AND origin = ?", (*k, IMPORTED)
