@@ -8,13 +8,12 @@ import inspect
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import typer.main
 import yaml
-from typer import _click
-
 from docsref_models import cell, rows, table, table_of
+from typer import _click
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,7 +24,7 @@ GENERATED = "<!-- Generated from the code when the site is built; edit the code,
 def rules_page() -> str:
     from rules.lang.model import ActionSpec, EntityKind, RuleLimits, RuleSpec
 
-    kinds = ", ".join(f"`{k}`" for k in EntityKind.__args__)
+    kinds = ", ".join(f"`{k}`" for k in get_args(EntityKind))
     out = [GENERATED, "# Rules reference\n\n",
            "A rule file is a YAML mapping with one key, `rules`, a list of rules. Each rule has the keys below "
            "(from `rules.lang.model.RuleSpec`); unknown keys are errors that `gpuevents rules check` reports as "
@@ -71,7 +70,8 @@ def actions_page() -> str:
         spec = registry._registry[type_]
         module = inspect.getmodule(spec)
         doc = (module.__doc__ or "") if module is not None else ""
-        summary = re.sub(r"^The `[^`]+`( and `[^`]+`)? actions?'s? parameters: ", "", doc.split(";")[0].split("\n\n")[0])
+        first = doc.split(";")[0].split("\n\n")[0]
+        summary = re.sub(r"^The `[^`]+`( and `[^`]+`)? actions?'s? parameters: ", "", first)
         kinds = ", ".join(sorted(spec.entity_kinds))
         out.append(f"## {type_}\n\n")
         if summary:
@@ -153,10 +153,11 @@ def config_page() -> str:
            "Check a file with `gpuevents config check -c config.yaml`.\n\n"]
     sections: dict[str, list[tuple[str, str, str, str]]] = {}
     for row in rows(Config, describe=lambda key: comments.get(key, "")):
-        if row[0].split(".")[0] != "owner_addresses":  # filled from `owners`, not written
-            sections.setdefault(row[0].split(".")[0], []).append(row)
-    for name, section in sections.items():
-        out.append(f"## `{name}`\n\n{table_of(section)}\n")
+        section = row[0].split(".")[0]
+        if section != "owner_addresses" and (row[0] != section or row[1] != "mapping"):  # not the section's own row
+            sections.setdefault(section, []).append(row)
+    for name, found in sections.items():
+        out.append(f"## `{name}`\n\n{table_of(found)}\n")
     return "".join(out)
 
 
@@ -188,7 +189,8 @@ def _comment_at(lines: list[str], line: int, column: int) -> str:
         indent = at + 1
         for nxt in lines[line + 1:]:
             stripped = nxt.lstrip()
-            if stripped.startswith("#") and len(nxt) - len(stripped) >= indent - 1 and len(nxt) - len(stripped) > column:
+            depth = len(nxt) - len(stripped)
+            if stripped.startswith("#") and depth >= indent - 1 and depth > column:
                 parts.append(stripped[1:].strip())
             else:
                 break

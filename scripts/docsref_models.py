@@ -108,8 +108,7 @@ def rows(model: type[BaseModel], prefix: str = "",
         nested = _model_in(field.annotation)
         description = field.description or (describe(key) if describe else "")
         if nested is not None and not _is_map(field.annotation):
-            if description:
-                yield key, "mapping", "", description
+            yield key, "mapping", "", description
             yield from rows(nested, f"{key}.", describe)
             continue
         yield key, type_name(field.annotation, field.metadata), default_text(field), description

@@ -94,7 +94,7 @@ def commands(path: Path, root: Path = REPO) -> Iterator[Command]:
 
 def _join_continuations(body: list[str]) -> list[tuple[int, str]]:
     out: list[tuple[int, str]] = []
-    start, parts = 0, []
+    start, parts = 0, list[str]()
     for i, line in enumerate(body):
         if not parts:
             start = i
@@ -132,8 +132,8 @@ def option_names(word: str) -> list[str]:
 
 def config_snippets(path: Path, sections: frozenset[str], root: Path = REPO) -> Iterator[tuple[Where, str]]:
     """The configuration a file shows, as whole config files: every YAML block whose top-level keys are all
-    config sections (none holding a list), and every block titled `config.yaml` (the whole file) or `config.yaml: a.b` (a part that
-    lives under key a.b, nested under it here)."""
+    config sections (none holding a list), and every block titled `config.yaml` (the whole file) or
+    `config.yaml: a.b` (a part that lives under key a.b, nested under it here)."""
     import yaml
 
     for block in blocks(path, root):
