@@ -12,7 +12,7 @@ from typing import Any, get_args
 
 import typer.main
 import yaml
-from docsref_models import cell, rows, table, table_of
+from docsref_models import as_text, cell, rows, table, table_of
 from typer import _click
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,7 +120,7 @@ def _command_section(path: list[str], command: Any) -> str:
     name = " ".join(path)
     args = " ".join(_arg_name(p) + ("..." if p.nargs == -1 else "")
                     for p in command.params if p.param_type_name == "argument")
-    help_text = inspect.cleandoc(command.help or "").replace("\b\n", "")
+    help_text = as_text(inspect.cleandoc(command.help or "").replace("\b\n", ""))
     lines = [f"## {' '.join(path[1:])}\n\n", f"```\n{name} [OPTIONS]{' ' + args if args else ''}\n```\n\n",
              f"{help_text}\n\n" if help_text else "",
              "| argument or option | default | what it is |\n| --- | --- | --- |\n"]

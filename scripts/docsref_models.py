@@ -3,6 +3,7 @@ description, read from the model so the page changes when the model does."""
 
 from __future__ import annotations
 
+import re
 import types
 import typing
 from collections.abc import Callable, Iterable, Iterator
@@ -95,8 +96,15 @@ def default_text(field: FieldInfo) -> str:
 
 
 def cell(text: str) -> str:
-    """Text safe inside a Markdown table cell."""
-    return " ".join(text.split()).replace("|", "\\|")
+    """Text safe inside a Markdown table cell: one line, `|` escaped, and `<name>` outside code spans kept as
+    text rather than read as an HTML tag."""
+    return as_text(" ".join(text.split())).replace("|", "\\|")
+
+
+def as_text(text: str) -> str:
+    """Markdown whose `<` and `>` outside code spans are shown, not read as HTML."""
+    parts = re.split(r"(`[^`]*`)", text)
+    return "".join(p if p.startswith("`") else p.replace("<", "&lt;").replace(">", "&gt;") for p in parts)
 
 
 def rows(model: type[BaseModel], prefix: str = "",

@@ -97,3 +97,9 @@ def test_the_hooks_add_each_generated_page_to_the_site(tmp_path: Path) -> None:
     changelog = next(f for f in files if f.src_uri == "changelog.md")
     assert changelog.content_string.startswith("# Changelog")
     assert "## [Unreleased]" in changelog.content_string
+
+
+def test_a_cell_shows_angle_brackets_and_pipes_as_text() -> None:
+    from docsref_models import cell
+
+    assert cell("subject gpuevents.evt.<cluster>\n  `<node>` | x") == "subject gpuevents.evt.&lt;cluster&gt; `<node>` \\| x"
