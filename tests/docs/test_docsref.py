@@ -102,4 +102,5 @@ def test_the_hooks_add_each_generated_page_to_the_site(tmp_path: Path) -> None:
 def test_a_cell_shows_angle_brackets_and_pipes_as_text() -> None:
     from docsref_models import cell
 
-    assert cell("subject gpuevents.evt.<cluster>\n  `<node>` | x") == "subject gpuevents.evt.&lt;cluster&gt; `<node>` \\| x"
+    shown = cell("subject gpuevents.evt.<cluster>\n  `<node>` | x")
+    assert shown == "subject gpuevents.evt.&lt;cluster&gt; `<node>` \\| x"
