@@ -38,6 +38,9 @@ class Command:
     where: Where
     text: str
     words: tuple[str, ...]
+    after: Command | None = None
+    """Set for a word listed after a command (`gpuevents up`, `simulate`): it names a sibling of that command
+    (or, starting with `-`, more of its options)."""
 
 
 @dataclass(frozen=True)
@@ -88,8 +91,31 @@ def commands(path: Path, root: Path = REPO) -> Iterator[Command]:
     for number, line in enumerate(path.read_text().splitlines(), 1):
         if number in in_block:
             continue
-        for span in _SPAN.findall(line):
-            yield from _found(Where(name, number), span.strip())
+        yield from _spans(Where(name, number), line)
+
+
+# Between two code spans of one list: `a`, `b` / `a` / `b` / `a` or `b` / `a`, and `b`.
+_LIST_SEPARATOR = re.compile(r"^\s*(?:,|/|,?\s*or|,?\s*and)\s*$")
+_VERB = re.compile(r"^(?:[a-z][a-z-]*|-{1,2}[a-z][a-z-]*)(?:\s|$)")
+
+
+def _spans(where: Where, line: str) -> Iterator[Command]:
+    """The commands of a line's code spans, and the words listed after one: "`gpuevents up`, `simulate`"."""
+    last: Command | None = None
+    end = 0
+    for m in _SPAN.finditer(line):
+        text = m.group(1).strip()
+        found = next(_found(where, text), None)
+        if found is not None:
+            yield found
+            last = found
+        elif last is not None and _LIST_SEPARATOR.match(line[end:m.start()]) and _VERB.match(text):
+            words = tuple(shlex.split(text)) if "'" not in text and '"' not in text else tuple(text.split())
+            last = Command(where, text, words, after=last)
+            yield last
+        else:
+            last = None
+        end = m.end()
 
 
 def _join_continuations(body: list[str]) -> list[tuple[int, str]]:

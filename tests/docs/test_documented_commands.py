@@ -12,7 +12,7 @@ from typer import _click
 from typer.testing import CliRunner
 
 from gpuevents.cli import app
-from tests.docs.snippets import Command, commands, doc_files, option_names
+from tests.docs.snippets import Command, Where, commands, doc_files, option_names
 
 
 def _root() -> Any:
@@ -25,6 +25,11 @@ def resolve(command: Command) -> tuple[list[str], str | None]:
     ctx = _click.Context(current, info_name="gpuevents")
     path: list[str] = []
     words = list(command.words)
+    if command.after is not None:  # a word listed after a command: its sibling, or more of its options
+        before, problem = resolve(command.after)
+        if problem is not None:
+            return before, None  # reported at the command it follows
+        words = [*(before if words[0].startswith("-") else before[:-1]), *words]
     while hasattr(current, "list_commands"):
         if not words or words[0].startswith("-"):
             return path, None if words and words[0] == "--help" else (
@@ -76,6 +81,9 @@ def test_the_help_of_every_documented_command_runs() -> None:
 
 @pytest.mark.parametrize(("line", "expected"), [
     ("`gpuevents history --since 7d`", "has no command 'history'"),
+    ("`gpuevents up`, `simulate`, `history`", "has no command 'history'"),
+    ("`gpuevents rules check` / `lint`", "`gpuevents rules` has no command 'lint'"),
+    ("`gpuevents report --week` or `--weekly`", "has no option --weekly"),
     ("`gpuevents rules lint x.yaml`", "has no command 'lint'"),
     ("`gpuevents status --nodes`", "has no option --nodes"),
     ("`gpuevents rules`", "needs a subcommand"),
@@ -85,8 +93,22 @@ def test_a_command_the_code_lacks_is_named_with_its_line(tmp_path: Path, line: s
     (tmp_path / "README.md").write_text("# x\n\nRun `gpuevents up --demo`.\n")
     (tmp_path / "docs" / "page.md").write_text(f"# page\n\ntext\n{line} does it.\n")
     found = [(c, resolve(c)[1]) for c in documented(tmp_path)]
-    assert [(str(c.where), why is None) for c, why in found] == [("README.md:3", True), ("docs/page.md:4", False)]
-    assert expected in (found[1][1] or "")
+    assert found[0][0].where == Where("README.md", 3) and found[0][1] is None
+    assert all(c.where == Where("docs/page.md", 4) for c, _ in found[1:])
+    problems = [why for _, why in found if why is not None]
+    assert len(problems) == 1 and expected in problems[0], problems
+
+
+def test_words_listed_after_a_command_are_its_siblings_or_options(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "README.md").write_text(
+        "`gpuevents rules check`, `test` and `backtest`; `gpuevents report --week` / `--weeks 13`, "
+        "`gpuevents status` then `engine.dry_run` and `GPUEVENTS_X`.\n")
+    found = documented(tmp_path)
+    assert [(c.text, resolve(c)) for c in found] == [
+        ("gpuevents rules check", (["rules", "check"], None)), ("test", (["rules", "test"], None)),
+        ("backtest", (["rules", "backtest"], None)), ("gpuevents report --week", (["report"], None)),
+        ("--weeks 13", (["report"], None)), ("gpuevents status", (["status"], None))]
 
 
 def test_commands_in_shell_blocks_are_found_where_a_shell_runs_them(tmp_path: Path) -> None:
