@@ -190,3 +190,20 @@ def _name(path: Path, root: Path) -> str:
         return str(path.relative_to(root))
     except ValueError:
         return str(path)
+
+
+def rule_snippets(path: Path, root: Path = REPO) -> Iterator[tuple[Where, str]]:
+    """The rule files a page shows: YAML blocks whose only key is `rules`, a list of named rules (a Kubernetes
+    ClusterRole's `rules:` has no names)."""
+    import yaml
+
+    for block in blocks(path, root):
+        if block.lang not in ("yaml", "yml"):
+            continue
+        try:
+            data = yaml.safe_load(block.text)
+        except yaml.YAMLError:
+            continue
+        if isinstance(data, dict) and set(data) == {"rules"} and isinstance(data["rules"], list) and all(
+                isinstance(r, dict) and "name" in r for r in data["rules"]):
+            yield block.where, block.text
