@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 STATES = ("busy", "pod_idle", "mem_idle", "free")
+TEAM_OF = {"nlp": "language", "vision": "vision"}  # a pod's `team` label, by its namespace
+OWNERS = ("alice", "bob", "carol")
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,7 @@ class Segment:
     state: str
     pod: str = ""
     namespace: str = ""
+    owner: str = ""
 
 
 def timeline(g: Gpu, start: int, end: int, seed: int) -> list[Segment]:
@@ -70,7 +73,7 @@ def timeline(g: Gpu, start: int, end: int, seed: int) -> list[Segment]:
             n += 1
             pod = f"train-{g.node}-{g.gpu}-{g.gi}-{n}"
         ns = rng.choice(("nlp", "vision")) if pod else ""
-        out.append(Segment(t, min(end, t + length), state, pod, ns))
+        out.append(Segment(t, min(end, t + length), state, pod, ns, rng.choice(OWNERS) if pod else ""))
         t += length
     return out
 
@@ -115,6 +118,10 @@ def openmetrics(segments: dict[Gpu, list[Segment]], step: int) -> str:
             end_mark = s.end + (-s.end % step)
             for metric in _values(g, s, rng):
                 families[metric].setdefault(key, []).append((end_mark, float("nan")))
+            if s.pod:  # what kube-state-metrics says of the pod while it runs
+                pod = (("label_owner", s.owner), ("label_team", TEAM_OF[s.namespace]), ("namespace", s.namespace),
+                       ("pod", s.pod), ("uid", f"uid-{s.pod}"))
+                families["kube_pod_labels"][pod] = [(t, 1.0) for t in range(first, s.end, step)]
     lines = []
     for metric, series in sorted(families.items()):
         lines.append(f"# TYPE {metric} gauge")

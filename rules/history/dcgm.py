@@ -102,11 +102,42 @@ def grid(series: Mapping[str, Iterable[Series]]) -> Grid:
 @dataclass(frozen=True)
 class Classify:
     """How a reading becomes a GPU's state: idle by the config's idle rule for its model; held while a pod holds it
-    or more than `mem_floor_mib` of its memory is in use; a pod's owner through `owners` (config `owners`)."""
+    or more than `mem_floor_mib` of its memory is in use.
+
+    A pod's owner and team as the agent finds them: its `owner_label` and `team_label` where kube-state-metrics'
+    `kube_pod_labels` has them (`pod_labels`, by namespace and pod, refreshed per chunk); else the namespace,
+    through config `owners` for the owner."""
 
     idle_rule: Callable[[str | None], IdleRule]
     mem_floor_mib: float = 256.0
     owners: Mapping[str, str] = field(default_factory=dict)
+    owner_label: str | None = None
+    team_label: str | None = None
+    pod_labels: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
+
+    def owner_of(self, namespace: str, pod: str) -> str | None:
+        found = self.pod_labels.get((namespace, pod), {})
+        if self.owner_label and found.get(self.owner_label):
+            return found[self.owner_label]
+        return self.owners.get(namespace, namespace) if namespace else None
+
+    def team_of(self, namespace: str, pod: str) -> str | None:
+        found = self.pod_labels.get((namespace, pod), {})
+        if self.team_label and found.get(self.team_label):
+            return found[self.team_label]
+        return namespace or None
+
+
+def kube_label(name: str) -> str:
+    """The name kube-state-metrics gives a pod label in `kube_pod_labels` (`app.kubernetes.io/team` →
+    `label_app_kubernetes_io_team`)."""
+    return "label_" + "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+
+
+def pod_labels(series: Iterable[Mapping[str, str]]) -> dict[tuple[str, str], dict[str, str]]:
+    """`kube_pod_labels` series as each pod's labels, by (namespace, pod), under their Kubernetes names' mangled
+    form (look them up with `kube_label`)."""
+    return {(s.get("namespace", ""), s.get("pod", "")): dict(s) for s in series if s.get("pod")}
 
 
 def job_id(namespace: str, pod: str) -> str:
@@ -125,7 +156,7 @@ def gpu_info(g: GpuId, r: Reading, how: Classify, idle_since: datetime | None, a
     idle = how.idle_rule(g.model).verdict(util, sm, power) is True
     in_use = r.pod != "" or (used is not None and used > how.mem_floor_mib)
     job = job_id(r.namespace, r.pod) if r.pod else None
-    owner = how.owners.get(r.namespace, r.namespace) if r.pod and r.namespace else None
+    owner = how.owner_of(r.namespace, r.pod) if r.pod else None
     return GpuInfo(
         node=g.node, index=g.index, uuid=g.uuid, model=g.model or None, util_pct=util, mem_used_mib=used,
         mem_total_mib=total, power_w=power, idle=idle, idle_since=idle_since if idle else None,
@@ -167,9 +198,10 @@ class Rebuilder:
             if info.job is not None:
                 j = jobs.get(info.job)
                 if j is None:
+                    team = self.how.team_of(r.namespace, r.pod)
                     j = jobs[info.job] = JobInfo(id=info.job, scheduler="kubernetes", owner=info.owner,
                                                  user=r.namespace or None, namespace=r.namespace or None,
-                                                 name=r.pod, pods=[r.pod])
+                                                 name=r.pod, pods=[r.pod], labels={"team": team} if team else {})
                 j.gpus.append(info.index)
         physical = len({g.gpu for g, _r in gpus})
         snap = NodeSnapshot(node=NodeInfo(name=node, cluster=self.cluster, gpu_count=physical), gpus=infos,

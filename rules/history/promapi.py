@@ -88,6 +88,14 @@ class PromClient:
                   "timeout": f"{self.timeout_s:g}s"}
         return parse_matrix(self._get("/api/v1/query_range", params))
 
+    def labels_at(self, expr: str, at: float) -> list[dict[str, str]]:
+        """The label sets of an instant query's series at `at` (their values left aside)."""
+        body = self._get("/api/v1/query", {"query": expr, "time": f"{at:.3f}", "timeout": f"{self.timeout_s:g}s"})
+        if not isinstance(body, dict) or body.get("status") != "success":
+            raise PromError(f"Prometheus answered an error: {body.get('error') if isinstance(body, dict) else body}")
+        return [{str(k): str(v) for k, v in (r.get("metric") or {}).items()}
+                for r in (body.get("data") or {}).get("result") or []]
+
     def _get(self, path: str, params: Mapping[str, str]) -> Any:
         url = f"{self.url.rstrip('/')}{path}?{urllib.parse.urlencode(params)}"
         request = urllib.request.Request(url, headers={"Accept": "application/json"})

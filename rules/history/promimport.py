@@ -11,7 +11,7 @@ from gpuevents.config import Config
 from gpuevents.costs import CostModel
 from gpuevents.events import SnapshotEvent
 from rules.history.chunklog import ChunkLog
-from rules.history.dcgm import METRICS, REQUIRED, Classify, Grid, Rebuilder, grid
+from rules.history.dcgm import METRICS, REQUIRED, Classify, Grid, Rebuilder, grid, kube_label, pod_labels
 from rules.history.promapi import PromClient, Series
 from rules.usage.fits import FitAggregator
 from rules.usage.jobledger import JobLedger, JobTally
@@ -73,6 +73,8 @@ class Outcome:
         if self.empty:
             left.append(f"{self.empty} chunks with no dcgm-exporter series")
         missing = [METRICS[m] for m in METRICS if m not in self.seen]
+        if self.jobs and POD_LABELS not in self.seen:
+            left.append("no kube_pod_labels (kube-state-metrics): pods' owners and teams are their namespaces")
         if missing:
             left.append(f"series absent, not imported: {', '.join(missing)}")
         if self.retried:
@@ -90,21 +92,39 @@ def chunks(since: datetime, until: datetime, chunk_s: float) -> list[tuple[int, 
     return [(a, min(a + size, last)) for a in range(first, last, size)]
 
 
-def read_chunk(client: PromClient, plan: PromImport, start: int, end: int) -> tuple[Grid, set[str]]:
-    """Every metric's series over [start, end), as readings by step; and the metrics that had any."""
+def read_chunk(client: PromClient, plan: PromImport, start: int, end: int, how: Classify) -> tuple[Grid, set[str]]:
+    """Every metric's series over [start, end), as readings by step; and the metrics that had any. The pods' labels
+    of the chunk (kube-state-metrics' `kube_pod_labels`, where Prometheus has it) go to `how`, for owners and
+    teams."""
     found: dict[str, list[Series]] = {}
     for name, metric in METRICS.items():
         series = client.query_range(f"{metric}{{{plan.selector}}}", start, end - plan.step_s / 2, plan.step_s)
         if series:
             found[name] = series
-    return grid(found), set(found)
+    seen = set(found)
+    if any(_label_of_pod(s) for name in found for s in found[name]):
+        labels = client.labels_at(f"last_over_time(kube_pod_labels{{{plan.selector}}}[{end - start}s])", end)
+        how.pod_labels.clear()
+        how.pod_labels.update(pod_labels(labels))
+        if labels:
+            seen.add(POD_LABELS)
+    return grid(found), seen
+
+
+POD_LABELS = "kube_pod_labels"
+
+
+def _label_of_pod(s: Series) -> bool:
+    return bool(s.labels.get("exported_pod") or s.labels.get("pod"))
 
 
 def rebuilder(config: Config, plan: PromImport) -> Rebuilder:
     """Readings judged as the engine judges live ones: the config's idle rule per model, `owners` for a pod's
     namespace."""
+    a = config.agent.attribution
     how = Classify(idle_rule=config.agent.thresholds.idle_rule, mem_floor_mib=plan.mem_floor_mib,
-                   owners=config.owners)
+                   owners=config.owners, owner_label=kube_label(a.owner_pod_label) if a.owner_pod_label else None,
+                   team_label=kube_label(a.team_pod_label or config.costs.team_label))
     return Rebuilder(config.cluster, how)
 
 
@@ -113,7 +133,7 @@ def rebuilt_events(config: Config, client: PromClient, plan: PromImport) -> Iter
     replays (readings rebuilt from the series, with no processes: what dcgm-exporter does not see)."""
     rebuild = rebuilder(config, plan)
     for start, end in chunks(plan.since, plan.until, plan.chunk_s):
-        readings, _seen = read_chunk(client, plan, start, end)
+        readings, _seen = read_chunk(client, plan, start, end, rebuild.how)
         yield from rebuild.events(readings)
 
 
@@ -122,7 +142,7 @@ def import_prometheus(config: Config, client: PromClient, plan: PromImport, now:
     """Import `plan` into `engine.usage_db`; PromError (after the chunks done so far are stored) when Prometheus
     fails beyond its retries: the same command goes on from there."""
     costs = CostModel(config.costs)
-    teams: dict[str, str] = {}  # owner -> team: a pod's namespace, as it is read
+    teams: dict[str, str] = {}  # owner -> team: a pod's team label, else its namespace, as it is read
     resolver = TeamResolver(team_label=config.costs.team_label, owners=config.owners, teams=teams)
     rebuild = rebuilder(config, plan)
     ledger = JobLedger(max_gap_s=3 * plan.step_s)
@@ -137,7 +157,7 @@ def import_prometheus(config: Config, client: PromClient, plan: PromImport, now:
             if (start, end) in done:
                 out.done_before += 1
                 continue
-            readings, seen = read_chunk(client, plan, start, end)
+            readings, seen = read_chunk(client, plan, start, end, rebuild.how)
             out.chunks += 1
             out.seen |= seen
             if not readings or not set(REQUIRED) & seen:
@@ -147,8 +167,8 @@ def import_prometheus(config: Config, client: PromClient, plan: PromImport, now:
             fits = FitAggregator(snapshot_interval=plan.step_s, gap_intervals=1.0, teams=resolver)
             for event in rebuild.events(readings):
                 for j in event.data.jobs:
-                    if j.namespace and j.owner:
-                        teams.setdefault(j.owner, j.namespace)
+                    if j.owner and (j.labels.get("team") or j.namespace):
+                        teams.setdefault(j.owner, j.labels.get("team") or j.namespace or "")
                 usage.observe(event, event.time)
                 fits.observe(event, event.time)
                 ledger.observe(event)

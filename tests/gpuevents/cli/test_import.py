@@ -16,6 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gpuevents.cli import app
+from rules.history.dcgm import METRICS
 from tests.dcgm_series import PHYSICAL_GPUS, Gpu, Segment, truth, write
 from tests.flaky_http import flaky
 from tests.prometheus import PrometheusServer
@@ -44,7 +45,8 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[History]:
 
 def write_config(tmp_path: Path) -> str:
     p = tmp_path / "config.yaml"
-    p.write_text(f"cluster: c0\nengine: {{usage_db: {tmp_path / 'usage.sqlite'}}}\n")
+    p.write_text(f"cluster: c0\nengine: {{usage_db: {tmp_path / 'usage.sqlite'}}}\n"
+                 "agent: {attribution: {owner_pod_label: owner}}\n")
     return str(p)
 
 
@@ -111,7 +113,12 @@ def test_jobs_rightsizing_and_the_heatmap_read_imported_hours(history: History, 
     assert json.loads(fits.output)["fits"]
     week = CliRunner().invoke(app, ["report", "--format", "json", "-c", cfg])
     assert week.exit_code == 0, week.output
-    heatmap = json.loads(week.output)["heatmap"]
+    data = json.loads(week.output)
+    # owners and teams as the agent finds them: the pods' `owner` and `team` labels, from kube_pod_labels
+    teams = {t["team"] for t in data["teams"]}
+    assert "language" in teams and teams <= {"language", "vision", ""}  # nlp's pods are team language
+    assert {o["owner"] for t in data["teams"] for o in t["owners"]} - {"unknown"} <= {"alice", "bob", "carol"}
+    heatmap = data["heatmap"]
     labels = {r["label"] for r in heatmap["rows"]}
     assert {"dgx-a/gpu0", "dgx-b/gpu101", "dgx-b/gpu1"} <= labels  # a MIG instance: 100 × (GPU + 1) + its id
     assert any(c is not None for r in heatmap["rows"] for c in r["cells"])
@@ -143,7 +150,8 @@ def test_a_prometheus_that_fails_and_times_out_part_way_is_retried_to_the_same_s
 def test_an_import_stopped_by_prometheus_goes_on_where_it_stopped(history: History, tmp_path: Path) -> None:
     since, until = history.until - timedelta(days=2), history.until
     cfg = write_config(tmp_path)
-    with flaky(history.prometheus.url, lambda n: "pass" if n <= 7 else "503") as (url, _seen):
+    first_chunk = len(METRICS) + 1  # its series, and its pods' labels
+    with flaky(history.prometheus.url, lambda n: "pass" if n <= first_chunk else "503") as (url, _seen):
         result = CliRunner().invoke(app, ["import", "--from", "prometheus", "--url", url, "--since", day(since),
                                           "--until", day(until - timedelta(days=1)), "--step", f"{STEP}s",
                                           "--chunk", "24h", "--pace", "0s", "--retries", "1", "-c", cfg])

@@ -10,7 +10,7 @@ import pytest
 
 from gpuevents.config import ThresholdsConfig
 from gpuevents.events import GpuInfo, NodeSnapshot
-from rules.history.dcgm import Classify, Rebuilder, gpu_of, grid
+from rules.history.dcgm import Classify, Rebuilder, gpu_of, grid, kube_label, pod_labels
 from rules.history.promapi import Series
 from rules.usage.rollup import TeamResolver, UsageAggregator
 
@@ -82,3 +82,13 @@ def test_idle_since_carries_across_chunks() -> None:
     (event,) = rebuild.events(grid(later))
     assert first[0].data.gpus[0].idle_since == datetime.fromtimestamp(T, UTC)
     assert event.data.gpus[0].idle_for_s == 600
+
+
+def test_a_pods_owner_and_team_come_from_its_labels_else_its_namespace() -> None:
+    how = Classify(idle_rule=ThresholdsConfig().idle_rule, owners={"nlp": "nlp-leads@example.org"},
+                   owner_label=kube_label("example.org/owner"), team_label=kube_label("team"))
+    how.pod_labels.update(pod_labels([{"namespace": "nlp", "pod": "train-1", "label_example_org_owner": "bob",
+                                       "label_team": "language"}]))
+    assert (how.owner_of("nlp", "train-1"), how.team_of("nlp", "train-1")) == ("bob", "language")
+    assert (how.owner_of("nlp", "other"), how.team_of("nlp", "other")) == ("nlp-leads@example.org", "nlp")
+    assert how.owner_of("", "bare") is None
