@@ -84,7 +84,7 @@ async def _evict(ctx: ActionContext, pod: dict[str, Any]) -> str | None:
 
 
 async def _kubernetes(ctx: ActionContext, p: DrainParams, node: str) -> ActionResult:
-    cordoned = await cordon_kubernetes(ctx, node, True, False)
+    cordoned = await cordon_kubernetes(ctx, node, True, False, via="drain")
     client = ctx.services.kube()
     resources = ctx.config.agent.pod_resources.resources
     with kube_errors(f"list pods on node {node}"):

@@ -162,14 +162,14 @@ def _lightkube_grants(module: ModuleType) -> set[Grant]:
             for alias in node.names:
                 classes[alias.asname or alias.name] = getattr(imported, alias.name)
     resources: set[tuple[str, str]] = set()
+    attribute_bases = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
     for node in ast.walk(tree):
         resource: Any = None
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
                 and node.value.id in classes and hasattr(getattr(classes[node.value.id], node.attr, None), "_api_info"):
             resource = getattr(classes[node.value.id], node.attr)  # a subresource: Deployment.Scale
-        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Name) \
-                and node.args[0].id in classes:
-            resource = classes[node.args[0].id]
+        elif isinstance(node, ast.Name) and node.id in classes and id(node) not in attribute_bases:
+            resource = classes[node.id]  # passed to a call, or picked first (`res = Deployment if ...`)
         if resource is not None:
             info = resource._api_info
             group = (info.parent or info.resource).group
