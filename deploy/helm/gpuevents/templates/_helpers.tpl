@@ -10,7 +10,7 @@
 {{/* The engine's and runners' affinity: off GPU nodes (values offGpuNodes), and `extra` (a map) beside it. */}}
 {{- define "gpuevents.affinity" -}}
 {{- $out := merge (deepCopy (.extra | default dict)) (deepCopy (.root.Values.offGpuNodes | default dict)) -}}
-{{- if $out }}
+{{- if $out -}}
 affinity:
   {{- toYaml $out | nindent 2 }}
 {{- end }}
