@@ -65,7 +65,7 @@ async def test_a_persons_cordon_uncordon_and_resume_go_through_the_engine_to_the
     nats_auth_server: AuthServer, kube_cluster: KubeCluster, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     server = nats_auth_server
-    node = kube_cluster.unique("gpu")
+    node = "gpu-7.example.com"  # a node of the NATS server's agent logins (tests/deploy/conftest.py), in the cluster
     kube_cluster.add_gpu_node(node)
     ns = kube_cluster.namespace("ml")
     with contextlib.closing(kube_cluster.sync_client()) as admin:
