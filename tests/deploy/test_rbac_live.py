@@ -165,8 +165,8 @@ async def test_pause_resume_and_drain_work_with_exactly_the_runners_rights(insta
         limits={"nvidia.com/gpu": "1"}))]))
     admin.create(Deployment(metadata=ObjectMeta(name="train", namespace=ns), spec=DeploymentSpec(
         replicas=3, selector=LabelSelector(matchLabels={"app": "train"}), template=template)))
-    kube_cluster.wait(lambda: len([p for p in admin.list(Pod, namespace=ns) if (p.metadata.labels or {}).get("app")
-                                   == "train"]) == 3, 60, "three pods")
+    kube_cluster.wait(lambda: len([p for p in admin.list(Pod, namespace=ns) if p.metadata is not None
+                                   and (p.metadata.labels or {}).get("app") == "train"]) == 3, 60, "three pods")
     runner = ActionRunner(None, make_config(actions={"kubernetes": {
         "kubeconfig": str(installed.kubeconfigs["gpuevents-runner"])}}), kv=MemoryKv())
     job = {"job": {"id": f"{ns}/Deployment/train", "scheduler": "kubernetes"}}

@@ -108,8 +108,9 @@ async def test_a_persons_cordon_uncordon_and_resume_go_through_the_engine_to_the
                 await wait_for(lambda: _replicas(kube_cluster, ns) == 3, 30, what="the workload resumed")
 
                 async def outcomes() -> list[tuple[str | None, str | None]] | None:
-                    got = [(r.action_type, r.outcome) for r in await audit_records(engine_bus)
-                           if r.kind == "action" and r.rule == "operator"]
+                    records = await audit_records(engine_bus)
+                    got: list[tuple[str | None, str | None]] = [
+                        (r.action_type, r.outcome) for r in records if r.kind == "action" and r.rule == "operator"]
                     return got if len(got) == 3 else None
 
                 assert await wait_for(outcomes, 15, what="the runner's records") == [

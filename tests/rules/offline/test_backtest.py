@@ -65,7 +65,6 @@ async def _idle_node(summary: StreamSummary, tmp_path: Path) -> None:
             yield StoredMsg("gpuevents.evt.c1.n1.node.snapshot", encode_event(snapshot("n1", at, idle_since=T0)), i,
                             at)
 
-    tmp_path.mkdir(exist_ok=True)
     await stream_backtest(Core(rules_from(tmp_path, WARN_THEN_KILL)), messages(), T0, T0 + timedelta(minutes=100),
                           summary)
 
@@ -75,6 +74,8 @@ async def test_a_warning_the_live_runners_did_not_deliver_refuses_the_stage_as_t
     """The live engine refused the kill because its Slack warning was only printed (refused) or failed; the
     backtest reads that outcome from the audit stream by the warning's key (the same events make the same key)
     and decides the stage the same way, instead of showing `stage: kill` as run."""
+    for sub in ("a", "b"):
+        (tmp_path / sub).mkdir()
     first = StreamSummary(T0)
     await _idle_node(first, tmp_path / "a")
     (slack,) = [a for a in first.rec.actions if a.type == "slack"]
