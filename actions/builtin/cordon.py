@@ -2,7 +2,8 @@
 
 On Kubernetes a cordon writes on the node what it changed: `gpuevents.io/cordoned-by` (the rule and when) and
 `gpuevents.io/cordoned` (JSON: the rule, when, the action that did it, the previous `spec.unschedulable`), in
-the same patch; uncordon works from those alone (no engine store) and removes them."""
+the same patch; drain adds `gpuevents.io/drained` (the pods it evicted or deleted, the rule, when). Uncordon works
+from those alone (no engine store) and removes them."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from actions.specs.cordon import CordonParams, CordonSpec, NodeParams, UncordonP
 
 ANNOTATION = "gpuevents.io/cordoned-by"
 CORDONED = "gpuevents.io/cordoned"
+DRAINED = "gpuevents.io/drained"  # written by drain: the pods it evicted or deleted, the rule, when
 
 
 def _reason(ctx: ActionContext, p: NodeParams) -> str:
@@ -49,7 +51,8 @@ async def _kubernetes(ctx: ActionContext, node: str, cordon: bool, force: bool, 
                  "metadata": {"annotations": {ANNOTATION: f"{ctx.request.rule} {now}", CORDONED: json.dumps(record)},
                               "resourceVersion": current.metadata.resourceVersion if current.metadata else None}}
     else:
-        patch = {"spec": {"unschedulable": None}, "metadata": {"annotations": {ANNOTATION: None, CORDONED: None}}}
+        patch = {"spec": {"unschedulable": None},
+                 "metadata": {"annotations": {ANNOTATION: None, CORDONED: None, DRAINED: None}}}
     with kube_errors(f"patch node {node}"):
         await client.patch(Node, node, patch, patch_type=PatchType.MERGE)
     return ActionResult(detail=f"node {node} {'cordoned' if cordon else 'uncordoned'}",

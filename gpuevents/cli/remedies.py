@@ -29,25 +29,26 @@ def _ask(config: Path | None, cluster: str | None, fields: dict[str, object]) ->
 
 def pause(job: WorkloadArgument, reason: ReasonOption = "", cluster: ClusterOption = None,
           config: ConfigOption = None) -> None:
-    """Pause a Kubernetes workload the way its kind is stopped, through the engine."""
+    """Pause a Kubernetes workload the way its kind is stopped, through the engine: protection, limits and dry run
+    apply; the audit records it."""
     _ask(config, cluster, {"type": "pause", "job": job, "reason": reason})
 
 
 def resume(job: WorkloadArgument, reason: ReasonOption = "", cluster: ClusterOption = None,
            config: ConfigOption = None) -> None:
-    """Set back exactly what a pause changed, from the workload's annotations; never limited."""
+    """Set back exactly what a pause changed, from the workload's annotations, through the engine; never limited."""
     _ask(config, cluster, {"type": "resume", "job": job, "reason": reason})
 
 
 def cordon(node: NodeArgument, reason: ReasonOption = "", provider: ProviderOption = "kubernetes",
            cluster: ClusterOption = None, config: ConfigOption = None) -> None:
-    """Mark a node unschedulable, through the engine."""
+    """Mark a node unschedulable, through the engine: protection, limits and dry run apply; the audit records it."""
     _ask(config, cluster, {"type": "cordon", "node": node, "reason": reason, "provider": provider})
 
 
 def uncordon(node: NodeArgument, reason: ReasonOption = "", provider: ProviderOption = "kubernetes",
              cluster: ClusterOption = None, config: ConfigOption = None) -> None:
-    """Mark a node schedulable again, if gpuevents cordoned it; never limited."""
+    """Mark a node schedulable again, if gpuevents cordoned it, through the engine; never limited."""
     _ask(config, cluster, {"type": "uncordon", "node": node, "reason": reason, "provider": provider})
 
 

@@ -3,6 +3,7 @@ do, asked of the server (SelfSubjectAccessReview as that account) and tried (the
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -180,6 +181,9 @@ async def test_pause_resume_and_drain_work_with_exactly_the_runners_rights(insta
         await runner.close()
     assert [r.outcome for r in (drain, pause, resume)] == ["ok", "ok", "ok"], (drain, pause, resume)
     assert "3 GPU pod(s) evicted" in (drain.detail or "") and "no Event posted" not in (drain.detail or "")
+    annotations = (admin.get(Node, node).metadata or ObjectMeta()).annotations or {}
+    assert json.loads(annotations["gpuevents.io/cordoned"])["via"] == "drain"  # what it changed, on the node
+    assert len(json.loads(annotations["gpuevents.io/drained"])["evicted"]) == 3
     assert paused == 0 and "no Event posted" not in (pause.detail or "")
     assert admin.get(Deployment, "train", namespace=ns).spec.replicas == 3
 
