@@ -208,6 +208,7 @@ def test_enforcing_requires_a_warning_channel(helm: str) -> None:
                                                                    "optional": False}
     assert template(helm, "config.engine.dry_run=false",
                     "config.actions.notify.services.teams.url_env=TEAMS_URL")  # another channel will do
+    assert template(helm, "config.engine.dry_run=false", "config.actions.email.host=smtp.example.org")
     assert template(helm)  # a dry run needs none
 
 

@@ -16,14 +16,15 @@ affinity:
 {{- end }}
 {{- end -}}
 
-{{/* A warning needs a channel once the engine enforces: the Slack token's Secret or a notify service. */}}
+{{/* A warning needs a channel once the engine enforces: the Slack token's Secret, a notify service or SMTP. */}}
 {{- define "gpuevents.channelCheck" -}}
 {{- $engine := .Values.config.engine | default dict -}}
 {{- $dry := true -}}
 {{- if hasKey $engine "dry_run" }}{{ $dry = $engine.dry_run }}{{ end -}}
-{{- $services := ((.Values.config.actions | default dict).notify | default dict).services | default dict -}}
-{{- if and (not $dry) (not .Values.slack.enabled) (not $services) -}}
-{{- fail "config.engine.dry_run is false (enforcing) but no warning channel is configured: set slack.enabled=true (the Secret slack.secretName holds the bot token) or config.actions.notify.services; a warning that is only printed is not delivered, and every remedy staged after it would be refused" -}}
+{{- $actions := .Values.config.actions | default dict -}}
+{{- $services := ($actions.notify | default dict).services | default dict -}}
+{{- if and (not $dry) (not .Values.slack.enabled) (not $services) (not $actions.email) -}}
+{{- fail "config.engine.dry_run is false (enforcing) but no warning channel is configured: set slack.enabled=true (the Secret slack.secretName holds the bot token), config.actions.notify.services or config.actions.email; a warning that is only printed is not delivered, and every remedy staged after it would be refused" -}}
 {{- end -}}
 {{- end -}}
 
