@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 from agent import kubenode
 from agent.attribution import Attributor, PsutilControl, PsutilIdentifier
 from agent.core import NodeCore
+from agent.dcgmscrape import DcgmActivity
 from agent.host import UserDb, in_host_pid_namespace
 from agent.hpcjobs import JobMapping
 from agent.idlestate import IdleStateFile
@@ -69,6 +70,8 @@ class NodeAgent:
             snapshot_interval_s=a.snapshot_interval, labels=a.labels,
             driver_version=sampler.driver_version, hostname=self.hostname, agent_id=new_id(),
         )
+        self.dcgm = DcgmActivity(a.dcgm) if a.dcgm.url else None
+        """MIG instances' activity from a dcgm-exporter on the node, where GPM gives none."""
         self.attributor = Attributor(a.attribution, config.owners, pods.get if pods else None,
                                      team_label=config.costs.team_label)
         sim = sampler if isinstance(sampler, SimulatedNode) else None
@@ -101,12 +104,14 @@ class NodeAgent:
     def tick(self, now: datetime) -> list[Event]:
         """Sample, identify the pids NVML reported (cached), fold into the core; the events to publish."""
         reading = self.sampler.sample(now)
+        if self.dcgm is not None:
+            reading = self.dcgm.fill(reading, now)
         pids = {p.pid for p in reading.procs}
         identities = self.attributor.complete(self.sampler.identify(pids)) if pids else {}
         return self.core.step(now, reading, identities)
 
     async def tick_async(self, now: datetime) -> list[Event]:
-        if self.sampler.blocking:  # NVML calls can stall on a sick GPU: keep the loop free
+        if self.sampler.blocking or self.dcgm is not None:  # NVML, HTTP: they can stall; keep the loop free
             return await asyncio.to_thread(self.tick, now)
         return self.tick(now)
 

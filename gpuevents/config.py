@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ByteSize, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpuevents.durations import Duration
+from gpuevents.gpuconfig import AgentDcgmConfig
 from gpuevents.idleness import IdleRule, IdleSignal, model_matches
 from gpuevents.kubeconfig import KubeletConfig, KubernetesJobsConfig, PodResourcesConfig
 from gpuevents.notify_config import NotifyConfig
@@ -159,6 +160,7 @@ class AgentConfig(_Section):
     hpc_job_mapping_dir: Path | None = Field(None, description="dcgm-exporter's HPC job mapping: a file per GPU "
                                              "(`0`, `1`, MIG `2.3`) listing the jobs on it, one per line")
     slurm: AgentSlurmConfig = AgentSlurmConfig()
+    dcgm: AgentDcgmConfig = AgentDcgmConfig()
     simulation: SimulationConfig = SimulationConfig()
     pod_resources: PodResourcesConfig = PodResourcesConfig()
     kubernetes_jobs: KubernetesJobsConfig = KubernetesJobsConfig()

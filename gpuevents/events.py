@@ -88,6 +88,9 @@ class GpuInfo(_Model):
     fan_pct: float | None = None
     ecc_uncorrected: int | None = None
     idle: bool = False
+    activity_known: bool = True
+    """False while something holds it and nothing measures its activity (an A100/A30 MIG instance without
+    dcgm-exporter's profiling): then it is neither idle nor busy, but unknown."""
     idle_since: datetime | None = None
     idle_for_s: float | None = Field(None, ge=0, le=MAX_AGE_S)
     pids: list[int] = Field(default_factory=list)

@@ -139,7 +139,8 @@ def _show_summary(st: StatusSummary | None, as_json: bool) -> None:
     f = st.summary
     offline = f" ({f.nodes - f.nodes_online} offline)" if f.nodes_online < f.nodes else ""
     out.print(f"[bold]{f.nodes} nodes{offline}, {f.gpus} GPUs[/]: {f.busy} busy, {f.idle} idle, "
-              f"[yellow]{f.held_idle} held idle[/] ({f.held_idle_cost_per_hour_text or '-'}/h); "
+              + (f"{f.unknown} activity unknown, " if f.unknown else "")
+              + f"[yellow]{f.held_idle} held idle[/] ({f.held_idle_cost_per_hour_text or '-'}/h); "
               f"incidents: {f.incidents_firing} firing, {f.incidents_pending} pending", soft_wrap=True)
     waiting = [d for d in st.demand if d.partition is None and d.pool is None and d.model is None]
     if st.demand:

@@ -103,11 +103,13 @@ class GpuView:
     """`gpu`: the GPU's fields, its `processes` and `owners`, and `idle_for_s` measured at evaluation time."""
 
     __slots__ = (
-        "_clock", "_idle_since_ts", "allocated", "ecc_uncorrected", "fan_pct", "id", "idle", "idle_since", "index",
+        "_clock", "_idle_since_ts", "activity_known", "allocated", "ecc_uncorrected", "fan_pct", "id", "idle",
+        "idle_since", "index",
         "job", "lost", "mem_pct", "mem_total_mib", "mem_used_mib", "mig_parent", "model", "node", "owner",
         "owners", "pids", "power_limit_w", "power_w", "processes", "sm_active_pct", "temp_c",
         "tensor_active_pct", "util_pct", "uuid", "xid", "xid_at",
     )
+    activity_known: bool
     allocated: bool | None
     job: str | None
     ecc_uncorrected: int | None

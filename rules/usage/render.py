@@ -95,6 +95,8 @@ def render_html(report: WeeklyReport, costs: CostModel) -> str:
         f'<div class="card"><b id="fleet-gpus">{fl.gpus}</b>GPUs</div>',
         f'<div class="card"><b id="fleet-busy-h">{_h(fl.busy_h)}</b>GPU-hours busy</div>',
         f'<div class="card"><b id="fleet-util">{_pct(fl.util_pct)}</b>utilization</div>',
+        *([f'<div class="card"><b id="fleet-unknown-h">{_h(fl.unknown_h)}</b>GPU-hours held, activity unknown '
+           "(MIG without GPM or dcgm-exporter)</div>"] if fl.unknown_h else []),
         f'<div class="card waste"><b id="fleet-held-cost">{e(f(fl.held_idle_cost))}</b>'
         f"held idle ({_h(fl.held_idle_h)} GPU-h)</div>",
         f'<div class="card waste"><b id="fleet-free-cost">{e(f(fl.unallocated_cost))}</b>'
@@ -242,7 +244,9 @@ def render_markdown(report: WeeklyReport, costs: CostModel) -> str:
         *(["**Includes simulated usage (gpuevents simulate --history): not a real fleet's figures.**", ""]
           if report.simulated else []),
         f"- GPUs: {fl.gpus}; GPU-hours busy {_h(fl.busy_h)}, held idle {_h(fl.held_idle_h)}, "
-        f"unallocated {_h(fl.unallocated_h)}; utilization {_pct(fl.util_pct)}",
+        f"unallocated {_h(fl.unallocated_h)}"
+        + (f", held with activity unknown {_h(fl.unknown_h)}" if fl.unknown_h else "")
+        + f"; utilization {_pct(fl.util_pct)}",
         f"- Waste: held idle {f(fl.held_idle_cost)}, unallocated {f(fl.unallocated_cost)}; "
         f"total cost {f(fl.cost)}, energy {fl.energy_kwh:,.0f} kWh",
         "",

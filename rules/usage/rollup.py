@@ -1,4 +1,5 @@
-"""Pure usage aggregation: node snapshots → hourly GPU-seconds (busy, held idle, free) and energy."""
+"""Pure usage aggregation: node snapshots → hourly GPU-seconds (busy, held idle, free, held
+but unknown: no activity signal) and energy."""
 
 from __future__ import annotations
 
@@ -42,10 +43,12 @@ class UsageAmounts:
     busy_kwh: float = 0.0
     held_kwh: float = 0.0
     free_kwh: float = 0.0
+    unknown_s: float = 0.0  # held, with nothing that measures its activity: neither busy nor idle
+    unknown_kwh: float = 0.0
 
 
 _USAGE_SUMS = tuple(f.name for f in fields(UsageAmounts) if f.name != "model")
-_STATES = {"busy": 0, "held": 1, "free": 2}
+_STATES = {"busy": 0, "held": 1, "free": 2, "unknown": 3}
 
 
 class IdleJobKey(NamedTuple):
@@ -136,7 +139,7 @@ class _GpuPlan:
 
     index: int
     model: str
-    state: str  # busy | held | free
+    state: str  # busy | held | free | unknown
     watts: float
     util_pct: float | None
     shares: list[tuple[str, str]]
@@ -260,7 +263,10 @@ class UsageAggregator:
             holders = [procs[pid] for pid in gpu.pids if pid in procs]
             # a GPU a scheduler allocated is held, even with no process on it: the most wasted GPU there is
             held = bool(gpu.pids) or bool(gpu.owners) or bool(gpu.allocated)
-            state = "busy" if not gpu.idle else ("held" if held else "free")
+            if gpu.idle:
+                state = "held" if held else "free"
+            else:  # held with no activity signal is unknown: never counted as used
+                state = "busy" if gpu.activity_known else "unknown"
             watts = gpu.power_w if gpu.power_w is not None else self.rated_power_w(gpu.model)
             info = job_infos.get(gpu.job) if gpu.job else None
             job_owner = (info.owner or (self.teams.owners.get(info.user, info.user) if info.user else None)
@@ -323,9 +329,12 @@ class UsageAggregator:
             elif state == 1:
                 a.held_s += s
                 a.held_kwh += kwh
-            else:
+            elif state == 2:
                 a.free_s += s
                 a.free_kwh += kwh
+            else:
+                a.unknown_s += s
+                a.unknown_kwh += kwh
             if util_pct is not None:
                 a.util_s += util_pct * s
                 a.util_known_s += s

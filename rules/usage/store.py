@@ -26,6 +26,7 @@ CREATE TABLE IF NOT EXISTS usage (
     busy_s REAL NOT NULL DEFAULT 0, held_s REAL NOT NULL DEFAULT 0, free_s REAL NOT NULL DEFAULT 0,
     util_s REAL NOT NULL DEFAULT 0, util_known_s REAL NOT NULL DEFAULT 0,
     busy_kwh REAL NOT NULL DEFAULT 0, held_kwh REAL NOT NULL DEFAULT 0, free_kwh REAL NOT NULL DEFAULT 0,
+    unknown_s REAL NOT NULL DEFAULT 0, unknown_kwh REAL NOT NULL DEFAULT 0,
     PRIMARY KEY (hour, cluster, node, gpu, owner, team)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS usage_team_hour ON usage (team, hour);
@@ -68,16 +69,19 @@ ON CONFLICT (hour, cluster, workload) DO UPDATE SET
 
 _ADD_USAGE = """
 INSERT INTO usage (hour, cluster, node, gpu, owner, team, model, busy_s, held_s, free_s,
-                   util_s, util_known_s, busy_kwh, held_kwh, free_kwh)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                   util_s, util_known_s, busy_kwh, held_kwh, free_kwh, unknown_s, unknown_kwh)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (hour, cluster, node, gpu, owner, team) DO UPDATE SET
     model = CASE WHEN excluded.model != '' THEN excluded.model ELSE usage.model END,
     busy_s = usage.busy_s + excluded.busy_s, held_s = usage.held_s + excluded.held_s,
     free_s = usage.free_s + excluded.free_s, util_s = usage.util_s + excluded.util_s,
     util_known_s = usage.util_known_s + excluded.util_known_s,
     busy_kwh = usage.busy_kwh + excluded.busy_kwh, held_kwh = usage.held_kwh + excluded.held_kwh,
-    free_kwh = usage.free_kwh + excluded.free_kwh
+    free_kwh = usage.free_kwh + excluded.free_kwh, unknown_s = usage.unknown_s + excluded.unknown_s,
+    unknown_kwh = usage.unknown_kwh + excluded.unknown_kwh
 """
+#: columns added after the first release, with their type: added to an older file when it is opened
+_ADDED_USAGE_COLUMNS = {"unknown_s": "REAL NOT NULL DEFAULT 0", "unknown_kwh": "REAL NOT NULL DEFAULT 0"}
 
 _ADD_JOB = """
 INSERT INTO idle_jobs (hour, cluster, node, gpu, job, name, owner, team, model, held_s, held_kwh)
@@ -106,9 +110,13 @@ class UsageRow:
     busy_kwh: float
     held_kwh: float
     free_kwh: float
+    #: held with no activity signal (a MIG instance without GPM or dcgm-exporter): neither busy nor idle
+    unknown_s: float = 0.0
+    unknown_kwh: float = 0.0
 
 
-_SUMMED = ("busy_s", "held_s", "free_s", "util_s", "util_known_s", "busy_kwh", "held_kwh", "free_kwh")
+_SUMMED = ("busy_s", "held_s", "free_s", "util_s", "util_known_s", "busy_kwh", "held_kwh", "free_kwh",
+           "unknown_s", "unknown_kwh")
 
 
 @dataclass(slots=True, frozen=True)
@@ -148,6 +156,10 @@ class UsageStore:
         db.execute("PRAGMA synchronous=NORMAL")
         db.executescript(_SCHEMA)
         db.executescript(_FITS_SCHEMA)
+        have = {str(r[1]) for r in db.execute("PRAGMA table_info(usage)")}
+        for column, kind in _ADDED_USAGE_COLUMNS.items():
+            if column not in have:
+                db.execute(f"ALTER TABLE usage ADD COLUMN {column} {kind}")
         return db
 
     def _current_identity(self) -> tuple[int, int] | None:
@@ -199,7 +211,8 @@ class UsageStore:
                 _ADD_USAGE,
                 [
                     (k.hour, k.cluster, k.node, k.gpu, k.owner, k.team, a.model, a.busy_s, a.held_s,
-                     a.free_s, a.util_s, a.util_known_s, a.busy_kwh, a.held_kwh, a.free_kwh)
+                     a.free_s, a.util_s, a.util_known_s, a.busy_kwh, a.held_kwh, a.free_kwh, a.unknown_s,
+                     a.unknown_kwh)
                     for k, a in batch.usage
                 ],
             )
@@ -263,12 +276,10 @@ class UsageStore:
         fits_before = before if fits_before is None else fits_before
         self._ensure_file()
         day = "(hour - hour % 86400)"
-        sums = ", ".join(f"SUM({c})" for c in ("busy_s", "held_s", "free_s", "util_s", "util_known_s",
-                                                  "busy_kwh", "held_kwh", "free_kwh"))
+        sums = ", ".join(f"SUM({c})" for c in _SUMMED)
         with self._db:
             self._db.execute(
-                f"""INSERT INTO usage (hour, cluster, node, gpu, owner, team, model, busy_s, held_s, free_s,
-                                      util_s, util_known_s, busy_kwh, held_kwh, free_kwh)
+                f"""INSERT INTO usage (hour, cluster, node, gpu, owner, team, model, {", ".join(_SUMMED)})
                     SELECT {day}, cluster, '', -1, owner, team, MAX(model), {sums}
                     FROM usage WHERE hour < ? AND gpu >= 0 GROUP BY {day}, cluster, owner, team
                     ON CONFLICT (hour, cluster, node, gpu, owner, team) DO UPDATE SET
@@ -276,7 +287,8 @@ class UsageStore:
                     free_s = usage.free_s + excluded.free_s, util_s = usage.util_s + excluded.util_s,
                     util_known_s = usage.util_known_s + excluded.util_known_s,
                     busy_kwh = usage.busy_kwh + excluded.busy_kwh, held_kwh = usage.held_kwh + excluded.held_kwh,
-                    free_kwh = usage.free_kwh + excluded.free_kwh""", (before,))
+                    free_kwh = usage.free_kwh + excluded.free_kwh, unknown_s = usage.unknown_s + excluded.unknown_s,
+                    unknown_kwh = usage.unknown_kwh + excluded.unknown_kwh""", (before,))
             n = self._db.execute("DELETE FROM usage WHERE hour < ? AND gpu >= 0", (before,)).rowcount
             self._db.execute(
                 f"""INSERT INTO idle_jobs (hour, cluster, node, gpu, job, name, owner, team, model, held_s, held_kwh)

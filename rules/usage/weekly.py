@@ -37,6 +37,7 @@ class TeamLine(BaseModel):
     busy_h: float
     held_idle_h: float
     unallocated_h: float  # free GPUs attributed to the team (by node label)
+    unknown_h: float = 0.0  # held with no activity signal (MIG without GPM or dcgm-exporter): neither
     util_pct: float | None
     held_idle_cost: float
     unallocated_cost: float
@@ -53,6 +54,7 @@ class FleetTotals(BaseModel):
     busy_h: float
     held_idle_h: float
     unallocated_h: float
+    unknown_h: float = 0.0  # held with no activity signal: counted neither busy nor idle
     util_pct: float | None
     energy_kwh: float
     cost: float
@@ -195,7 +197,7 @@ def build_report(
             ))
         owner_lines.sort(key=lambda o: (-o.held_idle_cost, -o.busy_h, o.owner))
         team_lines.append(TeamLine(
-            team=name, busy_h=t.busy_h, held_idle_h=t.held_h, unallocated_h=t.free_h,
+            team=name, busy_h=t.busy_h, held_idle_h=t.held_h, unallocated_h=t.free_h, unknown_h=t.unknown_h,
             util_pct=allocated.util, held_idle_cost=t.held_cost, unallocated_cost=t.free_cost,
             owners=owner_lines,
         ))
@@ -205,8 +207,8 @@ def build_report(
         since=since, until=until, timezone=timezone, team=team, currency=costs.currency,
         generated_at=generated_at,
         fleet=FleetTotals(
-            gpus=len(gpus), gpu_h=fleet.busy_h + fleet.held_h + fleet.free_h, busy_h=fleet.busy_h,
-            held_idle_h=fleet.held_h, unallocated_h=fleet.free_h, util_pct=fleet.util,
+            gpus=len(gpus), gpu_h=fleet.gpu_h, busy_h=fleet.busy_h,
+            held_idle_h=fleet.held_h, unallocated_h=fleet.free_h, unknown_h=fleet.unknown_h, util_pct=fleet.util,
             energy_kwh=fleet.kwh, cost=fleet.cost, held_idle_cost=fleet.held_cost,
             unallocated_cost=fleet.free_cost,
         ),
@@ -270,7 +272,7 @@ def _heatmap(rows: list[UsageRow], since: datetime, until: datetime, tz: ZoneInf
         util_s[key][i] += r.util_s
         known_s[key][i] += r.util_known_s
         held_s[key][i] += r.held_s
-        total_s[key][i] += r.busy_s + r.held_s + r.free_s
+        total_s[key][i] += r.busy_s + r.held_s + r.free_s + r.unknown_s
         models[key] = models.get(key) or r.model
     ordered = sorted(util_s, key=_natural)
     out_rows = [
