@@ -162,6 +162,8 @@ class NodeCore:
         self.kube_jobs: dict[str, PodJob] = {}
         """The job of each pod holding GPUs here (`namespace/name` -> its top owner), from the owner walk."""
         self._kube_by_gpu: tuple[dict[str, PodAllocation], int, dict[int, list[str]]] | None = None
+        self.power_caps: Callable[[int], tuple[float, float | None] | None] | None = None
+        """The power cap on a GPU and its draw before the cap (agent/powercap.py), or None."""
         self.carried_idle: dict[str, datetime] = {}
         """Idle clocks from before a restart (GPU uuid → idle_since), taken by a GPU's first sample."""
 
@@ -297,8 +299,16 @@ class NodeCore:
             pids=[h.ident.pid for h in procs], owners=owners, owner=owners[0] if owners else None,
             mig_parent=r.mig_parent, lost=st.lost or r.lost,
             sm_active_pct=r.sm_active_pct, tensor_active_pct=r.tensor_active_pct,
-            **self._allocation(index),
+            **self._allocation(index), **self._power_cap(index, r.power_w),
         )
+
+    def _power_cap(self, index: int, power_w: float | None) -> dict[str, Any]:
+        cap = self.power_caps(index) if self.power_caps is not None else None
+        if cap is None:
+            return {}
+        cap_w, before = cap
+        saved = None if before is None or power_w is None else round(max(0.0, before - power_w), 3)
+        return {"power_cap_w": cap_w, "power_cap_saved_w": saved}
 
     def kube_by_gpu(self) -> dict[int, list[str]]:
         """GPU index -> the pods allocated it (computed once per PodResources answer)."""

@@ -20,7 +20,7 @@ from agent.nvmlcalls import (
     _text,
     mig_profile,
 )
-from agent.sample import GpuReading, NodeReading, ProcessIdentity, ProcReading, XidReading
+from agent.sample import GpuReading, NodeReading, PowerLimitError, ProcessIdentity, ProcReading, XidReading
 
 log = logging.getLogger(__name__)
 
@@ -333,6 +333,31 @@ class NvmlSampler(NvmlCaller):
             dev = self._by_handle.get(_handle_key(data.device))
             found.append(XidReading(gpu=dev.index if dev else -1, xid=int(data.eventData)))
         return tuple(found)
+
+    # ------------------------------------------------------------ power limits (the power_cap command)
+    def _whole(self, index: int) -> _Device:
+        d = next((d for d in self.devices if d.index == index), None)
+        if d is None or d.lost or d.mig_parent is not None:
+            raise PowerLimitError(f"no GPU {index} whose power limit can be set")
+        return d
+
+    def _power_call(self, index: int, name: str, *args: Any) -> Any:
+        d = self._whole(index)
+        try:
+            return self._time(name, getattr(self.nv, name), d.handle, *args)
+        except (self.nv.NVMLError, AttributeError) as e:
+            raise PowerLimitError(f"{name}: {e}") from None
+
+    def power_bounds(self, index: int) -> tuple[float, float]:
+        low, high = self._power_call(index, "nvmlDeviceGetPowerManagementLimitConstraints")
+        return low / 1000.0, high / 1000.0
+
+    def power_limit(self, index: int) -> float:
+        return float(self._power_call(index, "nvmlDeviceGetPowerManagementLimit")) / 1000.0
+
+    def set_power_limit(self, index: int, watts: float) -> None:
+        """Needs root; NVML keeps it until the driver unloads (or the next set)."""
+        self._power_call(index, "nvmlDeviceSetPowerManagementLimit", round(watts * 1000))
 
     # ------------------------------------------------------------ processes, shutdown
     def identify(self, pids: Iterable[int]) -> dict[int, ProcessIdentity]:

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ByteSize, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpuevents.durations import Duration
-from gpuevents.gpuconfig import AgentDcgmConfig
+from gpuevents.gpuconfig import AgentDcgmConfig, AgentPowerCapConfig
 from gpuevents.idleness import IdleRule, IdleSignal, model_matches
 from gpuevents.kubeconfig import KubeletConfig, KubernetesJobsConfig, PodResourcesConfig
 from gpuevents.notify_config import NotifyConfig
@@ -161,6 +161,7 @@ class AgentConfig(_Section):
                                              "(`0`, `1`, MIG `2.3`) listing the jobs on it, one per line")
     slurm: AgentSlurmConfig = AgentSlurmConfig()
     dcgm: AgentDcgmConfig = AgentDcgmConfig()
+    power_cap: AgentPowerCapConfig = AgentPowerCapConfig()
     simulation: SimulationConfig = SimulationConfig()
     pod_resources: PodResourcesConfig = PodResourcesConfig()
     kubernetes_jobs: KubernetesJobsConfig = KubernetesJobsConfig()

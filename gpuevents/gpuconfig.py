@@ -1,5 +1,6 @@
 """Configuration sections for what the agent reads from and does to its GPUs beyond NVML's readings: a
-dcgm-exporter on the node for MIG instances' activity (`agent.dcgm`)."""
+dcgm-exporter on the node for MIG instances' activity (`agent.dcgm`), and lowered power limits
+(`agent.power_cap`)."""
 
 from __future__ import annotations
 
@@ -27,3 +28,10 @@ class AgentDcgmConfig(_Section):
         if v is not None and not v.startswith(("http://", "https://")):
             raise ValueError("must be an http:// or https:// URL, like http://127.0.0.1:9400/metrics")
         return v
+
+
+class AgentPowerCapConfig(_Section):
+    """The `power_cap` command: how often this node's agent may lower a limit, and whether it only says so."""
+
+    max_per_minute: int = Field(10, ge=0, description="caps in any rolling minute; 0 refuses every cap")
+    dry_run: bool = Field(False, description="answer what would be done, set no limit")
