@@ -9,6 +9,7 @@ from zoneinfo import ZoneInfo
 
 from gpuevents.costs import CostModel
 from rules.usage.colours import legend_svg, util_colour
+from rules.usage.render_energy import energy_html, energy_markdown
 from rules.usage.render_keeps import keeps_html, keeps_markdown
 from rules.usage.trends import Trend, WeekOverWeek
 from rules.usage.weekly import Heatmap, WeeklyReport, team_label
@@ -147,6 +148,7 @@ def render_html(report: WeeklyReport, costs: CostModel) -> str:
                          f"<td>{_h(x.gpu_hours)}</td><td>{_pct(x.idle_share_pct)}</td></tr>")
         parts.append("</table>")
     parts.append(keeps_html(report.keeps))
+    parts.append(energy_html(report, costs.format))
     parts.append(_leaderboard_html(report, costs))
     parts.append("<h2>Top idle jobs</h2>")
     if report.top_idle_jobs:
@@ -287,6 +289,7 @@ def render_markdown(report: WeeklyReport, costs: CostModel) -> str:
                   f"{f'{x.until:%Y-%m-%d %H:%M %Z}' if x.until else '–'} | {_h(x.gpu_hours)} | "
                   f"{_pct(x.idle_share_pct)} |" for x in report.exemptions]
     lines += keeps_markdown(report.keeps, markdown_cell)
+    lines += energy_markdown(report, costs.format, markdown_cell)
     lines += ["", "## Held-idle leaderboard", ""]
     if report.leaderboard:
         lines += ["| # | owner | teams | held idle GPU-h | held idle cost | busy GPU-h | utilization | used share |",

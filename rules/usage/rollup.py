@@ -45,6 +45,7 @@ class UsageAmounts:
     free_kwh: float = 0.0
     unknown_s: float = 0.0  # held, with nothing that measures its activity: neither busy nor idle
     unknown_kwh: float = 0.0
+    cap_saved_kwh: float = 0.0  # energy a power cap saved (the draw before it less the draw under it)
 
 
 _USAGE_SUMS = tuple(f.name for f in fields(UsageAmounts) if f.name != "model")
@@ -129,7 +130,7 @@ class _Bound:
     generation: int
     hour: int
     cluster: str
-    usage: list[tuple[UsageAmounts, int, float, float, float | None]]
+    usage: list[tuple[UsageAmounts, int, float, float, float | None, float]]
     jobs: list[tuple[IdleJobAmounts, float, float]]
 
 
@@ -145,6 +146,7 @@ class _GpuPlan:
     shares: list[tuple[str, str]]
     jobs: list[tuple[str, str, ProcessInfo | None, str]]  # (job, name, a process, its owner without one)
     physical: float = 1.0  # its share of a physical GPU (a MIG instance: 1/n; see physical_shares)
+    saved_w: float = 0.0  # what a power cap on it saves now
 
 
 def _job_of(process: ProcessInfo) -> tuple[str, str]:
@@ -286,13 +288,13 @@ class UsageAggregator:
             plan.append(_GpuPlan(index=gpu.index, model=gpu.model or "", state=state, watts=watts,
                                  util_pct=gpu.util_pct, shares=shares,
                                  jobs=[(job, name, p, o) for job, (name, p, o) in jobs.items()],
-                                 physical=physical[gpu.index]))
+                                 physical=physical[gpu.index], saved_w=max(0.0, gpu.power_cap_saved_w or 0.0)))
         return plan
 
     def _bind(self, cluster: str, node: str, plan: list[_GpuPlan], node_labels: Mapping[str, str],
               hour: int) -> _Bound:
         """Look up (or create) the buckets `plan` adds to in `hour`."""
-        usage: list[tuple[UsageAmounts, int, float, float, float | None]] = []
+        usage: list[tuple[UsageAmounts, int, float, float, float | None, float]] = []
         jobs: list[tuple[IdleJobAmounts, float, float]] = []
         for gpu in plan:
             state = _STATES[gpu.state]
@@ -303,7 +305,7 @@ class UsageAggregator:
                 a = self._usage.get(key)
                 if a is None:
                     a = self._usage[key] = UsageAmounts(model=gpu.model)
-                usage.append((a, state, part, kwh_per_s * part, gpu.util_pct))
+                usage.append((a, state, part, kwh_per_s * part, gpu.util_pct, gpu.saved_w / 3_600_000 * part))
             if gpu.jobs:
                 job_part = gpu.physical / len(gpu.jobs)
                 for job, name, p, fallback_owner in gpu.jobs:
@@ -320,9 +322,10 @@ class UsageAggregator:
 
     @staticmethod
     def _add_interval(bound: _Bound, seconds: float) -> None:
-        for a, state, part, kwh_per_s, util_pct in bound.usage:
+        for a, state, part, kwh_per_s, util_pct, saved_kwh_per_s in bound.usage:
             s = seconds * part
             kwh = kwh_per_s * seconds
+            a.cap_saved_kwh += saved_kwh_per_s * seconds
             if state == 0:
                 a.busy_s += s
                 a.busy_kwh += kwh

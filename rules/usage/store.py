@@ -26,7 +26,7 @@ CREATE TABLE IF NOT EXISTS usage (
     busy_s REAL NOT NULL DEFAULT 0, held_s REAL NOT NULL DEFAULT 0, free_s REAL NOT NULL DEFAULT 0,
     util_s REAL NOT NULL DEFAULT 0, util_known_s REAL NOT NULL DEFAULT 0,
     busy_kwh REAL NOT NULL DEFAULT 0, held_kwh REAL NOT NULL DEFAULT 0, free_kwh REAL NOT NULL DEFAULT 0,
-    unknown_s REAL NOT NULL DEFAULT 0, unknown_kwh REAL NOT NULL DEFAULT 0,
+    unknown_s REAL NOT NULL DEFAULT 0, unknown_kwh REAL NOT NULL DEFAULT 0, cap_saved_kwh REAL NOT NULL DEFAULT 0,
     PRIMARY KEY (hour, cluster, node, gpu, owner, team)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS usage_team_hour ON usage (team, hour);
@@ -69,8 +69,8 @@ ON CONFLICT (hour, cluster, workload) DO UPDATE SET
 
 _ADD_USAGE = """
 INSERT INTO usage (hour, cluster, node, gpu, owner, team, model, busy_s, held_s, free_s,
-                   util_s, util_known_s, busy_kwh, held_kwh, free_kwh, unknown_s, unknown_kwh)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                   util_s, util_known_s, busy_kwh, held_kwh, free_kwh, unknown_s, unknown_kwh, cap_saved_kwh)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (hour, cluster, node, gpu, owner, team) DO UPDATE SET
     model = CASE WHEN excluded.model != '' THEN excluded.model ELSE usage.model END,
     busy_s = usage.busy_s + excluded.busy_s, held_s = usage.held_s + excluded.held_s,
@@ -78,10 +78,11 @@ ON CONFLICT (hour, cluster, node, gpu, owner, team) DO UPDATE SET
     util_known_s = usage.util_known_s + excluded.util_known_s,
     busy_kwh = usage.busy_kwh + excluded.busy_kwh, held_kwh = usage.held_kwh + excluded.held_kwh,
     free_kwh = usage.free_kwh + excluded.free_kwh, unknown_s = usage.unknown_s + excluded.unknown_s,
-    unknown_kwh = usage.unknown_kwh + excluded.unknown_kwh
+    unknown_kwh = usage.unknown_kwh + excluded.unknown_kwh, cap_saved_kwh = usage.cap_saved_kwh + excluded.cap_saved_kwh
 """
 #: columns added after the first release, with their type: added to an older file when it is opened
-_ADDED_USAGE_COLUMNS = {"unknown_s": "REAL NOT NULL DEFAULT 0", "unknown_kwh": "REAL NOT NULL DEFAULT 0"}
+_ADDED_USAGE_COLUMNS = {"unknown_s": "REAL NOT NULL DEFAULT 0", "unknown_kwh": "REAL NOT NULL DEFAULT 0",
+                        "cap_saved_kwh": "REAL NOT NULL DEFAULT 0"}
 
 _ADD_JOB = """
 INSERT INTO idle_jobs (hour, cluster, node, gpu, job, name, owner, team, model, held_s, held_kwh)
@@ -113,10 +114,11 @@ class UsageRow:
     #: held with no activity signal (a MIG instance without GPM or dcgm-exporter): neither busy nor idle
     unknown_s: float = 0.0
     unknown_kwh: float = 0.0
+    cap_saved_kwh: float = 0.0  # energy power caps saved
 
 
 _SUMMED = ("busy_s", "held_s", "free_s", "util_s", "util_known_s", "busy_kwh", "held_kwh", "free_kwh",
-           "unknown_s", "unknown_kwh")
+           "unknown_s", "unknown_kwh", "cap_saved_kwh")
 
 
 @dataclass(slots=True, frozen=True)
@@ -212,7 +214,7 @@ class UsageStore:
                 [
                     (k.hour, k.cluster, k.node, k.gpu, k.owner, k.team, a.model, a.busy_s, a.held_s,
                      a.free_s, a.util_s, a.util_known_s, a.busy_kwh, a.held_kwh, a.free_kwh, a.unknown_s,
-                     a.unknown_kwh)
+                     a.unknown_kwh, a.cap_saved_kwh)
                     for k, a in batch.usage
                 ],
             )
@@ -288,7 +290,8 @@ class UsageStore:
                     util_known_s = usage.util_known_s + excluded.util_known_s,
                     busy_kwh = usage.busy_kwh + excluded.busy_kwh, held_kwh = usage.held_kwh + excluded.held_kwh,
                     free_kwh = usage.free_kwh + excluded.free_kwh, unknown_s = usage.unknown_s + excluded.unknown_s,
-                    unknown_kwh = usage.unknown_kwh + excluded.unknown_kwh""", (before,))
+                    unknown_kwh = usage.unknown_kwh + excluded.unknown_kwh,
+                    cap_saved_kwh = usage.cap_saved_kwh + excluded.cap_saved_kwh""", (before,))
             n = self._db.execute("DELETE FROM usage WHERE hour < ? AND gpu >= 0", (before,)).rowcount
             self._db.execute(
                 f"""INSERT INTO idle_jobs (hour, cluster, node, gpu, job, name, owner, team, model, held_s, held_kwh)

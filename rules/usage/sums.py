@@ -20,6 +20,9 @@ class UsageSum:
     util_s: float = 0.0
     util_known_s: float = 0.0
     kwh: float = 0.0
+    energy_cost: float = 0.0  # what `kwh` cost
+    cap_saved_kwh: float = 0.0  # energy power caps saved
+    cap_saved_cost: float = 0.0
     cost: float = 0.0
     held_cost: float = 0.0
     free_cost: float = 0.0
@@ -32,7 +35,11 @@ class UsageSum:
         self.unknown_h += r.unknown_s / HOUR
         self.util_s += r.util_s
         self.util_known_s += r.util_known_s
-        self.kwh += r.busy_kwh + r.held_kwh + r.free_kwh + r.unknown_kwh
+        kwh = r.busy_kwh + r.held_kwh + r.free_kwh + r.unknown_kwh
+        self.kwh += kwh
+        self.energy_cost += costs.energy_cost(kwh)
+        self.cap_saved_kwh += r.cap_saved_kwh
+        self.cap_saved_cost += costs.energy_cost(r.cap_saved_kwh)
         held = capital_h * r.held_s / HOUR + costs.energy_cost(r.held_kwh)
         free = capital_h * r.free_s / HOUR + costs.energy_cost(r.free_kwh)
         busy = capital_h * (r.busy_s + r.unknown_s) / HOUR + costs.energy_cost(r.busy_kwh + r.unknown_kwh)

@@ -38,6 +38,8 @@ class TeamLine(BaseModel):
     held_idle_h: float
     unallocated_h: float  # free GPUs attributed to the team (by node label)
     unknown_h: float = 0.0  # held with no activity signal (MIG without GPM or dcgm-exporter): neither
+    energy_kwh: float = 0.0  # what its GPUs drew (its share of each)
+    energy_cost: float = 0.0
     util_pct: float | None
     held_idle_cost: float
     unallocated_cost: float
@@ -57,6 +59,9 @@ class FleetTotals(BaseModel):
     unknown_h: float = 0.0  # held with no activity signal: counted neither busy nor idle
     util_pct: float | None
     energy_kwh: float
+    energy_cost: float = 0.0
+    cap_saved_kwh: float = 0.0  # energy power caps saved (the draw before each cap less the draw under it)
+    cap_saved_cost: float = 0.0
     cost: float
     held_idle_cost: float
     unallocated_cost: float
@@ -198,6 +203,7 @@ def build_report(
         owner_lines.sort(key=lambda o: (-o.held_idle_cost, -o.busy_h, o.owner))
         team_lines.append(TeamLine(
             team=name, busy_h=t.busy_h, held_idle_h=t.held_h, unallocated_h=t.free_h, unknown_h=t.unknown_h,
+            energy_kwh=t.kwh, energy_cost=t.energy_cost,
             util_pct=allocated.util, held_idle_cost=t.held_cost, unallocated_cost=t.free_cost,
             owners=owner_lines,
         ))
@@ -209,7 +215,8 @@ def build_report(
         fleet=FleetTotals(
             gpus=len(gpus), gpu_h=fleet.gpu_h, busy_h=fleet.busy_h,
             held_idle_h=fleet.held_h, unallocated_h=fleet.free_h, unknown_h=fleet.unknown_h, util_pct=fleet.util,
-            energy_kwh=fleet.kwh, cost=fleet.cost, held_idle_cost=fleet.held_cost,
+            energy_kwh=fleet.kwh, energy_cost=fleet.energy_cost, cap_saved_kwh=fleet.cap_saved_kwh,
+            cap_saved_cost=fleet.cap_saved_cost, cost=fleet.cost, held_idle_cost=fleet.held_cost,
             unallocated_cost=fleet.free_cost,
         ),
         teams=team_lines,

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from agent.nvml import NvmlSampler
 from agent.runner import NodeAgent
 from agent.sample import ProcessIdentity
+from gpuevents.bus.serving import Message
 from gpuevents.commands import KillTarget, PowerCapCommand, PowerCapReply
 from gpuevents.config import Config
 from gpuevents.events import SnapshotEvent
@@ -44,7 +44,7 @@ def cap(a: NodeAgent, index: int = 0, pids: tuple[int, ...] = (100,), **kw: obje
     uuid = kw.pop("uuid", f"GPU-{index}")
     return a.power.handle(PowerCapCommand(index=index, uuid=str(uuid), rule="power-cap-idle-30m",
                                           processes=[KillTarget(pid=p, create_time=BORN) for p in pids],
-                                          **kw))  # type: ignore[arg-type]  # watts / restore overrides
+                                          **kw))
 
 
 def tick(a: NodeAgent, minutes: float) -> SnapshotEvent | None:
@@ -142,16 +142,11 @@ def test_a_crashed_agent_s_caps_are_put_back_when_it_starts_and_a_stop_puts_them
     assert [r.outcome for r in replies] == ["restored"] and devs[0].limit_mw == 700_000
 
 
-@dataclass
-class _Msg:
-    data: bytes
-
-
 async def test_the_bus_handler_answers_json_and_refuses_what_it_cannot_read(tmp_path: Path) -> None:
     a = agent(tmp_path, devices())
     tick(a, 0)
     cmd = PowerCapCommand(index=0, uuid="GPU-0", processes=[KillTarget(pid=100, create_time=BORN)])
-    reply = PowerCapReply.model_validate_json(await a.power.answer(_Msg(cmd.model_dump_json().encode())))
+    reply = PowerCapReply.model_validate_json(await a.power.answer(Message(cmd.model_dump_json().encode(), "s")))
     assert reply.outcome == "capped"
-    bad = PowerCapReply.model_validate_json(await a.power.answer(_Msg(b'{"index": "x"}')))
+    bad = PowerCapReply.model_validate_json(await a.power.answer(Message(b'{"index": "x"}', "s")))
     assert bad.outcome == "refused" and "malformed" in bad.reason
