@@ -266,6 +266,9 @@ async def do_snooze(config: Config, rule: str, entity: str, seconds: float, reas
             typer.echo(f"error: {NoEngine(f'{entity} was not {verb}', str(e) or type(e).__name__)}", err=True)
             raise typer.Exit(1) from None
     reply = KeepReply.model_validate_json(raw)
+    if reply.ok and reply.over_budget is not None:
+        typer.echo(f"{rule}: {entity} not kept yet: {reply.note(seconds)}")
+        return
     if not reply.ok or reply.until is None:
         typer.echo(f"error: {reply.error}", err=True)
         raise typer.Exit(1)
