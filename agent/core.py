@@ -299,7 +299,7 @@ class NodeCore:
             pids=[h.ident.pid for h in procs], owners=owners, owner=owners[0] if owners else None,
             mig_parent=r.mig_parent, lost=st.lost or r.lost,
             sm_active_pct=r.sm_active_pct, tensor_active_pct=r.tensor_active_pct,
-            **self._allocation(index), **self._power_cap(index, r.power_w),
+            row_remap_pending=r.row_remap_pending, **self._allocation(index), **self._power_cap(index, r.power_w),
         )
 
     def _power_cap(self, index: int, power_w: float | None) -> dict[str, Any]:

@@ -226,6 +226,7 @@ class NvmlSampler(NvmlCaller):
             remapped_rows_correctable=int(remap[0]) if remap is not None else None,
             remapped_rows_uncorrectable=int(remap[1]) if remap is not None else None,
             row_remap_failure=bool(remap[3]) if remap is not None else None,
+            row_remap_pending=bool(remap[2]) if remap is not None else None,
             xid_watched=d.xid_watched,
             gr_engine_active_pct=gpm.get("gr_engine_active_pct"), sm_active_pct=gpm.get("sm_active_pct"),
             tensor_active_pct=gpm.get("tensor_active_pct"), dram_active_pct=gpm.get("dram_active_pct"),

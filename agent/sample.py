@@ -38,6 +38,7 @@ class GpuReading:
     remapped_rows_correctable: int | None = None
     remapped_rows_uncorrectable: int | None = None
     row_remap_failure: bool | None = None
+    row_remap_pending: bool | None = None  # a row remap waits for the next GPU reset
     #: XID errors are watched on this GPU (an event set is registered): no XID yet reads 0, not null
     xid_watched: bool = False
     # GPM (Hopper and later, MIG instances too): percentages over the last sample interval

@@ -107,6 +107,7 @@ class GpuInfo(_Model):
     # NVML GPM (Hopper and later, MIG instances too); null where the GPU has no GPM
     sm_active_pct: float | None = None  # share of SMs busy over the last sample interval
     tensor_active_pct: float | None = None  # share of time the tensor cores were busy
+    row_remap_pending: bool | None = None  # a row remap waits for a GPU reset (NVML remapped rows); null: unknown
     power_cap_w: float | None = None  # the power limit gpuevents set (power_cap); null: none
     power_cap_saved_w: float | None = None  # the draw before the cap less the draw now, while capped
 

@@ -62,6 +62,7 @@ class TestGpu(_Strict):
     pids: list[int] = Field(default_factory=list)
     sm_active_pct: float | None = None
     tensor_active_pct: float | None = None
+    row_remap_pending: bool | None = None
 
 
 class TestProcess(_Strict):

@@ -220,3 +220,12 @@ def test_memory_info_falls_back_to_v1_where_the_driver_lacks_v2() -> None:
 def test_xids_are_not_watched_where_events_are_unsupported() -> None:
     s, _ = sampler([FakeDevice(events=0)])
     assert not s.sample(NOW).gpus[0].xid_watched
+
+
+def test_a_row_remap_pending_a_reset_reaches_the_snapshot() -> None:
+    s, _ = sampler([FakeDevice(uuid="GPU-a", remapped=(0, 1, 1, 0)), FakeDevice(uuid="GPU-b")])
+    agent = NodeAgent(Config(), s, node="n1")
+    agent.tick(NOW)
+    snap = agent.core.snapshot(NOW)
+    assert [g.row_remap_pending for g in snap.gpus] == [True, False]
+    assert snap.gpus[0].model_dump()["row_remap_pending"] is True
