@@ -147,6 +147,22 @@ class _GpuPlan:
     jobs: list[tuple[str, str, ProcessInfo | None, str]]  # (job, name, a process, its owner without one)
     physical: float = 1.0  # its share of a physical GPU (a MIG instance: 1/n; see physical_shares)
     saved_w: float = 0.0  # what a power cap on it saves now
+    weights: list[float] | None = None  # each share's part of its time, by use (None: equal parts)
+
+
+def _by_use(shares: list[tuple[str, str]], holders: list[ProcessInfo], teams: TeamResolver) -> list[float] | None:
+    """A shared GPU's time split by what each owner's processes used of it (NVML's per-process SM share,
+    `gpu_util_pct`); None (equal parts) with one owner, or where a holder's use is unknown or nobody used it."""
+    if len(shares) < 2 or not holders or any(p.gpu_util_pct is None for p in holders):
+        return None
+    used: dict[str, float] = {}
+    for p in holders:
+        owner = teams.owner_of(p)
+        used[owner] = used.get(owner, 0.0) + max(0.0, p.gpu_util_pct or 0.0)
+    total = sum(used.get(owner, 0.0) for owner, _ in shares)
+    if total <= 0 or any(owner not in used for owner, _ in shares):  # an owner named otherwise: equal parts
+        return None
+    return [used.get(owner, 0.0) / total for owner, _ in shares]
 
 
 def _job_of(process: ProcessInfo) -> tuple[str, str]:
@@ -286,7 +302,7 @@ class UsageAggregator:
                     name = f"{info.name} (job {gpu.job})" if info is not None and info.name else f"job {gpu.job}"
                     jobs[f"{JOB_PREFIX}{gpu.job}"] = (name, None, owner)
             plan.append(_GpuPlan(index=gpu.index, model=gpu.model or "", state=state, watts=watts,
-                                 util_pct=gpu.util_pct, shares=shares,
+                                 util_pct=gpu.util_pct, shares=shares, weights=_by_use(shares, holders, self.teams),
                                  jobs=[(job, name, p, o) for job, (name, p, o) in jobs.items()],
                                  physical=physical[gpu.index], saved_w=max(0.0, gpu.power_cap_saved_w or 0.0)))
         return plan
@@ -299,8 +315,8 @@ class UsageAggregator:
         for gpu in plan:
             state = _STATES[gpu.state]
             kwh_per_s = max(gpu.watts, 0.0) / 3_600_000
-            part = gpu.physical / len(gpu.shares)
-            for owner, team in gpu.shares:
+            for n, (owner, team) in enumerate(gpu.shares):
+                part = gpu.physical * (gpu.weights[n] if gpu.weights else 1.0 / len(gpu.shares))
                 key = UsageKey(hour, cluster, node, gpu.index, owner, team)
                 a = self._usage.get(key)
                 if a is None:
