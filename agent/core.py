@@ -110,6 +110,14 @@ class HeldProcess:
     util_pct: float | None
 
 
+MPS_SERVER = "nvidia-cuda-mps-server"
+
+
+def is_mps_server(ident: ProcessIdentity) -> bool:
+    """The MPS server (its comm is cut to 15 characters: `nvidia-cuda-mps`; its program names it whole)."""
+    return ident.exe.rsplit("/", 1)[-1] == MPS_SERVER or ident.name in (MPS_SERVER, MPS_SERVER[:15])
+
+
 def _sum(values: list[float | None]) -> float | None:
     known = [v for v in values if v is not None]
     return round(sum(known), 2) if known else None
@@ -223,7 +231,14 @@ class NodeCore:
         for p in reading.procs:
             by_pid.setdefault(p.pid, []).append((p.gpu, p.mem_mib, p.sm_util_pct))
         held: dict[tuple[int, datetime], HeldProcess] = {}
+        servers = {pid for pid in by_pid if (i := identities.get(pid)) is not None and is_mps_server(i)}
+        if servers:  # an MPS server holds a GPU for its clients: where they are seen, the GPU is theirs
+            client_gpus = {g for pid, rows in by_pid.items() if pid not in servers for g, _, _ in rows}
+            for pid in servers:
+                by_pid[pid] = [row for row in by_pid[pid] if row[0] not in client_gpus]
         for pid, rows in by_pid.items():
+            if not rows:
+                continue
             ident = identities.get(pid)
             if ident is None:  # ended between NVML's list and psutil's look
                 continue

@@ -265,7 +265,9 @@ class NvmlSampler(NvmlCaller):
     def _read_procs(self, d: _Device, now_us: int) -> list[ProcReading]:
         i, h = d.index, d.handle
         mem: dict[int, float | None] = {}
-        for name in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+        # MPS: its clients are listed apart; the core gives the GPU to them, not to the MPS server (agent/core.py)
+        for name in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses",
+                     "nvmlDeviceGetMPSComputeRunningProcesses"):
             for p in self._call(i, name, h) or []:
                 used = None if p.usedGpuMemory is None else round(p.usedGpuMemory / MIB, 2)
                 prev = mem.get(p.pid)

@@ -71,6 +71,7 @@ class FakeDevice:
     ecc: int = 0
     compute: list[tuple[int, int | None]] = field(default_factory=list)  # (pid, used MiB)
     graphics: list[tuple[int, int | None]] = field(default_factory=list)
+    mps: list[tuple[int, int | None]] = field(default_factory=list)  # MPS clients (the server is in `compute`)
     #: per-process SM samples: (pid, timestamp in microseconds, smUtil)
     proc_util: list[tuple[int, int, int]] = field(default_factory=list)
     #: function name -> NVML error code it raises for this device
@@ -338,6 +339,9 @@ class FakeNvml:
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: FakeDevice) -> list[Any]:
         return self._procs(self._dev("nvmlDeviceGetComputeRunningProcesses", handle).compute)
+
+    def nvmlDeviceGetMPSComputeRunningProcesses(self, handle: FakeDevice) -> list[Any]:
+        return self._procs(self._dev("nvmlDeviceGetMPSComputeRunningProcesses", handle).mps)
 
     def nvmlDeviceGetGraphicsRunningProcesses(self, handle: FakeDevice) -> list[Any]:
         return self._procs(self._dev("nvmlDeviceGetGraphicsRunningProcesses", handle).graphics)
