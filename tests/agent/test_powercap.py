@@ -11,6 +11,8 @@ from pathlib import Path
 from agent.nvml import NvmlSampler
 from agent.runner import NodeAgent
 from agent.sample import ProcessIdentity
+from agent.scenario import load_scenario
+from agent.simulate import SimulatedNode
 from gpuevents.bus.serving import Message
 from gpuevents.commands import KillTarget, PowerCapCommand, PowerCapReply
 from gpuevents.config import Config
@@ -150,3 +152,18 @@ async def test_the_bus_handler_answers_json_and_refuses_what_it_cannot_read(tmp_
     assert reply.outcome == "capped"
     bad = PowerCapReply.model_validate_json(await a.power.answer(Message(b'{"index": "x"}', "s")))
     assert bad.outcome == "refused" and "malformed" in bad.reason
+
+
+def test_the_simulated_sampler_takes_caps_too(tmp_path: Path) -> None:
+    sim = SimulatedNode(load_scenario("demo"), node="n1", gpus=2, start=NOW)
+    cfg = Config.model_validate({"agent": {"node_name": "n1", "state_dir": str(tmp_path)}})
+    a = NodeAgent(cfg, sim, node="n1")
+    tick(a, 0)
+    held = a.core.processes_on(0)
+    assert held and a.core.gpu_states[0].idle  # the demo's GPU 0: alice's notebook, idle from the start
+    reply = a.power.handle(PowerCapCommand(index=0, uuid=a.core.readings[0].uuid, processes=[
+        KillTarget(pid=h.ident.pid, create_time=h.ident.create_time) for h in held]))
+    assert (reply.outcome, reply.limit_w) == ("capped", 210.0)  # 30 % of the H100's 700 W
+    snap = tick(a, 1)
+    assert snap is not None and snap.data.gpus[0].power_limit_w == 210.0
+    assert a.power.restore_all("the agent stops")[0].outcome == "restored" and not sim.power_limits
