@@ -177,3 +177,15 @@ def test_any_value_is_accepted_or_refused_exactly_as_the_pydantic_path_does(wher
     assert got == want
     if got[0] == "ok":
         assert E.encode_event(got[1]) == E.encode_event(want[1])
+
+
+def test_models_built_from_structs_copy_and_compare_as_validated_ones_do() -> None:
+    a, b = (messages.decode(raw(agent_snapshot())) for _ in range(2))
+    assert isinstance(a, E.SnapshotEvent) and isinstance(b, E.SnapshotEvent)
+    g = a.data.gpus[0]
+    copied = g.model_copy(update={"idle_since": T0, "xid": 79})
+    assert copied.idle_since == T0 and copied.xid == 79 and g.xid is None
+    # the fields-set the built models share is not changed by a copy of one of them
+    assert b.data.gpus[0].model_fields_set == set(E.GpuInfo.model_fields)
+    assert copied == E.GpuInfo.model_validate({**g.model_dump(), "idle_since": T0, "xid": 79})
+    assert a.data.gpus[0] == b.data.gpus[0] and a.data.gpus[0] is not b.data.gpus[0]
