@@ -63,6 +63,7 @@ class GpuInfo(msgspec.Struct, kw_only=True, frozen=True):
     fan_pct: float | None = None
     ecc_uncorrected: int | None = None
     idle: bool = False
+    activity_known: bool = True
     idle_since: _Time | None = None
     idle_for_s: _Age | None = None
     pids: list[int] = []
@@ -76,6 +77,9 @@ class GpuInfo(msgspec.Struct, kw_only=True, frozen=True):
     job: str | None = None
     sm_active_pct: float | None = None
     tensor_active_pct: float | None = None
+    row_remap_pending: bool | None = None
+    power_cap_w: float | None = None
+    power_cap_saved_w: float | None = None
 
 
 class GpuXid(GpuInfo, kw_only=True, frozen=True):
