@@ -166,7 +166,7 @@ async def run_connected(config: Config, name: str, parts: Callable[[Bus], dict[s
         try:
             if not await connect_or_stop(bus, stop):
                 return
-            await bus.ensure_streams(event_partitions)
+            await bus.ensure_streams(event_partitions, config.cluster)
             await run_parts(parts(bus), stop)
         finally:
             await bus.close()

@@ -77,7 +77,7 @@ async def bus_as(server: AuthServer, user: str, password: str, monkeypatch: pyte
     monkeypatch.setenv("NATS_USER", user)
     monkeypatch.setenv("NATS_PASSWORD", password)
     bus = Bus(NatsConfig(url=server.url, connect_timeout=2, publish_timeout=2, reconnect_wait=0.2),
-              name=user, role=role, node=node)
+              name=user, role=role, node=node, cluster=server.cluster)
     await bus.connect()
     try:
         yield bus

@@ -40,7 +40,7 @@ async def test_a_node_cannot_read_other_inboxes_other_snapshots_nor_action_reque
     async with connect(server, *server.agent("n1")) as n1, connect(server, *server.agent("n2")) as n2, \
             connect(server, *server.role("runner"), S.inbox_prefix("runner")) as runner:
         assert n1.nc is not None and n2.nc is not None and runner.nc is not None
-        wanted = ["_INBOX.>", "_INBOX.agent.n2.>", "_INBOX.runner.>", "_INBOX.engine.>", "_INBOX.operator.>",
+        wanted = ["_INBOX.>", "_INBOX.agent.c1.n2.>", "_INBOX.runner.>", "_INBOX.engine.>", "_INBOX.operator.>",
                   S.node_events_filter("c1", "n2"), S.ACTIONS_ALL]
         got = {subject: await collect(n1.nc, subject) for subject in wanted}
         await n1.nc.publish(f"$JS.API.CONSUMER.CREATE.{S.STREAM_ACTIONS}", b"{}")
