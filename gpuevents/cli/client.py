@@ -14,6 +14,7 @@ from rich.text import Text
 
 from gpuevents import subjects as S
 from gpuevents.cli.common import (
+    ClusterOption,
     ConfigOption,
     cells,
     client_config,
@@ -21,6 +22,7 @@ from gpuevents.cli.common import (
     load_config_or_exit,
     operator_bus,
     run_async,
+    site_entity,
 )
 from gpuevents.clock import SystemClock
 from gpuevents.durations import format_duration
@@ -55,11 +57,13 @@ def snooze(
     entity: Annotated[str, typer.Argument(help="entity id, e.g. node-7/gpu0")],
     for_: Annotated[str, typer.Option("--for", help="how long, e.g. 4h")],
     reason: Annotated[str, typer.Option("--reason")] = "",
+    cluster: ClusterOption = None,
     config: ConfigOption = None,
 ) -> None:
     """Exempt one entity from one rule for a while (stored in KV, audited)."""
     seconds = duration_option(for_, "--for")
-    run_async(do_snooze(client_config(load_config_or_exit(config)), rule, entity, seconds, reason))
+    cfg = client_config(load_config_or_exit(config))
+    run_async(do_snooze(cfg, rule, site_entity(entity, cluster, cfg), seconds, reason))
 
 
 def keep(
@@ -68,12 +72,14 @@ def keep(
     for_: Annotated[str, typer.Argument(help="how long, e.g. 4h (longer than the rule's snooze_max, default 24h, "
                                              "goes to the rule's approving channel)")],
     reason: Annotated[str, typer.Option("--reason", help="why it must stay (required; audited, in the weekly report)")],
+    cluster: ClusterOption = None,
     config: ConfigOption = None,
 ) -> None:
     """What the owner's Keep button does: exempt the entity from the rule for a while, with a reason. Up to the
     rule's snooze_max at once; longer waits for an approval from the rule's `approve:` channel."""
     seconds = duration_option(for_, "FOR")
-    run_async(do_snooze(client_config(load_config_or_exit(config)), rule, entity, seconds, reason, keep=True))
+    cfg = client_config(load_config_or_exit(config))
+    run_async(do_snooze(cfg, rule, site_entity(entity, cluster, cfg), seconds, reason, keep=True))
 
 
 def audit(

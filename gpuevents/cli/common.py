@@ -24,6 +24,8 @@ ConfigOption = Annotated[
     Path | None, typer.Option("-c", "--config", help="config YAML (see config.example.yaml)")
 ]
 VerboseOption = Annotated[bool, typer.Option("-v", "--verbose")]
+ClusterOption = Annotated[str | None, typer.Option("--cluster", help="the cluster the target is in; default: the "
+                                                   "config's `cluster`")]
 
 
 def setup_logging(verbose: bool = False) -> None:
@@ -116,3 +118,11 @@ def cells(*values: str | Text) -> list[Text]:
     """Table cells shown as written: strings from the machine (a process named `x[/oops]`, an audit detail
     `[bold red]EVIL[/]`) are never read as Rich markup."""
     return [v if isinstance(v, Text) else Text(v) for v in values]
+
+
+def site_entity(entity: str, cluster: str | None, config: Config) -> str:
+    """An entity id as the engine keys it: one of another cluster than the config's (`--cluster`) is
+    `<cluster>:<id>`; an id that names its cluster already is left as it is."""
+    if cluster is None or cluster == config.cluster or entity.startswith(f"{cluster}:"):
+        return entity
+    return f"{cluster}:{entity}"
