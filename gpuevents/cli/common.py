@@ -98,8 +98,9 @@ class PartFailed(RuntimeError):
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
     """Run `coro`; Ctrl-C exits 130, NATS out of reach prints one line and exits 2, another NATS or embedded-server
-    failure prints one line and exits 1."""
+    failure, or a configured port in use, prints one line and exits 1."""
     from gpuevents.bus import BusError, BusUnreachable
+    from gpuevents.ports import PortInUse
     from gpuevents.server import ServerError
 
     try:
@@ -109,7 +110,7 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
     except BusUnreachable as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
-    except (ServerError, BusError, PartFailed) as e:
+    except (ServerError, BusError, PartFailed, PortInUse) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from None
 
