@@ -79,6 +79,9 @@ class Bus:
         self._subscriptions: list[Subscription] = []  # their handlers' tasks end when the bus closes
         self._closing = asyncio.Event()  # set by close: a connect still retrying gives up
         self.sites_not_set_up: list[SiteConfig] = []  # by ensure_streams: sites that did not answer
+        # The engine's view of its sites' links (rules/engine/sites.py keeps it): every site, and those cut off
+        self.site_state: dict[str, SiteLink] = {}
+        self.sites_cut_off: dict[str, SiteLink] = {}
 
     # ------------------------------------------------------------ connection
     @property

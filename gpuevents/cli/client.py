@@ -133,6 +133,20 @@ def _no_engine() -> None:
     raise typer.Exit(1)
 
 
+def site_lines(st: StatusSummary) -> list[Text]:
+    """One line per site cut off from the hub (DESIGN §9): the site, not its nodes one by one."""
+    lines = []
+    for v in st.sites:
+        if v.linked:
+            continue
+        heard = "never heard from" if v.last_heard is None else f"last heard {v.last_heard:%Y-%m-%d %H:%M:%S} UTC"
+        behind = f", {v.behind} events to catch up" if v.behind else ""
+        lines.append(Text(f"SITE {v.cluster} CUT OFF from the hub ({heard}{behind}): its {v.nodes} nodes' readings "
+                          "are as of then, and no remedy is decided for them until it is back; its leaf keeps what "
+                          "its agents report meanwhile", style="bold red"))
+    return lines
+
+
 def _show_summary(st: StatusSummary | None, as_json: bool) -> None:
     if st is None:
         _no_engine()
@@ -142,6 +156,8 @@ def _show_summary(st: StatusSummary | None, as_json: bool) -> None:
         return
     if st.degraded:
         out.print(Text(f"DEGRADED: {st.degraded}", style="bold red"))
+    for line in site_lines(st):
+        out.print(line)
     f = st.summary
     offline = f" ({f.nodes - f.nodes_online} offline)" if f.nodes_online < f.nodes else ""
     out.print(f"[bold]{f.nodes} nodes{offline}, {f.gpus} GPUs[/]: {f.busy} busy, {f.idle} idle, "

@@ -107,6 +107,10 @@ def engine_parts(config: Config, bus: Bus, clock: Clock) -> dict[str, Part]:
         engines, run, metrics = [engine], engine.run, engine.metrics
     start_metrics(config.engine.metrics_port, metrics.registry, config.engine.metrics_address)
     parts: dict[str, Part] = {"engine": run}
+    if any(site.jetstream_domain for site in config.nats.sites):
+        from rules.engine.sites import SiteWatch
+
+        parts["sites"] = SiteWatch(bus, clock).run  # each site linked or cut off; their stores set up
     parts.update(runner_parts(config, bus, clock, config.engine.runners))
     if config.engine.dashboard_port is not None:
         parts["dashboard"] = lambda stop: _dashboard(engines, config, stop)

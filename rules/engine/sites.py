@@ -1,0 +1,86 @@
+"""Sites on leaf servers (DESIGN §9): how the hub's stream hears from each site's store, told as a site — linked, or
+cut off since when — never as that site's nodes going idle one by one.
+
+`SiteWatch` reads the hub's sources every few seconds (gpuevents.bus.streams.site_links), sets up a site's
+store once its link answers (one that was cut off when the engine started), logs a site cut off and back, and
+keeps the bus's view (`Bus.cut_off`) that the committer reads: no remedy is decided for a site cut off, whose
+readings may be stale; its requests are held, audited as such."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import datetime, timedelta
+
+from gpuevents.aio import sleep_or_stop
+from gpuevents.bus import Bus, BusError
+from gpuevents.bus.streams import SiteLink
+from gpuevents.clock import Clock
+from gpuevents.records import ActionRequest
+from gpuevents.wire.status import SiteView
+
+log = logging.getLogger(__name__)
+
+CUT_OFF_S = 10.0  # the hub's source hears from a linked site's store about every second
+WATCH_S = 5.0
+
+
+def is_cut_off(link: SiteLink, cut_off_s: float = CUT_OFF_S) -> bool:
+    return link.active_s is None or link.active_s > cut_off_s
+
+
+def site_view(link: SiteLink, now: datetime, cut: bool) -> SiteView:
+    """How `gpuevents status` shows a site; `cut`: as the watch decided it (cut off, or catching up)."""
+    since = None if link.active_s is None else now - timedelta(seconds=link.active_s)
+    return SiteView(cluster=link.cluster, domain=link.domain, linked=not cut, last_heard=since,
+                    behind=link.lag, error=link.error)
+
+
+def held_for_site(request: ActionRequest, link: SiteLink | None, now: datetime) -> ActionRequest:
+    """`request` held when its site is cut off: its readings may be stale, and its agents out of reach."""
+    if link is None or request.decision not in ("run", "dry_run"):
+        return request
+    heard = "never heard from" if link.active_s is None else f"last heard {link.active_s:.0f}s ago"
+    return request.model_copy(update={"decision": "held", "reason": (
+        f"site {link.cluster} is cut off from the hub ({heard}): no remedy on readings that may be stale")})
+
+
+class SiteWatch:
+    """Polls the hub's view of every site with a JetStream domain (nats.sites) until stopped."""
+
+    def __init__(self, bus: Bus, clock: Clock, interval: float = WATCH_S, cut_off_s: float = CUT_OFF_S) -> None:
+        self.bus = bus
+        self.clock = clock
+        self.interval = interval
+        self.cut_off_s = cut_off_s
+        self._missing = list(bus.sites_not_set_up)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await self.poll()
+            await sleep_or_stop(stop, self.interval)
+
+    async def poll(self) -> None:
+        for site in list(self._missing):
+            if await self.bus.ensure_site_store(site):
+                log.info("site %s: its store is set up", site.cluster)
+                self._missing.remove(site)
+        try:
+            links = await self.bus.site_links()
+        except (BusError, TimeoutError) as e:
+            log.debug("reading the sites' links: %s", e)
+            return
+        before = dict(self.bus.sites_cut_off)
+        # cut off, or back but still catching up on what it stored meanwhile
+        now_cut = {x.cluster: x for x in links
+                   if is_cut_off(x, self.cut_off_s) or (x.cluster in before and x.lag > 0)}
+        for cluster, link in now_cut.items():
+            if cluster not in before:
+                log.warning("site %s is cut off from the hub (%s); what it stores meanwhile arrives when it is back; "
+                            "no remedy is decided for it until then", cluster,
+                            "never heard from" if link.active_s is None else f"last heard {link.active_s:.0f}s ago")
+        for link in links:
+            if link.cluster in before and link.cluster not in now_cut:
+                log.info("site %s is linked again (%d events to catch up)", link.cluster, link.lag)
+        self.bus.site_state = {x.cluster: x for x in links}
+        self.bus.sites_cut_off = now_cut
