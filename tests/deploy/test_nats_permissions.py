@@ -9,6 +9,7 @@ import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Protocol
 
 import nats
 import nats.errors
@@ -40,8 +41,15 @@ class Conn:
         return any(wanted in e.lower().replace('"', "") for e in self.errors)
 
 
+class Reachable(Protocol):
+    """Anything with a NATS url: the fixture's server, or a server of tests/nats_sites.py."""
+
+    @property
+    def url(self) -> str: ...
+
+
 @asynccontextmanager
-async def connect(server: AuthServer, user: str, password: str, inbox_prefix: str = "_INBOX") -> AsyncIterator[Conn]:
+async def connect(server: Reachable, user: str, password: str, inbox_prefix: str = "_INBOX") -> AsyncIterator[Conn]:
     conn = Conn()
 
     async def on_error(e: Exception) -> None:

@@ -66,7 +66,7 @@ async def generated(tmp_path: Path, nats_auth: ModuleType) -> AsyncIterator[Gene
 def bus_as(url: str, user: str, password: str, monkeypatch: pytest.MonkeyPatch, role: str, **kw: object) -> Bus:
     monkeypatch.setenv("NATS_USER", user)
     monkeypatch.setenv("NATS_PASSWORD", password)
-    return Bus(NatsConfig(url=url, connect_timeout=2, publish_timeout=2, reconnect_wait=0.2,  # type: ignore[arg-type]
+    return Bus(NatsConfig(url=url, connect_timeout=2, publish_timeout=2, reconnect_wait=0.2,
                           sites=[SiteConfig(cluster=s, jetstream_domain=s) for s in ("site-a", "site-b")]),
                name=user, role=role, **kw)  # type: ignore[arg-type]
 

@@ -15,6 +15,7 @@ from nats.js import api
 
 from gpuevents import subjects as S
 from gpuevents.bus import Bus
+from gpuevents.bus.streams import SiteLink
 from gpuevents.config import NatsConfig
 from gpuevents.events import AgentInfo, Event, make_event
 from gpuevents.siteconfig import SiteConfig
@@ -25,7 +26,7 @@ CUT_SEEN_S = 3.0  # the hub's source heartbeats about every second: past this, t
 
 
 def nats_config(url: str, **kw: object) -> NatsConfig:
-    return NatsConfig(url=url, connect_timeout=2, publish_timeout=2, reconnect_wait=0.2, **kw)  # type: ignore[arg-type]
+    return NatsConfig(url=url, connect_timeout=2, publish_timeout=2, reconnect_wait=0.2, **kw)
 
 
 HUB_SITES = [SiteConfig(cluster="site-a", jetstream_domain="site-a"),
@@ -125,7 +126,7 @@ async def _when(ids: object, count: int) -> list[str] | None:
     return got if len(got) >= count else None
 
 
-async def _linked(bus: Bus, cluster: str) -> object:
+async def _linked(bus: Bus, cluster: str) -> SiteLink | None:
     link = next(x for x in await bus.site_links() if x.cluster == cluster)
     return link if link.active_s is not None and link.active_s < CUT_SEEN_S else None
 
