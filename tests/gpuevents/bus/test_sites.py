@@ -149,3 +149,21 @@ async def test_stream_setup_keeps_sources_it_did_not_add(sites: Sites, engine: B
         assert (await jsm.stream_info(S.STREAM_EVENTS)).config.subjects == [S.cluster_events_filter("hub")]
     finally:
         await nc.close()
+
+
+async def test_the_engine_works_in_the_hubs_own_domain_named(sites: Sites) -> None:
+    """`nats.jetstream_domain: hub`: the streams, the KV bucket and history reads all go through `$JS.hub.API`."""
+    bus = Bus(nats_config(sites.hub.url, jetstream_domain="hub", sites=HUB_SITES), name="engine", role="engine")
+    await bus.connect()
+    try:
+        await bus.ensure_streams(cluster="hub")
+        kv = await bus.kv()
+        await kv.put("probe", b"1")
+        entry = await kv.get("probe")
+        assert entry is not None and entry.value == b"1"
+        e = event("hub", 0)
+        await bus.js_publish(S.event_subject("hub", "gpu-0", e.type), e.model_dump_json().encode(), msg_id=e.id)
+        assert await ids_at(bus, S.STREAM_EVENTS) == [e.id]
+        assert {x.cluster for x in await bus.site_links()} == {"site-a", "site-b"}
+    finally:
+        await bus.close(flush_timeout=1)
