@@ -115,6 +115,7 @@ class Sites:
     leaves: dict[str, Server]
     relay: Relay
     servers: list[Server] = field(default_factory=list)
+    login: tuple[str, str] | None = None  # a hub login that may ask every domain's JetStream (with `auth`)
 
     def stop(self) -> None:
         for s in self.servers:
@@ -150,13 +151,14 @@ def _servers(root: Path, relay: Relay, auth: dict[str, Path] | None) -> list[Ser
     return servers
 
 
-async def start_sites(root: Path, auth: dict[str, Path] | None = None, timeout: float = 30.0) -> Sites:
+async def start_sites(root: Path, auth: dict[str, Path] | None = None, timeout: float = 30.0,
+                      login: tuple[str, str] | None = None) -> Sites:
     """The hub (domain `hub`) and a leaf per site of SITES (its domain the site's name), linked and answering.
     `auth`: `hub` -> the hub's include, `<site>` -> the site's include, `<site>.leaf` -> its leafnode.conf
     (with `hub:7422` standing for the hub's leafnode address)."""
     relay = Relay(free_port())
     hub, *leaves = await asyncio.to_thread(_servers, root, relay, auth)
-    sites = Sites(root, hub, {s.name: s for s in leaves}, relay, [hub, *leaves])
+    sites = Sites(root, hub, {s.name: s for s in leaves}, relay, [hub, *leaves], login)
     await relay.start()
     for s in sites.servers:
         s.start()
@@ -176,8 +178,32 @@ def leaf_links(server: Server, timeout: float = 1.0) -> int:
 
 
 async def wait_linked(sites: Sites, timeout: float = 30.0, leaves: int = len(SITES)) -> None:
-    """Until every server runs and the hub holds `leaves` leaf connections."""
+    """Until every server runs, the hub holds `leaves` leaf connections and (all of them linked) every site's
+    JetStream answers through the hub: the link carries its domain's API."""
     deadline = time.monotonic() + timeout
+    await _wait_leaves(sites, deadline, timeout, leaves)
+    if leaves < len(SITES):
+        return
+    import nats  # a fixture may talk to the servers directly; production code goes through gpuevents.bus
+
+    user, password = sites.login or (None, None)
+    nc = await nats.connect(sites.hub.url, user=user, password=password, connect_timeout=2,
+                            inbox_prefix="_INBOX.admin")  # the admin's replies may come back over a site's link
+    try:
+        for site in SITES:
+            while True:
+                try:
+                    await nc.request(f"$JS.{site}.API.INFO", b"", timeout=0.5)
+                    break
+                except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"{site}'s JetStream does not answer through the hub") from None
+                    await asyncio.sleep(0.1)
+    finally:
+        await nc.close()
+
+
+async def _wait_leaves(sites: Sites, deadline: float, timeout: float, leaves: int) -> None:
     while leaf_links(sites.hub) < leaves:
         for s in sites.servers:
             if s.proc is not None and s.proc.poll() is not None:

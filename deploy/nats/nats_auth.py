@@ -168,11 +168,11 @@ def leaf_user(site: str) -> str:
 
 def leaf_permissions(site: str, domain: str) -> Permissions:
     """A site's leaf link, seen from the hub: `publish` is what the site may send the hub, `subscribe` what the hub
-    sends it. Its own site's subjects only (and the replies its agents and store give the engine and runners)."""
+    sends it. Its own site's subjects only (and the replies its agents and store give the engine, runners and admin)."""
     c = escape_token(site)
     return Permissions(
         publish=(f"{PREFIX}.evt.{c}.>", f"{site_deliver_prefix(site)}.>", "$JSC.R.>",
-                 f"{inbox_prefix('engine')}.>", f"{inbox_prefix('runner')}.>"),
+                 *(f"{inbox_prefix(role)}.>" for role in ("engine", "runner", "admin"))),
         subscribe=(f"{PREFIX}.cmd.{c}.>", f"{jetstream_api(domain)}.>", "$JS.FC.>", f"_INBOX.agent.{c}.>"),
     )
 

@@ -53,15 +53,12 @@ def hub_event_subjects(config: NatsConfig, cluster: str | None) -> list[str]:
     return [S.cluster_events_filter(c) for c in direct]
 
 
-def site_source(site: SiteConfig, event_partitions: int | None) -> api.StreamSource:
+def site_source(site: SiteConfig) -> api.StreamSource:
+    """The hub's source of one site's store. Its events take the stream's own subject transform (the engines'
+    partitions), as the events published to the hub do: no transform of the source's own."""
     assert site.jetstream_domain is not None
-    transforms = None
-    if event_partitions is not None and event_partitions > 1:
-        src, dest = S.partition_transform(event_partitions)
-        transforms = [api.SubjectTransform(src=src, dest=dest)]
-    return api.StreamSource(name=S.STREAM_SITE, external=api.ExternalStream(api=S.jetstream_api(site.jetstream_domain),
-                                                                       deliver=S.site_deliver_prefix(site.cluster)),
-                            subject_transforms=transforms)
+    return api.StreamSource(name=S.STREAM_SITE, external=api.ExternalStream(
+        api=S.jetstream_api(site.jetstream_domain), deliver=S.site_deliver_prefix(site.cluster)))
 
 
 def site_stream(site: SiteConfig, replicas: int = 1) -> api.StreamConfig:
@@ -94,9 +91,7 @@ async def _create_or_update(jsm: JetStreamContext, cfg: api.StreamConfig, keep_t
         log.warning("%s mirrors %s: left as it is", cfg.name, info.config.mirror.name)
         return
     if keep_transform:  # the engines' partitions, as the stream has them
-        cfg.subject_transform = t = info.config.subject_transform
-        for src in cfg.sources or []:
-            src.subject_transforms = [t] if t is not None else None
+        cfg.subject_transform = info.config.subject_transform
     cfg.sources = merged_sources(info.config.sources, cfg.sources or [])
     try:
         with bus_errors(f"updating the stream {cfg.name}"):
@@ -132,7 +127,7 @@ async def ensure_streams(nc: Client, js: JetStreamContext, config: NatsConfig, e
     if event_partitions is not None and event_partitions > 1:
         src, dest = S.partition_transform(event_partitions)
         events.subject_transform = api.SubjectTransform(src=src, dest=dest)
-    events.sources = [site_source(s, event_partitions) for s in sites] or None
+    events.sources = [site_source(s) for s in sites] or None
     wanted = [
         events,
         _stream(S.STREAM_ACTIONS, [S.ACTIONS_ALL], "gpuevents: action requests (work queue)",

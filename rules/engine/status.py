@@ -63,9 +63,10 @@ async def answer(models: ModelSource, payload: bytes, partition: int | None, par
         return _error("the fleet moved on since the first page (or another engine took this partition over): "
                       "ask again from the start")
     if q.view == "summary":
-        reply: BaseModel = summary_of(model, q.top, partition, partitions, degraded)
-        reply.sites = [v.model_copy(update={"nodes": sum(c == v.cluster for c, _ in model.node_keys)})
-                       for v in sites]
+        summary = summary_of(model, q.top, partition, partitions, degraded)
+        summary.sites = [v.model_copy(update={"nodes": sum(c == v.cluster for c, _ in model.node_keys)})
+                         for v in sites]
+        reply: BaseModel = summary
     elif q.view == "node":
         nodes, incidents = model.node(q.node or "")
         reply = StatusNode(nodes=nodes, incidents=incidents, **where)

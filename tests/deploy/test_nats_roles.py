@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import subprocess
@@ -219,7 +220,7 @@ async def test_the_operator_reads_the_audit_through_its_own_consumers_and_cannot
                     await op.nc.publish(subject, b"{}")
                 await op.nc.flush()
                 for subject in (audit % "DELETE", audit % "MSG.NEXT", audit % "CREATE"):
-                    await wait_for(lambda s=subject: op.violations("publish", s), 5,  # type: ignore[misc]
+                    await wait_for(functools.partial(op.violations, "publish", subject), 5,
                                    what=f"the operator refused {subject}; got {op.errors}")
             async with bus_as(server, *server.role("operator"), monkeypatch, "operator") as operator:
                 read = [m.subject async for m in operator.replay(S.STREAM_AUDIT, S.AUDIT_ALL)]

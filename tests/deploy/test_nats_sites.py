@@ -55,7 +55,7 @@ async def generated(tmp_path: Path, nats_auth: ModuleType) -> AsyncIterator[Gene
     for site in ("site-a", "site-b"):
         auth[site] = out / "sites" / site / "auth.conf"
         auth[f"{site}.leaf"] = out / "sites" / site / "leafnode.conf"
-    sites = await start_sites(tmp_path / "sites", auth)
+    sites = await start_sites(tmp_path / "sites", auth, login=("gpuevents-admin", result.role_passwords["admin"]))
     try:
         yield Generated(sites, out, result)
     finally:

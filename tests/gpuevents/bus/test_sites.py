@@ -167,3 +167,25 @@ async def test_the_engine_works_in_the_hubs_own_domain_named(sites: Sites) -> No
         assert {x.cluster for x in await bus.site_links()} == {"site-a", "site-b"}
     finally:
         await bus.close(flush_timeout=1)
+
+
+async def test_a_sites_events_are_stored_in_the_engines_partitions(sites: Sites) -> None:
+    """With engine.partitions, a site's sourced events are stored under their partition as a hub's own are."""
+    bus = Bus(nats_config(sites.hub.url, sites=HUB_SITES), name="engine", role="engine")
+    await bus.connect()
+    a = await agent_bus(sites, "site-a")
+    try:
+        await bus.ensure_streams(2, cluster="hub")
+        await publish(a, [event("site-a", 0)])
+        e = event("hub", 0)
+        await bus.js_publish(S.event_subject("hub", "gpu-0", e.type), e.model_dump_json().encode(), msg_id=e.id)
+
+        async def stored() -> list[str] | None:
+            got = sorted([m.subject async for m in bus.replay(S.STREAM_EVENTS, S.EVENTS_ALL)])
+            return got if len(got) == 2 else None
+        assert await wait_for(stored, 15, 0.1, what="both events at the hub") == sorted(
+            S.stored_event_subject(c, "gpu-0", "agent.started", S.node_partition(c, "gpu-0", 2))
+            for c in ("hub", "site-a"))
+    finally:
+        await a.close()
+        await bus.close(flush_timeout=1)
