@@ -129,7 +129,8 @@ def agent_permissions(cluster: str, node: str) -> Permissions:
 
 def role_permissions(role: str, engine_runs_actions: bool = True, bucket: str = KV_BUCKET) -> Permissions | None:
     """What a role's user may do (None: everything, the admin)."""
-    jetstream = ("$JS.API.>", "$JS.ACK.>", "$JS.FC.>", f"$KV.{bucket}.>")
+    # the hub's JetStream, and each site's in its own domain (its store, created and sourced by the engine)
+    jetstream = ("$JS.API.>", "$JS.*.API.>", "$JS.ACK.>", "$JS.FC.>", f"$KV.{bucket}.>")
     records = (f"{PREFIX}.act.>", f"{PREFIX}.audit.>", f"{PREFIX}.dlq.>")
     # Action runners command agents (kill), call functions, and publish where rules say (the `publish` action):
     # any subject. Only runners, and an engine that runs them in its process, have that.

@@ -232,6 +232,14 @@ class Bus:
         """Set up one site's store (a retry once its link is back); True when it answered."""
         return await streams.ensure_site_store(self._nats(), site)
 
+    async def site_answers(self, site: SiteConfig) -> bool:
+        """Whether the site's JetStream answers through the hub now."""
+        return await streams.site_answers(self._nats(), site)
+
+    async def restart_site_source(self, site: SiteConfig) -> None:
+        """Start the hub's source of the site over now (see gpuevents.bus.streams)."""
+        await streams.restart_site_source(self._jetstream(), site)
+
     async def site_links(self) -> list[SiteLink]:
         """How the hub's stream last heard from each site's store (see gpuevents.bus.streams)."""
         return await streams.site_links(self._nats(), self.config)

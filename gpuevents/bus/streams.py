@@ -142,6 +142,30 @@ async def ensure_streams(nc: Client, js: JetStreamContext, config: NatsConfig, e
     return missed
 
 
+async def site_answers(nc: Client, site: SiteConfig, timeout: float = 1.0) -> bool:
+    """Whether the site's JetStream answers through the hub now (its leaf link is up)."""
+    try:
+        await nc.request(f"{S.jetstream_api(site.jetstream_domain)}.INFO", b"", timeout=timeout)
+        return True
+    except (nats.errors.Error, TimeoutError):
+        return False
+
+
+async def restart_site_source(js: JetStreamContext, site: SiteConfig) -> None:
+    """Start the hub's source of a site over now, from where it stopped: after a long cut the server waits up to
+    minutes between its own retries. The stream keeps every message; the source resumes after the last one
+    it stored (and the duplicate window drops any sent twice)."""
+    with bus_errors(f"restarting the source of site {site.cluster}"):
+        info = await js.stream_info(S.STREAM_EVENTS)
+        cfg = info.config
+        have = list(cfg.sources or [])
+        key = _source_key(site_source(site))
+        cfg.sources = [x for x in have if _source_key(x) != key] or None
+        await js.update_stream(cfg)
+        cfg.sources = have
+        await js.update_stream(cfg)
+
+
 @dataclass(frozen=True)
 class SiteLink:
     """How the hub's GPUEVENTS last heard from one site's store: seconds since (None: never), messages behind."""

@@ -54,6 +54,7 @@ class SiteWatch:
         self.interval = interval
         self.cut_off_s = cut_off_s
         self._missing = list(bus.sites_not_set_up)
+        self._nudged: dict[str, float] = {}  # site -> when its source was last started over (clock.monotonic)
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -84,3 +85,23 @@ class SiteWatch:
                 log.info("site %s is linked again (%d events to catch up)", link.cluster, link.lag)
         self.bus.site_state = {x.cluster: x for x in links}
         self.bus.sites_cut_off = now_cut
+        for cluster, link in now_cut.items():
+            if is_cut_off(link, self.cut_off_s):
+                await self._nudge(cluster)
+
+    async def _nudge(self, cluster: str) -> None:
+        """A site whose link is back while the hub's source still waits (the server's retries back off to minutes
+        after a long cut): its source is started over at once, at most once per cut-off period."""
+        site = self.bus.config.site(cluster)
+        now = self.clock.monotonic()
+        if site is None or now - self._nudged.get(cluster, -1e9) < self.cut_off_s:
+            return
+        if not await self.bus.site_answers(site):
+            return
+        self._nudged[cluster] = now
+        try:
+            await self.bus.restart_site_source(site)
+            log.info("site %s answers again: the hub's source of its store starts over now", cluster)
+        except BusError as e:
+            log.warning("site %s answers again, but its source could not be restarted (%s); the server retries "
+                        "on its own", cluster, e)

@@ -189,3 +189,32 @@ async def test_a_sites_events_are_stored_in_the_engines_partitions(sites: Sites)
     finally:
         await a.close()
         await bus.close(flush_timeout=1)
+
+
+async def test_a_source_started_over_resumes_where_it_stopped(sites: Sites, engine: Bus) -> None:
+    """What the engine does when a site answers again while the server's retries still wait: every event once."""
+    a = await agent_bus(sites, "site-a")
+    try:
+        before = [event("site-a", i) for i in range(5)]
+        await publish(a, before)
+        hub_events = S.cluster_events_filter("site-a")
+        await wait_for(lambda: _when(ids_at(engine, S.STREAM_EVENTS, hub_events), 5), 15, 0.1, what="5 at the hub")
+        sites.relay.cut()
+        await wait_for(lambda: _cut(engine, "site-a"), 15, 0.2, what="the hub to see site-a cut off")
+        during = [event("site-a", i) for i in range(5, 10)]
+        await publish(a, during)
+        sites.relay.restore()
+        await wait_linked(sites, 30)
+        site = engine.config.site("site-a")
+        assert site is not None and await engine.site_answers(site)
+        await engine.restart_site_source(site)
+        got = await wait_for(lambda: _when(ids_at(engine, S.STREAM_EVENTS, hub_events), 10), 15, 0.1,
+                             what="all 10 at the hub")
+        assert sorted(got) == sorted(e.id for e in before + during)
+    finally:
+        await a.close()
+
+
+async def _cut(bus: Bus, cluster: str) -> bool:
+    link = next(x for x in await bus.site_links() if x.cluster == cluster)
+    return link.active_s is None or link.active_s > CUT_SEEN_S
