@@ -78,8 +78,9 @@ def job_command(
     config: ConfigOption = None,
 ) -> None:
     """A job's summary: GPU-hours, mean, p95 and peak utilisation and SM activity, p95 and peak memory, idle share,
-    cost, the MIG slice it would have fitted. Job ids are a site's own: `--cluster` names the site (default: the
-    config's `cluster`)."""
+    cost, the MIG slice it would have fitted.
+
+    Job ids are a site's own: `--cluster` names the site (default: the config's `cluster`)."""
     cfg = load_config_or_exit(config)
     site = cluster or cfg.cluster
     with _store(cfg) as store:

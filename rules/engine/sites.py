@@ -55,6 +55,7 @@ class SiteWatch:
         self.cut_off_s = cut_off_s
         self._missing = list(bus.sites_not_set_up)
         self._nudged: dict[str, float] = {}  # site -> when its source was last started over (clock.monotonic)
+        self._started = clock.monotonic()  # a source just set up has not heard from its site yet: not a cut
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -72,9 +73,11 @@ class SiteWatch:
             log.debug("reading the sites' links: %s", e)
             return
         before = dict(self.bus.sites_cut_off)
-        # cut off, or back but still catching up on what it stored meanwhile
+        # cut off (never heard from: once a source just set up had its time), or back but still catching up
+        settled = self.clock.monotonic() - self._started >= self.cut_off_s
         now_cut = {x.cluster: x for x in links
-                   if is_cut_off(x, self.cut_off_s) or (x.cluster in before and x.lag > 0)}
+                   if (is_cut_off(x, self.cut_off_s) and (settled or x.active_s is not None))
+                   or (x.cluster in before and x.lag > 0)}
         for cluster, link in now_cut.items():
             if cluster not in before:
                 log.warning("site %s is cut off from the hub (%s); what it stores meanwhile arrives when it is back; "
@@ -82,7 +85,7 @@ class SiteWatch:
                             "never heard from" if link.active_s is None else f"last heard {link.active_s:.0f}s ago")
         for link in links:
             if link.cluster in before and link.cluster not in now_cut:
-                log.info("site %s is linked again (%d events to catch up)", link.cluster, link.lag)
+                log.info("site %s is linked again, the hub caught up with its store", link.cluster)
         self.bus.site_state = {x.cluster: x for x in links}
         self.bus.sites_cut_off = now_cut
         for cluster, link in now_cut.items():
