@@ -16,6 +16,7 @@ from gpuevents.aio import sleep_or_stop
 from gpuevents.bus import Bus, BusError
 from gpuevents.bus.streams import SiteLink
 from gpuevents.clock import Clock
+from gpuevents.manual import RESTORES
 from gpuevents.records import ActionRequest
 from gpuevents.wire.status import SiteView
 
@@ -37,8 +38,9 @@ def site_view(link: SiteLink, now: datetime, cut: bool) -> SiteView:
 
 
 def held_for_site(request: ActionRequest, link: SiteLink | None, now: datetime) -> ActionRequest:
-    """`request` held when its site is cut off: its readings may be stale, and its agents out of reach."""
-    if link is None or request.decision not in ("run", "dry_run"):
+    """`request` held when its site is cut off: its readings may be stale, and its agents out of reach. An undo
+    (resume, uncordon) reads no readings: it goes ahead."""
+    if link is None or request.decision not in ("run", "dry_run") or request.type in RESTORES:
         return request
     heard = "never heard from" if link.active_s is None else f"last heard {link.active_s:.0f}s ago"
     return request.model_copy(update={"decision": "held", "reason": (

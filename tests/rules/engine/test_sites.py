@@ -90,6 +90,10 @@ async def test_a_cut_off_site_is_shown_as_a_site_and_no_remedy_is_decided_for_it
             held = await kill(bus, "site-a")
             assert held.decision == "held" and "site site-a is cut off" in (held.reason or "")
             assert (await kill(bus, "site-b")).decision == "dry_run"  # the other site as ever
+            undo = OperatorAction(type="uncordon", cluster="site-a", node="gpu-0", by="test", reason="test")
+            undone = OperatorActionReply.model_validate_json(
+                await bus.request(S.ENGINE_ACT, undo.model_dump_json().encode(), 10))
+            assert undone.decision == "dry_run"  # an undo reads no readings: not held
             code, out = await gpuevents("status", "--json", "-c", str(cfg_file))
             assert code == 0, out
             st = StatusSummary.model_validate_json(out)
