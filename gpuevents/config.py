@@ -20,6 +20,7 @@ from gpuevents.notify_config import NotifyConfig
 from gpuevents.protect_config import ProtectConfig as ProtectConfig
 from gpuevents.protect_config import ProtectedProgram as ProtectedProgram
 from gpuevents.schedconfig import AgentSlurmConfig, DemandConfig
+from gpuevents.siteconfig import SitesSection
 from gpuevents.yamlpos import Located, LocatedError, YamlDoc, parse_scalar, parse_yaml, read_yaml_text
 
 ENV_PREFIX = "GPUEVENTS_"
@@ -54,7 +55,7 @@ class StreamsConfig(_Section):
     events_max_msgs_per_subject: int = Field(50_000, ge=1)  # per node and event type
 
 
-class NatsConfig(_Section):
+class NatsConfig(SitesSection, _Section):
     url: str | list[str] | None = Field(None, description="unset: `up` starts an embedded server")
     creds_file: Path | None = None
     tls: TlsConfig = TlsConfig()

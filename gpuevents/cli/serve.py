@@ -191,7 +191,7 @@ async def run_up(config: Config, *, demo: bool = False, echo: Callable[[str], No
             try:
                 if not await connect_or_stop(bus, stop):
                     return
-                await bus.ensure_streams(config.engine.partitions)
+                await bus.ensure_streams(config.engine.partitions, config.cluster)
                 parts = engine_parts(config, bus, clock)
                 parts["agent"] = lambda s: run_agent(config, bus, clock, sampler=sampler, stop_event=s)
                 await run_parts(parts, stop)
