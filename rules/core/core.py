@@ -197,8 +197,8 @@ class Core:
             for rule in self.plan.event_rules["job"]:
                 self.evaluator.evaluate(rule, [ended], now, out, item.time)
             self.evaluator.close_all(ended, now, "gone", out)
-            live = self.state.by_kind["job"].get(ended.key)
-            if live is not None:  # a job its nodes still list (the ending raced a snapshot): evaluated anew
+            for live in self.state.entities_by_id("job", ended.id):
+                # a job its nodes still list (the ending raced a snapshot): evaluated anew
                 self.evaluator.evaluate_job(live, now, out, item.time)
         else:
             self.events.apply(item, now, out)
