@@ -284,6 +284,9 @@ class RetryConfig(_Section):
     max_attempts: int = Field(5, ge=1)
     backoff: Duration = 2
     backoff_max: Duration = 300
+    converge_for: Duration = Field(86400, description="a destructive remedy that fails for a transient reason (docs/"
+                                   "actions.md) is tried again past max_attempts while its incident stays open, "
+                                   "for at most this long after it was decided")
 
 
 class ActionsConfig(_Section):

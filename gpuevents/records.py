@@ -37,6 +37,8 @@ class ActionRequest(BaseModel):
     rule_labels: dict[str, str] = Field(default_factory=dict)
     entity_id: str
     entity_kind: EntityKind
+    entity_key: str | None = Field(None, description="the engine's key of the entity (a process's adds its start, "
+                                   "a Kubernetes job's its owner's uid): where its incident is kept")
     cluster: str = "default"
     node: str | None = None
     incident_id: str

@@ -264,6 +264,7 @@ class Sender:
         req = ActionRequest(
             key=f"{incident.id}:{phase}:{a.index}:{incident.repeat_count}", type=a.type, params=params,
             rule=rule.name, rule_labels=dict(rule.spec.labels), entity_id=ent.id, entity_kind=rule.kind,
+            entity_key=ent.key,
             cluster=ent.ctx["entity"].cluster, node=ent.ctx["entity"].node, incident_id=incident.id, phase=phase,
             index=a.index, repeat=incident.repeat_count, destructive=a.destructive, dry_run=dry,
             decision="refused" if reason else "run", reason=reason, facts=facts, created_at=now,

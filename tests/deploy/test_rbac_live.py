@@ -129,15 +129,16 @@ async def test_the_runners_actions_work_with_exactly_the_runners_rights(installe
     admin.create(Deployment(metadata=ObjectMeta(name="web", namespace=ns), spec=DeploymentSpec(
         replicas=2, selector=LabelSelector(matchLabels={"app": "web"}), template=template)))
     admin.create(Pod(metadata=ObjectMeta(name="lone", namespace=ns), spec=PodSpec(
-        nodeName=node, containers=[Container(name="c", image="c:1")])))
+        nodeName=node, containers=[Container(name="c", image="c:1", resources=ResourceRequirements(
+            limits={"nvidia.com/gpu": "1"}))])))
     runner = ActionRunner(None, make_config(actions={"kubernetes": {
         "kubeconfig": str(installed.kubeconfigs["gpuevents-runner"])}}))
     try:
         cordon = await runner.process(make_request("cordon", {}, entity_kind="node", entity_id=node, node=node))
         scale = await runner.process(make_request("scale", {"kind": "Deployment", "namespace": ns, "name": "web",
-                                                            "replicas": 0}))
+                                                            "replicas": 0}, node=None))  # a person's
         cancel = await runner.process(make_request("cancel", {"provider": "kubernetes", "job": f"{ns}/lone"},
-                                                   entity_kind="job", entity_id=f"{ns}/lone"))
+                                                   entity_kind="job", entity_id=f"{ns}/lone", node=node))
     finally:
         await runner.close()
     assert [r.outcome for r in (cordon, scale, cancel)] == ["ok", "ok", "ok"], (cordon, scale, cancel)
@@ -167,7 +168,7 @@ async def test_pause_resume_and_drain_work_with_exactly_the_runners_rights(insta
     try:
         drain = await runner.process(make_request("drain", {"timeout": "2s"}, entity_kind="node", entity_id=node,
                                                   node=node))
-        pause = await runner.process(make_request("pause", {}, entity_kind="job", facts=job))
+        pause = await runner.process(make_request("pause", {}, entity_kind="job", facts=job, node=None))
         paused = admin.get(Deployment, "train", namespace=ns).spec.replicas
         resume = await runner.process(make_request("resume", {}, entity_kind="job", facts=job))
     finally:
