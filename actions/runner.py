@@ -178,7 +178,8 @@ class ActionRunner:
                 return _Final(self._record(req, "refused", error=f"denied by {info} in {req.approve}"))
             if status == "expired":
                 return _Final(self._record(req, "expired", detail=info))
-            decided_at = datetime.fromisoformat(info)  # approved: the decision is as old as the approval
+            # approved: the decision is as old as the approval (or the request, made after a shared approval)
+            decided_at = max(datetime.fromisoformat(info), req.created_at)
         if destructive:
             age = (self.clock.now() - decided_at).total_seconds()
             if age > self.config.engine.request_ttl and not await _tried(ledger, req.key):

@@ -179,6 +179,17 @@ class AgentConfig(_Section):
 class LimitConfig(_Section):
     max_per_hour: int | None = Field(None, ge=0)
     max_fleet_pct: float | None = Field(None, ge=0, le=100)
+    fleet_floor: int = Field(0, ge=0, description="max_fleet_pct holds only when more than this many match (in "
+                             "the action's unit): a small fleet can reclaim its few")
+
+
+class HoldsConfig(_Section):
+    """What max_fleet_pct does with what it holds (DESIGN §3.4): tells `channel` once per outbreak, whose members
+    (or actions.slack.admins) may release the outbreak's held actions; unreleased after `approve_within` they end
+    `expired`. Without a channel, a held action is final (`held`)."""
+
+    channel: str | None = Field(None, description="the platform's Slack channel, `#gpu-platform`")
+    approve_within: Duration = Field(14400, description="how long a held action waits for a release")
 
 
 class EngineConfig(_Section):
@@ -191,6 +202,7 @@ class EngineConfig(_Section):
     max_clock_skew: Duration = 60
     max_clock_offset: Duration = 30  # an engine further than this from the NATS server's clock does not lead
     limits: dict[str, LimitConfig] = Field(default_factory=dict, description="per action type")
+    holds: HoldsConfig = HoldsConfig()
     lease_ttl: Duration = 10
     partitions: int = Field(1, ge=1, le=256, description="the fleet split by node among engine replicas")
     consumer: str = "gpuevents-engine"

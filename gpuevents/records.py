@@ -54,6 +54,8 @@ class ActionRequest(BaseModel):
     event_time: datetime | None = Field(None, description="when the triggering event was observed")
     approve: str | None = Field(None, description="the Slack channel that must approve it first (DESIGN §3.4)")
     approve_within: float = Field(3600.0, description="seconds to wait for the approval; then `expired`")
+    approval_key: str | None = Field(None, description="requests with the same key share one approval: those a "
+                                     "fleet-share limit holds in one outbreak (`hold:<rule>:<since>`)")
 
 
 class ActionMessage(NamedTuple):
