@@ -2,7 +2,8 @@
 than a process of the reporting node, the runner confirms the target at the source of truth and acts on what it
 found there, never on what a node said:
 
-- Kubernetes (`pause` of a job, `scale` of a Deployment or StatefulSet down, `cancel` of a pod): the API server
+- Kubernetes (`pause` of a job, `scale` down of a Deployment or StatefulSet that the facts name as the entity's
+  job, `cancel` of a pod): the API server
   shows, on every reporting node, pods bound there that hold GPUs (at least as many as the claim names on that
   node) and whose owner chain reaches the target with the uid decided on; a target decided on without a uid is
   resolved here (the uid and generation of what the pods' chain reaches), never acted on blind. The request goes on

@@ -119,6 +119,8 @@ async def confirm(ctx: ActionContext, how: str) -> ActionRequest:
         assert isinstance(p, ScaleParams) and p.name is not None and isinstance(p.replicas, int)
         namespace, kind, name = p.namespace, p.kind, p.name
         job_id = f"{namespace}/{kind}/{name}"
+        if job_id not in {job.get("id"), _part(req, "gpu").get("job"), _part(req, "process").get("job")}:
+            return req  # the rule names its target (a weekend scale-down): no node's claim to confirm
         want_uid = job.get("controller_uid") if job.get("id") == job_id else None
         obj = await read(client, KINDS[kind].api_version, kind, namespace, name)
         if obj is None or p.replicas >= int((obj.get("spec") or {}).get("replicas") or 0):

@@ -158,3 +158,28 @@ async def test_cancel_of_a_pod_on_another_node_is_refused(kube_cluster: KubeClus
     assert record.outcome == "refused" and f"bound to {home}, not {liar}" in (record.error or ""), record
     assert [name_of(p) for p in api.list(Pod, namespace=ns)] == ["p"]
     assert metric(liar) == 1
+
+
+async def test_scaling_down_the_job_a_liar_claims_is_refused_and_a_rule_named_target_is_not_asked(
+        kube_cluster: KubeCluster, api: Client) -> None:
+    home, liar = kube_cluster.unique("gpu"), kube_cluster.unique("liar")
+    kube_cluster.add_gpu_node(home)
+    kube_cluster.add_gpu_node(liar)
+    ns = kube_cluster.namespace("ml-dev")
+    api.create(codecs.from_dict(deployment(ns, "serve", 2, home)))
+    kube_cluster.wait(lambda: running_pods(api, ns, 2), 60, "two pods running")
+    target = {"kind": "Deployment", "namespace": ns, "name": "serve", "replicas": 0}
+    runner = ActionRunner(None, make_config(actions={"kubernetes": {"kubeconfig": str(kube_cluster.kubeconfig)}}),
+                          kv=MemoryKv())
+    try:
+        claimed = await runner.process(make_request("scale", target, entity_kind="gpu", entity_id=f"{liar}/gpu0",
+                                                    node=liar, facts={"node": {"name": liar}, "gpu": {
+                                                        "node": liar, "index": 0, "job": f"{ns}/Deployment/serve"}}))
+        replicas = api.get(Deployment, "serve", namespace=ns).spec.replicas
+        named = await runner.process(make_request("scale", target, entity_kind="node", entity_id=liar, node=liar,
+                                                  rule="weekend-down", facts={"node": {"name": liar}}))
+    finally:
+        await runner.close()
+    assert claimed.outcome == "refused" and f"no pod bound to {liar}" in (claimed.error or ""), claimed
+    assert replicas == 2 and metric(liar) == 1
+    assert named.outcome == "ok" and api.get(Deployment, "serve", namespace=ns).spec.replicas == 0

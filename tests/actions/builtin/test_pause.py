@@ -187,7 +187,7 @@ async def test_protected_namespaces_labels_bare_pods_and_dry_runs_change_nothing
     dep["metadata"]["labels"] = {"tier": "prod"}
     api.create(codecs.from_dict(dep))
     r = await run(kube_cluster, "pause", f"{ns}/Deployment/d", protect={"namespaces": [ns]})
-    assert r.outcome == "refused" and "protected" in (r.detail or "")
+    assert r.outcome == "refused" and f"protected: namespace {ns}" in (r.error or "")
     r = await run(kube_cluster, "pause", f"{ns}/Deployment/d", protect={"workload_labels": {"tier": "prod"}})
     assert r.outcome == "refused" and "tier=prod" in (r.detail or "")
     r = await run(kube_cluster, "pause", f"{ns}/Deployment/d", engine={"dry_run": True})
@@ -247,7 +247,7 @@ async def test_an_api_server_that_forbids_it_fails_the_pause_with_the_reason(kub
     kubeconfig = kube_cluster.service_account_kubeconfig(ns, "nobody")  # a ServiceAccount with no rights
     runner = ActionRunner(None, make_config(actions={"kubernetes": {"kubeconfig": str(kubeconfig)}}), kv=KV)
     try:
-        record = await runner.process(make_request("pause", {}, entity_kind="job",
+        record = await runner.process(make_request("pause", {}, entity_kind="job", node=None,
                                                    facts={"job": {"id": f"{ns}/Deployment/d"}}))
     finally:
         await runner.close()
