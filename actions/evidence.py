@@ -19,91 +19,18 @@ cannot be asked is a TransientError: the runner tries again (actions/convergence
 
 from __future__ import annotations
 
-import logging
 import re
-from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
 
-from prometheus_client.core import CounterMetricFamily
-from prometheus_client.registry import Collector
-
+from actions.claims import CONTRADICTED as CONTRADICTED
+from actions.claims import Contradicted, reporting_nodes, with_job
+from actions.claims import ContradictedClaims as ContradictedClaims
+from actions.claims import Refused as Refused
+from actions.claims import refusal as refusal
 from actions.errors import TransientError
 from actions.protocol import ActionContext, ActionParams
 from gpuevents.records import ActionRequest
 
-log = logging.getLogger(__name__)
-
-MAX_OWNER_DEPTH = 8
 _SLURM_JOB = re.compile(r"^\d+(_\d+)?$")
-
-
-class ClaimCounts:
-    """Claims contradicted at the source of truth, by node (module-wide: every runner of the process adds here)."""
-
-    def __init__(self) -> None:
-        self.by_node: Counter[str] = Counter()
-
-    def add(self, nodes: Sequence[str]) -> None:
-        for n in nodes:
-            self.by_node[n] += 1
-
-
-CONTRADICTED = ClaimCounts()
-
-
-class ContradictedClaims(Collector):
-    """gpuevents_claims_contradicted_total{node}: remedies refused because the API server or the scheduler
-    contradicted what that node reported."""
-
-    def collect(self) -> Iterator[CounterMetricFamily]:
-        family = CounterMetricFamily("gpuevents_claims_contradicted", "Remedies refused because the source of "
-                                     "truth contradicted what the node reported, by node", labels=["node"])
-        for node, n in sorted(CONTRADICTED.by_node.items()):
-            family.add_metric([node], n)
-        yield family
-
-
-@dataclass(frozen=True)
-class Contradicted(Exception):
-    """The source of truth says otherwise: `detail` for the audit, `nodes` whose claim it contradicts."""
-
-    detail: str
-    nodes: tuple[str, ...]
-
-    def __str__(self) -> str:
-        return self.detail
-
-
-def _job_facts(req: ActionRequest) -> dict[str, Any]:
-    job = req.facts.get("job")
-    return dict(job) if isinstance(job, dict) else {}
-
-
-def reporting_nodes(req: ActionRequest) -> list[str]:
-    """The nodes whose reports the decision rests on: the job's nodes, else the entity's node; none for a
-    person's request."""
-    nodes = _job_facts(req).get("nodes")
-    if isinstance(nodes, list) and nodes:
-        return sorted({str(n) for n in nodes})
-    return [req.node] if req.node else []
-
-
-def claimed_gpus(req: ActionRequest, node: str) -> int:
-    """How many GPUs the request's facts say the target holds on `node` (at least one)."""
-    gpus = req.facts.get("gpus")
-    if not isinstance(gpus, list):
-        gpu = req.facts.get("gpu")
-        gpus = [gpu] if isinstance(gpu, dict) else []
-    n = sum(1 for g in gpus if isinstance(g, dict) and g.get("node") in (node, None))
-    return max(n, 1)
-
-
-def with_job(req: ActionRequest, **fields: Any) -> ActionRequest:
-    facts = dict(req.facts)
-    facts["job"] = {**_job_facts(req), **fields}
-    return req.model_copy(update={"facts": facts})
 
 
 async def confirm(ctx: ActionContext) -> ActionRequest:
@@ -130,14 +57,6 @@ def _confirmation(req: ActionRequest, p: ActionParams) -> str | None:
     if req.type == "cancel":
         return "pod" if provider == "kubernetes" else "slurm"
     return None
-
-
-def refusal(e: Contradicted, req: ActionRequest) -> str:
-    """Count the contradiction against its nodes and say it for the audit."""
-    CONTRADICTED.add(e.nodes)
-    log.warning("%s on %s refused: the source of truth contradicts node %s: %s", req.type, req.entity_id,
-                ", ".join(e.nodes) or "?", e.detail)
-    return f"contradicted at the source of truth ({', '.join(e.nodes) or 'no node'}): {e.detail}"
 
 
 # ---------------------------------------------------------------- Slurm
@@ -182,10 +101,3 @@ async def _confirm_slurm(ctx: ActionContext) -> ActionRequest:
         raise Contradicted(f"slurmctld shows job {job_id} running on {nodelist}, not on {', '.join(lying)}",
                            tuple(lying))
     return with_job(req, nodes=sorted(held))
-
-
-def gpu_count(pod: Mapping[str, Any]) -> int:
-    """GPUs a pod holds by its spec (nvidia.com/gpu or a MIG slice)."""
-    from gpuevents.demand import pod_gpus
-
-    return pod_gpus(pod.get("spec") or {})[0]

@@ -6,23 +6,26 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from lightkube import ApiError, AsyncClient
 from lightkube.resources.core_v1 import Pod
 
-from actions.errors import TransientError
-from actions.evidence import (
+from actions.claims import (
     MAX_OWNER_DEPTH,
     Contradicted,
+    Refused,
     claimed_gpus,
     gpu_count,
     reporting_nodes,
     with_job,
 )
+from actions.errors import TransientError
 from actions.kube import kube_errors
 from actions.protocol import ActionContext
 from actions.specs.scale import ScaleParams
+from gpuevents.exemptions import parse
 from gpuevents.kube import resource_for
 from gpuevents.kubekinds import KINDS, kind_of, split_job_id
 from gpuevents.records import ActionRequest
@@ -94,6 +97,14 @@ async def _find(client: AsyncClient, namespace: str, kind: str, name: str, nodes
     return found
 
 
+def _exempt(annotations: Mapping[str, str], rule: str, what: str, now: datetime) -> None:
+    """Refuse when the object's own exemption annotations cover the rule now (whatever a node said of them)."""
+    found, _ = parse(annotations, now)
+    for ex in found:
+        if ex.covers(rule, now):
+            raise Refused(f"{what} is exempt by its annotation ({ex.source})")
+
+
 def _part(req: ActionRequest, name: str) -> dict[str, Any]:
     got = req.facts.get(name)
     return got if isinstance(got, dict) else {}
@@ -153,6 +164,7 @@ async def confirm(ctx: ActionContext, how: str) -> ActionRequest:
     if target is None:
         return req  # deleted since: the action finds it gone and says so
     md = target.get("metadata") or {}
+    _exempt(md.get("annotations") or {}, req.rule, what, ctx.services.clock.now())
     gen, seen = md.get("generation"), (target.get("status") or {}).get("observedGeneration")
     if isinstance(gen, int) and isinstance(seen, int) and seen < gen:
         raise TransientError(f"{what}: generation {gen} still rolling out (observed {seen})")

@@ -388,7 +388,7 @@ async def _confirmed_run(instance: Action[Any], ctx: ActionContext) -> ActionRes
     """Run the action on what the source of truth confirms (actions/evidence.py), never on a node's claim alone."""
     try:
         confirmed = await evidence.confirm(ctx)
-    except evidence.Contradicted as e:
+    except evidence.Refused as e:
         return ActionResult(status="refused", detail=evidence.refusal(e, ctx.request))
     if confirmed is not ctx.request:
         ctx = ActionContext(request=confirmed, params=ctx.params, config=ctx.config, services=ctx.services,

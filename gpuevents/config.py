@@ -179,15 +179,11 @@ class AgentConfig(_Section):
 class LimitConfig(_Section):
     max_per_hour: int | None = Field(None, ge=0)
     max_fleet_pct: float | None = Field(None, ge=0, le=100)
-    fleet_floor: int = Field(0, ge=0, description="max_fleet_pct holds only when more than this many match (in "
-                             "the action's unit): a small fleet can reclaim its few")
+    fleet_floor: int = Field(0, ge=0, description="max_fleet_pct holds only when more than this many match")
 
 
 class HoldsConfig(_Section):
-    """What max_fleet_pct does with what it holds (DESIGN §3.4): tells `channel` once per outbreak, whose members
-    (or actions.slack.admins) may release the outbreak's held actions; unreleased after `approve_within` they end
-    `expired`. Without a channel, a held action is final (`held`)."""
-
+    """max_fleet_pct's holds asked once per outbreak in `channel`, released there (docs/rules.md); else final."""
     channel: str | None = Field(None, description="the platform's Slack channel, `#gpu-platform`")
     approve_within: Duration = Field(14400, description="how long a held action waits for a release")
 
@@ -296,9 +292,7 @@ class RetryConfig(_Section):
     max_attempts: int = Field(5, ge=1)
     backoff: Duration = 2
     backoff_max: Duration = 300
-    converge_for: Duration = Field(86400, description="a destructive remedy that fails for a transient reason (docs/"
-                                   "actions.md) is tried again past max_attempts while its incident stays open, "
-                                   "for at most this long after it was decided")
+    converge_for: Duration = 86400  # a remedy is retried while its incident is open, this long at most
 
 
 class ActionsConfig(_Section):

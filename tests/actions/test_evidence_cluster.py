@@ -183,3 +183,25 @@ async def test_scaling_down_the_job_a_liar_claims_is_refused_and_a_rule_named_ta
     assert claimed.outcome == "refused" and f"no pod bound to {liar}" in (claimed.error or ""), claimed
     assert replicas == 2 and metric(liar) == 1
     assert named.outcome == "ok" and api.get(Deployment, "serve", namespace=ns).spec.replicas == 0
+
+
+async def test_an_exemption_on_the_object_holds_whatever_the_node_said(
+        kube_cluster: KubeCluster, api: Client) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    home = kube_cluster.unique("gpu")
+    kube_cluster.add_gpu_node(home)
+    ns = kube_cluster.namespace("ml-dev")
+    until = (datetime.now(UTC) + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    kept = deployment(ns, "kept", 1, home)
+    kept["metadata"]["annotations"] = {"gpuevents.io/keep-until": until}
+    api.create(codecs.from_dict(kept))
+    kube_cluster.wait(lambda: running_pods(api, ns, 1), 60, "one pod running")
+    job = f"{ns}/Deployment/kept"
+
+    record = await pause(kube_cluster, job, home, claim(job, home, annotations={}))  # the node left it out
+
+    assert record.outcome == "refused", record
+    assert f"Deployment {ns}/kept is exempt by its annotation (gpuevents.io/keep-until: {until})" == record.error
+    assert api.get(Deployment, "kept", namespace=ns).spec.replicas == 1
+    assert metric(home) == 0  # not a lie: the annotation may be newer than the node's report
