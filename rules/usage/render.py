@@ -91,6 +91,8 @@ def render_html(report: WeeklyReport, costs: CostModel) -> str:
         f"{e(f'{report.generated_at:%Y-%m-%d %H:%M %Z}')}</div>",
         *(['<p class="waste" id="simulated"><b>Includes simulated usage (gpuevents simulate --history): not a real '
             "fleet's figures.</b></p>"] if report.simulated else []),
+        *(['<p class="sub" id="imported">Includes hours imported from the site\'s history (gpuevents import), not '
+           "recorded live.</p>"] if report.imported else []),
         '<div class="cards">',
         f'<div class="card"><b id="fleet-gpus">{fl.gpus}</b>GPUs</div>',
         f'<div class="card"><b id="fleet-busy-h">{_h(fl.busy_h)}</b>GPU-hours busy</div>',
@@ -241,6 +243,8 @@ def render_markdown(report: WeeklyReport, costs: CostModel) -> str:
         "",
         *(["**Includes simulated usage (gpuevents simulate --history): not a real fleet's figures.**", ""]
           if report.simulated else []),
+        *(["Includes hours imported from the site's history (gpuevents import), not recorded live.", ""]
+          if report.imported else []),
         f"- GPUs: {fl.gpus}; GPU-hours busy {_h(fl.busy_h)}, held idle {_h(fl.held_idle_h)}, "
         f"unallocated {_h(fl.unallocated_h)}; utilization {_pct(fl.util_pct)}",
         f"- Waste: held idle {f(fl.held_idle_cost)}, unallocated {f(fl.unallocated_cost)}; "

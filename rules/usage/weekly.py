@@ -127,7 +127,8 @@ class WeeklyReport(BaseModel):
     heatmap: Heatmap
     leaderboard: list[LeaderLine] = []
     week_over_week: WeekOverWeek | None = None  # None: the week before was not asked for
-    simulated: bool = False  # the store holds simulated usage (gpuevents simulate --history)
+    simulated: bool = False  # some of the week's hours were simulated (gpuevents simulate --history)
+    imported: bool = False  # some of the week's hours were imported (gpuevents import), not recorded live
     kpi: list[KpiLine] = []  # each team's utilization over the last 13 weeks against its target
     rightsize: list[RightsizeLine] = []  # workloads that would fit smaller, biggest saving first
     exemptions: list[ExemptionLine] = []  # jobs exempt by annotation this week, most idle GPU-hours first
