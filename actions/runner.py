@@ -137,13 +137,14 @@ class ActionRunner:
 
     # ------------------------------------------------------------ one attempt
     def _record(self, req: ActionRequest, outcome: Outcome, *, attempt: int = 0, error: str | None = None,
-                detail: str | None = None, params: dict[str, Any] | None = None) -> AuditRecord:
+                detail: str | None = None, params: dict[str, Any] | None = None,
+                slot_freed: bool = False) -> AuditRecord:
         return AuditRecord(
             time=self.clock.now(), kind="action", rule=req.rule, entity_id=req.entity_id,
             cluster=req.cluster, incident_id=req.incident_id, action_type=req.type, action_key=req.key,
             outcome=outcome, attempt=attempt, error=error, detail=detail,
             params=redact(registry.readable(req.type, params if params is not None else req.params)),
-            dry_run=req.dry_run or self.config.engine.dry_run, facts=req.facts,
+            dry_run=req.dry_run or self.config.engine.dry_run, facts=req.facts, slot_freed=slot_freed,
         )
 
     async def _attempt(self, req: ActionRequest) -> _Step:
@@ -167,7 +168,8 @@ class ActionRunner:
         if destructive:
             why = protection_reason(req, self.config.protect)
             if why is not None:
-                return _Final(self._record(req, "refused", error=f"protected: {why}"))
+                return _Final(self._record(req, "refused", error=f"protected: {why}",
+                                           slot_freed=req.phase != "resolve"))
         decided_at = req.created_at
         if req.approve and not (req.dry_run or self.config.engine.dry_run):
             # a destructive action with `approve:`, or an owner's keep longer than the rule's snooze_max
@@ -245,7 +247,9 @@ class ActionRunner:
                 permanent=True)
         failed = result.status != "ok"
         record = self._record(req, result.status, attempt=attempt, params=dump,
-                              detail=result.detail or None, error=result.detail if failed else None)
+                              detail=result.detail or None, error=result.detail if failed else None,
+                              slot_freed=result.status == "refused" and req.phase != "resolve"
+                              and bool(result.data.get("slot_freed")))
         return await self._finish(ledger, claim, record)
 
     async def _finish(self, ledger: Ledger, claim: Claim, record: AuditRecord,
@@ -388,8 +392,8 @@ async def _confirmed_run(instance: Action[Any], ctx: ActionContext) -> ActionRes
     """Run the action on what the source of truth confirms (actions/evidence.py), never on a node's claim alone."""
     try:
         confirmed = await evidence.confirm(ctx)
-    except evidence.Refused as e:
-        return ActionResult(status="refused", detail=evidence.refusal(e, ctx.request))
+    except evidence.Refused as e:  # for an exemption or a contradicted claim: no max_per_hour slot taken
+        return ActionResult(status="refused", detail=evidence.refusal(e, ctx.request), data={"slot_freed": True})
     if confirmed is not ctx.request:
         ctx = ActionContext(request=confirmed, params=ctx.params, config=ctx.config, services=ctx.services,
                             attempt=ctx.attempt)

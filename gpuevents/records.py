@@ -97,6 +97,8 @@ class AuditRecord(BaseModel):
     detail: str | None = None
     params: dict[str, Any] = Field(default_factory=dict)
     dry_run: bool = False
+    slot_freed: bool = Field(False, description="a runner's refusal for protection, an exemption or a contradicted "
+                             "claim of a request the engine had counted: the engine gives its max_per_hour slot back")
     facts: dict[str, Any] = Field(default_factory=dict, description="an action's: the facts its decision used "
                                   "(the entity as the engine saw it: `gpuevents audit --facts`, `--json`)")
 

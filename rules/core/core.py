@@ -190,6 +190,8 @@ class Core:
         elif isinstance(item, ForgetNode):
             self.liveness.forget(self.state.node_key(item.cluster, item.node), now, out)
         elif isinstance(item, ActionOutcome):
+            if item.slot_freed:
+                self.limiter.give_back(item.rule, item.action_type, now.timestamp())
             warnings.apply_outcome(self, item, out)
         elif isinstance(item, JobEndedEvent):
             # the job's one occasion: its rules see `ended_at` and `summary` once, then it is gone

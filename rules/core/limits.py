@@ -109,6 +109,16 @@ class Limiter:
         self._type_runs.setdefault(action.type, deque()).append(now_ts)
         self.dirty = True
 
+    def give_back(self, rule: str, type_: str, now_ts: float) -> None:
+        """Uncount the latest run of the rule and of the action type (up to `now_ts`): a runner refused it for
+        protection, an exemption or a contradicted claim, so it takes no max_per_hour slot (DESIGN §3.4)."""
+        for runs in (self._rule_runs.get(rule), self._type_runs.get(type_)):
+            if runs:
+                latest = max((t for t in runs if t <= now_ts), default=None)
+                if latest is not None:
+                    runs.remove(latest)
+                    self.dirty = True
+
     def decide_type(self, type_: str, now_ts: float) -> tuple[Decision, str | None]:
         """A request no rule made (a person's kill): `suppressed` past engine.limits.<type>.max_per_hour."""
         fleet = self.engine_limits.get(type_)

@@ -79,6 +79,7 @@ async def test_a_node_claiming_a_workload_it_does_not_run_gets_it_refused_and_co
     assert record.outcome == "refused", record
     assert record.error is not None and "contradicted at the source of truth" in record.error
     assert f"no pod bound to {liar} belongs to Deployment {ns}/victim" in record.error
+    assert record.slot_freed  # the engine gives its max_per_hour slot back
     assert api.get(Deployment, "victim", namespace=ns).spec.replicas == 3
     assert metric(liar) == before + 1 and CONTRADICTED.by_node[home] == 0
 
@@ -204,4 +205,4 @@ async def test_an_exemption_on_the_object_holds_whatever_the_node_said(
     assert record.outcome == "refused", record
     assert f"Deployment {ns}/kept is exempt by its annotation (gpuevents.io/keep-until: {until})" == record.error
     assert api.get(Deployment, "kept", namespace=ns).spec.replicas == 1
-    assert metric(home) == 0  # not a lie: the annotation may be newer than the node's report
+    assert metric(home) == 0 and record.slot_freed  # not a lie: the annotation may be newer than the report

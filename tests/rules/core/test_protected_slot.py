@@ -33,3 +33,27 @@ def test_a_protected_job_refused_leaves_the_slot_to_the_next_one(tmp_path: Path)
         ("job/kubernetes/kube-system/Deployment/dns", "refused",
          "protected: namespace kube-system (job kube-system/Deployment/dns)"),
         ("job/kubernetes/ml-dev/Deployment/web", "run", "")]
+
+
+def test_a_runners_refusal_that_frees_its_slot_lets_the_next_target_run(tmp_path: Path) -> None:
+    from gpuevents.records import AuditRecord
+    from rules.core.core import ActionOutcome
+
+    core = Core(rules_from(tmp_path, RULE))
+
+    def snap(t: float, ns: str) -> SnapshotEvent:
+        return SnapshotEvent(source="node/n1", time=at(t), data=NodeSnapshot(
+            node=NodeInfo(name="n1"), gpus=[GpuInfo(node="n1", index=0, util_pct=0, idle=True, idle_since=at(0))],
+            jobs=[JobInfo(id=f"{ns}/Deployment/web", scheduler="kubernetes", namespace=ns, gpus=[0])]))
+
+    [first] = core.step(snap(0, "a"), at(0)).actions
+    assert first.decision == "run"
+    # the runner found no pod of it on n1: refused, audited with slot_freed, fed back as the engine reads it
+    record = AuditRecord(time=at(5), kind="action", rule="pruner", entity_id=first.entity_id,
+                         incident_id=first.incident_id, action_type="pause", action_key=first.key,
+                         outcome="refused", error="contradicted at the source of truth (n1): …", slot_freed=True)
+    outcome = ActionOutcome.of(record)
+    assert outcome is not None and outcome.slot_freed
+    core.step(outcome, at(5))
+    second = [r for r in core.step(snap(10, "b"), at(10)).actions if r.entity_id.endswith("b/Deployment/web")]
+    assert [r.decision for r in second] == ["run"]  # without the slot back: suppressed (max_per_hour 1)
