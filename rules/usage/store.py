@@ -16,87 +16,18 @@ from typing import Any
 
 from rules.usage.fits import BINS, FitAmounts, FitKey
 from rules.usage.rollup import UsageBatch
+from rules.usage.store_sql import ADD_FIT as _ADD_FIT
+from rules.usage.store_sql import ADD_JOB as _ADD_JOB
+from rules.usage.store_sql import ADD_USAGE as _ADD_USAGE
+from rules.usage.store_sql import ADDED_USAGE_COLUMNS as _ADDED_USAGE_COLUMNS
+from rules.usage.store_sql import FIT_COLUMNS as _FIT_COLUMNS
+from rules.usage.store_sql import FITS_SCHEMA as _FITS_SCHEMA
+from rules.usage.store_sql import HIST_COLUMNS as _HIST_COLUMNS
+from rules.usage.store_sql import IMPORTED as IMPORTED
+from rules.usage.store_sql import SCHEMA as _SCHEMA
+from rules.usage.store_sql import SIMULATED as SIMULATED
 
 log = logging.getLogger(__name__)
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS usage (
-    hour INTEGER NOT NULL, cluster TEXT NOT NULL, node TEXT NOT NULL, gpu INTEGER NOT NULL,
-    owner TEXT NOT NULL, team TEXT NOT NULL, model TEXT NOT NULL DEFAULT '',
-    busy_s REAL NOT NULL DEFAULT 0, held_s REAL NOT NULL DEFAULT 0, free_s REAL NOT NULL DEFAULT 0,
-    util_s REAL NOT NULL DEFAULT 0, util_known_s REAL NOT NULL DEFAULT 0,
-    busy_kwh REAL NOT NULL DEFAULT 0, held_kwh REAL NOT NULL DEFAULT 0, free_kwh REAL NOT NULL DEFAULT 0,
-    PRIMARY KEY (hour, cluster, node, gpu, owner, team)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS usage_team_hour ON usage (team, hour);
-CREATE TABLE IF NOT EXISTS idle_jobs (
-    hour INTEGER NOT NULL, cluster TEXT NOT NULL, node TEXT NOT NULL, gpu INTEGER NOT NULL,
-    job TEXT NOT NULL, name TEXT NOT NULL, owner TEXT NOT NULL, team TEXT NOT NULL,
-    model TEXT NOT NULL DEFAULT '', held_s REAL NOT NULL DEFAULT 0, held_kwh REAL NOT NULL DEFAULT 0,
-    PRIMARY KEY (hour, cluster, node, gpu, job)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS idle_jobs_hour ON idle_jobs (hour);
-"""
-
-_HIST_COLUMNS = tuple(f"u{i}" for i in range(BINS)) + tuple(f"s{i}" for i in range(BINS))
-_FITS_SCHEMA = f"""
-CREATE TABLE IF NOT EXISTS fits (
-    hour INTEGER NOT NULL, cluster TEXT NOT NULL, workload TEXT NOT NULL,
-    owner TEXT NOT NULL DEFAULT '', team TEXT NOT NULL DEFAULT '', model TEXT NOT NULL DEFAULT '',
-    node TEXT NOT NULL DEFAULT '', gpus INTEGER NOT NULL DEFAULT 0, held_s REAL NOT NULL DEFAULT 0,
-    peak_mem_mib REAL NOT NULL DEFAULT 0, mem_total_mib REAL NOT NULL DEFAULT 0,
-    {", ".join(f"{c} REAL NOT NULL DEFAULT 0" for c in _HIST_COLUMNS)},
-    PRIMARY KEY (hour, cluster, workload)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS fits_hour ON fits (hour);
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS origins (
-    hour INTEGER NOT NULL, cluster TEXT NOT NULL, node TEXT NOT NULL, origin TEXT NOT NULL,
-    PRIMARY KEY (hour, cluster, node)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS origins_origin ON origins (origin, hour);
-CREATE TABLE IF NOT EXISTS fit_origins (
-    hour INTEGER NOT NULL, cluster TEXT NOT NULL, workload TEXT NOT NULL, PRIMARY KEY (hour, cluster, workload)
-) WITHOUT ROWID;
-"""
-"""`origins` says which node-hours were not recorded live: `simulated` (gpuevents simulate --history) or `imported`
-(gpuevents import); a node-hour without a row was recorded by the engine. `fit_origins`: the imported fit rows."""
-SIMULATED = "simulated"
-IMPORTED = "imported"
-_FIT_COLUMNS = ("hour", "cluster", "workload", "owner", "team", "model", "node", "gpus", "held_s",
-                "peak_mem_mib", "mem_total_mib", *_HIST_COLUMNS)
-_ADD_FIT = f"""
-INSERT INTO fits ({", ".join(_FIT_COLUMNS)}) VALUES ({", ".join("?" for _ in _FIT_COLUMNS)})
-ON CONFLICT (hour, cluster, workload) DO UPDATE SET
-    owner = CASE WHEN fits.owner != '' THEN fits.owner ELSE excluded.owner END,
-    team = CASE WHEN fits.team != '' THEN fits.team ELSE excluded.team END,
-    model = CASE WHEN fits.model != '' THEN fits.model ELSE excluded.model END,
-    node = CASE WHEN fits.node != '' THEN fits.node ELSE excluded.node END,
-    gpus = MAX(fits.gpus, excluded.gpus), held_s = fits.held_s + excluded.held_s,
-    peak_mem_mib = MAX(fits.peak_mem_mib, excluded.peak_mem_mib),
-    mem_total_mib = MAX(fits.mem_total_mib, excluded.mem_total_mib),
-    {", ".join(f"{c} = fits.{c} + excluded.{c}" for c in _HIST_COLUMNS)}
-"""
-
-_ADD_USAGE = """
-INSERT INTO usage (hour, cluster, node, gpu, owner, team, model, busy_s, held_s, free_s,
-                   util_s, util_known_s, busy_kwh, held_kwh, free_kwh)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (hour, cluster, node, gpu, owner, team) DO UPDATE SET
-    model = CASE WHEN excluded.model != '' THEN excluded.model ELSE usage.model END,
-    busy_s = usage.busy_s + excluded.busy_s, held_s = usage.held_s + excluded.held_s,
-    free_s = usage.free_s + excluded.free_s, util_s = usage.util_s + excluded.util_s,
-    util_known_s = usage.util_known_s + excluded.util_known_s,
-    busy_kwh = usage.busy_kwh + excluded.busy_kwh, held_kwh = usage.held_kwh + excluded.held_kwh,
-    free_kwh = usage.free_kwh + excluded.free_kwh
-"""
-
-_ADD_JOB = """
-INSERT INTO idle_jobs (hour, cluster, node, gpu, job, name, owner, team, model, held_s, held_kwh)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (hour, cluster, node, gpu, job) DO UPDATE SET
-    held_s = idle_jobs.held_s + excluded.held_s, held_kwh = idle_jobs.held_kwh + excluded.held_kwh
-"""
 
 
 @dataclass(slots=True, frozen=True)
@@ -118,9 +49,14 @@ class UsageRow:
     busy_kwh: float
     held_kwh: float
     free_kwh: float
+    #: held with no activity signal (a MIG instance without GPM or dcgm-exporter): neither busy nor idle
+    unknown_s: float = 0.0
+    unknown_kwh: float = 0.0
+    cap_saved_kwh: float = 0.0  # energy power caps saved
 
 
-_SUMMED = ("busy_s", "held_s", "free_s", "util_s", "util_known_s", "busy_kwh", "held_kwh", "free_kwh")
+_SUMMED = ("busy_s", "held_s", "free_s", "util_s", "util_known_s", "busy_kwh", "held_kwh", "free_kwh",
+           "unknown_s", "unknown_kwh", "cap_saved_kwh")
 
 
 @dataclass(slots=True, frozen=True)
@@ -192,6 +128,10 @@ class UsageStore:
         db.execute("PRAGMA synchronous=NORMAL")
         db.executescript(_SCHEMA)
         db.executescript(_FITS_SCHEMA)
+        have = {str(r[1]) for r in db.execute("PRAGMA table_info(usage)")}
+        for column, kind in _ADDED_USAGE_COLUMNS.items():
+            if column not in have:
+                db.execute(f"ALTER TABLE usage ADD COLUMN {column} {kind}")
         _migrate_simulated_flag(db)
         return db
 
@@ -259,7 +199,8 @@ class UsageStore:
     def _write(self, batch: UsageBatch) -> None:
         self._db.executemany(_ADD_USAGE, [
             (k.hour, k.cluster, k.node, k.gpu, k.owner, k.team, a.model, a.busy_s, a.held_s, a.free_s, a.util_s,
-             a.util_known_s, a.busy_kwh, a.held_kwh, a.free_kwh) for k, a in batch.usage])
+             a.util_known_s, a.busy_kwh, a.held_kwh, a.free_kwh, a.unknown_s, a.unknown_kwh, a.cap_saved_kwh)
+            for k, a in batch.usage])
         self._db.executemany(_ADD_JOB, [
             (k.hour, k.cluster, k.node, k.gpu, k.job, a.name, a.owner, a.team, a.model, a.held_s, a.held_kwh)
             for k, a in batch.idle_jobs])
@@ -366,12 +307,10 @@ class UsageStore:
         fits_before = before if fits_before is None else fits_before
         self._ensure_file()
         day = "(hour - hour % 86400)"
-        sums = ", ".join(f"SUM({c})" for c in ("busy_s", "held_s", "free_s", "util_s", "util_known_s",
-                                                  "busy_kwh", "held_kwh", "free_kwh"))
+        sums = ", ".join(f"SUM({c})" for c in _SUMMED)
         with self._db:
             self._db.execute(
-                f"""INSERT INTO usage (hour, cluster, node, gpu, owner, team, model, busy_s, held_s, free_s,
-                                      util_s, util_known_s, busy_kwh, held_kwh, free_kwh)
+                f"""INSERT INTO usage (hour, cluster, node, gpu, owner, team, model, {", ".join(_SUMMED)})
                     SELECT {day}, cluster, '', -1, owner, team, MAX(model), {sums}
                     FROM usage WHERE hour < ? AND gpu >= 0 GROUP BY {day}, cluster, owner, team
                     ON CONFLICT (hour, cluster, node, gpu, owner, team) DO UPDATE SET
@@ -379,7 +318,9 @@ class UsageStore:
                     free_s = usage.free_s + excluded.free_s, util_s = usage.util_s + excluded.util_s,
                     util_known_s = usage.util_known_s + excluded.util_known_s,
                     busy_kwh = usage.busy_kwh + excluded.busy_kwh, held_kwh = usage.held_kwh + excluded.held_kwh,
-                    free_kwh = usage.free_kwh + excluded.free_kwh""", (before,))
+                    free_kwh = usage.free_kwh + excluded.free_kwh, unknown_s = usage.unknown_s + excluded.unknown_s,
+                    unknown_kwh = usage.unknown_kwh + excluded.unknown_kwh,
+                    cap_saved_kwh = usage.cap_saved_kwh + excluded.cap_saved_kwh""", (before,))
             n = self._db.execute("DELETE FROM usage WHERE hour < ? AND gpu >= 0", (before,)).rowcount
             self._db.execute(
                 f"""INSERT INTO idle_jobs (hour, cluster, node, gpu, job, name, owner, team, model, held_s, held_kwh)
