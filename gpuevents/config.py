@@ -16,6 +16,8 @@ from gpuevents.gpuconfig import AgentDcgmConfig, AgentPowerCapConfig
 from gpuevents.idleness import IdleRule, IdleSignal, model_matches
 from gpuevents.keepconfig import KeepBudgetConfig
 from gpuevents.kubeconfig import KubeletConfig, KubernetesJobsConfig, PodResourcesConfig
+from gpuevents.limits_config import HoldsConfig as HoldsConfig
+from gpuevents.limits_config import LimitConfig as LimitConfig
 from gpuevents.notify_config import NotifyConfig
 from gpuevents.protect_config import ProtectConfig as ProtectConfig
 from gpuevents.protect_config import ProtectedProgram as ProtectedProgram
@@ -180,18 +182,6 @@ class AgentConfig(_Section):
 
 
 # ---------------------------------------------------------------- engine
-class LimitConfig(_Section):
-    max_per_hour: int | None = Field(None, ge=0)
-    max_fleet_pct: float | None = Field(None, ge=0, le=100)
-    fleet_floor: int = Field(0, ge=0, description="max_fleet_pct holds only when more than this many match")
-
-
-class HoldsConfig(_Section):
-    """max_fleet_pct's holds asked once per outbreak in `channel`, released there (docs/rules.md); else final."""
-    channel: str | None = Field(None, description="the platform's Slack channel, `#gpu-platform`")
-    approve_within: Duration = Field(14400, description="how long a held action waits for a release")
-
-
 class EngineConfig(_Section):
     rules: list[Path] = Field(default_factory=list, description="rule files or directories")
     tick: Duration = 30
