@@ -117,6 +117,18 @@ def engine_parts(config: Config, bus: Bus, clock: Clock) -> dict[str, Part]:
     return parts
 
 
+def runner_metrics() -> Any:
+    """The registry a process of runners alone serves on /metrics: the claims its runners found contradicted
+    (gpuevents_claims_contradicted_total, by node; in the engine's process the engine's registry has them)."""
+    from prometheus_client import CollectorRegistry
+
+    from actions.claims import ContradictedClaims
+
+    registry = CollectorRegistry()
+    registry.register(ContradictedClaims())
+    return registry
+
+
 def runner_parts(config: Config, bus: Bus, clock: Clock, count: int) -> dict[str, Part]:
     """`count` action runners, each handed the visibility code its actions may need (the weekly summary)."""
     from actions.runner import ActionRunner
