@@ -158,6 +158,8 @@ async def test_nothing_from_the_command_reaches_the_argv(script: Path, tmp_path:
 def test_the_config_wants_a_list_argv_and_a_positive_timeout() -> None:
     c = Config.model_validate({"agent": {"diagnostics": {"argv": ["dcgmi", "diag", "-r", "2"], "timeout": "20m"}}})
     assert c.agent.diagnostics.argv == ["dcgmi", "diag", "-r", "2"] and c.agent.diagnostics.timeout == 1200
-    for bad in ({"argv": "dcgmi diag -r 2"}, {"argv": []}, {"argv": ["dcgmi"], "timeout": 0}, {"shell": True}):
+    bads: list[dict[str, object]] = [{"argv": "dcgmi diag -r 2"}, {"argv": []}, {"argv": ["dcgmi"], "timeout": 0},
+                                     {"shell": True}]
+    for bad in bads:
         with pytest.raises(ValueError):
             Config.model_validate({"agent": {"diagnostics": bad}})
