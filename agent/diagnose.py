@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from gpuevents.aio import guarded_task
 from gpuevents.diagnose import AgentDiagnosticsConfig, DiagnoseCommand, DiagnoseReply, DiagResult
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ class Diagnostics:
             started = self.clock()
             self.result = DiagResult(status="running", started_at=started, passed_at=self._last("passed_at"),
                                      failed_at=self._last("failed_at"))
-            self._task = asyncio.get_running_loop().create_task(self._run(list(argv), started), name="diagnose")
+            self._task = guarded_task(self._run(list(argv), started), "diagnose")
             reply = DiagnoseReply(outcome="started", started_at=started)
         log.warning("diagnose (rule %s, key %s): %s%s", cmd.rule or "-", cmd.key or "-", reply.outcome,
                     f" ({reply.reason})" if reply.reason else "")
