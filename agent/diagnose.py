@@ -3,7 +3,8 @@
 the node's snapshots (`diag_status`, `diag_passed_at`, `diag_failed_at`, `diag_exit_code`, `diag_output`).
 
 One run at a time: a command while one runs is answered `running`. A run past `timeout` is killed and counts as
-failed, as does a program that cannot be started.
+failed, as does a program that cannot be started. With `agent.state_dir` the latest result is kept there, so a
+restarted agent reports it still (a run the stop interrupted counts as failed).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 import signal
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -37,11 +39,46 @@ def _now() -> datetime:
 class Diagnostics:
     """Runs one node's diagnostic on command and keeps the latest result."""
 
-    def __init__(self, config: AgentDiagnosticsConfig, clock: Callable[[], datetime] = _now) -> None:
+    def __init__(self, config: AgentDiagnosticsConfig, clock: Callable[[], datetime] = _now,
+                 state: Path | None = None) -> None:
         self.config = config
         self.clock = clock
-        self.result: DiagResult | None = None
+        self.state = state
         self._task: asyncio.Task[None] | None = None
+        self.result: DiagResult | None = self._load()
+
+    @classmethod
+    def state_file(cls, directory: Path, node: str) -> Path:
+        """`diagnostic-<node>.json` in `agent.state_dir`: the latest result, kept across restarts."""
+        return directory / f"diagnostic-{''.join(c if c.isalnum() or c in '-_.' else '_' for c in node)}.json"
+
+    def _load(self) -> DiagResult | None:
+        if self.state is None:
+            return None
+        try:
+            r = DiagResult.model_validate_json(self.state.read_bytes())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as e:
+            log.error("cannot read the last diagnostic in %s (%s): none is reported until the next run",
+                      self.state, e)
+            return None
+        if r.status == "running":  # the agent stopped during it, and the run with it
+            end = self.clock()
+            r = r.model_copy(update={"status": "failed", "finished_at": end, "failed_at": end,
+                                     "output": "[gpuevents: the agent stopped during the run]"})
+        return r
+
+    def _save(self) -> None:
+        if self.state is None or self.result is None:
+            return
+        try:
+            self.state.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.state.with_suffix(".tmp")
+            tmp.write_text(self.result.model_dump_json())
+            os.replace(tmp, self.state)
+        except OSError as e:
+            log.error("cannot keep the diagnostic's result in %s: %s", self.state, e)
 
     async def answer(self, msg: Message) -> bytes:
         return self.handle(msg.data).model_dump_json().encode()
@@ -62,6 +99,7 @@ class Diagnostics:
             started = self.clock()
             self.result = DiagResult(status="running", started_at=started, passed_at=self._last("passed_at"),
                                      failed_at=self._last("failed_at"))
+            self._save()
             self._task = guarded_task(self._run(list(argv), started), "diagnose")
             reply = DiagnoseReply(outcome="started", started_at=started)
         log.warning("diagnose (rule %s, key %s): %s%s", cmd.rule or "-", cmd.key or "-", reply.outcome,
@@ -103,6 +141,7 @@ class Diagnostics:
             output=tail, passed_at=end if passed else self._last("passed_at"),
             failed_at=self._last("failed_at") if passed else end,
         )
+        self._save()
         log.warning("diagnose %s: %s (exit %s)%s", argv[0], self.result.status, code, f", {why}" if why else "")
 
     async def _exec(self, argv: list[str]) -> tuple[int | None, str, str | None]:

@@ -98,7 +98,8 @@ class NodeAgent:
                                  state=CapFile(a.state_dir, self.node) if a.state_dir is not None else None)
         self.power.recover()  # limits a crashed run left lowered
         self.core.power_caps = self.power.cap_of
-        self.diag = Diagnostics(a.diagnostics)
+        self.diag = Diagnostics(a.diagnostics, state=Diagnostics.state_file(a.state_dir, self.node)
+                                if a.state_dir is not None else None)
         self.core.diag_fields = self.diag.fields
 
     def apply_kubernetes_node(self, state: KubeNodeInfo) -> None:

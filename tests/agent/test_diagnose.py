@@ -163,3 +163,28 @@ def test_the_config_wants_a_list_argv_and_a_positive_timeout() -> None:
     for bad in bads:
         with pytest.raises(ValueError):
             Config.model_validate({"agent": {"diagnostics": bad}})
+
+
+async def test_the_result_outlives_a_restart_and_an_interrupted_run_counts_as_failed(
+        script: Path, tmp_path: Path) -> None:
+    state = Diagnostics.state_file(tmp_path / "state", "gpu node/1")
+    assert state.name == "diagnostic-gpu_node_1.json"
+    d = diagnostics(script, tmp_path)
+    d.state = state
+    d.handle(b"{}")
+    passed = await d.wait()
+    assert passed is not None and passed.status == "passed"
+    again = Diagnostics(d.config, clock=Clock(), state=state)  # the agent started again
+    assert again.fields() == d.fields()
+    hanging = diagnostics(script, tmp_path, "--hang", timeout=60)
+    hanging.state = state
+    hanging.result = again.result
+    hanging.handle(b"{}")
+    await hanging.close()  # the agent stops during the run
+    after = Diagnostics(d.config, clock=Clock(), state=state)
+    assert after.result is not None and after.result.status == "failed"
+    assert after.result.output == "[gpuevents: the agent stopped during the run]"
+    assert after.result.passed_at == passed.passed_at  # the earlier pass is still known, and older
+    assert after.result.failed_at is not None and passed.passed_at is not None
+    state.write_text("{not json")
+    assert Diagnostics(d.config, state=state).result is None
