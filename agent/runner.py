@@ -37,6 +37,7 @@ from gpuevents.commands import POWER_CAP_VERB
 from gpuevents.config import Config
 from gpuevents.diagnose import DIAGNOSE_VERB
 from gpuevents.events import AgentInfo, Event, make_event, new_id
+from gpuevents.ports import binding
 from gpuevents.subjects import command_subject
 
 if TYPE_CHECKING:  # grpclib and protobuf are loaded only where the kubelet's PodResources API is used
@@ -283,7 +284,8 @@ async def run_nodes(agents: list[NodeAgent], bus: EventBus, *, config: Config, c
     if config.agent.metrics_port is not None:
         collector = AgentCollector(lambda: [a.core for a in agents], counters,
                                    process_labels=config.agent.metrics_process_labels)
-        metrics = MetricsServer(collector, config.agent.metrics_port, config.agent.metrics_address).start()
+        with binding("agent.metrics_port", config.agent.metrics_address, config.agent.metrics_port):
+            metrics = MetricsServer(collector, config.agent.metrics_port, config.agent.metrics_address).start()
     helpers = [supervise("kill service", lambda: _serve_kills(bus, agents, config.cluster, stop), stop, counters)]
     if pods is not None:
         helpers.append(supervise("kubelet pod refresh", lambda: _refresh_pods(pods, stop), stop, counters))

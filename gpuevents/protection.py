@@ -28,9 +28,18 @@ class _NodeFacts(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict)
 
 
+class _JobFacts(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    id: str | None = None
+    scheduler: str | None = None
+    namespace: str | None = None
+
+
 class _ProtectFacts(BaseModel):
     model_config = ConfigDict(extra="ignore")
     node: _NodeFacts = _NodeFacts()
+    job: _JobFacts | None = None
+    gpu: dict[str, Any] = Field(default_factory=dict)
     process: _ProcessFacts | None = None
     processes: list[_ProcessFacts] = Field(default_factory=list)
 
@@ -67,6 +76,10 @@ def protection_reason(request: ActionRequest, protect: ProtectConfig) -> str | N
         why = _scale_target(request.params, protect)
         if why is not None:
             return why
+    if request.type in JOB_ACTIONS and protect.namespaces:
+        why = _job_namespace(request, facts, protect)
+        if why is not None:
+            return why
     users = set(protect.users)
     for p in procs:
         if p.user is not None and p.user in users:
@@ -81,6 +94,21 @@ def protection_reason(request: ActionRequest, protect: ProtectConfig) -> str | N
         program = protect.program_reason(p.pid, p.exe, p.user)  # its program, never the name it gives itself
         if program is not None:
             return program
+    return None
+
+
+JOB_ACTIONS = frozenset({"pause", "cancel"})
+"""Actions on a Kubernetes job as a whole: refused here, before any limit counts them, when its namespace is
+protected (the runner refuses them too; a refusal for protection takes no max_per_hour slot)."""
+
+
+def _job_namespace(request: ActionRequest, facts: _ProtectFacts, protect: ProtectConfig) -> str | None:
+    job = request.params.get("job") or (facts.job.id if facts.job and facts.job.scheduler in (None, "kubernetes")
+                                        else None) or facts.gpu.get("job")
+    parts = str(job).split("/") if job else []
+    ns = parts[0] if len(parts) in (2, 3) and all(parts) else (facts.job.namespace if facts.job else None)
+    if ns is not None and ns in protect.namespaces:
+        return f"namespace {ns} (job {job})"
     return None
 
 

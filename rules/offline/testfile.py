@@ -65,6 +65,8 @@ class TestGpu(_Strict):
     sm_active_pct: float | None = None
     tensor_active_pct: float | None = None
     row_remap_pending: bool | None = None
+    power_cap_w: float | None = Field(None, description="the power limit gpuevents set (power_cap)")
+    power_cap_saved_w: float | None = Field(None, description="the draw the cap saves, while capped")
 
 
 class TestProcess(_Strict):
