@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,8 @@ from gpuevents import subjects as S
 from gpuevents.bus import Bus
 from gpuevents.config import ThresholdsConfig
 from gpuevents.diagnose import DIAGNOSE_VERB, AgentDiagnosticsConfig
+from gpuevents.events import SnapshotEvent, make_event
+from rules.intake.decoder import decode
 from tests.actions.conftest import make_config, make_request
 from tests.agent.test_diagnose import FAKE_DCGMI
 
@@ -58,6 +61,13 @@ async def test_a_rule_s_diagnose_runs_the_configured_argv_whatever_the_event_sai
     info = core.node_info()
     assert (info.diag_status, info.diag_exit_code, info.diag_passed_at) == ("passed", 0, result.finished_at)
     assert info.diag_output is not None and info.diag_output.endswith("Diagnostic result: Pass\n")
+    # and the engine reads it from the stream as the agent published it
+    snap = core.snapshot(datetime.now(UTC))
+    raw = make_event("node.snapshot", "n1", snap).model_dump_json().encode()
+    decoded = decode(raw)
+    assert isinstance(decoded, SnapshotEvent)
+    node = decoded.data.node
+    assert (node.diag_status, node.diag_exit_code, node.diag_passed_at) == ("passed", 0, result.finished_at)
 
 
 async def test_a_node_without_a_diagnostic_refuses_and_the_audit_says_why(bus: Bus) -> None:
