@@ -102,7 +102,7 @@ class Diagnostics:
             self._save()
             self._task = guarded_task(self._run(list(argv), started), "diagnose")
             reply = DiagnoseReply(outcome="started", started_at=started)
-        log.warning("diagnose (rule %s, key %s): %s%s", cmd.rule or "-", cmd.key or "-", reply.outcome,
+        log.warning("diagnose (rule %r, key %r): %s%s", cmd.rule, cmd.key, reply.outcome,
                     f" ({reply.reason})" if reply.reason else "")
         return reply
 
