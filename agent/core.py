@@ -172,6 +172,8 @@ class NodeCore:
         self._kube_by_gpu: tuple[dict[str, PodAllocation], int, dict[int, list[str]]] | None = None
         self.power_caps: Callable[[int], tuple[float, float | None] | None] | None = None
         """The power cap on a GPU and its draw before the cap (agent/powercap.py), or None."""
+        self.diag_fields: Callable[[], dict[str, Any]] | None = None
+        """The node's latest diagnostic result (agent/diagnose.py), for its snapshots."""
         self.carried_idle: dict[str, datetime] = {}
         """Idle clocks from before a restart (GPU uuid → idle_since), taken by a GPU's first sample."""
 
@@ -414,6 +416,7 @@ class NodeCore:
             name=self.node, cluster=self.cluster, labels=dict(self.labels),
             gpu_count=len(self.readings), gpus_busy=busy, gpus_idle=idle, cordoned=self.cordoned,
             driver_version=self.driver_version, hostname=self.hostname, agent_id=self.agent_id,
+            **(self.diag_fields() if self.diag_fields is not None else {}),
         )
 
     def snapshot(self, now: datetime) -> NodeSnapshot:

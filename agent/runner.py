@@ -16,6 +16,7 @@ from agent import kubenode
 from agent.attribution import Attributor, PsutilControl, PsutilIdentifier
 from agent.core import NodeCore
 from agent.dcgmscrape import DcgmActivity
+from agent.diagnose import Diagnostics
 from agent.host import UserDb, in_host_pid_namespace
 from agent.hpcjobs import JobMapping
 from agent.idlestate import IdleStateFile
@@ -34,6 +35,7 @@ from gpuevents.aio import Backoff, guarded_task, restarting, sleep_or_stop, stop
 from gpuevents.clock import Clock, SystemClock
 from gpuevents.commands import POWER_CAP_VERB
 from gpuevents.config import Config
+from gpuevents.diagnose import DIAGNOSE_VERB
 from gpuevents.events import AgentInfo, Event, make_event, new_id
 from gpuevents.ports import binding
 from gpuevents.subjects import command_subject
@@ -97,6 +99,9 @@ class NodeAgent:
                                  state=CapFile(a.state_dir, self.node) if a.state_dir is not None else None)
         self.power.recover()  # limits a crashed run left lowered
         self.core.power_caps = self.power.cap_of
+        self.diag = Diagnostics(a.diagnostics, state=Diagnostics.state_file(a.state_dir, self.node)
+                                if a.state_dir is not None else None)
+        self.core.diag_fields = self.diag.fields
 
     def apply_kubernetes_node(self, state: KubeNodeInfo) -> None:
         """The Node object's labels under the configured ones (config wins), and its cordon."""
@@ -197,6 +202,8 @@ async def _serve_kills(bus: EventBus, agents: list[NodeAgent], cluster: str, sto
                                         concurrency=KILL_CONCURRENCY, what="kill command"))
             subs.append(await bus.serve(command_subject(cluster, a.node, POWER_CAP_VERB), a.power.answer,
                                         concurrency=KILL_CONCURRENCY, what="power_cap command"))
+            subs.append(await bus.serve(command_subject(cluster, a.node, DIAGNOSE_VERB), a.diag.answer,
+                                        concurrency=1, what="diagnose command"))
         log.info("serving kill commands for %d node(s)", len(agents))
         await stop.wait()
     finally:
@@ -205,6 +212,8 @@ async def _serve_kills(bus: EventBus, agents: list[NodeAgent], cluster: str, sto
                 await sub.unsubscribe()  # and the commands still being answered are cancelled
             except Exception as e:
                 log.debug("unsubscribing a kill subject: %r", e)
+        for a in agents if stop.is_set() else ():  # the agent stops: a diagnostic under way ends with it
+            await a.diag.close()
 
 
 async def _watch_node(lookup: NodeLookup, agent: NodeAgent, stop: asyncio.Event) -> None:

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ByteSize, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from gpuevents.diagnose import AgentDiagnosticsConfig
 from gpuevents.durations import Duration
 from gpuevents.gpuconfig import AgentDcgmConfig, AgentPowerCapConfig
 from gpuevents.idleness import IdleRule, IdleSignal, model_matches
@@ -166,6 +167,7 @@ class AgentConfig(_Section):
     slurm: AgentSlurmConfig = AgentSlurmConfig()
     dcgm: AgentDcgmConfig = AgentDcgmConfig()
     power_cap: AgentPowerCapConfig = AgentPowerCapConfig()
+    diagnostics: AgentDiagnosticsConfig = AgentDiagnosticsConfig()
     simulation: SimulationConfig = SimulationConfig()
     pod_resources: PodResourcesConfig = PodResourcesConfig()
     kubernetes_jobs: KubernetesJobsConfig = KubernetesJobsConfig()

@@ -9,6 +9,7 @@ _DONE: dict[str, str] = {
     "log": "logged",
     "kill": "ended (its processes are killed)",
     "power_cap": "power-capped (its power limit lowered while idle)",
+    "diagnose": "diagnosed (the site's GPU diagnostic run)",
     "cancel": "cancelled",
     "pause": "paused",
     "resume": "resumed",

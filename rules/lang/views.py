@@ -75,11 +75,18 @@ class NodeView:
     """`node`: as the agent last described it, plus `online` and `last_seen` from the engine."""
 
     __slots__ = (
-        "cluster", "cordoned", "driver_version", "gpu_count", "gpus_busy", "gpus_idle", "hostname",
+        "cluster", "cordoned", "diag_exit_code", "diag_failed_at", "diag_output", "diag_passed_at",
+        "diag_started_at", "diag_status", "driver_version", "gpu_count", "gpus_busy", "gpus_idle", "hostname",
         "id", "labels", "last_seen", "name", "online",
     )
     cluster: str
     cordoned: bool | None
+    diag_exit_code: int | None
+    diag_failed_at: datetime | None
+    diag_output: str | None
+    diag_passed_at: datetime | None
+    diag_started_at: datetime | None
+    diag_status: str | None
     driver_version: str | None
     gpu_count: int
     gpus_busy: int

@@ -27,6 +27,7 @@ def _fields_getter(model: type[Any], ignore: frozenset[str]) -> Callable[[Any], 
     return lambda m: get(m.__dict__)
 
 
+DIAG_FIELDS = tuple(f for f in NodeInfo.model_fields if f.startswith("diag_"))
 _node_fields = _fields_getter(NodeInfo, frozenset({"online", "last_seen"}))
 _gpu_fields = _fields_getter(GpuInfo, frozenset({"idle_for_s"}))
 _process_fields = _fields_getter(ProcessInfo, frozenset({"age_s"}))
@@ -153,6 +154,11 @@ def _attribution(ns: NodeState, procs: dict[str, ProcessView]) -> tuple[dict[int
     return pids_of, by_pid
 
 
+def _diag(info: NodeInfo) -> dict[str, Any]:
+    """The node's diagnostic fields (`node.diag_status`, ...), as its agent reported them."""
+    return {k: getattr(info, k) for k in DIAG_FIELDS}
+
+
 def _build_all(ns: NodeState, clock: EvalClock, owners: Mapping[str, str], by_kind: dict[str, dict[str, Entity]],
                online: bool) -> Change:
     """Every view and entity of the node anew; every entity reported, with no delta."""
@@ -161,7 +167,7 @@ def _build_all(ns: NodeState, clock: EvalClock, owners: Mapping[str, str], by_ki
     node_view = NodeView(
         id=ns.key, name=ns.name, cluster=ns.cluster, labels=dict(info.labels), gpu_count=count, gpus_busy=busy,
         gpus_idle=idle, online=online, last_seen=ns.last_seen, cordoned=info.cordoned,
-        driver_version=info.driver_version, hostname=info.hostname,
+        driver_version=info.driver_version, hostname=info.hostname, **_diag(info),
     )
     procs = {pkey: _new_process(ns, pkey, p, clock, owners) for pkey, p in ns.proc_infos.items()}
     pids_of, by_pid = _attribution(ns, procs)
