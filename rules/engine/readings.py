@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from gpuevents.events import GpuInfo, NodeInfo, ProcessInfo
+from gpuevents.holding import count_held_idle
 from gpuevents.wire.fleet import DemandLine, ExemptionView
 from rules.core.core import Core
 from rules.core.incidents import Incident
@@ -47,6 +48,11 @@ def node_reading(core: Core, key: str) -> NodeReading | None:
         return None
     info = ns.info.model_copy(update={"online": ns.online, "last_seen": ns.last_seen})
     return NodeReading(node=info, gpus=list(ns.gpu_infos.values()), processes=list(ns.proc_infos.values()))
+
+
+def held_idle_count(core: Core) -> int:
+    """How many GPUs are held idle now, as status and the dashboard count them (gpuevents/holding.py)."""
+    return sum(count_held_idle(ns.gpu_infos.values(), online=ns.online) for ns in core.state.nodes.values())
 
 
 def open_incidents(core: Core) -> Iterator[list[Incident]]:

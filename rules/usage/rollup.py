@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 from gpuevents.costs import physical_shares
 from gpuevents.events import GpuInfo, NodeSnapshot, ProcessInfo, SnapshotEvent
+from gpuevents.holding import held_idle
 
 HOUR = 3600
 NO_TEAM = ""
@@ -258,9 +259,7 @@ class UsageAggregator:
             if gpu.lost or not physical[gpu.index]:
                 continue  # a MIG parent is counted through its instances
             holders = [procs[pid] for pid in gpu.pids if pid in procs]
-            # a GPU a scheduler allocated is held, even with no process on it: the most wasted GPU there is
-            held = bool(gpu.pids) or bool(gpu.owners) or bool(gpu.allocated)
-            state = "busy" if not gpu.idle else ("held" if held else "free")
+            state = "held" if held_idle(gpu) else ("busy" if not gpu.idle else "free")
             watts = gpu.power_w if gpu.power_w is not None else self.rated_power_w(gpu.model)
             info = job_infos.get(gpu.job) if gpu.job else None
             job_owner = (info.owner or (self.teams.owners.get(info.user, info.user) if info.user else None)
