@@ -4,40 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-
 from gpuevents.config import ProtectConfig
+from gpuevents.facts import ProcessFacts
 from gpuevents.records import ActionRequest
-
-
-class _ProcessFacts(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    pid: int | None = None
-    user: str | None = None
-    uid: int | None = None
-    name: str | None = None
-    exe: str = ""
-    pod: str | None = None
-    pod_uid: str | None = None
-    container_id: str | None = None
-
-
-class _NodeFacts(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    name: str | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
-
-
-class _ProtectFacts(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    node: _NodeFacts = _NodeFacts()
-    process: _ProcessFacts | None = None
-    processes: list[_ProcessFacts] = Field(default_factory=list)
-
-    @field_validator("node", mode="before")
-    @classmethod
-    def _node(cls, v: Any) -> Any:
-        return {} if v is None else v
 
 
 def protection_reason(request: ActionRequest, protect: ProtectConfig) -> str | None:
@@ -54,11 +23,11 @@ def protection_reason(request: ActionRequest, protect: ProtectConfig) -> str | N
     name (a bare uid: the agent could not read the host's user database) when users are
     protected; a process in a container whose pod is unknown when namespaces are protected.
     """
-    facts = _ProtectFacts.model_validate(request.facts)
+    facts = request.facts
     for key, value in protect.node_labels.items():
         if facts.node.labels.get(key) == value:
             return f"node label {key}={value}"
-    procs: list[_ProcessFacts] = []
+    procs: list[ProcessFacts] = []
     if request.type == "kill":
         procs.extend(facts.processes)
     if facts.process is not None:

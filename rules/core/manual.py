@@ -40,8 +40,7 @@ def decide(req: OperatorAction, ent: Entity, config: Config, limiter: Limiter, n
            request_id: str) -> ActionRequest:
     """The action request for `req` on `ent`, decided: `refused` (protected), `suppressed` (engine.limits),
     `dry_run` (engine.dry_run), else `run` (counted against the type's hourly budget)."""
-    facts = entity_facts(ent)
-    facts["requested_by"] = req.by
+    facts = entity_facts(ent, requested_by=req.by)
     where = ent.ctx["entity"]
     out = ActionRequest(
         key=f"{OPERATOR_RULE}:{request_id}", type=req.type, params=_params(req, ent), rule=OPERATOR_RULE,
