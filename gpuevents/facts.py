@@ -107,12 +107,12 @@ class JobFacts(FactsPart):
     qos: str | None = None
     namespace: str | None = None
     controller: str | None = None
-    nodes: list[str] = Field(default_factory=list)
+    nodes: list[str] | None = None
     gpu_count: int | None = None
-    pods: list[str] = Field(default_factory=list)
+    pods: list[str] | None = None  # Kubernetes; None for an ended job
     controller_uid: str | None = None
     controller_generation: int | None = None
-    annotations: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] | None = None
 
 
 class NextFacts(FactsPart):

@@ -154,7 +154,7 @@ async def _pause(ctx: ActionContext, p: PauseParams) -> ActionResult:
                                 f"(generation {facts.controller_generation} -> {gen})")
         target = (known, obj)
     else:
-        target = await _nearest_pausable(ctx, namespace, f"{kind} {namespace}/{name}", facts.pods)
+        target = await _nearest_pausable(ctx, namespace, f"{kind} {namespace}/{name}", facts.pods or [])
         if isinstance(target, str):
             return ActionResult(status="refused", detail=target)
         tk, tobj = target

@@ -146,9 +146,11 @@ def _gpu_facts(g: GpuView) -> GpuFacts:
 def _job_facts(v: JobView) -> JobFacts:
     return JobFacts.model_construct(
         id=v.id, scheduler=v.scheduler, name=v.name, user=v.user, owner=v.owner, account=v.account,
-        partition=v.partition, qos=v.qos, namespace=v.namespace, controller=v.controller, nodes=list(v.nodes),
-        gpu_count=v.gpu_count, pods=list(v.pods), controller_uid=v.controller_uid,
-        controller_generation=v.controller_generation, annotations=dict(v.annotations),
+        partition=v.partition, qos=v.qos, namespace=v.namespace, controller=v.controller,
+        nodes=None if v.nodes is None else list(v.nodes), gpu_count=v.gpu_count,
+        pods=None if v.pods is None else list(v.pods), controller_uid=v.controller_uid,
+        controller_generation=v.controller_generation,
+        annotations=None if v.annotations is None else dict(v.annotations),
     )
 
 
