@@ -28,7 +28,7 @@ from gpuevents.resolution import resolution_words
 from rules.core.incidents import Incident
 from rules.core.limits import Limiter
 from rules.core.state import Entity
-from rules.core.warnings import undelivered
+from rules.core.warning_ledger import undelivered
 from rules.lang.expr import jinja_names
 from rules.lang.model import CompiledAction, Rule
 from rules.lang.templates import render_params

@@ -11,7 +11,7 @@ from gpuevents.holding import count_held_idle
 from gpuevents.wire.fleet import DemandLine, ExemptionView
 from rules.core.core import Core
 from rules.core.incidents import Incident
-from rules.core.warnings import undelivered
+from rules.core.warning_ledger import undelivered
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from gpuevents.aio import guarded_task, sleep_or_stop, stop_tasks, until_stop_or
 from gpuevents.bus import Bus, BusError, Consumer, Delivery, Message, Subscription
 from gpuevents.clock import Clock, ManualClock, SystemClock
 from gpuevents.config import Config
-from gpuevents.events import SnapshotEvent
+from gpuevents.events import Event, SnapshotEvent
 from gpuevents.records import AuditRecord
 from gpuevents.yamlpos import LocatedError
 from rules.core.core import Core, StepResult, Sweep, Tick
@@ -285,15 +285,8 @@ class Engine(EngineAnswers):
         Commits stay in order, one in flight at most; a failed one is raised by the next `handle` or `settle`."""
         async with self._lock:
             assert self.core is not None
-            total = StepResult()
             counts: Counter[str] = Counter()
-            core = self.core
-            core.defer_limits = True  # the batch's windows are taken once, at its end
-            try:
-                await self._step_batch(core, deliveries, total, counts)
-            finally:
-                core.defer_limits = False
-            total.limits = core.take_limits(self.clock.now())
+            total = await self._step_batch(self.core, deliveries, counts)
             self._changes += 1
             for type_, n in counts.items():
                 self.metrics.events.labels(type=type_).inc(n)
@@ -303,28 +296,30 @@ class Engine(EngineAnswers):
             self.planner.stepped(self.core)
         self._collect()
 
-    async def _step_batch(self, core: Core, deliveries: list[Delivery], total: StepResult,
-                          counts: Counter[str]) -> None:
+    async def _step_batch(self, core: Core, deliveries: list[Delivery], counts: Counter[str]) -> StepResult:
+        accepted: list[tuple[Delivery, Event]] = []
         for d in deliveries:
             event = await self.intake.accept(d)
-            if event is None:
-                continue
-            counts[event.type] += 1
-            now = self.clock.now()
-            try:
-                total.extend(core.step(event, now))
-            except Exception as e:
-                # A schema-valid event the core cannot digest must not stop the fleet's watch, nor
-                # come back forever: it is dead-lettered like a malformed one, with the reason.
-                log.exception("event %s from %s could not be applied", event.type, d.subject)
-                await self._dead_letter(d, e)
-                continue
-            if self.usage is not None and isinstance(event, SnapshotEvent):
-                # A repeated snapshot is counted from the equal one already held (the usage figures
-                # read none of the fields that may differ), so the new copy dies young.
-                snap = core.state.current_snapshot(event)
-                self.usage.observe(event if snap is event.data else event.model_copy(update={"data": snap}),
-                                   now)
+            if event is not None:
+                counts[event.type] += 1
+                accepted.append((d, event))
+        batch = core.step_batch(((event, self.clock.now()) for _d, event in accepted),
+                                after=self._observe_usage if self.usage is not None else None)
+        for i, e in batch.failed:
+            # A schema-valid event the core cannot digest must not stop the fleet's watch, nor come back
+            # forever: it is dead-lettered like a malformed one, with the reason.
+            d, event = accepted[i]
+            log.error("event %s from %s could not be applied", event.type, d.subject, exc_info=e)
+            await self._dead_letter(d, e)
+        return batch.result
+
+    def _observe_usage(self, item: object, now: datetime) -> None:
+        if self.usage is None or self.core is None or not isinstance(item, SnapshotEvent):
+            return
+        # A repeated snapshot is counted from the equal one already held (the usage figures read none of the
+        # fields that may differ), so the new copy dies young.
+        snap = self.core.state.current_snapshot(item)
+        self.usage.observe(item if snap is item.data else item.model_copy(update={"data": snap}), now)
 
     async def _commit_and_ack(self, result: StepResult, deliveries: list[Delivery]) -> None:
         await self.committer.commit(result, "commit the batch's actions, audit and incidents")

@@ -15,7 +15,7 @@ from gpuevents.bus import CLIENT_CONNECT_S, Bus, BusError, StoredMsg
 from gpuevents.config import Config
 from gpuevents.durations import format_duration
 from rules.core.core import Core, StepResult, Tick
-from rules.core.warnings import assume_delivered
+from rules.core.warning_ledger import assume_delivered
 from rules.intake.decoder import RepeatDecoder
 from rules.intake.skew import believable
 from rules.lang.loader import load_rule_set

@@ -87,8 +87,7 @@ def rebuild(ns: NodeState, clock: EvalClock, owners: Mapping[str, str],
     is gone (and update the fleet's entity tables `by_kind`)."""
     online = ns.online and not ns.stopping
     node_sig = (_node_fields(ns.info), online)
-    full = ns.full_next or ns.node_entity is None or node_sig != ns.node_sig
-    ns.full_next = False
+    full = ns.take_full() or ns.node_entity is None or node_sig != ns.node_sig
     ns.node_sig = node_sig
     if full:
         return _build_all(ns, clock, owners, by_kind, online)

@@ -9,7 +9,7 @@ from gpuevents.events import JobInfo, SnapshotEvent
 from gpuevents.records import ActionRequest, Outcome
 from rules.core.core import ActionOutcome, Core, StepResult, Tick
 from rules.core.incidents import Incident
-from rules.core.warnings import NOT_DELIVERED
+from rules.core.warning_ledger import NOT_DELIVERED
 from rules.lang.loader import load_rule_set
 from tests.rules.helpers import T0, at, gpu, proc, rules_from, snapshot
 

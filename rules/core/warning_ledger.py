@@ -19,18 +19,14 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from gpuevents.records import ActionRequest
+from rules.core.book import IncidentBook
 from rules.core.incidents import Incident, SentWarning, WarningStatus
 from rules.core.inputs import WARNING_TYPES, ActionOutcome, PendingSend, StepResult
 
 __all__ = ["WARNING_TYPES", "ActionOutcome", "SentWarning", "WarningStatus"]
 
 
-class _Core(Protocol):
-    """What these functions need of the core: its open incidents (and, for `assume_delivered`, its step)."""
-
-    @property
-    def incidents(self) -> dict[str, dict[str, Incident]]: ...
-
+class _Stepper(Protocol):
     def step(self, item: Any, now: datetime) -> StepResult: ...
 
 
@@ -59,51 +55,56 @@ def undelivered(incident: Incident) -> str | None:
     return f"{NOT_DELIVERED} ({told})"
 
 
-def _replace(core: _Core, updated: Incident, out: StepResult) -> None:
-    incs = core.incidents.get(updated.rule)
-    if incs is not None and (cur := incs.get(updated.entity_key)) is not None and cur.id == updated.id:
-        incs[updated.entity_key] = updated
-    for i, inc in enumerate(out.incidents):
-        if inc.id == updated.id:
-            out.incidents[i] = updated
-    if not any(inc is updated for inc in out.incidents):
-        out.incidents.append(updated)
+class WarningLedger:
+    """The one writer of the incidents' warnings: what each warning became, from its decision to the runner's
+    outcome. The warnings live on the incidents (persisted with them); the book keeps the incidents."""
+
+    __slots__ = ("_book",)
+
+    def __init__(self, book: IncidentBook) -> None:
+        self._book = book
+
+    def record_sent(self, send: PendingSend, requests: list[ActionRequest], out: StepResult) -> None:
+        """Note on the incident the warnings among `requests` (a fire, repeat or stage phase) and their
+        decisions."""
+        if send.phase == "resolve":
+            return
+        sent = {r.key: SentWarning(type=r.type, status=_status(r.decision)) for r in requests
+                if r.type in WARNING_TYPES and not r.destructive}
+        if not sent:
+            return
+        current = self._book.incidents.get(send.rule.name, {}).get(send.incident.entity_key)
+        if current is None or current.id != send.incident.id:
+            return  # closed in the same step: nothing will be staged after it
+        self._update(current.model_copy(update={"warnings": {**current.warnings, **sent}}), out)
+
+    def apply_outcome(self, item: ActionOutcome, out: StepResult) -> None:
+        """Record a runner's outcome of one of an open incident's warnings (`ok` wins over any other)."""
+        incs = self._book.incidents.get(item.rule)
+        if not incs:
+            return
+        inc = next((i for i in incs.values() if i.id == item.incident_id), None)
+        if inc is None or item.key not in inc.warnings:
+            return
+        known = inc.warnings[item.key]
+        status = _status(item.outcome)
+        if known.status == status or known.status == "delivered":
+            return
+        updated = {**inc.warnings, item.key: known.model_copy(update={"status": status})}
+        self._update(inc.model_copy(update={"warnings": updated}), out)
+
+    def _update(self, updated: Incident, out: StepResult) -> None:
+        self._book.update(updated)
+        for i, inc in enumerate(out.incidents):
+            if inc.id == updated.id:
+                out.incidents[i] = updated
+        if not any(inc is updated for inc in out.incidents):
+            out.incidents.append(updated)
 
 
-def record_sent(core: _Core, send: PendingSend, requests: list[ActionRequest], out: StepResult) -> None:
-    """Note on the incident the warnings among `requests` (a fire, repeat or stage phase) and their decisions."""
-    if send.phase == "resolve":
-        return
-    sent = {r.key: SentWarning(type=r.type, status=_status(r.decision)) for r in requests
-            if r.type in WARNING_TYPES and not r.destructive}
-    if not sent:
-        return
-    incs = core.incidents.get(send.rule.name, {})
-    current = incs.get(send.incident.entity_key)
-    if current is None or current.id != send.incident.id:
-        return  # closed in the same step: nothing will be staged after it
-    _replace(core, current.model_copy(update={"warnings": {**current.warnings, **sent}}), out)
-
-
-def assume_delivered(core: _Core, result: StepResult, now: datetime) -> None:
+def assume_delivered(core: _Stepper, result: StepResult, now: datetime) -> None:
     """Report every warning `result` sent to a runner as delivered: for runs with no runner (rule tests,
     backtests), where a warning is undelivered only when the engine itself decided so."""
     for a in result.actions:
         if a.decision == "run" and a.type in WARNING_TYPES and not a.destructive and a.phase != "resolve":
             core.step(ActionOutcome(rule=a.rule, incident_id=a.incident_id, key=a.key, outcome="ok"), now)
-
-
-def apply_outcome(core: _Core, item: ActionOutcome, out: StepResult) -> None:
-    """Record a runner's outcome of one of an open incident's warnings (`ok` wins over any other)."""
-    incs = core.incidents.get(item.rule)
-    if not incs:
-        return
-    inc = next((i for i in incs.values() if i.id == item.incident_id), None)
-    if inc is None or item.key not in inc.warnings:
-        return
-    known = inc.warnings[item.key]
-    status = _status(item.outcome)
-    if known.status == status or known.status == "delivered":
-        return
-    updated = {**inc.warnings, item.key: known.model_copy(update={"status": status})}
-    _replace(core, inc.model_copy(update={"warnings": updated}), out)
