@@ -4,7 +4,7 @@ both ends: the command line, Slack's clicks and the dashboard ask with them; the
 | subject | request | reply |
 | --- | --- | --- |
 | `gpuevents.engine.snooze` | `KeepRequest` (a snooze or an owner's keep) | `KeepReply` |
-| `gpuevents.engine.act` | `OperatorAction` (gpuevents/manual.py) | `OperatorActionReply` |
+| `gpuevents.engine.act` | `OperatorAction` (gpuevents/wire/manual.py) | `OperatorActionReply` |
 | `gpuevents.engine.status` | `StatusQuery` | `StatusSummary`, `StatusNode` or `StatusPage`, or `ErrorReply` |
 | `gpuevents.engine.free` | `FreeQuery` (also `GET /api/free`'s) | `FreeReply` (a `FreeAnswer`), or `ErrorReply` |
 
@@ -14,9 +14,9 @@ validate is answered with an `ErrorReply` naming the field, never dropped. When 
 stored or done: the asker is told so (`NoEngine`) and may ask again.
 """
 
-from gpuevents.manual import OperatorAction, OperatorActionReply
 from gpuevents.wire.free import FreeAnswer, FreeQuery, FreeQueryError
 from gpuevents.wire.keeps import KeepReply, KeepRequest, keep_request
+from gpuevents.wire.manual import OperatorAction, OperatorActionReply
 from gpuevents.wire.replies import ErrorReply, FreeReply, NoEngine, bad_request
 from gpuevents.wire.status import TOP, StatusError, StatusNode, StatusPage, StatusQuery, StatusSummary
 

@@ -7,9 +7,9 @@ from datetime import datetime
 from typing import Any
 
 from gpuevents.config import Config
-from gpuevents.manual import OPERATOR_RULE, OperatorAction, OperatorActionReply
 from gpuevents.protection import protection_reason
 from gpuevents.records import ActionRequest
+from gpuevents.wire.manual import OPERATOR_RULE, OperatorAction, OperatorActionReply
 from rules.core.limits import Limiter
 from rules.core.sends import entity_facts
 from rules.core.state import Entity, FleetState

@@ -21,12 +21,12 @@ from gpuevents.facts import (
     NodeFacts,
     ProcessFacts,
 )
-from gpuevents.nextstep import next_step_words
 from gpuevents.protection import protection_reason
 from gpuevents.records import ActionRequest, Phase
-from gpuevents.resolution import resolution_words
 from rules.core.incidents import Incident
 from rules.core.limits import Limiter
+from rules.core.nextstep import next_step_words
+from rules.core.resolution import resolution_words
 from rules.core.state import Entity
 from rules.core.warning_ledger import undelivered
 from rules.lang.expr import jinja_names

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 from gpuevents.costs import CostModel
 from gpuevents.events import new_id
-from gpuevents.manual import OperatorAction, OperatorActionReply
 from gpuevents.wire import KeepReply, KeepRequest
+from gpuevents.wire.manual import OperatorAction, OperatorActionReply
 from rules.core.core import Snooze, StepResult
 from rules.core.keeps import approving_channel, entity_gpus, keep_approval
 from rules.engine.audit import snooze_record

@@ -10,8 +10,8 @@ from pydantic import ValidationError
 
 from gpuevents import subjects as S
 from gpuevents.bus import Bus, Message, Subscription
-from gpuevents.manual import OperatorAction, OperatorActionReply
 from gpuevents.wire import FreeQuery, FreeReply, KeepReply, KeepRequest, bad_request
+from gpuevents.wire.manual import OperatorAction, OperatorActionReply
 from rules.dashboard.free import bounded, free_gpus_sliced
 from rules.engine.readmodel import ReadModel
 from rules.engine.status import HEADROOM, answer

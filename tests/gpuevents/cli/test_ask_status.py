@@ -17,7 +17,7 @@ from tests.test_layers import ROOT, tree_imports
 
 CLIENTS = {  # a client module -> where the models it sends and reads are (None: it reads a local store)
     "gpuevents.cli.client": "gpuevents.wire", "gpuevents.cli.ask_status": "gpuevents.wire",
-    "gpuevents.cli.free": "gpuevents.wire", "gpuevents.cli.manual": "gpuevents.manual", "gpuevents.cli.jobs": None}
+    "gpuevents.cli.free": "gpuevents.wire", "gpuevents.cli.manual": "gpuevents.wire.manual", "gpuevents.cli.jobs": None}
 ENGINE_SIDE = ("rules.engine", "rules.dashboard")  # where the servers build the replies
 
 

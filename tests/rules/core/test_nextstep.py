@@ -1,4 +1,4 @@
-from gpuevents.nextstep import done_words, duration_words, next_step_words
+from rules.core.nextstep import done_words, duration_words, next_step_words
 
 
 def test_durations_are_spelt_out_with_at_most_two_units() -> None:
