@@ -12,7 +12,7 @@ from agent.kubeowners import Meta, OwnerWalker, Unreadable, meta_of
 from agent.podalloc import PodAllocation
 from agent.sample import GpuReading, NodeReading, ProcessIdentity, ProcReading
 from gpuevents.config import ThresholdsConfig
-from gpuevents.kubeconfig import KubernetesJobsConfig
+from gpuevents.config.kube import KubernetesJobsConfig
 
 T0 = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from gpuevents.kubeconfig import KubeletConfig, KubernetesJobsConfig, PodResourcesConfig
+from gpuevents.config.kube import KubeletConfig, KubernetesJobsConfig, PodResourcesConfig
 
 
 def test_the_defaults_are_those_of_a_pod_on_a_kubelet() -> None:

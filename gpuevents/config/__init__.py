@@ -11,13 +11,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ByteSize, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from gpuevents.config.kube import KubeletConfig, KubernetesJobsConfig, PodResourcesConfig
+from gpuevents.config.notify import NotifyConfig
+from gpuevents.config.protect import ProtectConfig as ProtectConfig
+from gpuevents.config.protect import ProtectedProgram as ProtectedProgram
+from gpuevents.config.sched import AgentSlurmConfig, DemandConfig
 from gpuevents.durations import Duration
 from gpuevents.idleness import IdleRule, IdleSignal, model_matches
-from gpuevents.kubeconfig import KubeletConfig, KubernetesJobsConfig, PodResourcesConfig
-from gpuevents.notify_config import NotifyConfig
-from gpuevents.protect_config import ProtectConfig as ProtectConfig
-from gpuevents.protect_config import ProtectedProgram as ProtectedProgram
-from gpuevents.schedconfig import AgentSlurmConfig, DemandConfig
 from gpuevents.yamlpos import Located, LocatedError, YamlDoc, parse_scalar, parse_yaml, read_yaml_text
 
 ENV_PREFIX = "GPUEVENTS_"

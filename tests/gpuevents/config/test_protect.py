@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from gpuevents.protect_config import ProtectConfig, ProtectedProgram
+from gpuevents.config.protect import ProtectConfig, ProtectedProgram
 
 
 def test_nothing_is_protected_by_program_when_none_are_listed() -> None:

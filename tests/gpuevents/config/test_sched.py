@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from gpuevents.schedconfig import AgentSlurmConfig, DemandConfig
+from gpuevents.config.sched import AgentSlurmConfig, DemandConfig
 
 
 def test_demand_readers_are_off_unless_configured_and_take_durations() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from gpuevents.notify_config import NotifyConfig, NotifyService
+from gpuevents.config.notify import NotifyConfig, NotifyService
 
 
 def test_the_url_in_the_config_wins_over_its_variable() -> None:

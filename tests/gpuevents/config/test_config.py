@@ -13,7 +13,7 @@ from gpuevents.cli import app
 from gpuevents.config import Config, load_config
 from gpuevents.yamlpos import LocatedError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "config.example.yaml"
 
 
