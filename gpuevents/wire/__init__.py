@@ -8,7 +8,7 @@ both ends: the command line, Slack's clicks and the dashboard ask with them; the
 | `gpuevents.engine.status` | `StatusQuery` | `StatusSummary`, `StatusNode` or `StatusPage`, or `ErrorReply` |
 | `gpuevents.engine.free` | `FreeQuery` (also `GET /api/free`'s) | `FreeReply` (a `FreeAnswer`), or `ErrorReply` |
 
-The status and free replies are built by the engine from its read model (rules/engine/status.py,
+The status and free replies are built by the engine from its read model (rules/engine/read/status.py,
 rules/dashboard/free.py); the fleet's shapes they carry are in gpuevents/wire/fleet.py. A request that does not
 validate is answered with an `ErrorReply` naming the field, never dropped. When no engine answers, nothing is
 stored or done: the asker is told so (`NoEngine`) and may ask again.

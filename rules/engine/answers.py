@@ -14,7 +14,7 @@ from rules.core.core import Snooze, StepResult
 from rules.core.keeps import approving_channel, entity_gpus, keep_approval
 from rules.engine.audit import snooze_record
 from rules.engine.operator import act_for
-from rules.engine.readmodel import ReadModel, build_read_model, empty_model
+from rules.engine.read.readmodel import ReadModel, build_read_model, empty_model
 from rules.usage.keeps import KeepRow, KeptGpu
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from rules.engine.commit import Committer
     from rules.engine.intake import Intake
     from rules.engine.planner import TickPlanner
-    from rules.engine.readmodel import ReadSide
+    from rules.engine.read.readmodel import ReadSide
     from rules.usage.recorder import UsageRecorder
 
 
@@ -50,8 +50,9 @@ class EngineAnswers:
         raise NotImplementedError
 
     async def read_model(self, max_age_s: float = 0.0) -> ReadModel:
-        """The fleet for status, `free` and the dashboard, built in slices off the lock (rules/engine/readmodel.py):
-        one that saw every event consumed before this call, or with `max_age_s` the latest if it is that young."""
+        """The fleet for status, `free` and the dashboard, built in slices off the lock
+        (rules/engine/read/readmodel.py): one that saw every event consumed before this call, or with `max_age_s`
+        the latest if it is that young."""
         return await self.read_side.get(max_age_s)
 
     async def _build_read_model(self, version: int) -> ReadModel:

@@ -10,7 +10,7 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
 from gpuevents.kvstate import KINDS, UNREADABLE
-from rules.engine import readings
+from rules.engine.read import readings
 
 if TYPE_CHECKING:
     from rules.core.core import Core

@@ -27,14 +27,14 @@ from rules.engine.deadletter import DeadLetters
 from rules.engine.demand import readers_from_config, run_reader
 from rules.engine.gcpolicy import GcPolicy
 from rules.engine.intake import Intake
-from rules.engine.lease import Lease, lease_key
 from rules.engine.metrics import EngineMetrics
 from rules.engine.outcomes import awaiting_since, learn, replayed_outcomes, warning_outcomes
+from rules.engine.partitions.lease import Lease, lease_key
+from rules.engine.partitions.sharing import exchange
 from rules.engine.planner import TickPlanner
-from rules.engine.readmodel import ReadSide
+from rules.engine.read.readmodel import ReadSide
 from rules.engine.rulefiles import RuleFiles
 from rules.engine.servers import serve_requests
-from rules.engine.sharing import exchange
 from rules.engine.store import limits_key
 from rules.usage.jobstore import ended_event
 from rules.usage.recorder import UsageRecorder

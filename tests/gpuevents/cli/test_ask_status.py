@@ -56,7 +56,7 @@ def test_a_client_command_imports_nothing_of_the_engine_or_the_dashboard(client:
 def test_the_reached_check_sees_a_lazy_import() -> None:
     """The check follows imports inside functions: the server side, which builds the replies, is reached."""
     graph = tree_imports(ROOT, strings=False)
-    assert "rules.engine.status" in reached("rules.engine.servers", graph)
+    assert "rules.engine.read.status" in reached("rules.engine.servers", graph)
     assert "gpuevents.wire.status" in reached("rules.engine.servers", graph)
 
 

@@ -12,8 +12,8 @@ from gpuevents.wire.fleet import FleetNode
 from rules.core.core import Core
 from rules.core.inputs import Tick
 from rules.engine.metrics import EngineMetrics
-from rules.engine.readmodel import build_read_model
-from rules.engine.slices import Slicer
+from rules.engine.read.readmodel import build_read_model
+from rules.engine.read.slices import Slicer
 from rules.usage.rollup import UsageAggregator
 from rules.usage.store import UsageStore
 from rules.usage.weekly import build_report

@@ -15,7 +15,7 @@ from gpuevents.config import Config
 from gpuevents.records import decode_audit
 from gpuevents.server import EmbeddedServer
 from rules.core.core import Core
-from rules.engine.lease import Lease
+from rules.engine.partitions.lease import Lease
 from rules.engine.service import Engine
 from tests.rules.engine.conftest import T0, snapshot
 from tests.rules.engine.helpers import incident, publish, running

@@ -20,7 +20,7 @@ from gpuevents.config import Config
 from gpuevents.events import Event, GpuInfo, NodeInfo, NodeSnapshot, ProcessInfo, make_event
 from gpuevents.wire import StatusQuery
 from gpuevents.wire.status import TOP, StatusSummary
-from rules.engine import slices
+from rules.engine.read import slices
 from rules.engine.service import Engine
 from tests.rules.engine.conftest import T0, snapshot
 from tests.rules.engine.helpers import publish, running

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from gpuevents.config import Config
 from rules.core.core import Core
-from rules.engine.readings import (
+from rules.engine.read.readings import (
     demand_lines,
     exemption_views,
     incident_context,

@@ -19,8 +19,8 @@ from gpuevents.wire.fleet import DemandLine, ExemptionView, FleetIncident, Fleet
 from gpuevents.wire.status import TOP
 from rules.core.core import Core
 from rules.dashboard.fleet_view import FleetRows, fleet_node
-from rules.engine import readings
-from rules.engine.slices import Packed, Slicer, add, sorted_sliced
+from rules.engine.read import readings
+from rules.engine.read.slices import Packed, Slicer, add, sorted_sliced
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from gpuevents.config import Config
 from gpuevents.kvstate import UNREADABLE
 from rules.core.core import Core
 from rules.core.limits import Elsewhere, LimitWindows, ShareCounts
-from rules.engine.sharing import SHARES_MAX_AGE_S, exchange
+from rules.engine.partitions.sharing import SHARES_MAX_AGE_S, exchange
 from rules.engine.store import limits_key, shares_key
 from tests.rules.helpers import T0, at, held_idle, rules_from
 

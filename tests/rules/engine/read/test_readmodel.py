@@ -13,9 +13,9 @@ from gpuevents.costs import CostModel
 from gpuevents.wire.fleet import FleetNode
 from rules.core.core import Core
 from rules.dashboard.fleet_view import fleet_view
-from rules.engine import readings
-from rules.engine.readmodel import ReadModel, ReadSide, build_read_model, empty_model
-from rules.engine.slices import Slicer
+from rules.engine.read import readings
+from rules.engine.read.readmodel import ReadModel, ReadSide, build_read_model, empty_model
+from rules.engine.read.slices import Slicer
 from tests.rules.helpers import T0, at, gpu, idle_core, proc, snapshot
 
 COSTS = CostModel(Config().costs)

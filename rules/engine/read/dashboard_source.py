@@ -7,7 +7,7 @@ import heapq
 from gpuevents.costs import CostModel
 from gpuevents.records import AuditRecord
 from rules.dashboard.fleet_view import FleetRows
-from rules.engine.readmodel import ReadModel
+from rules.engine.read.readmodel import ReadModel
 from rules.engine.service import Engine
 
 MAX_AGE_S = 2.0  # a dashboard polling every second or two shares one read model rather than asking a new one

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from gpuevents.bus import Bus
 from gpuevents.clock import ManualClock
-from rules.engine.lease import LEASE_KEY, Lease, LeaseRecord
+from rules.engine.partitions.lease import LEASE_KEY, Lease, LeaseRecord
 from tests.rules.engine.conftest import T0
 
 

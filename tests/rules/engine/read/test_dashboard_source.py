@@ -15,8 +15,8 @@ from gpuevents.config import Config
 from gpuevents.costs import CostModel
 from rules.dashboard.fleet_view import FleetView, fleet_view
 from rules.dashboard.pages import bound_port, serve_dashboard
-from rules.engine import readings
-from rules.engine.dashboard_source import EngineDashboardSource
+from rules.engine.read import readings
+from rules.engine.read.dashboard_source import EngineDashboardSource
 from rules.engine.service import Engine
 from tests.rules.engine.conftest import T0, snapshot
 from tests.rules.engine.helpers import publish, running

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ValidationError
 
 from gpuevents.wire import TOP, ErrorReply, StatusQuery, bad_request
 from gpuevents.wire.status import MAX_EXEMPTIONS, StatusNode, StatusPage, StatusSummary, partition_key
-from rules.engine.readmodel import ReadModel
+from rules.engine.read.readmodel import ReadModel
 
 HEADROOM = 8 * 1024  # bytes of a reply's budget kept for its envelope and the message's headers
 

@@ -23,8 +23,8 @@ from gpuevents.clock import Clock, SystemClock
 from gpuevents.config import Config
 from gpuevents.subjects import kv_token
 from rules.engine.gcpolicy import GcPolicy
-from rules.engine.lease import default_holder
 from rules.engine.metrics import EngineMetrics
+from rules.engine.partitions.lease import default_holder
 from rules.engine.service import Engine
 from rules.usage.recorder import UsageRecorder
 

@@ -16,9 +16,9 @@ from gpuevents.cli.ask_status import ask_pages
 from gpuevents.clock import SystemClock
 from gpuevents.config import Config
 from gpuevents.records import ActionRequest
-from rules.engine import replica as replica_module
-from rules.engine.lease import Lease
-from rules.engine.replica import EngineReplica
+from rules.engine.partitions import replica as replica_module
+from rules.engine.partitions.lease import Lease
+from rules.engine.partitions.replica import EngineReplica
 from tests.conftest import stored_messages
 from tests.nats_cluster import NatsCluster
 from tests.rules.engine.conftest import snapshot

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rules.engine import slices
-from rules.engine.slices import Packed, Slicer, add, release, sorted_sliced
+from rules.engine.read import slices
+from rules.engine.read.slices import Packed, Slicer, add, release, sorted_sliced
 from tests.waiting import wait_for
 
 
