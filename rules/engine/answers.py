@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     from gpuevents.clock import Clock
     from gpuevents.config import Config
     from rules.core.core import Core
+    from rules.engine.acceptor import Acceptor
     from rules.engine.commit import Committer
-    from rules.engine.intake import Intake
     from rules.engine.planner import TickPlanner
     from rules.engine.read.readmodel import ReadSide
     from rules.usage.recorder import UsageRecorder
@@ -34,7 +34,7 @@ class EngineAnswers:
     config: Config
     clock: Clock
     core: Core | None
-    intake: Intake
+    acceptor: Acceptor
     planner: TickPlanner
     partition: int | None
     read_side: ReadSide
@@ -60,7 +60,7 @@ class EngineAnswers:
         if self.core is None:
             return empty_model(self.clock.now(), costs, version)
         now = self.clock.now()
-        warnings = tuple(c.text() for c in self.intake.claims.conflicts(now))  # a node two agents claim
+        warnings = tuple(c.text() for c in self.acceptor.claims.conflicts(now))  # a node two agents claim
         return await build_read_model(self.core, now, version, costs, warnings=warnings)
 
     async def keep(self, req: KeepRequest) -> KeepReply:

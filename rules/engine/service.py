@@ -20,13 +20,13 @@ from gpuevents.events import Event, SnapshotEvent
 from gpuevents.records import AuditRecord
 from gpuevents.yamlpos import LocatedError
 from rules.core.core import Core, StepResult, Sweep, Tick
+from rules.engine.acceptor import Acceptor
 from rules.engine.answers import EngineAnswers
 from rules.engine.audit import AuditTail, reload_record
 from rules.engine.commit import Committer, EngineStores
 from rules.engine.deadletter import DeadLetters
 from rules.engine.demand import readers_from_config, run_reader
 from rules.engine.gcpolicy import GcPolicy
-from rules.engine.intake import Intake
 from rules.engine.metrics import EngineMetrics
 from rules.engine.outcomes import awaiting_since, learn, replayed_outcomes, warning_outcomes
 from rules.engine.partitions.lease import Lease, lease_key
@@ -74,7 +74,7 @@ class Engine(EngineAnswers):
         self.dead_letters = DeadLetters(bus, self.metrics, monotonic=self.clock.monotonic)
         self.partition = partition  # the fleet partition this engine acts for; None: the whole fleet
         self.may_acquire = may_acquire  # asked before taking a lapsed lease (a replica's fair share)
-        self.intake = Intake(float(config.engine.max_clock_skew), self.metrics, partition, self._dead_letter)
+        self.acceptor = Acceptor(float(config.engine.max_clock_skew), self.metrics, partition, self._dead_letter)
         self._committer: Committer | None = None  # built by `run`, once the KV bucket is open
         self._stopping = asyncio.Event()  # set while the engine stops: a failing commit then raises
         self._inflight: asyncio.Task[None] | None = None
@@ -299,7 +299,7 @@ class Engine(EngineAnswers):
     async def _step_batch(self, core: Core, deliveries: list[Delivery], counts: Counter[str]) -> StepResult:
         accepted: list[tuple[Delivery, Event]] = []
         for d in deliveries:
-            event = await self.intake.accept(d)
+            event = await self.acceptor.accept(d)
             if event is not None:
                 counts[event.type] += 1
                 accepted.append((d, event))

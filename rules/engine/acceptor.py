@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 _stored_subject = functools.lru_cache(maxsize=1 << 16)(S.stored_event_subject)
 
 
-class Intake:
+class Acceptor:
     """`accept(delivery)`: the event to apply, or None once it has been dead-lettered."""
 
     def __init__(self, max_clock_skew: float, metrics: EngineMetrics, partition: int | None,

@@ -1,4 +1,4 @@
-"""The engine's intake: an event is believed only under its own node's subject, and only then cached."""
+"""The engine's acceptor: an event is believed only under its own node's subject, and only then cached."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from nats.aio.msg import Msg
 from gpuevents import subjects as S
 from gpuevents.bus import Delivery
 from gpuevents.events import encode_event
-from rules.engine.intake import Intake
+from rules.engine.acceptor import Acceptor
 from rules.engine.metrics import EngineMetrics
 from tests.rules.helpers import at, gpu, proc, snapshot
 
@@ -28,14 +28,14 @@ def test_rejected_events_with_made_up_sources_do_not_grow_the_decoders_cache() -
     async def dead_letter(_: Delivery, e: Exception) -> None:
         dead.append(e)
 
-    intake = Intake(60.0, EngineMetrics(), None, dead_letter)
+    acceptor = Acceptor(60.0, EngineMetrics(), None, dead_letter)
 
     async def run() -> None:
-        assert await intake.accept(delivery("n1", "n1", 1)) is not None
+        assert await acceptor.accept(delivery("n1", "n1", 1)) is not None
         for i in range(20_000):  # one publisher, a new source in every envelope, all under n1's subject
-            assert await intake.accept(delivery(f"forged-{i}", "n1", i + 2)) is None
-        assert await intake.accept(delivery("n1", "n1", 20_002)) is not None
+            assert await acceptor.accept(delivery(f"forged-{i}", "n1", i + 2)) is None
+        assert await acceptor.accept(delivery("n1", "n1", 20_002)) is not None
 
     asyncio.run(run())
     assert len(dead) == 20_000 and "says otherwise" in str(dead[-1])
-    assert len(intake.decoder) == 1  # only the node whose event was believed
+    assert len(acceptor.decoder) == 1  # only the node whose event was believed
