@@ -109,7 +109,7 @@ class AgentCollector:
         putil = Family("gpuevents_process_sm_util_pct", "gauge", "SM utilization of a process (in %).")
         for core in self.cores():
             # the HPC job mapping as the sampling loop last read it (NodeCore.job_gpus): read once, in one place
-            self._node(core, core.job_gpus or {}, dcgm, xid, [limit, idle, idle_s, lost, nproc], pmem, putil)
+            self._node(core, core.inputs.job_gpus or {}, dcgm, xid, [limit, idle, idle_s, lost, nproc], pmem, putil)
         yield from (*dcgm, xid, limit, idle, idle_s, lost, nproc, pmem, putil)
         samples = Family("gpuevents_agent_samples_total", "counter", "Samples taken.")
         samples.add({}, self.counters.samples)
