@@ -1,17 +1,23 @@
 """What `pause` changes on a workload, by how its kind is stopped, and what `resume` sets back: field changes
-with the value before and after, as JSON merge patches. Pure: objects in, changes out."""
+with the value before and after, as JSON merge patches. Pure: objects in, changes out.
+
+What a pause changed is also written on the paused object itself, as the annotation `gpuevents.io/paused` (the
+record below as JSON: each object's previous values, the rule, when), so `resume` works from the cluster alone
+when the engine's store is gone; `gpuevents.io/paused-by` says who and when at a glance."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from gpuevents.kubekinds import NOTEBOOK_STOP_ANNOTATION, Kind
 
 #: a field that is absent (a merge patch with null removes it)
 ABSENT: None = None
+PAUSED_BY = "gpuevents.io/paused-by"
+PAUSED = "gpuevents.io/paused"
 
 
 class Change(BaseModel):
@@ -20,6 +26,53 @@ class Change(BaseModel):
     path: list[str]
     before: Any = None
     after: Any = None
+
+
+class Paused(BaseModel):
+    """What one pause changed on one object: resume sets exactly this back."""
+
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+    changes: list[Change]
+
+
+class PauseRecord(BaseModel):
+    job: str
+    rule: str
+    at: str
+    objects: list[Paused]
+
+
+def with_annotation(record: PauseRecord, current: str | None) -> PauseRecord:
+    """`record` with its own JSON written on its first object (`current`: the annotation there now)."""
+    if not record.objects:
+        return record
+    first = record.objects[0]
+    change = Change(path=["metadata", "annotations", PAUSED], before=current, after=record.model_dump_json())
+    return record.model_copy(update={"objects": [first.model_copy(update={"changes": [*first.changes, change]}),
+                                                 *record.objects[1:]]})
+
+
+def record_on(obj: Mapping[str, Any]) -> PauseRecord | None:
+    """The pause record written on `obj` (None: none, or not readable), with the annotation itself among the
+    changes to undo, so resume removes it."""
+    raw = get_path(obj, ["metadata", "annotations", PAUSED])
+    if not isinstance(raw, str):
+        return None
+    try:
+        record = PauseRecord.model_validate_json(raw)
+    except ValidationError:
+        return None
+    uid = get_path(obj, ["metadata", "uid"])
+    for i, o in enumerate(record.objects):
+        if o.uid == uid:
+            change = Change(path=["metadata", "annotations", PAUSED], before=None, after=raw)
+            record.objects[i] = o.model_copy(update={"changes": [*o.changes, change]})
+            return record
+    return None
 
 
 def get_path(obj: Mapping[str, Any], path: Sequence[str]) -> Any:
@@ -89,4 +142,5 @@ def describe(changes: Sequence[Change]) -> str:
         return "absent" if v is None else repr(v) if isinstance(v, str) else str(v).lower() if isinstance(
             v, bool) else str(v)
 
-    return ", ".join(f"{'.'.join(c.path)} {show(c.before)} -> {show(c.after)}" for c in changes)
+    return ", ".join(f"{'.'.join(c.path)} {show(c.before)} -> {show(c.after)}" for c in changes
+                     if c.path[:2] != ["metadata", "annotations"] or not c.path[-1].startswith("gpuevents.io/"))

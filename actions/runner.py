@@ -142,7 +142,7 @@ class ActionRunner:
             cluster=req.cluster, incident_id=req.incident_id, action_type=req.type, action_key=req.key,
             outcome=outcome, attempt=attempt, error=error, detail=detail,
             params=redact(registry.readable(req.type, params if params is not None else req.params)),
-            dry_run=req.dry_run or self.config.engine.dry_run,
+            dry_run=req.dry_run or self.config.engine.dry_run, facts=req.facts,
         )
 
     async def _attempt(self, req: ActionRequest) -> _Step:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -123,7 +123,7 @@ class AgentCollector:
             events.add({"type": t}, n)
         yield from (samples, errors, details, events)
 
-    def _node(self, core: NodeCore, job_map: dict[str, list[str]], dcgm: list[Family], xid: Family,
+    def _node(self, core: NodeCore, job_map: Mapping[str, list[str]], dcgm: list[Family], xid: Family,
               own: list[Family], pmem: Family, putil: Family) -> None:
         limit, idle, idle_s, lost, nproc = own
         now = core.now

@@ -94,6 +94,8 @@ class AuditRecord(BaseModel):
     detail: str | None = None
     params: dict[str, Any] = Field(default_factory=dict)
     dry_run: bool = False
+    facts: Facts = Field(default_factory=Facts, description="an action's: the facts its decision used "
+                         "(the entity as the engine saw it: `gpuevents audit --facts`, `--json`)")
 
 
 def unique_records(records: Iterable[AuditRecord]) -> list[AuditRecord]:

@@ -1,7 +1,13 @@
-"""The `cordon` and `uncordon` actions' runtime: node (un)schedulable through Kubernetes, Slurm or a command."""
+"""The `cordon` and `uncordon` actions' runtime: node (un)schedulable through Kubernetes, Slurm or a command.
+
+On Kubernetes a cordon writes on the node what it changed: `gpuevents.io/cordoned-by` (the rule and when) and
+`gpuevents.io/cordoned` (JSON: the rule, when, the action that did it, the previous `spec.unschedulable`), in
+the same patch; drain adds `gpuevents.io/drained` (the pods it evicted or deleted, the rule, when). Uncordon works
+from those alone (no engine store) and removes them."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from lightkube.resources.core_v1 import Node
@@ -15,13 +21,15 @@ from actions.protocol import ActionContext, ActionResult
 from actions.specs.cordon import CordonParams, CordonSpec, NodeParams, UncordonParams, UncordonSpec
 
 ANNOTATION = "gpuevents.io/cordoned-by"
+CORDONED = "gpuevents.io/cordoned"
+DRAINED = "gpuevents.io/drained"  # written by drain: the pods it evicted or deleted, the rule, when
 
 
 def _reason(ctx: ActionContext, p: NodeParams) -> str:
     return p.reason or f"gpuevents rule {ctx.request.rule}"
 
 
-async def _kubernetes(ctx: ActionContext, node: str, cordon: bool, force: bool) -> ActionResult:
+async def _kubernetes(ctx: ActionContext, node: str, cordon: bool, force: bool, via: str = "cordon") -> ActionResult:
     client = ctx.services.kube()
     with kube_errors(f"get node {node}"):
         current = await client.get(Node, node)
@@ -37,10 +45,14 @@ async def _kubernetes(ctx: ActionContext, node: str, cordon: bool, force: bool) 
     now = ctx.services.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
     patch: dict[str, Any]
     if cordon:
+        record = {"rule": ctx.request.rule, "at": now, "via": via,
+                  "previous": {"spec.unschedulable": current.spec.unschedulable if current.spec else None}}
         patch = {"spec": {"unschedulable": True},
-                 "metadata": {"annotations": {ANNOTATION: f"{ctx.request.rule} {now}"}}}
+                 "metadata": {"annotations": {ANNOTATION: f"{ctx.request.rule} {now}", CORDONED: json.dumps(record)},
+                              "resourceVersion": current.metadata.resourceVersion if current.metadata else None}}
     else:
-        patch = {"spec": {"unschedulable": None}, "metadata": {"annotations": {ANNOTATION: None}}}
+        patch = {"spec": {"unschedulable": None},
+                 "metadata": {"annotations": {ANNOTATION: None, CORDONED: None, DRAINED: None}}}
     with kube_errors(f"patch node {node}"):
         await client.patch(Node, node, patch, patch_type=PatchType.MERGE)
     return ActionResult(detail=f"node {node} {'cordoned' if cordon else 'uncordoned'}",

@@ -9,13 +9,16 @@ namespaces or with protected workload labels are left and said so. Each eviction
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from typing import Any
 
 from lightkube import ApiError
 from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Pod
+from lightkube.resources.core_v1 import Node, Pod
+from lightkube.types import PatchType
 
+from actions.builtin.cordon import DRAINED
 from actions.builtin.cordon import _kubernetes as cordon_kubernetes
 from actions.builtin.cordon import _slurm as cordon_slurm
 from actions.builtin.kill import node_of
@@ -84,7 +87,7 @@ async def _evict(ctx: ActionContext, pod: dict[str, Any]) -> str | None:
 
 
 async def _kubernetes(ctx: ActionContext, p: DrainParams, node: str) -> ActionResult:
-    cordoned = await cordon_kubernetes(ctx, node, True, False)
+    cordoned = await cordon_kubernetes(ctx, node, True, False, via="drain")
     client = ctx.services.kube()
     resources = ctx.config.agent.pod_resources.resources
     with kube_errors(f"list pods on node {node}"):
@@ -123,6 +126,12 @@ async def _kubernetes(ctx: ActionContext, p: DrainParams, node: str) -> ActionRe
                     if (e.status.code or e.response.status_code) != 404:
                         raise
             deleted.append(f"{md['namespace']}/{md['name']}")
+    if evicted or deleted:  # what it changed, on the node (beside the cordon's annotations)
+        record = {"rule": ctx.request.rule, "at": ctx.services.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ"),
+                  "evicted": evicted, "deleted": deleted}
+        with kube_errors(f"annotate node {node}"):
+            await client.patch(Node, node, {"metadata": {"annotations": {DRAINED: json.dumps(record)}}},
+                               patch_type=PatchType.MERGE)
     parts = [cordoned.detail or f"node {node} cordoned", f"{len(evicted)} GPU pod(s) evicted"]
     if deleted:
         parts.append(f"{len(deleted)} deleted after the {p.timeout:g}s timeout (PodDisruptionBudget): "

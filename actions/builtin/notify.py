@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import threading
 from pathlib import Path
-from urllib.parse import quote
+from typing import Any
+from urllib.parse import quote, unquote
 
 from actions import notify_format as nf
 from actions.protocol import ActionContext, ActionResult, PermanentError, TransientError
@@ -73,6 +75,45 @@ def _with_params(url: str, extra: dict[str, str]) -> str:
     return f"{url}{'&' if '?' in url else '?'}{add}"
 
 
+_TOKEN = re.compile(r"[A-Za-z0-9._~\-]{4,}")
+
+
+def url_secrets(url: str, privacy_url: str | None) -> list[str]:
+    """The parts of `url` that may be secret: every piece Apprise's privacy form of it (`privacy_url`) does not
+    show; all but the scheme where Apprise cannot read the URL; all but the host for a plain JSON/form/XML
+    webhook, whose path often is its token. Longest first, so a secret is cut whole."""
+    scheme, _, rest = url.partition("://")
+    if scheme.lower() in _DATA_SCHEMES:
+        privacy_url = re.split(r"[/?#]", rest.rpartition("@")[2], maxsplit=1)[0]
+    shown = set(_TOKEN.findall(privacy_url or "")) | {scheme}
+    pieces = set(_TOKEN.findall(url)) | set(_TOKEN.findall(unquote(url)))
+    return sorted((t for t in pieces if t not in shown), key=len, reverse=True)
+
+
+_LOGGERS = ("apprise", "urllib3.connectionpool")  # where a post's URL may be logged (the latter at debug level)
+
+
+def redact(text: str, secrets: list[str]) -> str:
+    for secret in secrets:
+        text = text.replace(secret, "…")
+    return text
+
+
+class _Redact(logging.Filter):
+    """Cuts one post's URL secrets out of Apprise's log records (of the posting thread) before any handler sees
+    them: the engine log, the action's error and the audit never hold a service's key."""
+
+    def __init__(self, thread: int, secrets: list[str]) -> None:
+        super().__init__()
+        self.thread = thread
+        self.secrets = secrets
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.thread == self.thread and self.secrets:
+            record.msg, record.args = redact(record.getMessage(), self.secrets), ()
+        return True
+
+
 class _ThreadLog(logging.Handler):
     """Apprise's log lines of one post (the thread that sends it): the only account of why a post failed."""
 
@@ -92,10 +133,24 @@ def post(url: str, body: str, title: str, body_format: str, timeout: float,
     import apprise
 
     asset = apprise.AppriseAsset(plugin_paths=[], storage_mode="memory")
-    plugin = apprise.Apprise.instantiate(url, asset=asset)
-    if plugin is None or isinstance(plugin, bool):
-        return False, ["Apprise does not know this URL (see https://appriseit.com/services/)"]
-    handler = _ThreadLog(threading.get_ident())
+    thread = threading.get_ident()
+    guard = _Redact(thread, url_secrets(url, None))
+    for name in _LOGGERS:  # Apprise may log while it reads the URL, before its privacy form is known
+        logging.getLogger(name).addFilter(guard)
+    try:
+        plugin: Any = apprise.Apprise.instantiate(url, asset=asset)
+        if plugin is None or isinstance(plugin, bool):
+            return False, ["Apprise does not know this URL (see https://appriseit.com/services/)"]
+        guard.secrets = url_secrets(url, plugin.url(privacy=True))
+        return _notify(plugin, url, body, title, body_format, timeout, notify_type, thread)
+    finally:
+        for name in _LOGGERS:
+            logging.getLogger(name).removeFilter(guard)
+
+
+def _notify(plugin: Any, url: str, body: str, title: str, body_format: str, timeout: float, notify_type: str,
+            thread: int) -> tuple[bool, list[str]]:
+    handler = _ThreadLog(thread)
     logger = logging.getLogger("apprise")
     logger.addHandler(handler)
     try:

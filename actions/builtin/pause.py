@@ -1,6 +1,9 @@
 """The `pause` and `resume` actions' runtime: stop a Kubernetes job's top owner the way its kind is stopped
 (replicas to 0, spec.suspend, runPolicy.suspend, the Notebook's stop annotation, KServe minReplicas 0), remember
-exactly what was changed (KV), and set exactly that back; a Kubernetes Event on the workload for each.
+exactly what was changed (KV, and on the object as the `gpuevents.io/paused` annotation, so resume works from the
+cluster alone), and set exactly that back; a Kubernetes Event on the workload for each. A pause or resume that
+changes several objects (a CronJob and its running Jobs) is all or nothing: when one patch fails, those already
+made are set back before the error is reported.
 
 Refused: a job id that is not `<namespace>/<Kind>/<name>`, a bare pod (no controller to stop: `cancel` deletes
 it), a protected namespace or workload label, an owner that is not the one decided on (its uid, or its
@@ -12,10 +15,22 @@ from collections.abc import Mapping
 from typing import Any
 
 from lightkube.types import PatchType
-from pydantic import BaseModel
 
+from actions.errors import PermanentError, TransientError
 from actions.kube import kube_errors, post_event
-from actions.pauseplan import Change, describe, merge_patch, pause_changes, resume_changes
+from actions.pauseplan import (
+    PAUSED,
+    PAUSED_BY,
+    Change,
+    Paused,
+    PauseRecord,
+    describe,
+    merge_patch,
+    pause_changes,
+    record_on,
+    resume_changes,
+    with_annotation,
+)
 from actions.protocol import ActionContext, ActionResult
 from actions.specs.pause import PauseParams, PauseSpec, ResumeParams, ResumeSpec
 from actions.store import kv_key
@@ -23,25 +38,7 @@ from gpuevents.facts import Facts, JobFacts
 from gpuevents.kube import resource_for
 from gpuevents.kubekinds import KINDS, Kind, kind_of, split_job_id
 
-PAUSED_BY = "gpuevents.io/paused-by"
-
-
-class Paused(BaseModel):
-    """What one pause changed on one object (KV): resume sets exactly this back."""
-
-    api_version: str
-    kind: str
-    namespace: str
-    name: str
-    uid: str
-    changes: list[Change]
-
-
-class PauseRecord(BaseModel):
-    job: str
-    rule: str
-    at: str
-    objects: list[Paused]
+__all__ = ["PAUSED", "PAUSED_BY", "PauseAction", "ResumeAction"]
 
 
 def job_of(job_param: str | None, facts: Facts) -> tuple[str | None, JobFacts]:
@@ -79,15 +76,47 @@ async def _read(ctx: ActionContext, k: Kind, namespace: str, name: str) -> dict[
     return out
 
 
-async def _patch(ctx: ActionContext, k: Kind, obj: Mapping[str, Any], values: list[tuple[list[str], Any]]) -> None:
+async def _patch(ctx: ActionContext, k: Kind, obj: Mapping[str, Any],
+                 values: list[tuple[list[str], Any]]) -> dict[str, Any]:
     """A merge patch, conditional on the object's resourceVersion (a change in between is a 409: retried, and
-    the retry reads the object again)."""
+    the retry reads the object again); the object as patched."""
     md = obj.get("metadata") or {}
     patch = merge_patch([*values, (["metadata", "resourceVersion"], md.get("resourceVersion"))])
     client = ctx.services.kube()
     with kube_errors(f"patch {k.kind} {md.get('namespace')}/{md.get('name')}"):
-        await client.patch(resource_for(k.api_version, k.kind), md["name"], patch, namespace=md.get("namespace"),
-                           patch_type=PatchType.MERGE)
+        got = await client.patch(resource_for(k.api_version, k.kind), md["name"], patch,
+                                 namespace=md.get("namespace"), patch_type=PatchType.MERGE)
+    out: dict[str, Any] = got.to_dict()
+    return out
+
+
+Step = tuple[Kind, dict[str, Any], list[Change]]
+"""One object and the changes to make on it (each from `before` to `after`)."""
+
+
+async def _all_or_nothing(ctx: ActionContext, steps: list[Step]) -> None:
+    """Make every step's changes, in order; when one fails, set back those already made (newest first) and
+    raise its error, saying what was set back or could not be: never leave a workload half paused."""
+    done: list[tuple[Kind, dict[str, Any], list[Change]]] = []
+    for k, obj, changes in steps:
+        try:
+            patched = await _patch(ctx, k, obj, [(c.path, c.after) for c in changes])
+        except (PermanentError, TransientError) as e:
+            back = await _roll_back(ctx, done)
+            raise type(e)(f"{e}; {back}" if back else str(e)) from None
+        done.append((k, patched, changes))
+
+
+async def _roll_back(ctx: ActionContext, done: list[tuple[Kind, dict[str, Any], list[Change]]]) -> str:
+    said: list[str] = []
+    for k, patched, changes in reversed(done):
+        name = f"{k.kind} {patched['metadata'].get('name')}"
+        try:
+            await _patch(ctx, k, patched, [(c.path, c.before) for c in changes])
+            said.append(f"{name} set back")
+        except (PermanentError, TransientError) as e:
+            said.append(f"{name} could NOT be set back ({e})")
+    return "nothing else changed" if not done else "rolled back: " + ", ".join(said)
 
 
 def _labels_refusal(obj: Mapping[str, Any], ctx: ActionContext) -> str | None:
@@ -198,22 +227,45 @@ async def _apply_pause(ctx: ActionContext, p: PauseParams, job: str, k: Kind, ob
         record.objects += [o for o in prior.objects if (o.kind, o.name) not in {(x.kind, x.name)
                                                                                 for x in record.objects}]
     await svc.kv.put(key, record.model_dump_json().encode())
+    objs = {(tk.kind, tobj["metadata"]["name"]): (tk, tobj) for tk, tobj in targets}
+    first = objs.get((record.objects[0].kind, record.objects[0].name))
+    written = with_annotation(record, (first[1]["metadata"].get("annotations") or {}).get(PAUSED) if first else None)
+    steps: list[Step] = []
+    for o in written.objects:
+        found = objs.get((o.kind, o.name))
+        if found is not None and o.uid == found[1]["metadata"].get("uid", ""):
+            steps.append((found[0], found[1], o.changes))
+    try:
+        await _all_or_nothing(ctx, steps)
+    except (PermanentError, TransientError):
+        await (svc.kv.put(key, old.value) if old is not None else svc.kv.delete(key))
+        raise
     client = svc.kube()
     said: list[str] = []
-    for tk, tobj in targets:
-        done = next((o for o in record.objects if (o.kind, o.name) == (tk.kind, tobj["metadata"]["name"])), None)
-        if done is None or done.uid != tobj["metadata"].get("uid", ""):
-            continue
-        await _patch(ctx, tk, tobj, [(c.path, c.after) for c in done.changes])
-        msg = f"paused by gpuevents rule {ctx.request.rule}: {describe(done.changes[:-1])}"
+    for _tk, tobj, changes in steps:
+        msg = f"paused by gpuevents rule {ctx.request.rule}: {describe(changes)}"
         if p.reason:
             msg += f" ({p.reason})"
         problem = await post_event(client, tobj, "GpueventsPaused", msg, warning=True, now=svc.clock.now())
         if problem:
             said.append(problem)
-    changed = "; ".join(f"{o.kind} {o.name}: {describe(o.changes[:-1])}" for o in record.objects)
+    changed = "; ".join(f"{o.kind} {o.name}: {describe(o.changes)}" for o in record.objects)
     return ActionResult(detail=f"paused {what} ({changed}){note}" + (f"; {said[0]}" if said else ""),
                         data={"job": job, "paused": [o.model_dump() for o in record.objects]})
+
+
+async def _recorded(ctx: ActionContext, job: str) -> tuple[PauseRecord | None, str]:
+    """What pause changed on `job`: from the engine's store, else from the annotation on the workload (the
+    store is gone: a new KV bucket, another engine); and where it was found."""
+    got = await ctx.services.kv.get(record_key(job))
+    if got is not None:
+        return PauseRecord.model_validate_json(got.value), "store"
+    parts = split_job_id(job)
+    known = KINDS.get(parts[1]) if parts else None
+    if parts is None or known is None or known.pause is None:
+        return None, ""
+    obj = await _read(ctx, known, parts[0], parts[2])
+    return (record_on(obj) if obj is not None else None), "annotation"
 
 
 async def _resume(ctx: ActionContext, p: ResumeParams) -> ActionResult:
@@ -221,13 +273,12 @@ async def _resume(ctx: ActionContext, p: ResumeParams) -> ActionResult:
     if not job or split_job_id(job) is None:
         return ActionResult(status="refused", detail=f"{job!r} is not a Kubernetes job (<namespace>/<Kind>/<name>)")
     svc = ctx.services
-    key = record_key(job)
-    got = await svc.kv.get(key)
-    if got is None:
-        return ActionResult(detail=f"nothing to resume: gpuevents has not paused {job}", data={"job": job})
-    record = PauseRecord.model_validate_json(got.value)
+    record, where = await _recorded(ctx, job)
+    if record is None:
+        return ActionResult(detail=f"nothing to resume: gpuevents has not paused {job} (no record in its store, "
+                            f"no {PAUSED} annotation on it)", data={"job": job})
     notes: list[str] = []
-    restored: list[str] = []
+    steps: list[Step] = []
     for o in record.objects:
         k = kind_of(o.api_version, o.kind)
         obj = await _read(ctx, k, o.namespace, o.name)
@@ -240,15 +291,19 @@ async def _resume(ctx: ActionContext, p: ResumeParams) -> ActionResult:
         undo, left = resume_changes(o.changes, obj)
         notes += [f"{o.kind} {o.name}: {why}" for why in left]
         if undo:
-            await _patch(ctx, k, obj, [(c.path, c.after) for c in undo])
-            restored.append(f"{o.kind} {o.name}: {describe(undo[:-1] if undo[-1].path[-1] == PAUSED_BY else undo)}")
-            problem = await post_event(svc.kube(), obj, "GpueventsResumed",
-                                       f"resumed by gpuevents rule {ctx.request.rule}: {describe(undo)}",
-                                       now=svc.clock.now())
-            if problem:
-                notes.append(problem)
-    await svc.kv.delete(key)
+            steps.append((k, obj, [Change(path=c.path, before=c.before, after=c.after) for c in undo]))
+    await _all_or_nothing(ctx, steps)
+    restored = [f"{k.kind} {obj['metadata']['name']}: {describe(changes)}" for k, obj, changes in steps]
+    for _k, obj, changes in steps:
+        problem = await post_event(svc.kube(), obj, "GpueventsResumed",
+                                   f"resumed by gpuevents rule {ctx.request.rule}: {describe(changes)}",
+                                   now=svc.clock.now())
+        if problem:
+            notes.append(problem)
+    await svc.kv.delete(record_key(job))
     detail = f"resumed {job}" + (f" ({'; '.join(restored)})" if restored else ": nothing to set back")
+    if where == "annotation":
+        detail += f" (from the {PAUSED} annotation: the engine's store had no record)"
     return ActionResult(detail=detail + (f"; {'; '.join(notes)}" if notes else ""),
                         data={"job": job, "restored": restored, "notes": notes})
 

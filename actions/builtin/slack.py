@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 DEFAULT_DIGEST_WINDOW_S = 900.0
 HANDLE_CACHE_S = 3600.0
 HANDLE_REFRESH_S = 60.0
-NO_TOKEN_DETAIL = "printed (no SLACK_BOT_TOKEN)"
+NO_TOKEN_DETAIL = "printed to the console, not delivered: SLACK_BOT_TOKEN is not set"
 
 _EMAIL = re.compile(r"^[^@\s<>]+@[^@\s<>]+\.[^@\s<>]+$")
 _USER_ID = re.compile(r"^[UW][A-Z0-9]{2,}$")
@@ -194,7 +194,8 @@ def _read_template(path: str | None) -> str:
 
 def _print_instead(to: str, item: fmt.MessageItem, buttons: SlackButtons | None = None) -> ActionResult:
     """The demo path: no token, so the message goes to the console (with the buttons it would show, and the
-    command that does what each does); warn once per process."""
+    command that does what each does); warn once per process. Printing is not delivery (DESIGN §3.4): the run
+    ends `refused`, so a destructive action staged after this warning is refused too."""
     global _warned_no_token
     if not _warned_no_token:
         _warned_no_token = True
@@ -204,7 +205,7 @@ def _print_instead(to: str, item: fmt.MessageItem, buttons: SlackButtons | None 
         shown = fmt.buttons_text(item, buttons.keep, buttons.release, buttons.not_mine)
         sys.stdout.write(f"[slack → {to}]   buttons: {shown}\n")
     sys.stdout.flush()
-    return ActionResult(detail=NO_TOKEN_DETAIL)
+    return ActionResult(status="refused", detail=NO_TOKEN_DETAIL)
 
 
 async def _join_digest(ctx: ActionContext, to: str, item: fmt.MessageItem,

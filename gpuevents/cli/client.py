@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
+from rich.table import Column, Table
 from rich.text import Text
 
 from gpuevents import subjects as S
@@ -24,6 +25,7 @@ from gpuevents.cli.common import (
 )
 from gpuevents.clock import SystemClock
 from gpuevents.durations import format_duration
+from gpuevents.facts import Facts
 from gpuevents.records import AuditRecord, decode_audit, unique_records
 
 if TYPE_CHECKING:
@@ -80,12 +82,13 @@ def audit(
     rule: Annotated[str | None, typer.Option("--rule", help="only this rule")] = None,
     entity: Annotated[str | None, typer.Option("--entity", help="only this entity id")] = None,
     since: Annotated[str, typer.Option("--since", help="how far back, e.g. 1h, 7d")] = "1h",
-    as_json: Annotated[bool, typer.Option("--json", help="one JSON record a line")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="one JSON record a line, the facts included")] = False,
+    facts: Annotated[bool, typer.Option("--facts", help="show the facts each decision used")] = False,
     config: ConfigOption = None,
 ) -> None:
-    """What the engine did and why: transitions and action outcomes."""
+    """What the engine did and why: transitions and action outcomes (and the facts each decision used)."""
     seconds = duration_option(since, "--since")
-    run_async(show_audit(client_config(load_config_or_exit(config)), rule, entity, seconds, as_json))
+    run_async(show_audit(client_config(load_config_or_exit(config)), rule, entity, seconds, as_json, facts))
 
 
 def register(app: typer.Typer) -> None:
@@ -273,7 +276,7 @@ async def do_snooze(config: Config, rule: str, entity: str, seconds: float, reas
 
 
 async def show_audit(config: Config, rule: str | None, entity: str | None, seconds: float,
-                     as_json: bool) -> None:
+                     as_json: bool, facts: bool = False) -> None:
     since = SystemClock().now() - timedelta(seconds=seconds)
     subject = S.audit_subject(rule) if rule else S.AUDIT_ALL
     records: list[AuditRecord] = []
@@ -286,12 +289,29 @@ async def show_audit(config: Config, rule: str | None, entity: str | None, secon
         for r in records:
             typer.echo(r.model_dump_json())
         return
-    out.print(audit_table(records) if records else f"no audit records in the last {format_duration(seconds)}")
+    out.print(audit_table(records, facts) if records else f"no audit records in the last {format_duration(seconds)}")
 
 
-def audit_table(records: list[AuditRecord]) -> Table:
-    """One row per record, every machine string shown as written."""
-    table = Table("time", "rule", "entity", "what", "outcome", "detail")
+def facts_text(facts: Facts) -> str:
+    """The facts a decision used, one `path=value` a line (nested keys joined by dots)."""
+    lines: list[str] = []
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict) and value:
+            for k, v in value.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), v)
+        else:
+            lines.append(f"{prefix}={json.dumps(value, default=str)}")
+
+    walk("", facts.model_dump(mode="json"))
+    return "\n".join(lines)
+
+
+def audit_table(records: list[AuditRecord], facts: bool = False) -> Table:
+    """One row per record, every machine string shown as written and whole: a cell too wide for the terminal
+    (or for the 80 columns of a pipe) wraps, never cuts."""
+    table = Table(*(Column(h, overflow="fold") for h in ("time", "rule", "entity", "what", "outcome", "detail")),
+                  *((Column("facts", overflow="fold"),) if facts else ()))
     for r in records:
         if r.kind == "transition":
             what, outcome = "transition", f"{r.from_status} → {r.to_status}"
@@ -300,5 +320,6 @@ def audit_table(records: list[AuditRecord]) -> Table:
         else:
             what, outcome = r.kind, ""
         detail = r.error or r.detail or ""
-        table.add_row(*cells(r.time.strftime("%m-%d %H:%M:%S"), r.rule, r.entity_id, what, outcome, detail[:120]))
+        row = [r.time.strftime("%m-%d %H:%M:%S"), r.rule, r.entity_id, what, outcome, detail]
+        table.add_row(*cells(*row, *((facts_text(r.facts),) if facts else ())))
     return table

@@ -42,7 +42,8 @@ VERBS: dict[str, Verb] = {
                  "Up to the rule's snooze_max at once; longer waits for an approval from the rule's `approve:` "
                  "channel."),
     "audit": Verb("gpuevents.cli.client", "register",
-                  "What the engine did and why: transitions and action outcomes."),
+                  "What the engine did and why: transitions and action outcomes (and the facts each decision "
+                  "used)."),
     "agent": Verb("gpuevents.cli.agent", "register",
                   "The node agent: samples GPUs through NVML, publishes events, answers kill commands."),
     "simulate": Verb("gpuevents.cli.agent", "register",
@@ -54,6 +55,17 @@ VERBS: dict[str, Verb] = {
                  "End one process, through the engine: protection, limits and dry run apply; the audit records it."),
     "cancel": Verb("gpuevents.cli.manual", "register",
                    "Cancel one job, through the engine: protection, limits and dry run apply; the audit records it."),
+    "pause": Verb("gpuevents.cli.remedies", "register",
+                  "Pause a Kubernetes workload the way its kind is stopped, through the engine: protection, limits "
+                  "and dry run apply; the audit records it."),
+    "resume": Verb("gpuevents.cli.remedies", "register",
+                   "Set back exactly what a pause changed, from the workload's annotations, through the engine; never "
+                   "limited."),
+    "cordon": Verb("gpuevents.cli.remedies", "register",
+                   "Mark a node unschedulable, through the engine: protection, limits and dry run apply; the audit "
+                   "records it."),
+    "uncordon": Verb("gpuevents.cli.remedies", "register",
+                     "Mark a node schedulable again, if gpuevents cordoned it, through the engine; never limited."),
     "rules": Verb("gpuevents.cli.rules", "app", "Validate and test rule files."),
     "config": Verb("gpuevents.cli.configcheck", "app", "Configuration."),
     "report": Verb("gpuevents.cli.report", "report_command",

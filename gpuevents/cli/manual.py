@@ -61,9 +61,10 @@ def register(app: typer.Typer) -> None:
 
 async def ask(config: Config, fields: dict[str, object]) -> None:
     try:
-        req = OperatorAction.model_validate({**fields, "cluster": config.cluster, "by": getpass.getuser()})
+        req = OperatorAction.model_validate({"cluster": config.cluster, **fields, "by": getpass.getuser()})
     except ValidationError as e:
-        typer.echo(f"error: {e}", err=True)
+        said = "; ".join(str(err["msg"]).removeprefix("Value error, ") for err in e.errors())
+        typer.echo(f"error: {said}", err=True)
         raise typer.Exit(2) from None
     async with operator_bus(config, "gpuevents-" + req.type) as bus:
         try:

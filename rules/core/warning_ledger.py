@@ -15,10 +15,11 @@ delivered: where the engine cannot tell, it does not act. An incident that sent 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Protocol
 
-from gpuevents.records import ActionRequest
+from gpuevents.records import ActionRequest, Outcome
 from rules.core.book import IncidentBook
 from rules.core.incidents import Incident, SentWarning, WarningStatus
 from rules.core.inputs import WARNING_TYPES, ActionOutcome, PendingSend, StepResult
@@ -102,9 +103,23 @@ class WarningLedger:
             out.incidents.append(updated)
 
 
-def assume_delivered(core: _Stepper, result: StepResult, now: datetime) -> None:
-    """Report every warning `result` sent to a runner as delivered: for runs with no runner (rule tests,
-    backtests), where a warning is undelivered only when the engine itself decided so."""
+def assume_delivered(core: _Stepper, result: StepResult, now: datetime,
+                     known: Mapping[str, Outcome] | None = None) -> None:
+    """Report every warning `result` sent to a runner as the runner ended it: its outcome in `known` (what the
+    live runners recorded for that key: a backtest reads them from the audit stream, so a warning that failed
+    then fails here, and the stage after it is refused as the engine refused it), else delivered (rule tests,
+    a warning no runner ever got), where a warning is undelivered only when the engine itself decided so."""
     for a in result.actions:
         if a.decision == "run" and a.type in WARNING_TYPES and not a.destructive and a.phase != "resolve":
-            core.step(ActionOutcome(rule=a.rule, incident_id=a.incident_id, key=a.key, outcome="ok"), now)
+            outcome = (known or {}).get(a.key, "ok")
+            core.step(ActionOutcome(rule=a.rule, incident_id=a.incident_id, key=a.key, outcome=outcome), now)
+
+
+FINAL: frozenset[str] = frozenset({"ok", "failed", "refused", "expired"})
+"""A runner's outcomes of a warning it got (held, suppressed and dry runs are the engine's own decisions)."""
+
+
+def remember_outcome(known: dict[str, Outcome], key: str, outcome: Outcome) -> None:
+    """Keep a runner's outcome of a warning: `ok` wins over any other, as in `WarningLedger.apply_outcome`."""
+    if outcome in FINAL and known.get(key) != "ok":
+        known[key] = outcome

@@ -39,11 +39,12 @@ def snooze_record(now: datetime, s: Snooze, pending: str = "") -> AuditRecord:
 
 
 def request_record(now: datetime, by: str, req: ActionRequest) -> AuditRecord:
-    """A person's kill or cancel as the engine decided it (the runner records what it then did)."""
+    """A person's remedy as the engine decided it, with the facts it used (the runner records what it then did)."""
     return AuditRecord(time=now, kind="request", rule=req.rule, entity_id=req.entity_id, cluster=req.cluster,
                        incident_id=req.incident_id, action_type=req.type, action_key=req.key,
                        outcome="ok" if req.decision == "run" else req.decision, dry_run=req.dry_run,
-                       detail=f"asked by {by}: {req.decision}" + (f" ({req.reason})" if req.reason else ""))
+                       detail=f"asked by {by}: {req.decision}" + (f" ({req.reason})" if req.reason else ""),
+                       facts=req.facts)
 
 
 def audit_items(records: Iterable[AuditRecord]) -> list[PublishItem]:

@@ -15,6 +15,7 @@ from rules.core.incidents import open_incident, step
 from rules.core.limits import Limiter
 from rules.core.sends import Sender
 from rules.core.state import Entity, FleetState
+from rules.intake.channels import channel_problems
 from rules.lang.loader import load_rule_set
 from rules.lang.model import CompiledAction, Rule, RuleSet
 from rules.lang.templates import render_params
@@ -98,9 +99,12 @@ def check_rule_set(rules: RuleSet, config: Config | None = None) -> list[Located
 def load_checked(paths: Sequence[Path | str], default_timezone: str = "UTC",
                  config: Config | None = None) -> RuleSet:
     """The rule set, loaded and checked exactly as `rules check` does; LocatedError with every problem otherwise
-    (the engine loads and reloads through this, so it never runs a set that `rules check` rejects)."""
+    (the engine loads and reloads through this, so it never runs a set that `rules check` rejects). With the
+    engine's `config`, a staged remedy whose warnings have no channel configured is a problem too."""
     rules = load_rule_set(paths, default_timezone=default_timezone)
     problems = check_rule_set(rules, config)
+    if config is not None:
+        problems += channel_problems(rules, config)
     if problems:
         raise LocatedError(problems)
     return rules

@@ -1,4 +1,10 @@
-"""`gpuevents rules backtest`: stream the recorded events through rules, actions recorded and not run."""
+"""`gpuevents rules backtest`: stream the recorded events through rules, actions recorded and not run.
+
+Stages are decided as the engine decides them: a staged remedy waits for a warning to be delivered, and a
+warning's delivery is what the live runners recorded for it in the audit stream (its key is the engine's: the
+same events make the same incident ids), so a warning that failed or was only printed then is undelivered
+here too and the stage after it shows `refused`, as it was. A warning no runner recorded counts as delivered.
+"""
 
 from __future__ import annotations
 
@@ -14,8 +20,10 @@ from gpuevents import subjects as S
 from gpuevents.bus import CLIENT_CONNECT_S, Bus, BusError, StoredMsg
 from gpuevents.config import Config
 from gpuevents.durations import format_duration
+from gpuevents.records import Outcome, decode_audit
 from rules.core.core import Core, StepResult, Tick
-from rules.core.warning_ledger import assume_delivered
+from rules.core.inputs import WARNING_TYPES
+from rules.core.warning_ledger import assume_delivered, remember_outcome
 from rules.intake.decoder import RepeatDecoder
 from rules.intake.skew import believable
 from rules.lang.loader import load_rule_set
@@ -102,8 +110,10 @@ class StreamSummary:
     """What a backtest keeps while it streams: the incidents that fired and what their actions would have
     been, never the events themselves (a week of a large fleet does not fit in memory)."""
 
-    def __init__(self, start: datetime) -> None:
+    def __init__(self, start: datetime, outcomes: dict[str, Outcome] | None = None) -> None:
         self.rec = Recording(start=start)
+        self.outcomes: dict[str, Outcome] = outcomes or {}
+        """What the live runners recorded for warnings, by key (`warning_outcomes`)."""
 
     def add(self, result: StepResult) -> None:
         self.rec.transitions += [t for t in result.transitions if t.to_status in ("firing", "resolved")]
@@ -121,7 +131,7 @@ def tick_until(core: Core, now: datetime, until: datetime, summary: StreamSummar
             return now
         result = core.step(Tick(), wake)
         summary.add(result)
-        assume_delivered(core, result, wake)  # what would have happened had the warnings reached people
+        assume_delivered(core, result, wake, summary.outcomes)  # as the runners recorded, else delivered
         now = wake
 
 
@@ -149,11 +159,21 @@ async def stream_backtest(core: Core, messages: AsyncIterator[StoredMsg], start:
         now = tick_until(core, now, t, summary)
         result = core.step(event, t)
         summary.add(result)
-        assume_delivered(core, result, t)
+        assume_delivered(core, result, t, summary.outcomes)
         now = t
         events += 1
     tick_until(core, now, end, summary)
     return events, malformed
+
+
+async def warning_outcomes(messages: AsyncIterator[StoredMsg]) -> dict[str, Outcome]:
+    """The runners' outcomes of warnings (`slack`, `email`, `notify`) in the audit messages, by action key."""
+    known: dict[str, Outcome] = {}
+    async for m in messages:
+        for r in decode_audit(m.data):
+            if r.kind == "action" and r.action_type in WARNING_TYPES and r.action_key and r.outcome:
+                remember_outcome(known, r.action_key, r.outcome)
+    return known
 
 
 async def run_backtest(config: Config, paths: Sequence[Path], since_s: float, now: datetime,
@@ -165,6 +185,8 @@ async def run_backtest(config: Config, paths: Sequence[Path], since_s: float, no
     summary = StreamSummary(start)
     started = time.monotonic()
     async with Bus(config.nats, name="gpuevents-backtest", give_up_after=CLIENT_CONNECT_S) as bus:
+        with contextlib.suppress(BusError):  # no audit stream: every warning counts as delivered
+            summary.outcomes = await warning_outcomes(bus.replay(S.STREAM_AUDIT, S.AUDIT_ALL, since=start))
         first_seq: list[int] = []
         last_seq = 0
         with contextlib.suppress(BusError):

@@ -83,13 +83,13 @@ async def test_held_destructive_actions_are_audited_while_slack_still_goes(
     note = make_request("slack", {"to": "alice@example.com", "text": "your GPU idles"}, key=held.key + ":slack")
     suppressed = make_request("kill", {}, decision="suppressed", reason="max_per_hour 20")
     outcomes = [(await runner.process(r)).outcome for r in (held, note, suppressed)]
-    assert outcomes == ["held", "ok", "suppressed"]
+    assert outcomes == ["held", "refused", "suppressed"]
     assert agent.commands == []
     assert "your GPU idles" in capsys.readouterr().out
     audit = await audit_records(bus)
     assert [(r.action_type, r.outcome, r.detail) for r in audit] == [
         ("kill", "held", "max_fleet_pct 25 exceeded: 40% firing"),
-        ("slack", "ok", "printed (no SLACK_BOT_TOKEN)"),
+        ("slack", "refused", "printed to the console, not delivered: SLACK_BOT_TOKEN is not set"),
         ("kill", "suppressed", "max_per_hour 20")]
 
 

@@ -29,12 +29,23 @@ def helm() -> str:
     return str(path)
 
 
-def template(helm: str, *sets: str, namespace: str = "gpuevents") -> list[dict[str, Any]]:
+def helm_template(helm: str, *sets: str, namespace: str = "gpuevents") -> subprocess.CompletedProcess[str]:
     args = [a for s in sets for a in ("--set", s)]
-    out = subprocess.run([helm, "template", "gpuevents", str(CHART), "--namespace", namespace, *args],
-                         capture_output=True, text=True, timeout=60)
+    return subprocess.run([helm, "template", "gpuevents", str(CHART), "--namespace", namespace, *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def template(helm: str, *sets: str, namespace: str = "gpuevents") -> list[dict[str, Any]]:
+    out = helm_template(helm, *sets, namespace=namespace)
     assert out.returncode == 0, out.stderr
     return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def refused(helm: str, *sets: str, namespace: str = "gpuevents") -> str:
+    """The one-line reason `helm template` refuses these values (it renders nothing)."""
+    out = helm_template(helm, *sets, namespace=namespace)
+    assert out.returncode != 0 and not out.stdout.strip(), out.stdout
+    return out.stderr
 
 
 def one(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
@@ -49,8 +60,10 @@ def test_helm_lint_passes_strict(helm: str) -> None:
 
 
 @pytest.mark.parametrize("sets", [(), ("namespace.create=true", "serviceMonitor.enabled=true",
-                                       "agent.kubeletLegacyRBAC=true", "networkPolicy.dashboardFrom[0]"
-                                       ".podSelector.matchLabels.app=ingress")],
+                                       "runner.rbac.namespaces={ml,research}", "runner.rbac.nodes=true",
+                                       "engine.persistence.enabled=true", "slack.enabled=true",
+                                       "config.engine.dry_run=false", "image.registry=ghcr.io/acme",
+                                       "networkPolicy.dashboardFrom[0].podSelector.matchLabels.app=ingress")],
                          ids=["defaults", "everything-on"])
 def test_every_rendered_object_passes_the_kubernetes_schema(helm: str, sets: tuple[str, ...]) -> None:
     docs = template(helm, *sets)
@@ -106,7 +119,9 @@ def test_metrics_are_reachable_from_prometheus_only(helm: str) -> None:
 
 def test_values_reach_the_objects(helm: str) -> None:
     docs = template(helm, "image.repository=registry.example/gpuevents", "image.tag=9.9", "runner.replicas=5",
-                    "cluster=prod-b", "config.engine.dry_run=false", namespace="gpu-ops")
+                    "cluster=prod-b", "config.engine.dry_run=false", "slack.enabled=true",
+                    "runner.rbac.clusterWide=true", "config.protect.namespaces={kube-system,gpu-ops}",
+                    namespace="gpu-ops")
     runner = one(docs, "Deployment", "gpuevents-runner")
     assert runner["metadata"]["namespace"] == "gpu-ops" and runner["spec"]["replicas"] == 5
     assert runner["spec"]["template"]["spec"]["containers"][0]["image"] == "registry.example/gpuevents:9.9"
@@ -136,3 +151,105 @@ def test_render_check_names_a_file_that_drifted(helm: str, tmp_path: Path, monke
     assert render.main(["--helm", helm]) == 0
     assert render.main(["--check", "--helm", helm]) == 0
     assert "hostPID: true" in (copy / "agent.yaml").read_text()
+
+
+# ------------------------------------------------------------------ least rights, placement, channel, storage
+def _runner_bindings(docs: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    return sorted((d["kind"], d["metadata"].get("namespace", ""), d["roleRef"]["name"]) for d in docs
+                  if d["kind"].endswith("Binding") and any(s["name"] == "gpuevents-runner" for s in d["subjects"]))
+
+
+def test_the_runner_has_rights_only_in_the_namespaces_named(helm: str) -> None:
+    assert _runner_bindings(template(helm)) == []  # least rights by default: none
+    docs = template(helm, "runner.rbac.namespaces={ml,research}")
+    assert _runner_bindings(docs) == [("RoleBinding", "ml", "gpuevents-runner"),
+                                      ("RoleBinding", "research", "gpuevents-runner")]
+    role = one(docs, "ClusterRole", "gpuevents-runner")  # bound per namespace only
+    assert not any("nodes" in r["resources"] for r in role["rules"])
+    nodes = template(helm, "runner.rbac.nodes=true")
+    assert _runner_bindings(nodes) == [("ClusterRoleBinding", "", "gpuevents-runner-nodes")]
+    assert {r for rule in one(nodes, "ClusterRole", "gpuevents-runner-nodes")["rules"]
+            for r in rule["resources"]} == {"nodes", "pods"}
+
+
+@pytest.mark.parametrize("namespace", ["kube-system", "gpuevents"])
+def test_the_runner_is_never_given_kube_system_or_its_own_namespace(helm: str, namespace: str) -> None:
+    why = refused(helm, f"runner.rbac.namespaces={{ml,{namespace}}}")
+    assert f"runner.rbac.namespaces: {namespace} is never the runner's to act in" in why
+
+
+def test_cluster_wide_rights_need_kube_system_and_the_release_protected(helm: str) -> None:
+    why = refused(helm, "runner.rbac.clusterWide=true", "config.protect.namespaces={gpuevents}")
+    assert "config.protect.namespaces must list it" in why and "kube-system" in why
+    assert _runner_bindings(template(helm, "runner.rbac.clusterWide=true")) == [
+        ("ClusterRoleBinding", "", "gpuevents-runner")]
+
+
+def test_engine_and_runner_stay_off_gpu_nodes_by_default(helm: str) -> None:
+    docs = template(helm)
+    off = {"key": "nvidia.com/gpu.present", "operator": "NotIn", "values": ["true"]}
+    for name in ("gpuevents-engine", "gpuevents-runner"):
+        affinity = one(docs, "Deployment", name)["spec"]["template"]["spec"]["affinity"]
+        terms = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        assert terms == [{"matchExpressions": [off]}], name
+    engine = one(docs, "Deployment", "gpuevents-engine")["spec"]["template"]["spec"]["affinity"]
+    assert "podAntiAffinity" in engine  # the replicas still spread over hosts
+    lifted = one(template(helm, "offGpuNodes=null"), "Deployment", "gpuevents-runner")["spec"]["template"]["spec"]
+    assert "affinity" not in lifted
+
+
+def test_enforcing_requires_a_warning_channel(helm: str) -> None:
+    why = refused(helm, "config.engine.dry_run=false")
+    assert "no warning channel is configured" in why and "slack.enabled=true" in why
+    docs = template(helm, "config.engine.dry_run=false", "slack.enabled=true", "slack.secretName=slack-bot")
+    env = {e["name"]: e for e in one(docs, "Deployment", "gpuevents-runner")["spec"]["template"]["spec"][
+        "containers"][0]["env"]}
+    assert env["SLACK_BOT_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "slack-bot", "key": "token",
+                                                                   "optional": False}
+    assert template(helm, "config.engine.dry_run=false",
+                    "config.actions.notify.services.teams.url_env=TEAMS_URL")  # another channel will do
+    assert template(helm, "config.engine.dry_run=false", "config.actions.email.host=smtp.example.org")
+    assert template(helm)  # a dry run needs none
+
+
+def test_the_image_may_name_its_registry(helm: str) -> None:
+    docs = template(helm, "image.registry=ghcr.io/acme/", "image.tag=1.2")
+    for kind, name in (("Deployment", "gpuevents-engine"), ("Deployment", "gpuevents-runner"),
+                       ("DaemonSet", "gpuevents-agent")):
+        assert one(docs, kind, name)["spec"]["template"]["spec"]["containers"][0]["image"] == \
+            "ghcr.io/acme/gpuevents:1.2"
+    assert one(template(helm), "DaemonSet", "gpuevents-agent")["spec"]["template"]["spec"]["containers"][0][
+        "image"] == "gpuevents:0.1.0"
+
+
+def test_report_history_may_live_on_a_claim(helm: str) -> None:
+    docs = template(helm, "engine.persistence.enabled=true", "engine.persistence.size=20Gi",
+                    "engine.persistence.storageClassName=fast")
+    claim = one(docs, "PersistentVolumeClaim", "gpuevents-engine-state")
+    assert claim["spec"] == {"accessModes": ["ReadWriteMany"], "storageClassName": "fast",
+                             "resources": {"requests": {"storage": "20Gi"}}}
+    volumes = {v["name"]: v for v in one(docs, "Deployment", "gpuevents-engine")["spec"]["template"]["spec"][
+        "volumes"]}
+    assert volumes["state"] == {"name": "state", "persistentVolumeClaim": {"claimName": "gpuevents-engine-state"}}
+    assert "emptyDir" in {v["name"]: v for v in one(template(helm), "Deployment", "gpuevents-engine")["spec"][
+        "template"]["spec"]["volumes"]}["state"]
+    why = refused(helm, "engine.persistence.enabled=true", "engine.persistence.accessModes={ReadWriteOnce}")
+    assert "accessModes needs ReadWriteMany (or set engine.replicas=1)" in why
+    assert template(helm, "engine.persistence.enabled=true", "engine.persistence.accessModes={ReadWriteOnce}",
+                    "engine.replicas=1")
+
+
+def test_the_namespace_it_creates_carries_the_pod_security_label(helm: str) -> None:
+    ns = one(template(helm, "namespace.create=true"), "Namespace", "gpuevents")
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+
+
+def test_one_kubernetes_version_floor(helm: str) -> None:
+    """The chart says 1.33+, and nothing it renders, with any option, is for an older cluster."""
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["kubeVersion"] == ">=1.33.0-0"
+    values = (CHART / "values.yaml").read_text()
+    assert "1.33" not in values and "nodes/proxy" not in values and "Legacy" not in values
+    out = subprocess.run([helm, "template", "gpuevents", str(CHART), "--kube-version", "1.32.0"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "kubeVersion" in out.stderr

@@ -101,22 +101,29 @@ def test_kustomization_applies_every_manifest_but_the_optional_ones() -> None:
 
 
 # ------------------------------------------------------------------ RBAC
+def _union(groups: dict[str, list[dict[str, Any]]]) -> set[Grant]:
+    return set().union(*(expand(rows) for rows in groups.values()))
+
+
 def test_rbac_grants_exactly_what_the_needs_table_lists() -> None:
+    """The agent gets its rows; the runner nothing until the site names its namespaces (least rights)."""
     docs = list(all_docs())
-    for account, needs in rbac_needs()["serviceAccounts"].items():
-        needed = set().union(*(expand(rows) for group in needs.values() for rows in group.values()))
-        have = granted(docs, account)
-        assert not needed - have, f"{account} lacks {sorted(needed - have)}"
-        assert not have - needed, f"{account} has more than it needs: {sorted(have - needed)}"
+    table = rbac_needs()["serviceAccounts"]
+    agent = set().union(*(_union(group) for group in table["gpuevents-agent"].values()))
+    assert granted(docs, "gpuevents-agent") == agent
+    assert granted(docs, "gpuevents-runner") == set()
     bound = {s["name"] for d in docs if d["kind"].endswith("Binding") for s in d["subjects"]}
-    assert bound == set(rbac_needs()["serviceAccounts"])
+    assert bound == {"gpuevents-agent"}
 
 
 def test_optional_rbac_files_grant_exactly_what_the_table_lists() -> None:
-    for name, accounts in rbac_needs()["optional"].items():
-        docs = docs_of(K8S / "optional" / f"{name}.yaml")
-        for account, features in accounts.items():
-            assert granted(docs, account) == set().union(*(expand(r) for r in features.values()))
+    """optional/: the runner's workload rights in every namespace (an opt-in), and its node rights (another)."""
+    runner = rbac_needs()["serviceAccounts"]["gpuevents-runner"]
+    assert granted(docs_of(K8S / "optional" / "runner-cluster-wide-rbac.yaml"), "gpuevents-runner") == _union(
+        runner["actions"])
+    assert granted(docs_of(K8S / "optional" / "runner-nodes-rbac.yaml"), "gpuevents-runner") == _union(
+        runner["nodeActions"])
+    assert not any(r == "nodes" for _, r, _ in _union(runner["actions"]))  # nodes only through their opt-in
 
 
 def test_no_role_uses_wildcards() -> None:
@@ -127,7 +134,8 @@ def test_no_role_uses_wildcards() -> None:
 
 
 def test_the_needs_table_covers_the_kubernetes_actions_of_design() -> None:
-    assert set(rbac_needs()["serviceAccounts"]["gpuevents-runner"]["actions"]) == {
+    runner = rbac_needs()["serviceAccounts"]["gpuevents-runner"]
+    assert set(runner["actions"]) | set(runner["nodeActions"]) == {
         "cordon", "uncordon", "scale", "cancel", "pause", "resume", "drain"}
 
 
@@ -162,14 +170,14 @@ def _lightkube_grants(module: ModuleType) -> set[Grant]:
             for alias in node.names:
                 classes[alias.asname or alias.name] = getattr(imported, alias.name)
     resources: set[tuple[str, str]] = set()
+    attribute_bases = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
     for node in ast.walk(tree):
         resource: Any = None
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
                 and node.value.id in classes and hasattr(getattr(classes[node.value.id], node.attr, None), "_api_info"):
             resource = getattr(classes[node.value.id], node.attr)  # a subresource: Deployment.Scale
-        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Name) \
-                and node.args[0].id in classes:
-            resource = classes[node.args[0].id]
+        elif isinstance(node, ast.Name) and node.id in classes and id(node) not in attribute_bases:
+            resource = classes[node.id]  # passed to a call, or picked first (`res = Deployment if ...`)
         if resource is not None:
             info = resource._api_info
             group = (info.parent or info.resource).group
@@ -190,7 +198,8 @@ def test_the_needs_table_matches_the_kubernetes_calls_of_each_action(action_type
     assert module is not None
     from_code = _lightkube_grants(module)
     assert from_code, f"no lightkube call found in {module.__name__}"
-    table = expand(rbac_needs()["serviceAccounts"]["gpuevents-runner"]["actions"][action_type])
+    runner = rbac_needs()["serviceAccounts"]["gpuevents-runner"]
+    table = expand(runner["actions"].get(action_type, [])) | expand(runner["nodeActions"].get(action_type, []))
     assert table == from_code, f"{module.__name__} calls need {sorted(from_code)}"
 
 

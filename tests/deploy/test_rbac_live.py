@@ -3,6 +3,7 @@ do, asked of the server (SelfSubjectAccessReview as that account) and tried (the
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from tests.kube_cluster import KubeCluster
 class Installed:
     namespace: str
     kubeconfigs: dict[str, Path]  # ServiceAccount -> a kubeconfig acting as it
+    workloads: str  # the one namespace of runner.rbac.namespaces
 
     def client(self, account: str) -> Client:
         return Client(config=KubeConfig.from_file(self.kubeconfigs[account]), trust_env=False)
@@ -36,17 +38,20 @@ class Installed:
 
 @pytest.fixture(scope="module")
 def installed(kube_cluster: KubeCluster, helm: str) -> Iterator[Installed]:  # noqa: F811
-    """The chart's ServiceAccounts, roles and bindings, rendered for a fresh namespace and applied as admin."""
+    """The chart's ServiceAccounts, roles and bindings, rendered for a fresh namespace and applied as admin: the
+    runner may act on workloads in one namespace (runner.rbac.namespaces) and on nodes (runner.rbac.nodes)."""
     ns = kube_cluster.namespace("gpuevents")
+    workloads = kube_cluster.namespace("ml")
     out = subprocess.run([helm, "template", "gpuevents", str(CHART), "--namespace", ns, "--show-only",
-                          "templates/rbac.yaml"], capture_output=True, text=True, timeout=60, check=True)
+                          "templates/rbac.yaml", "--set", f"runner.rbac.namespaces={{{workloads}}}",
+                          "--set", "runner.rbac.nodes=true"], capture_output=True, text=True, timeout=60, check=True)
     admin = kube_cluster.sync_client()
     objects = codecs.load_all_yaml(out.stdout)
     for obj in objects:
         admin.apply(obj, field_manager="tests", force=True)
     accounts = [d["metadata"]["name"] for d in yaml.safe_load_all(out.stdout) if d and d["kind"] == "ServiceAccount"]
     assert sorted(accounts) == ["gpuevents-agent", "gpuevents-engine", "gpuevents-runner"]
-    yield Installed(ns, {a: kube_cluster.service_account_kubeconfig(ns, a) for a in accounts})
+    yield Installed(ns, {a: kube_cluster.service_account_kubeconfig(ns, a) for a in accounts}, workloads)
 
 
 def allowed(client: Client, verb: str, resource: str, group: str = "", namespace: str | None = "ml") -> bool:
@@ -68,7 +73,7 @@ def needs() -> dict[str, list[tuple[str, str, str]]]:
 @pytest.mark.parametrize("account", ["gpuevents-agent", "gpuevents-runner"])
 def test_every_row_of_the_needs_table_is_allowed(installed: Installed, account: str) -> None:
     client = installed.client(account)
-    denied = [row for row in needs()[account] if not allowed(client, row[2], row[1], row[0])]
+    denied = [row for row in needs()[account] if not allowed(client, row[2], row[1], row[0], installed.workloads)]
     assert not denied, f"{account} is refused what it needs: {denied}"
 
 
@@ -82,8 +87,8 @@ EXPECTED = {
                         ("get", "nodes/pods", ""): True, ("get", "nodes/proxy", ""): False,
                         ("watch", "pods", ""): True, ("delete", "pods", ""): False,
                         ("get", "replicasets", "apps"): True, ("patch", "deployments/scale", "apps"): False},
-    "gpuevents-runner": {("patch", "nodes", ""): True, ("patch", "deployments/scale", "apps"): True,
-                         ("patch", "statefulsets/scale", "apps"): True, ("delete", "pods", ""): True,
+    "gpuevents-runner": {("patch", "nodes", ""): True, ("patch", "deployments/scale", "apps"): False,
+                         ("patch", "statefulsets", "apps"): True, ("delete", "pods", ""): True,
                          # pause reads a pod to find a kind's nearest owner it can stop, and patches workloads;
                          # drain lists a node's pods and evicts them; both post Events
                          ("get", "pods", ""): True, ("list", "pods", ""): True, ("patch", "deployments", "apps"): True,
@@ -100,7 +105,8 @@ EXPECTED = {
 def test_what_each_account_can_and_cannot_do(installed: Installed, account: str) -> None:
     client = installed.client(account)
     want = {**{c: False for c in FORBIDDEN_TO_ALL}, **EXPECTED[account]}
-    got = {(verb, resource, group): allowed(client, verb, resource, group) for verb, resource, group in want}
+    got = {(verb, resource, group): allowed(client, verb, resource, group, installed.workloads)
+           for verb, resource, group in want}
     assert got == want
 
 
@@ -122,7 +128,7 @@ async def test_the_runners_actions_work_with_exactly_the_runners_rights(installe
                                                                         kube_cluster: KubeCluster) -> None:
     node = kube_cluster.unique("gpu")
     kube_cluster.add_gpu_node(node)
-    ns = kube_cluster.namespace("ml")
+    ns = installed.workloads
     admin = kube_cluster.sync_client()
     template = PodTemplateSpec(metadata=ObjectMeta(labels={"app": "web"}),
                                spec=PodSpec(containers=[Container(name="web", image="web:1")]))
@@ -153,14 +159,15 @@ async def test_pause_resume_and_drain_work_with_exactly_the_runners_rights(insta
 
     node = kube_cluster.unique("gpu")
     kube_cluster.add_gpu_node(node)
-    ns = kube_cluster.namespace("ml")
+    ns = installed.workloads
     admin = kube_cluster.sync_client()
     template = PodTemplateSpec(metadata=ObjectMeta(labels={"app": "train"}), spec=PodSpec(
         nodeName=node, containers=[Container(name="t", image="t:1", resources=ResourceRequirements(
         limits={"nvidia.com/gpu": "1"}))]))
     admin.create(Deployment(metadata=ObjectMeta(name="train", namespace=ns), spec=DeploymentSpec(
         replicas=3, selector=LabelSelector(matchLabels={"app": "train"}), template=template)))
-    kube_cluster.wait(lambda: len(list(admin.list(Pod, namespace=ns))) == 3, 60, "three pods")
+    kube_cluster.wait(lambda: len([p for p in admin.list(Pod, namespace=ns) if p.metadata is not None
+                                   and (p.metadata.labels or {}).get("app") == "train"]) == 3, 60, "three pods")
     runner = ActionRunner(None, make_config(actions={"kubernetes": {
         "kubeconfig": str(installed.kubeconfigs["gpuevents-runner"])}}), kv=MemoryKv())
     job = {"job": {"id": f"{ns}/Deployment/train", "scheduler": "kubernetes"}}
@@ -174,5 +181,41 @@ async def test_pause_resume_and_drain_work_with_exactly_the_runners_rights(insta
         await runner.close()
     assert [r.outcome for r in (drain, pause, resume)] == ["ok", "ok", "ok"], (drain, pause, resume)
     assert "3 GPU pod(s) evicted" in (drain.detail or "") and "no Event posted" not in (drain.detail or "")
+    annotations = (admin.get(Node, node).metadata or ObjectMeta()).annotations or {}
+    assert json.loads(annotations["gpuevents.io/cordoned"])["via"] == "drain"  # what it changed, on the node
+    assert len(json.loads(annotations["gpuevents.io/drained"])["evicted"]) == 3
     assert paused == 0 and "no Event posted" not in (pause.detail or "")
     assert admin.get(Deployment, "train", namespace=ns).spec.replicas == 3
+
+
+# ------------------------------------------------------------------ least rights per namespace
+@pytest.mark.parametrize("where", ["other", "kube-system", "release"])
+def test_the_runner_may_not_touch_workloads_outside_its_namespaces(installed: Installed,
+                                                                   kube_cluster: KubeCluster, where: str) -> None:
+    ns = {"other": kube_cluster.namespace("other"), "kube-system": "kube-system",
+          "release": installed.namespace}[where]
+    client = installed.client("gpuevents-runner")
+    for verb, resource, group in (("patch", "deployments", "apps"), ("patch", "jobs", "batch"),
+                                  ("delete", "pods", ""), ("create", "pods/eviction", "")):
+        assert not allowed(client, verb, resource, group, ns), (verb, resource, ns)
+        assert allowed(client, verb, resource, group, installed.workloads), (verb, resource)
+
+
+async def test_a_pause_outside_the_runners_namespaces_is_refused_by_the_server(installed: Installed,
+                                                                              kube_cluster: KubeCluster) -> None:
+    ns = kube_cluster.namespace("other")
+    admin = kube_cluster.sync_client()
+    template = PodTemplateSpec(metadata=ObjectMeta(labels={"app": "web"}),
+                               spec=PodSpec(containers=[Container(name="web", image="web:1")]))
+    admin.create(Deployment(metadata=ObjectMeta(name="web", namespace=ns), spec=DeploymentSpec(
+        replicas=2, selector=LabelSelector(matchLabels={"app": "web"}), template=template)))
+    runner = ActionRunner(None, make_config(actions={"kubernetes": {
+        "kubeconfig": str(installed.kubeconfigs["gpuevents-runner"])}}))
+    try:
+        record = await runner.process(make_request("pause", {}, entity_kind="job",
+                                                   facts={"job": {"id": f"{ns}/Deployment/web"}}))
+    finally:
+        await runner.close()
+    assert record.outcome == "failed" and "HTTP 403" in (record.error or "")
+    web = admin.get(Deployment, "web", namespace=ns)
+    assert web.spec is not None and web.spec.replicas == 2

@@ -4,11 +4,12 @@ which a real one does not answer on demand, against the stand-in."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from lightkube.resources.core_v1 import Node
 
-from actions.builtin.cordon import ANNOTATION
+from actions.builtin.cordon import ANNOTATION, CORDONED
 from tests.actions.builtin.kube_objects import runner_for
 from tests.actions.conftest import make_request
 from tests.actions.fakes import FakeKubernetes, Injected
@@ -27,9 +28,13 @@ async def test_cordon_sets_unschedulable_and_the_annotation(kube_cluster: KubeCl
     assert node.spec is not None and node.spec.unschedulable is True
     assert node.metadata is not None and node.metadata.annotations is not None
     assert node.metadata.annotations[ANNOTATION].startswith("idle-gpu-2h 20")
+    written = json.loads(node.metadata.annotations[CORDONED])  # what it changed, the rule, when
+    assert written["rule"] == "idle-gpu-2h" and written["at"].startswith("20") and written["via"] == "cordon"
+    assert written["previous"] == {"spec.unschedulable": None}
 
 
 async def test_gpu_rule_cordons_the_gpus_node_and_uncordon_undoes_it(kube_cluster: KubeCluster) -> None:
+    """Uncordon by another runner (a new store: nothing but the node's annotations to go by)."""
     name = kube_cluster.unique("gpu")
     kube_cluster.add_gpu_node(name)
     runner = runner_for(kube_cluster.kubeconfig)
@@ -38,6 +43,10 @@ async def test_gpu_rule_cordons_the_gpus_node_and_uncordon_undoes_it(kube_cluste
         await runner.process(make_request("cordon", {}, entity_id=f"{name}/gpu3", node=None))
         cordoned = client.get(Node, name)
         assert cordoned.spec is not None and cordoned.spec.unschedulable is True
+    finally:
+        await runner.close()
+    runner = runner_for(kube_cluster.kubeconfig)
+    try:
         record = await runner.process(make_request("uncordon", {}, entity_id=f"{name}/gpu3", node=None))
     finally:
         await runner.close()
@@ -45,6 +54,7 @@ async def test_gpu_rule_cordons_the_gpus_node_and_uncordon_undoes_it(kube_cluste
     node = client.get(Node, name)
     assert node.spec is not None and not node.spec.unschedulable
     assert node.metadata is not None and ANNOTATION not in (node.metadata.annotations or {})
+    assert CORDONED not in (node.metadata.annotations or {})
 
 
 async def test_uncordon_leaves_a_node_a_person_cordoned(kube_cluster: KubeCluster) -> None:

@@ -1,5 +1,5 @@
 """scale through lightkube against a real Kubernetes control plane: to zero and back to the previous count,
-`previous` with nothing to go back to, a StatefulSet through its own subresource."""
+`previous` with nothing to go back to, a StatefulSet, and `previous` from the workload's annotation alone."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from lightkube.models.apps_v1 import DeploymentSpec, StatefulSetSpec
 from lightkube.models.meta_v1 import LabelSelector, ObjectMeta
 from lightkube.resources.apps_v1 import Deployment, StatefulSet
 
+from actions.builtin.scale import SCALED
 from tests.actions.builtin.kube_objects import gpu_pod_template, replica_sets_of, runner_for, running
 from tests.actions.conftest import make_request
 from tests.kube_cluster import KubeCluster
@@ -58,7 +59,7 @@ async def test_previous_without_an_earlier_scale_fails(kube_cluster: KubeCluster
     assert sts.spec is not None and sts.spec.replicas == 2
 
 
-async def test_statefulset_scales_through_its_own_subresource(kube_cluster: KubeCluster) -> None:
+async def test_a_statefulset_scales(kube_cluster: KubeCluster) -> None:
     ns = kube_cluster.namespace("ml")
     client = kube_cluster.client()
     await client.create(StatefulSet(metadata=ObjectMeta(name="db", namespace=ns), spec=StatefulSetSpec(
@@ -67,9 +68,36 @@ async def test_statefulset_scales_through_its_own_subresource(kube_cluster: Kube
     try:
         record = await runner.process(make_request("scale", {"kind": "StatefulSet", "namespace": ns,
                                                              "name": "db", "replicas": 5}))
-        scale = await client.get(StatefulSet.Scale, "db", namespace=ns)
+        scale = await client.get(StatefulSet, "db", namespace=ns)
     finally:
         await runner.close()
         await client.close()
     assert record.outcome == "ok" and record.detail == f"StatefulSet {ns}/db scaled from 2 to 5"
     assert scale.spec is not None and scale.spec.replicas == 5
+
+
+async def test_previous_restores_from_the_workloads_annotation_with_an_empty_store(kube_cluster: KubeCluster) -> None:
+    """The count before is written on the workload with the rule and the time; a runner whose KV is new (the
+    engine's store is gone) still restores it, and the annotation goes with the restore."""
+    ns = kube_cluster.namespace("ml")
+    client = kube_cluster.client()
+    await client.create(Deployment(metadata=ObjectMeta(name="nb", namespace=ns), spec=DeploymentSpec(
+        replicas=3, selector=LabelSelector(matchLabels={"app": "nb"}), template=gpu_pod_template("nb"))))
+    target = {"kind": "Deployment", "namespace": ns, "name": "nb"}
+    try:
+        for replicas in (0, "previous"):
+            runner = runner_for(kube_cluster.kubeconfig)  # a new MemoryKv each time
+            try:
+                record = await runner.process(make_request("scale", {**target, "replicas": replicas},
+                                                           rule="weekend-down"))
+            finally:
+                await runner.close()
+            assert record.outcome == "ok", record
+            got = await client.get(Deployment, "nb", namespace=ns)
+            annotations = (got.metadata.annotations if got.metadata else None) or {}
+            if replicas == 0:
+                assert got.spec is not None and got.spec.replicas == 0
+                assert '"replicas":3' in annotations[SCALED] and '"rule":"weekend-down"' in annotations[SCALED]
+        assert got.spec is not None and got.spec.replicas == 3 and SCALED not in annotations
+    finally:
+        await client.close()

@@ -122,7 +122,7 @@ async def test_empty_recipient_is_refused_with_its_location(slack: FakeSlack, to
     assert record.error is not None and record.error.startswith("slack parameters: to:")
 
 
-async def test_without_a_token_the_message_is_printed_and_warned_once(
+async def test_without_a_token_the_message_is_printed_not_delivered_and_warned_once(
         slack: FakeSlack, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
         caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.delenv("SLACK_BOT_TOKEN", raising=False)
@@ -130,8 +130,8 @@ async def test_without_a_token_the_message_is_printed_and_warned_once(
     runner = runner_for(slack)
     first = await runner.process(make_request("slack", {"to": "alice@example.com", "text": "GPU idle"}))
     second = await runner.process(make_request("slack", {"to": "bob@example.com", "text": "GPU busy"}))
-    assert first.outcome == second.outcome == "ok"
-    assert first.detail == "printed (no SLACK_BOT_TOKEN)"
+    assert first.outcome == second.outcome == "refused"  # printing is not delivery (DESIGN §3.4)
+    assert first.error == "printed to the console, not delivered: SLACK_BOT_TOKEN is not set"
     out = capsys.readouterr().out
     assert "[slack → alice@example.com] GPU idle" in out and "[slack → bob@example.com] GPU busy" in out
     warnings = [r for r in caplog.records if "SLACK_BOT_TOKEN" in r.getMessage()]

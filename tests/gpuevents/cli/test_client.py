@@ -208,3 +208,28 @@ def test_machine_strings_in_the_audit_table_are_shown_as_written_never_as_markup
     Console(file=buf, width=200, color_system=None).print(audit_table(records))
     text = buf.getvalue()
     assert "[bold red]EVIL[/]" in text and "x[/oops]" in text
+
+
+def test_the_audit_table_wraps_at_80_columns_instead_of_cutting_and_shows_the_facts() -> None:
+    """A pipe is 80 columns: every word of a long detail and a long entity id is still there (before, the
+    detail was cut at 120 characters and cells ellipsized), and --facts shows what the decision used."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from gpuevents.cli.client import audit_table, facts_text
+    from gpuevents.records import AuditRecord
+
+    words = [f"w{i:03d}" for i in range(60)]
+    record = AuditRecord(time=SystemClock().now(), kind="action", rule="idle-gpu-8h-stop", action_type="pause",
+                         entity_id="job/kubernetes/ml-research/Deployment/trainer-with-a-long-name", outcome="refused",
+                         error=" ".join(words), facts={"gpu": {"util_pct": 0, "idle_for_s": 28800},
+                                                       "job": {"id": "ml-research/Deployment/trainer"}})
+    buf = StringIO()
+    Console(file=buf, width=80, color_system=None).print(audit_table([record], facts=True))
+    text = buf.getvalue()
+    assert all(w in text for w in words) and "…" not in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "facts" in text
+    assert facts_text(record.facts) == ('gpu.util_pct=0.0\ngpu.idle_for_s=28800.0\n'
+                                        'job.id="ml-research/Deployment/trainer"')

@@ -98,3 +98,40 @@ def test_a_cancel_names_the_job_and_its_scheduler(tmp_path: Path, scheduler: str
     assert decided.params == {"provider": scheduler, "job": job.id}
     assert decided.facts["job"]["user"] == "erin"
     assert manual.find_target(core.state, req.model_copy(update={"job": "other"})) is None
+
+
+def test_a_persons_cordon_names_the_node_and_is_limited_like_a_rules(tmp_path: Path) -> None:
+    cfg = Config.model_validate({"engine": {"limits": {"cordon": {"max_per_hour": 1}}}})
+    core = core_with_a_process(tmp_path, cfg)
+    req = OperatorAction(type="cordon", cluster="default", node="n1", by="ops", reason="bad ECC")
+    first = decide(core, req, cfg)
+    assert (first.type, first.entity_kind, first.entity_id, first.decision) == ("cordon", "node", "n1", "run")
+    assert first.params == {"provider": "kubernetes", "node": "n1", "reason": "bad ECC"} and first.destructive
+    assert decide(core, req, cfg).decision == "suppressed"
+
+
+def test_an_undo_is_never_limited_and_needs_no_entity_the_engine_sees(tmp_path: Path) -> None:
+    """A paused workload has no pods, so the engine sees no job: resume names it, and the runner works from the
+    workload's annotations; the limits that hold a remedy never hold its undo."""
+    cfg = Config.model_validate({"engine": {"limits": {"resume": {"max_per_hour": 0},
+                                                       "uncordon": {"max_per_hour": 0}}}})
+    core = core_with_a_process(tmp_path, cfg)
+    resume = OperatorAction(type="resume", cluster="default", job="ml/Deployment/trainer", by="ops")
+    assert manual.find_target(core.state, resume) is None
+    decided = manual.decide(resume, None, cfg, core.limiter, at(1), "id2")
+    assert (decided.decision, decided.destructive, decided.entity_id) == ("run", False, "job/kubernetes/ml/"
+                                                                          "Deployment/trainer")
+    assert decided.params == {"job": "ml/Deployment/trainer"}
+    assert decided.facts["job"] == {"id": "ml/Deployment/trainer", "scheduler": "kubernetes"}
+    uncordon = OperatorAction(type="uncordon", cluster="default", node="n1", by="ops")
+    assert manual.decide(uncordon, manual.find_target(core.state, uncordon), cfg, core.limiter, at(1),
+                         "id3").decision == "run"
+    dry = Config.model_validate({"engine": {"dry_run": True}})
+    assert manual.decide(resume, None, dry, core.limiter, at(1), "id4").decision == "dry_run"
+
+
+@pytest.mark.parametrize("fields", [{"type": "pause", "job": "trainer"}, {"type": "resume"},
+                                    {"type": "cordon"}, {"type": "pause", "job": "ml/Deployment/x;rm"}])
+def test_a_remedy_without_its_target_is_refused_at_the_boundary(fields: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        OperatorAction.model_validate({"cluster": "c1", "by": "ops", **fields})

@@ -4,7 +4,28 @@
 {{- end -}}
 
 {{- define "gpuevents.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{ with .Values.image.registry }}{{ trimSuffix "/" . }}/{{ end }}{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{/* The engine's and runners' affinity: off GPU nodes (values offGpuNodes), and `extra` (a map) beside it. */}}
+{{- define "gpuevents.affinity" -}}
+{{- $out := merge (deepCopy (.extra | default dict)) (deepCopy (.root.Values.offGpuNodes | default dict)) -}}
+{{- if $out -}}
+affinity:
+  {{- toYaml $out | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* A warning needs a channel once the engine enforces: the Slack token's Secret, a notify service or SMTP. */}}
+{{- define "gpuevents.channelCheck" -}}
+{{- $engine := .Values.config.engine | default dict -}}
+{{- $dry := true -}}
+{{- if hasKey $engine "dry_run" }}{{ $dry = $engine.dry_run }}{{ end -}}
+{{- $actions := .Values.config.actions | default dict -}}
+{{- $services := ($actions.notify | default dict).services | default dict -}}
+{{- if and (not $dry) (not .Values.slack.enabled) (not $services) (not $actions.email) -}}
+{{- fail "config.engine.dry_run is false (enforcing) but no warning channel is configured: set slack.enabled=true (the Secret slack.secretName holds the bot token), config.actions.notify.services or config.actions.email; a warning that is only printed is not delivered, and every remedy staged after it would be refused" -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The NATS password and Slack token of the engine's NATS user, shared by the engine and the runners. */}}
@@ -16,7 +37,7 @@
 - name: NATS_PASSWORD
   valueFrom: {secretKeyRef: {name: gpuevents-engine, key: nats-password}}
 - name: SLACK_BOT_TOKEN
-  valueFrom: {secretKeyRef: {name: gpuevents-slack, key: token, optional: true}}
+  valueFrom: {secretKeyRef: {name: {{ .Values.slack.secretName }}, key: token, optional: {{ not .Values.slack.enabled }}}}
 {{- end -}}
 
 {{/*
