@@ -36,6 +36,7 @@ BUILTIN_MODULES: tuple[str, ...] = (
     "actions.specs.pause",
     "actions.specs.drain",
     "actions.specs.keep",
+    "actions.specs.power_cap",
 )
 
 AnyAction = Action[Any]

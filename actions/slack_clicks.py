@@ -209,6 +209,8 @@ class ClickHandler:
         except (BusNoResponders, BusTimeout) as e:
             return f"not kept: {NoEngine(f'{req.entity_id} was not kept', str(e) or type(e).__name__)}"
         reply = KeepReply.model_validate_json(raw)
+        if reply.ok and reply.over_budget is not None:
+            return f"not kept yet: {reply.note(seconds)}"
         if not reply.ok or reply.until is None:
             return f"not kept: {reply.error}"
         note = reply.note(seconds, lambda u: f"<@{u}>")

@@ -38,10 +38,12 @@ class GpuState:
     hot: bool = False
     mem_full: bool = False
     lost: bool = False
+    activity_known: bool = True
 
 
 def step_gpu(
-    state: GpuState, r: GpuReading, now: datetime, th: ThresholdsConfig, rule: IdleRule | None = None
+    state: GpuState, r: GpuReading, now: datetime, th: ThresholdsConfig, rule: IdleRule | None = None,
+    held: bool = True,
 ) -> tuple[GpuState, tuple[str, ...]]:
     """Apply one reading; returns the new state and the threshold events crossed (in order).
 
@@ -49,6 +51,10 @@ def step_gpu(
     under `idle_util_pct` unless `idle_by_model` says otherwise); it ends only after `active_samples`
     consecutive busy samples, so a blip does not reset the idle clock. A reading without the rule's signal
     (unsupported, no GPM, no power reading) is no evidence either way and leaves idleness as it was.
+
+    A MIG instance has a signal only through GPM (Hopper) or dcgm-exporter's profiling: without one, an
+    instance no process holds (`held` False) is free, hence idle; one that is held is unknown (not idle, and
+    `activity_known` False), never taken for busy.
     """
     if r.lost:
         if state.lost:
@@ -57,6 +63,12 @@ def step_gpu(
     events: list[str] = []
     idle, since, streak = state.idle, state.idle_since, state.active_streak
     verdict = (rule or th.idle_rule(r.model)).verdict(r.util_pct, r.sm_active_pct, r.power_w)
+    known = True
+    if verdict is None and r.mig_parent is not None:
+        if held:
+            idle, since, streak, known = False, None, 0, False
+        else:
+            verdict = True
     if verdict is not None:
         if verdict:
             streak = 0
@@ -83,7 +95,8 @@ def step_gpu(
             events.append("gpu.memory_full")
         elif mem_full and pct < th.memory_full_pct - MEM_FULL_REARM_PCT:
             mem_full = False
-    new = GpuState(idle=idle, idle_since=since, active_streak=streak, hot=hot, mem_full=mem_full)
+    new = GpuState(idle=idle, idle_since=since, active_streak=streak, hot=hot, mem_full=mem_full,
+                   activity_known=known)
     return (state if new == state else new), tuple(events)
 
 
@@ -95,6 +108,14 @@ class HeldProcess:
     gpus: tuple[int, ...]
     mem_mib: float | None
     util_pct: float | None
+
+
+MPS_SERVER = "nvidia-cuda-mps-server"
+
+
+def is_mps_server(ident: ProcessIdentity) -> bool:
+    """The MPS server (its comm is cut to 15 characters: `nvidia-cuda-mps`; its program names it whole)."""
+    return ident.exe.rsplit("/", 1)[-1] == MPS_SERVER or ident.name in (MPS_SERVER, MPS_SERVER[:15])
 
 
 def _sum(values: list[float | None]) -> float | None:
@@ -155,6 +176,8 @@ class NodeCore:
         self.now = now
         if inputs is not None:
             self.inputs = inputs
+        held = self._group(reading, identities)
+        held_gpus = {g for h in held.values() for g in h.gpus}
         gpu_events: list[tuple[str, int]] = []
         for r in reading.gpus:
             old = self.gpu_states.get(r.index)
@@ -162,12 +185,12 @@ class NodeCore:
                 since = self._carried_idle.pop(r.uuid, None) if r.uuid else None
                 still_idle = r.util_pct is not None and r.util_pct < self.thresholds.idle_util_pct
                 old = GpuState(idle=True, idle_since=since) if since is not None and still_idle else GpuState()
-            new, crossed = step_gpu(old, r, now, self.thresholds, self.idle_rule(r.model))
+            new, crossed = step_gpu(old, r, now, self.thresholds, self.idle_rule(r.model),
+                                    held=r.index in held_gpus)
             self.gpu_states[r.index] = new
             self.readings[r.index] = r
             gpu_events.extend((t, r.index) for t in crossed)
 
-        held = self._group(reading, identities)
         started = [k for k in held if k not in self.held]
         ended = [self.held[k] for k in self.held if k not in held]
         self.held = held
@@ -203,7 +226,14 @@ class NodeCore:
         for p in reading.procs:
             by_pid.setdefault(p.pid, []).append((p.gpu, p.mem_mib, p.sm_util_pct))
         held: dict[tuple[int, datetime], HeldProcess] = {}
+        servers = {pid for pid in by_pid if (i := identities.get(pid)) is not None and is_mps_server(i)}
+        if servers:  # an MPS server holds a GPU for its clients: where they are seen, the GPU is theirs
+            client_gpus = {g for pid, rows in by_pid.items() if pid not in servers for g, _, _ in rows}
+            for pid in servers:
+                by_pid[pid] = [row for row in by_pid[pid] if row[0] not in client_gpus]
         for pid, rows in by_pid.items():
+            if not rows:
+                continue
             ident = identities.get(pid)
             if ident is None:  # ended between NVML's list and psutil's look
                 continue
@@ -272,14 +302,23 @@ class NodeCore:
             node=self.node, index=index, uuid=r.uuid, model=r.model, util_pct=r.util_pct,
             mem_used_mib=r.mem_used_mib, mem_total_mib=r.mem_total_mib, mem_pct=r.mem_pct,
             temp_c=r.temp_c, power_w=r.power_w, power_limit_w=r.power_limit_w, fan_pct=r.fan_pct,
-            ecc_uncorrected=r.ecc_uncorrected, idle=st.idle, idle_since=st.idle_since,
+            ecc_uncorrected=r.ecc_uncorrected, idle=st.idle, activity_known=st.activity_known,
+            idle_since=st.idle_since,
             idle_for_s=(round((now - st.idle_since).total_seconds(), 3)
                         if st.idle_since is not None else None),
             pids=[h.ident.pid for h in procs], owners=owners, owner=owners[0] if owners else None,
             mig_parent=r.mig_parent, lost=st.lost or r.lost,
             sm_active_pct=r.sm_active_pct, tensor_active_pct=r.tensor_active_pct,
-            **self._allocation(index),
+            row_remap_pending=r.row_remap_pending, **self._allocation(index), **self._power_cap(index, r.power_w),
         )
+
+    def _power_cap(self, index: int, power_w: float | None) -> dict[str, Any]:
+        cap = self.inputs.power_caps(index) if self.inputs.power_caps is not None else None
+        if cap is None:
+            return {}
+        cap_w, before = cap
+        saved = None if before is None or power_w is None else round(max(0.0, before - power_w), 3)
+        return {"power_cap_w": cap_w, "power_cap_saved_w": saved}
 
     def kube_by_gpu(self) -> dict[int, list[str]]:
         """GPU index -> the pods allocated it (computed once per PodResources answer)."""

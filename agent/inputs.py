@@ -29,3 +29,5 @@ class NodeInputs:
     devices; None without it (then `allocated` is unknown)."""
     kube_jobs: Mapping[str, PodJob] = field(default_factory=dict)
     """The job of each pod holding GPUs here (`namespace/name` -> its top owner), from the owner walk."""
+    power_caps: Callable[[int], tuple[float, float | None] | None] | None = None
+    """The power cap on a GPU and its draw before the cap (agent/powercap.py), or None."""

@@ -20,7 +20,7 @@ from agent.nvmlcalls import (
     _text,
     mig_profile,
 )
-from agent.sample import GpuReading, NodeReading, ProcessIdentity, ProcReading, XidReading
+from agent.sample import GpuReading, NodeReading, PowerLimitError, ProcessIdentity, ProcReading, XidReading
 
 log = logging.getLogger(__name__)
 
@@ -226,6 +226,7 @@ class NvmlSampler(NvmlCaller):
             remapped_rows_correctable=int(remap[0]) if remap is not None else None,
             remapped_rows_uncorrectable=int(remap[1]) if remap is not None else None,
             row_remap_failure=bool(remap[3]) if remap is not None else None,
+            row_remap_pending=bool(remap[2]) if remap is not None else None,
             xid_watched=d.xid_watched,
             gr_engine_active_pct=gpm.get("gr_engine_active_pct"), sm_active_pct=gpm.get("sm_active_pct"),
             tensor_active_pct=gpm.get("tensor_active_pct"), dram_active_pct=gpm.get("dram_active_pct"),
@@ -264,7 +265,9 @@ class NvmlSampler(NvmlCaller):
     def _read_procs(self, d: _Device, now_us: int) -> list[ProcReading]:
         i, h = d.index, d.handle
         mem: dict[int, float | None] = {}
-        for name in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+        # MPS: its clients are listed apart; the core gives the GPU to them, not to the MPS server (agent/core.py)
+        for name in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses",
+                     "nvmlDeviceGetMPSComputeRunningProcesses"):
             for p in self._call(i, name, h) or []:
                 used = None if p.usedGpuMemory is None else round(p.usedGpuMemory / MIB, 2)
                 prev = mem.get(p.pid)
@@ -333,6 +336,31 @@ class NvmlSampler(NvmlCaller):
             dev = self._by_handle.get(_handle_key(data.device))
             found.append(XidReading(gpu=dev.index if dev else -1, xid=int(data.eventData)))
         return tuple(found)
+
+    # ------------------------------------------------------------ power limits (the power_cap command)
+    def _whole(self, index: int) -> _Device:
+        d = next((d for d in self.devices if d.index == index), None)
+        if d is None or d.lost or d.mig_parent is not None:
+            raise PowerLimitError(f"no GPU {index} whose power limit can be set")
+        return d
+
+    def _power_call(self, index: int, name: str, *args: Any) -> Any:
+        d = self._whole(index)
+        try:
+            return self._time(name, getattr(self.nv, name), d.handle, *args)
+        except (self.nv.NVMLError, AttributeError) as e:
+            raise PowerLimitError(f"{name}: {e}") from None
+
+    def power_bounds(self, index: int) -> tuple[float, float]:
+        low, high = self._power_call(index, "nvmlDeviceGetPowerManagementLimitConstraints")
+        return low / 1000.0, high / 1000.0
+
+    def power_limit(self, index: int) -> float:
+        return float(self._power_call(index, "nvmlDeviceGetPowerManagementLimit")) / 1000.0
+
+    def set_power_limit(self, index: int, watts: float) -> None:
+        """Needs root; NVML keeps it until the driver unloads (or the next set)."""
+        self._power_call(index, "nvmlDeviceSetPowerManagementLimit", round(watts * 1000))
 
     # ------------------------------------------------------------ processes, shutdown
     def identify(self, pids: Iterable[int]) -> dict[int, ProcessIdentity]:

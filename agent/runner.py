@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 from agent import kubenode
 from agent.attribution import Attributor, PsutilControl, PsutilIdentifier
 from agent.core import NodeCore
+from agent.dcgmscrape import DcgmActivity
 from agent.host import UserDb, in_host_pid_namespace
 from agent.hpcjobs import JobMapping
 from agent.idlestate import IdleStateFile
@@ -26,12 +27,14 @@ from agent.kubelet import PodDirectory
 from agent.kubenode import KubeNodeInfo, NodeLookup
 from agent.kubeowners import OwnerWalker
 from agent.metrics import AgentCollector, AgentCounters, MetricsServer
-from agent.sample import ProcessControl, Sampler
+from agent.powercap import CapFile, PowerCapper
+from agent.sample import PowerControl, ProcessControl, Sampler
 from agent.scenario import Scenario, load_scenario
 from agent.simulate import SimulatedNode, fleet
 from gpuevents import __version__
 from gpuevents.aio import Backoff, guarded_task, restarting, sleep_or_stop, stop_tasks
 from gpuevents.clock import Clock, SystemClock
+from gpuevents.commands import POWER_CAP_VERB
 from gpuevents.config import Config
 from gpuevents.events import AgentInfo, Event, make_event, new_id
 from gpuevents.subjects import command_subject
@@ -73,6 +76,8 @@ class NodeAgent:
         )
         self.inputs = NodeInputs(labels=dict(a.labels))
         """What the core is told at the next sample besides its readings; the helpers replace it."""
+        self.dcgm = DcgmActivity(a.dcgm) if a.dcgm.url else None
+        """MIG instances' activity from a dcgm-exporter on the node, where GPM gives none."""
         self.attributor = Attributor(a.attribution, config.owners, pods.get if pods else None,
                                      team_label=config.costs.team_label)
         sim = sampler if isinstance(sampler, SimulatedNode) else None
@@ -83,13 +88,18 @@ class NodeAgent:
         if not host_pids:
             log.warning("the agent is not in the host's pid namespace (run it with hostPID / --pid=host): kills are "
                         "refused, since NVML's pids may name other processes here")
-        self.kill = KillHandler(
+        self.kill = kill = KillHandler(
             control=control,
             policy=KillPolicy(config.protect, agent_pid=os.getpid(), node_labels=a.labels, host_pids=host_pids),
             rate=RateLimit(a.kill.max_per_minute),
             holds_gpu=lambda p: self.core.holds_gpu(p.pid, p.create_time),
             pod_of=self._pod_of,
         )
+        self.power = PowerCapper(sampler if isinstance(sampler, PowerControl) else None, self.core, kill.policy,
+                                 RateLimit(a.power_cap.max_per_minute), dry_run=a.power_cap.dry_run,
+                                 state=CapFile(a.state_dir, self.node) if a.state_dir is not None else None)
+        self.power.recover()  # limits a crashed run left lowered
+        self.inputs = replace(self.inputs, power_caps=self.power.cap_of)
 
     def apply_kubernetes_node(self, state: KubeNodeInfo) -> None:
         """The Node object's labels under the configured ones (config wins), and its cordon."""
@@ -104,12 +114,17 @@ class NodeAgent:
     def tick(self, now: datetime) -> list[Event]:
         """Sample, identify the pids NVML reported (cached), fold into the core; the events to publish."""
         reading = self.sampler.sample(now)
+        if self.dcgm is not None:
+            reading = self.dcgm.fill(reading, now)
         pids = {p.pid for p in reading.procs}
         identities = self.attributor.complete(self.sampler.identify(pids)) if pids else {}
-        return self.core.step(now, reading, identities, self.inputs)
+        events = self.core.step(now, reading, identities, self.inputs)
+        if self.power.caps:
+            self.power.check()  # active again, or its holders changed: the limit goes back
+        return events
 
     async def tick_async(self, now: datetime) -> list[Event]:
-        if self.sampler.blocking:  # NVML calls can stall on a sick GPU: keep the loop free
+        if self.sampler.blocking or self.dcgm is not None:  # NVML, HTTP: they can stall; keep the loop free
             return await asyncio.to_thread(self.tick, now)
         return self.tick(now)
 
@@ -182,6 +197,8 @@ async def _serve_kills(bus: EventBus, agents: list[NodeAgent], cluster: str, sto
         for a in agents:
             subs.append(await bus.serve(command_subject(cluster, a.node, "kill"), a.kill.answer,
                                         concurrency=KILL_CONCURRENCY, what="kill command"))
+            subs.append(await bus.serve(command_subject(cluster, a.node, POWER_CAP_VERB), a.power.answer,
+                                        concurrency=KILL_CONCURRENCY, what="power_cap command"))
         log.info("serving kill commands for %d node(s)", len(agents))
         await stop.wait()
     finally:
@@ -355,6 +372,7 @@ async def run_nodes(agents: list[NodeAgent], bus: EventBus, *, config: Config, c
         if metrics is not None:
             metrics.stop()
         for a in agents:
+            a.power.restore_all("the agent stops")
             a.sampler.close()
     return counters
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +38,7 @@ class GpuReading:
     remapped_rows_correctable: int | None = None
     remapped_rows_uncorrectable: int | None = None
     row_remap_failure: bool | None = None
+    row_remap_pending: bool | None = None  # a row remap waits for the next GPU reset
     #: XID errors are watched on this GPU (an event set is registered): no XID yet reads 0, not null
     xid_watched: bool = False
     # GPM (Hopper and later, MIG instances too): percentages over the last sample interval
@@ -148,3 +149,24 @@ class ProcessControl(Protocol):
         ...
 
     def alive(self, pid: int, create_time: datetime) -> bool: ...
+
+
+class PowerLimitError(Exception):
+    """The driver would not read or set a power limit (not supported, no permission)."""
+
+
+@runtime_checkable
+class PowerControl(Protocol):
+    """A sampler that can read and set its GPUs' power limits, in watts (the power_cap command)."""
+
+    def power_bounds(self, index: int) -> tuple[float, float]:
+        """The lowest and highest limit the GPU takes; raises PowerLimitError."""
+        ...
+
+    def power_limit(self, index: int) -> float:
+        """The limit set now; raises PowerLimitError."""
+        ...
+
+    def set_power_limit(self, index: int, watts: float) -> None:
+        """Set the limit; raises PowerLimitError."""
+        ...

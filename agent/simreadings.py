@@ -78,7 +78,7 @@ def physical(gm: GpuModel, index: int, uuid: str, load: Load, noise: float, ener
         mem_temp_c=round(temp + 3.0 + 4.0 * frac, 1), energy_mj=energy_mj, pcie_replays=0,
         mem_copy_util_pct=round(load.dram, 1), enc_util_pct=0.0, dec_util_pct=0.0,
         mem_reserved_mib=gm.mem_reserved_mib, remapped_rows_correctable=0, remapped_rows_uncorrectable=0,
-        row_remap_failure=False, xid_watched=True, pci_bus_id=pci_bus_id(node_index, index),
+        row_remap_failure=False, row_remap_pending=False, xid_watched=True, pci_bus_id=pci_bus_id(node_index, index),
         **(_gpm(load, noise) if gpm else _GpmFields()),
     )
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
-from agent.sample import GpuReading, LiveProcess, NodeReading, ProcessIdentity, ProcReading
+from agent.sample import GpuReading, LiveProcess, NodeReading, PowerLimitError, ProcessIdentity, ProcReading
 from agent.scenario import JobMix, PinnedJob, Scenario, profile_mem_mib
 from agent.simreadings import ACTIVITY_BY_KIND, Load, MigInstance, combined, instance, physical
 
@@ -97,6 +97,7 @@ class SimulatedNode:
         self._next_start = [self.t0] * total
         self._now = self.t0
         self._energy_mj = [noise(seed, node_index, g, 0xE) * 4e11 for g in range(gpus)]  # since boot
+        self.power_limits: dict[int, float] = {}  # limits a power_cap set (W); absent: the model's own
         self._pinned: dict[int, list[PinnedJob]] = {}
         for p in scenario.pinned:
             if p.gpu in self.slots and (p.node is None or p.node == node_index):
@@ -282,11 +283,38 @@ class SimulatedNode:
             load = combined(mine) if g in self._mig_parents else loads[g]
             n = noise(self.seed, self.node_index, g, sec)
             r = physical(gm, g, self._uuids[g], load, n, 0, self.node_index, mig_enabled=g in self._mig_parents)
+            cap = self.power_limits.get(g)
+            if cap is not None:  # a power_cap: the GPU draws no more than its limit
+                r = replace(r, power_limit_w=cap, power_w=min(r.power_w or 0.0, cap))
             self._energy_mj[g] += (r.power_w or 0.0) * dt * 1000.0  # power over the sampling clock
             gpus.append(replace(r, energy_mj=int(self._energy_mj[g])))
         for inst in self.instances:
             gpus.append(instance(gm, inst, self._uuids[inst.parent], loads[inst.index], self.node_index))
         return NodeReading(gpus=tuple(gpus), procs=tuple(procs))
+
+    # ------------------------------------------------------------ power limits (PowerControl)
+    def _whole(self, index: int) -> None:
+        if not 0 <= index < self.gpu_count or index in self._mig_parents:
+            raise PowerLimitError(f"no GPU {index} whose power limit can be set")
+
+    def power_bounds(self, index: int) -> tuple[float, float]:
+        """As an H100's: down to 30 % of its rated limit."""
+        self._whole(index)
+        rated = self.scenario.gpu.power_limit_w
+        return round(rated * 0.3, 1), rated
+
+    def power_limit(self, index: int) -> float:
+        self._whole(index)
+        return self.power_limits.get(index, self.scenario.gpu.power_limit_w)
+
+    def set_power_limit(self, index: int, watts: float) -> None:
+        low, high = self.power_bounds(index)
+        if not low <= watts <= high:
+            raise PowerLimitError(f"{watts:g} W is outside {low:g}-{high:g} W")
+        if watts == high:
+            self.power_limits.pop(index, None)
+        else:
+            self.power_limits[index] = watts
 
     def _running(self) -> dict[int, SimJob]:
         out: dict[int, SimJob] = {}

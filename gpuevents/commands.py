@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from gpuevents.facts import Facts
 
 KILL_VERB = "kill"
+POWER_CAP_VERB = "power_cap"
 
 Signal = Literal["TERM", "INT", "HUP", "QUIT", "KILL", "USR1", "USR2"]
 KillOutcome = Literal["killed", "exited", "gone", "refused"]
@@ -93,3 +94,39 @@ def kill_targets(facts: Facts) -> list[KillTarget]:
     ValidationError where one lacks its pid or create time."""
     procs = facts.processes or ([facts.process] if facts.process is not None else [])
     return [KillTarget.model_validate(p) for p in procs]
+
+
+PowerCapOutcome = Literal["capped", "restored", "unchanged", "refused"]
+
+
+class PowerCapCommand(BaseModel):
+    """Ask the agent to lower one GPU's power limit while it is held idle (`restore`: put it back).
+
+    The agent checks, before touching the limit, that the GPU at `index` is still `uuid`, is a whole GPU (a MIG
+    instance shares its GPU's limit), is idle in its latest sample, and is held by exactly the `processes` named
+    (pid and create time, as for kill), none of them protected; `watts` (None: the GPU's minimum) is raised to
+    the GPU's own minimum. The limit comes back on activity, when a holder ends, on `restore`, and when the agent
+    stops or starts again."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    index: int = Field(ge=0)
+    uuid: str = ""
+    watts: float | None = Field(default=None, gt=0)
+    processes: list[KillTarget] = Field(default_factory=list)
+    restore: bool = False
+    rule: str = ""
+    key: str | None = None
+
+
+class PowerCapReply(BaseModel):
+    """`capped` (or, dry-run, would be), `restored`, `unchanged` (nothing to do) or `refused` with the reason."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    outcome: PowerCapOutcome
+    index: int
+    reason: str = ""
+    limit_w: float | None = None  # the limit now
+    previous_w: float | None = None  # the limit before this command
+    dry_run: bool = False

@@ -88,6 +88,9 @@ class GpuInfo(_Model):
     fan_pct: float | None = None
     ecc_uncorrected: int | None = None
     idle: bool = False
+    activity_known: bool = True
+    """False while something holds it and nothing measures its activity (an A100/A30 MIG instance without
+    dcgm-exporter's profiling): then it is neither idle nor busy, but unknown."""
     idle_since: datetime | None = None
     idle_for_s: float | None = Field(None, ge=0, le=MAX_AGE_S)
     pids: list[int] = Field(default_factory=list)
@@ -104,6 +107,9 @@ class GpuInfo(_Model):
     # NVML GPM (Hopper and later, MIG instances too); null where the GPU has no GPM
     sm_active_pct: float | None = None  # share of SMs busy over the last sample interval
     tensor_active_pct: float | None = None  # share of time the tensor cores were busy
+    row_remap_pending: bool | None = None  # a row remap waits for a GPU reset (NVML remapped rows); null: unknown
+    power_cap_w: float | None = None  # the power limit gpuevents set (power_cap); null: none
+    power_cap_saved_w: float | None = None  # the draw before the cap less the draw now, while capped
 
 
 class GpuXid(GpuInfo):

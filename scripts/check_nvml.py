@@ -3,6 +3,7 @@
 
     python scripts/check_nvml.py              # 5 samples, 1 s apart
     python scripts/check_nvml.py --seconds 10 --interval 0.5
+    sudo python scripts/check_nvml.py --power-cap   # also lower each GPU's power limit and put it back
 
 It lists each device (MIG instances with their GPU instance id and profile) and whether it has GPM
 (Hopper and later: SM, tensor and DRAM activity; the first sample has none, as GPM compares two).
@@ -10,6 +11,11 @@ Exit status: 0 when every sample read cleanly; 1 on any failure (an NVML error o
 supported", a lost GPU, a physical GPU without utilization or memory, a GPM device that gave no
 activity after its second sample, no GPU at all); 2 when NVML does not load here. Queries a GPU does
 not support are listed, and are not failures.
+
+With `--power-cap` (root; it changes the GPUs' limits for a moment) it checks what the `power_cap` command
+does: each whole GPU's bounds (`nvmlDeviceGetPowerManagementLimitConstraints`), its limit
+(`nvmlDeviceGetPowerManagementLimit`) set to the minimum (`nvmlDeviceSetPowerManagementLimit`) and read back, then
+put back and read back again. Any step that fails, or a limit that does not read back as set, is a failure.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from agent.attribution import PsutilIdentifier
 from agent.nvml import NvmlSampler
 from agent.nvmlcalls import NvmlUnavailable
-from agent.sample import NodeReading
+from agent.sample import NodeReading, PowerLimitError
 
 GPU_FIELDS = ("uuid", "model", "util_pct", "mem_used_mib", "mem_total_mib", "mem_pct", "temp_c", "power_w",
               "power_limit_w", "fan_pct", "ecc_uncorrected", "mig_parent", "lost",
@@ -105,7 +111,32 @@ def problems_in(r: NodeReading, mig_parents: set[int]) -> list[str]:
     return out
 
 
-def run_check(nvml: Any = None, *, seconds: float = 5.0, interval: float = 1.0, out: TextIO = sys.stdout) -> int:
+def power_cap_problems(sampler: NvmlSampler, out: TextIO) -> list[str]:
+    """Lower each whole GPU's limit to its minimum, read it back, put it back, read that back."""
+    problems = []
+    for d in sampler.devices:
+        if d.mig_parent is not None or d.lost:
+            continue
+        try:
+            low, high = sampler.power_bounds(d.index)
+            before = sampler.power_limit(d.index)
+            sampler.set_power_limit(d.index, low)
+            capped = sampler.power_limit(d.index)
+            sampler.set_power_limit(d.index, before)
+            after = sampler.power_limit(d.index)
+        except PowerLimitError as e:
+            problems.append(f"gpu {d.index}: power cap: {e}")
+            continue
+        print(f"gpu {d.index}: power limit bounds {low:g}-{high:g} W; {before:g} W -> {capped:g} W -> {after:g} W",
+              file=out)
+        if abs(capped - low) > 0.5 or abs(after - before) > 0.5:
+            problems.append(f"gpu {d.index}: power limit read back {capped:g} W capped, {after:g} W restored "
+                            f"(set {low:g} W, then {before:g} W)")
+    return problems
+
+
+def run_check(nvml: Any = None, *, seconds: float = 5.0, interval: float = 1.0, out: TextIO = sys.stdout,
+              power_cap: bool = False) -> int:
     t0 = time.perf_counter()
     try:
         sampler = NvmlSampler(nvml, identifier=PsutilIdentifier(), timing=True)
@@ -137,6 +168,10 @@ def run_check(nvml: Any = None, *, seconds: float = 5.0, interval: float = 1.0, 
             time.sleep(interval)  # the sampling interval itself, as the agent keeps it
     except Exception as e:  # any crash of the sampler is exactly what this check is for
         problems.append(f"sampler raised {type(e).__name__}: {e}")
+    try:
+        if power_cap:
+            print("\n--- power limits (power_cap)", file=out)
+            problems += power_cap_problems(sampler, out)
     finally:
         sampler.close()
 
@@ -167,8 +202,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--interval", type=float, default=1.0)
+    ap.add_argument("--power-cap", action="store_true", help="also lower each GPU's power limit and put it back")
     args = ap.parse_args()
-    return run_check(seconds=args.seconds, interval=args.interval)
+    return run_check(seconds=args.seconds, interval=args.interval, power_cap=args.power_cap)
 
 
 if __name__ == "__main__":

@@ -35,9 +35,11 @@ def free_port() -> int:
 class PrometheusServer:
     """One Prometheus process; `jobs` maps a job name to its `host:port` targets."""
 
-    def __init__(self, directory: Path, jobs: dict[str, list[str]], scrape_interval: str = "1s") -> None:
+    def __init__(self, directory: Path, jobs: dict[str, list[str]], scrape_interval: str = "1s",
+                 extra_args: tuple[str, ...] = ()) -> None:
         self.directory = directory
         self.jobs = jobs
+        self.extra_args = extra_args
         self.scrape_interval = scrape_interval
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
@@ -58,6 +60,24 @@ class PrometheusServer:
         finally:
             server.stop()
 
+    @classmethod
+    @contextmanager
+    def backfilled(cls, directory: Path, openmetrics: Path) -> Iterator[PrometheusServer]:
+        """A Prometheus that scrapes nothing and holds the samples of `openmetrics` (OpenMetrics text with
+        timestamps), written into its store by `promtool tsdb create-blocks-from openmetrics` before it starts."""
+        promtool = shutil.which("promtool") or "/usr/bin/promtool"
+        if not Path(BINARY).exists() or not Path(promtool).exists():
+            pytest.skip("prometheus is not installed (apt-get install prometheus; .ci/run does it)")
+        done = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", "--max-block-duration=24h",
+                               str(openmetrics), str(directory / "data")], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-2000:]
+        server = cls(directory, {}, extra_args=("--storage.tsdb.retention.time=100y",))
+        server.start()
+        try:
+            yield server
+        finally:
+            server.stop()
+
     def start(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         config = {
@@ -71,7 +91,7 @@ class PrometheusServer:
         log = (self.directory / "prometheus.log").open("wb")
         self.proc = subprocess.Popen(
             [BINARY, f"--config.file={cfg}", f"--storage.tsdb.path={self.directory / 'data'}",
-             f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
+             f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn", *self.extra_args],
             stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + START_TIMEOUT_S
         while not self._ready():

@@ -8,7 +8,7 @@ import typer
 from gpuevents.cli.lazy import LazyGroup
 
 # The verbs (up, engine, runner; status, snooze, keep, audit; agent, simulate; free; kill, cancel; rules check |
-# test | backtest; config check; report; rightsize; job; jobs) are in gpuevents.cli.lazy.VERBS.
+# test | backtest; config check; report; rightsize; job; jobs; import) are in gpuevents.cli.lazy.VERBS.
 app = typer.Typer(
     name="gpuevents",
     cls=LazyGroup,

@@ -142,7 +142,8 @@ def _show_summary(st: StatusSummary | None, as_json: bool) -> None:
     f = st.summary
     offline = f" ({f.nodes - f.nodes_online} offline)" if f.nodes_online < f.nodes else ""
     out.print(f"[bold]{f.nodes} nodes{offline}, {f.gpus} GPUs[/]: {f.busy} busy, {f.idle} idle, "
-              f"[yellow]{f.held_idle} held idle[/] ({f.held_idle_cost_per_hour_text or '-'}/h); "
+              + (f"{f.unknown} activity unknown, " if f.unknown else "")
+              + f"[yellow]{f.held_idle} held idle[/] ({f.held_idle_cost_per_hour_text or '-'}/h); "
               f"incidents: {f.incidents_firing} firing, {f.incidents_pending} pending", soft_wrap=True)
     waiting = [d for d in st.demand if d.partition is None and d.pool is None and d.model is None]
     if st.demand:
@@ -268,6 +269,9 @@ async def do_snooze(config: Config, rule: str, entity: str, seconds: float, reas
             typer.echo(f"error: {NoEngine(f'{entity} was not {verb}', str(e) or type(e).__name__)}", err=True)
             raise typer.Exit(1) from None
     reply = KeepReply.model_validate_json(raw)
+    if reply.ok and reply.over_budget is not None:
+        typer.echo(f"{rule}: {entity} not kept yet: {reply.note(seconds)}")
+        return
     if not reply.ok or reply.until is None:
         typer.echo(f"error: {reply.error}", err=True)
         raise typer.Exit(1)

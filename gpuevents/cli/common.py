@@ -6,6 +6,7 @@ import asyncio
 import logging
 import sys
 from collections.abc import Coroutine
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -86,6 +87,15 @@ def duration_option(text: str, option: str) -> float:
     except DurationError as e:
         typer.echo(f"error: {option} {e}", err=True)
         raise typer.Exit(2) from None
+
+
+def parse_day(text: str, flag: str) -> datetime:
+    """A date (`2026-09-01`, midnight UTC) or a time with its offset, as UTC; a clear error naming `flag`."""
+    try:
+        return datetime.fromisoformat(text).replace(tzinfo=UTC) if len(text) <= 10 else (
+            datetime.fromisoformat(text).astimezone(UTC))
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not a date like 2026-09-01", param_hint=flag) from None
 
 
 class PartFailed(RuntimeError):

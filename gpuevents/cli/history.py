@@ -12,7 +12,7 @@ from rules.usage.jobledger import JobKey, JobTally
 from rules.usage.jobstore import JobStore
 from rules.usage.rollup import TeamResolver, UsageAggregator
 from rules.usage.simweek import TEAM_OF, HistoryPlan, count_history, drop_recorded, history_span
-from rules.usage.store import UsageStore
+from rules.usage.store import SIMULATED, UsageStore
 
 MAX_HISTORY_S = 100 * 86400  # a quarter's KPI (13 weeks) and a little more
 
@@ -61,7 +61,7 @@ def write_history(config: Config, *, seconds: float, nodes: int, gpus_per_node: 
         store.add(fresh)
         recorded_hours = {h for h, _c, _n in recorded}
         store.add_fits([(k, a) for k, a in fits.drain() if k.hour not in recorded_hours])
-        store.mark_simulated()
+        store.mark_origin({(k.hour, k.cluster, k.node) for k, _ in fresh.usage}, SIMULATED)
     with JobStore(config.engine.usage_db) as job_store:
         jobs = job_store.put_new(list(tallies.values()), costs)
     written = {(k.hour, k.node) for k, _ in fresh.usage}

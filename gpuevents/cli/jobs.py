@@ -54,7 +54,8 @@ def describe(s: JobSummary, costs: CostModel) -> str:
     where = ", ".join(s.nodes) or "-"
     lines = [
         f"Job {s.id} ({s.scheduler}{', ' + s.name if s.name else ''}): {state}"
-        + ("  [SIMULATED: written by gpuevents simulate --history]" if s.simulated else ""),
+        + ("  [SIMULATED: written by gpuevents simulate --history]" if s.simulated else "")
+        + ("  [imported from the site's history: gpuevents import]" if s.imported else ""),
         f"  user       {s.user or '-'}   account {s.account or '-'}   partition {s.partition or '-'}   "
         f"qos {s.qos or '-'}",
         f"  GPUs       {s.gpu_count} x {s.model or 'unknown model'} on {where}",
@@ -116,10 +117,12 @@ def jobs_command(
         return
     if any(s.simulated for s in found):
         typer.echo("Includes simulated jobs (gpuevents simulate --history): marked *.")
+    if any(s.imported for s in found):
+        typer.echo("Includes jobs imported from the site's history (gpuevents import): marked +.")
     typer.echo(f"{'JOB':<14} {'USER':<10} {'PARTITION':<10} {'GPUS':>4} {'HOURS':>6} {'GPU-H':>7} {'UTIL':>5} "
                f"{'IDLE':>5} {'COST':>9}  STATE")
     for s in found:
         typer.echo(f"{s.id[:14]:<14} {(s.user or '-')[:10]:<10} {(s.partition or s.namespace or '-')[:10]:<10} "
                    f"{s.gpu_count:>4} {s.hours:>6.1f} {s.gpu_hours:>7.2f} {_pct(s.mean_util_pct):>5} "
                    f"{_pct(s.idle_share_pct):>5} {costs.format(s.cost):>9}  "
-                   f"{'running' if s.running else 'ended'}{' *' if s.simulated else ''}")
+                   f"{'running' if s.running else 'ended'}{' *' if s.simulated else ''}{' +' if s.imported else ''}")

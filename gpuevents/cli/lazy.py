@@ -78,6 +78,10 @@ VERBS: dict[str, Verb] = {
                 "A job's summary: GPU-hours, mean, p95 and peak utilisation and SM activity, p95 and peak memory, "
                 "idle share, cost, the MIG slice it would have fitted."),
     "jobs": Verb("gpuevents.cli.jobs", "jobs_command", "The jobs of a window, most recent first, one a line."),
+    "import": Verb("gpuevents.cli.importing", "import_command",
+                   "Bring the site's past into the usage store: dcgm-exporter's series from Prometheus, or jobs from "
+                   "Slurm's accounting; imported hours are marked imported, and hours the engine recorded live "
+                   "win."),
 }
 
 

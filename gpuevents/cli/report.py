@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import sys
-from datetime import UTC, datetime, timedelta
+from collections import Counter
+from datetime import datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from gpuevents.cli.common import NoUsageError, load_config_or_exit, usage_db
+from gpuevents.cli.common import NoUsageError, load_config_or_exit, parse_day, usage_db
 from gpuevents.clock import SystemClock
 from gpuevents.config import Config
 from gpuevents.costs import CostModel
@@ -53,7 +54,8 @@ def make_report(config: Config, now: datetime, team: str | None = None) -> tuple
         previous = store.usage(before.timestamp(), since.timestamp(), team)
         quarter_rows = store.week_sums(quarter_since.timestamp(), until.timestamp(), team)
         fit_rows = store.fits(since.timestamp(), until.timestamp())
-        simulated = store.simulated()
+        simulated = store.simulated(since.timestamp(), until.timestamp())
+        imported = store.imported(since.timestamp(), until.timestamp())
     report = build_report(
         usage, jobs, costs, since=since, until=until, generated_at=now,
         timezone=config.engine.timezone, team=team, previous=previous,
@@ -65,6 +67,7 @@ def make_report(config: Config, now: datetime, team: str | None = None) -> tuple
     report.kpi = [KpiLine(team=s.team, text=s.change_text(), on_target=s.on_target) for s in shown if s.known]
     report.rightsize = rightsize_lines(fit_rows, costs, (until - since).total_seconds() / 3600, team)
     report.simulated = simulated
+    report.imported = imported
     with JobStore(path) as jobs_store:
         exempt = [j for j in jobs_store.window(since.timestamp()) if j.exemption
                   and (team is None or j.namespace == team)]  # a team's report: its namespace's
@@ -75,6 +78,12 @@ def make_report(config: Config, now: datetime, team: str | None = None) -> tuple
     with KeepStore(path) as keeps:
         kept = keeps.window(since.timestamp(), until.timestamp())
     report.keeps = team_keeps(kept, usage, since.timestamp(), until.timestamp(), team)
+    taken = Counter(k.by for k in kept if k.start >= since.timestamp() and not k.approved_by)
+    for t in report.keeps:  # keep budgets (gpuevents/keepconfig.py): the team's, and its owners who used theirs
+        t.budget = config.teams[t.team].keeps_per_week if t.team in config.teams else None
+        t.at_budget = sorted(f"{by} {n} of {b}" for by in {r.by for r in t.reasons} if by in taken
+                             for n, b in [(taken[by], config.keep_budget.owner_budget(by))]
+                             if b is not None and n >= b)
     return report, costs
 
 
@@ -94,11 +103,7 @@ def weekly_summary(config: Config, now: datetime, team: str | None, top_jobs: in
 
 
 def _day(text: str, flag: str) -> datetime:
-    try:
-        return datetime.fromisoformat(text).replace(tzinfo=UTC) if len(text) <= 10 else (
-            datetime.fromisoformat(text).astimezone(UTC))
-    except ValueError:
-        raise typer.BadParameter(f"{text!r} is not a date like 2026-09-01", param_hint=flag) from None
+    return parse_day(text, flag)
 
 
 def _period(text: str) -> tuple[datetime, datetime]:
@@ -128,7 +133,8 @@ def quarter_text(cfg: Config, now: datetime, weeks: int | None, since: str | Non
     targets = {name: t.target_util_pct for name, t in cfg.teams.items()}
     with UsageStore(path) as store:
         rows = store.week_sums(start.timestamp(), end.timestamp(), team)  # per week, summed in SQLite
-        simulated = store.simulated()
+        simulated = store.simulated(start.timestamp(), end.timestamp())
+        imported = store.imported(start.timestamp(), end.timestamp())
         before_rows = None
         if compare_with:
             a, b = _period(compare_with)
@@ -136,6 +142,7 @@ def quarter_text(cfg: Config, now: datetime, weeks: int | None, since: str | Non
     if team is not None:
         targets = {team: targets.get(team)}
     q = build_quarter(rows, costs, start, end, targets, simulated=simulated, team=team)
+    q.imported = imported
     comparison = compare(before_rows, rows, costs, _period(compare_with), (start, end), team) \
         if compare_with and before_rows is not None else None
     return render_quarter(q, costs, fmt, comparison), len(q.teams)

@@ -40,7 +40,7 @@ def rightsize(cfg: Config, since_s: float, team: str | None) -> tuple[list[tuple
     now = SystemClock().now().timestamp()
     with UsageStore(path) as store:
         items = store.fits(now - since_s, now + 1)
-        simulated = store.simulated()
+        simulated = store.simulated(now - since_s, now + 1)
     uses = uses_from_fits(items, team)
     models = {(a.model, a.mem_total_mib) for _k, a in items if a.model and a.mem_total_mib}
     costs = CostModel(cfg.costs)
@@ -66,7 +66,7 @@ def schedules(cfg: Config, since_s: float) -> tuple[list[Proposal], bool]:
     with UsageStore(path) as store:
         usage = store.usage(now - since_s, now + 1)
         fits = store.fits(now - since_s, now + 1)
-        simulated = store.simulated()
+        simulated = store.simulated(now - since_s, now + 1)
     return propose(usage, fits, CostModel(cfg.costs), cfg.engine.timezone), simulated
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -20,6 +20,10 @@ from gpuevents.cli.common import (
 from gpuevents.yamlpos import LocatedError
 from rules.intake.check import check_paths
 from rules.offline.ruletests import run_test_file
+
+if TYPE_CHECKING:
+    from gpuevents.config import Config
+    from rules.offline.backtest import BacktestReport
 
 app = typer.Typer(help="Validate and test rule files.", no_args_is_help=True, add_completion=False)
 
@@ -88,6 +92,11 @@ def rules_backtest(
     paths: Annotated[list[Path], typer.Argument(help="rule files or directories")],
     since: Annotated[str, typer.Option("--since", help="how far back to replay, e.g. 7d")] = "7d",
     as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
+    prometheus: Annotated[str | None, typer.Option(
+        "--prometheus", help="instead of the event stream: readings rebuilt from dcgm-exporter's series at this "
+        "Prometheus URL (as gpuevents import reads them)")] = None,
+    selector: Annotated[str, typer.Option("--selector", help="with --prometheus: PromQL label matchers")] = "",
+    step: Annotated[str, typer.Option("--step", help="with --prometheus: one reading per GPU this often")] = "60s",
     config: ConfigOption = None,
 ) -> None:
     """Replay the recorded event stream through rules: what would they have done? Nothing is run."""
@@ -98,6 +107,10 @@ def rules_backtest(
 
     seconds = duration_option(since, "--since")
     cfg = client_config(load_config_or_exit(config))
+    if prometheus is not None:
+        report = _from_prometheus(cfg, paths, prometheus, selector, seconds, duration_option(step, "--step"))
+        _print_backtest(report, as_json)
+        return
     bar = Progress(TextColumn("replaying"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                    console=Console(stderr=True), transient=True, disable=as_json)
     task = bar.add_task("replay", total=None)
@@ -113,6 +126,41 @@ def rules_backtest(
         for p in e.problems:
             typer.echo(str(p), err=True)
         raise typer.Exit(2) from None
+    _print_backtest(report, as_json)
+
+
+def _from_prometheus(cfg: Config, paths: list[Path], url: str, selector: str, seconds: float,
+                     step_s: float) -> BacktestReport:
+    """The backtest of readings rebuilt from dcgm-exporter's series over the last `seconds`."""
+    import os
+    from datetime import timedelta
+
+    from gpuevents.clock import SystemClock
+    from rules.history.promapi import PromClient, PromError, auth_header
+    from rules.history.promimport import PromImport, rebuilt_events
+    from rules.offline.backtest import backtest_events
+
+    now = SystemClock().now()
+    start = now - timedelta(seconds=seconds)
+    plan = PromImport(url=url, since=start, until=now, step_s=step_s, selector=selector)
+    try:
+        client = PromClient(url, authorization=auth_header(os.environ))
+    except PromError as e:
+        raise typer.BadParameter(str(e), param_hint="--prometheus") from None
+    note = ("readings rebuilt from dcgm-exporter's series: GPUs, their pods and memory; no processes, so rules on "
+            "processes do not fire")
+    try:
+        return run_async(backtest_events(cfg, paths, rebuilt_events(cfg, client, plan), start, now, note))
+    except PromError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from None
+    except LocatedError as e:
+        for p in e.problems:
+            typer.echo(str(p), err=True)
+        raise typer.Exit(2) from None
+
+
+def _print_backtest(report: BacktestReport, as_json: bool) -> None:
     if as_json:
         typer.echo(report.model_dump_json(indent=2))
         return

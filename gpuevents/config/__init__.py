@@ -17,7 +17,9 @@ from gpuevents.config.protect import ProtectConfig as ProtectConfig
 from gpuevents.config.protect import ProtectedProgram as ProtectedProgram
 from gpuevents.config.sched import AgentSlurmConfig, DemandConfig
 from gpuevents.durations import Duration
+from gpuevents.gpuconfig import AgentDcgmConfig, AgentPowerCapConfig
 from gpuevents.idleness import IdleRule, IdleSignal, model_matches
+from gpuevents.keepconfig import KeepBudgetConfig
 from gpuevents.yamlpos import Located, LocatedError, YamlDoc, parse_scalar, parse_yaml, read_yaml_text
 
 ENV_PREFIX = "GPUEVENTS_"
@@ -159,6 +161,8 @@ class AgentConfig(_Section):
     hpc_job_mapping_dir: Path | None = Field(None, description="dcgm-exporter's HPC job mapping: a file per GPU "
                                              "(`0`, `1`, MIG `2.3`) listing the jobs on it, one per line")
     slurm: AgentSlurmConfig = AgentSlurmConfig()
+    dcgm: AgentDcgmConfig = AgentDcgmConfig()
+    power_cap: AgentPowerCapConfig = AgentPowerCapConfig()
     simulation: SimulationConfig = SimulationConfig()
     pod_resources: PodResourcesConfig = PodResourcesConfig()
     kubernetes_jobs: KubernetesJobsConfig = KubernetesJobsConfig()
@@ -316,6 +320,8 @@ class CostsConfig(_Section):
 class TeamConfig(_Section):
     target_util_pct: float | None = Field(None, ge=0, le=100, description="the utilization the team aims for")
     channel: str | None = Field(None, description="where the team's reports go, e.g. '#ml-research'")
+    keeps_per_week: int | None = Field(None, ge=0, description="keeps the team may take per week before a keep "
+                                       "waits for approval")
 
 
 # ---------------------------------------------------------------- all
@@ -333,6 +339,7 @@ class Config(_Section):
     costs: CostsConfig = CostsConfig()
     teams: dict[str, TeamConfig] = Field(default_factory=dict, description="per team: KPI target, channel")
     demand: DemandConfig = DemandConfig()
+    keep_budget: KeepBudgetConfig = KeepBudgetConfig()
 
     @model_validator(mode="before")
     @classmethod

@@ -22,6 +22,7 @@ class FleetGpu(BaseModel):
     temp_c: float | None = None
     power_w: float | None = None
     idle: bool = False
+    activity_known: bool = True  # false: held, nothing measures its activity (neither busy nor idle)
     held_idle: bool = False  # idle, with a process on it (or allocated to a job by a scheduler)
     idle_for_s: float | None = None
     owner: str | None = None
@@ -96,6 +97,7 @@ class FleetSummary(BaseModel):
     gpus: int = 0
     busy: int = 0
     idle: int = 0
+    unknown: int = 0  # held with no activity signal (a MIG instance without GPM or dcgm-exporter)
     held_idle: int = 0
     held_idle_cost_per_hour: float = 0.0
     held_idle_cost_per_hour_text: str = ""

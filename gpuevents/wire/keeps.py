@@ -60,6 +60,8 @@ class KeepReply(BaseModel):
     snooze_max_s: float | None = None
     approval: str | None = None
     admins: list[str] = Field(default_factory=list)
+    budget: str | None = None  # "3 of 5 keeps this week" (this one counted), where a keep budget applies
+    over_budget: str | None = None  # past the budget: nothing kept, the whole keep awaits `approval`
 
     @property
     def capped(self) -> bool:
@@ -68,8 +70,16 @@ class KeepReply(BaseModel):
     def note(self, asked_s: float, mention: Callable[[str], str] = str) -> str:
         """What the answer says beyond "kept until": "" when kept as asked. `mention` writes a person's id (Slack:
         `<@U…>`)."""
+        if self.over_budget is not None:
+            where = f"awaits approval in {self.approval}" if self.approval else "is not kept"
+            return f"past the keep budget ({self.over_budget}): the keep {where}"
         if not self.capped:
-            return ""
+            return self.budget or ""
+        if self.budget:
+            return f"{self.budget}; " + self._capped_note(asked_s, mention)
+        return self._capped_note(asked_s, mention)
+
+    def _capped_note(self, asked_s: float, mention: Callable[[str], str]) -> str:
         cap = format_duration(self.snooze_max_s or 0)
         asked = format_duration(asked_s)
         if self.approval:

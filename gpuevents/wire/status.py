@@ -102,7 +102,7 @@ def merge_summaries(parts: list[StatusSummary], top: int = TOP) -> StatusSummary
         return parts[0]
     first = parts[0].summary
     s = first.model_copy()
-    for name in ("nodes", "nodes_online", "gpus", "busy", "idle", "held_idle", "held_idle_cost_per_hour",
+    for name in ("nodes", "nodes_online", "gpus", "busy", "idle", "unknown", "held_idle", "held_idle_cost_per_hour",
                  "incidents_firing", "incidents_pending"):
         setattr(s, name, sum(getattr(p.summary, name) for p in parts))
     s.time = max(p.summary.time for p in parts)

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 _DONE: dict[str, str] = {
     "log": "logged",
     "kill": "ended (its processes are killed)",
+    "power_cap": "power-capped (its power limit lowered while idle)",
     "cancel": "cancelled",
     "pause": "paused",
     "resume": "resumed",

@@ -35,7 +35,7 @@ class FleetView(BaseModel):
     @computed_field  # type: ignore[prop-decorator]  # mypy allows no decorator over @property; pydantic says so
     @property
     def busy(self) -> int:
-        return sum(1 for n in self.nodes for g in n.gpus if not g.idle)
+        return sum(1 for n in self.nodes for g in n.gpus if not g.idle and g.activity_known)
 
     @computed_field  # type: ignore[prop-decorator]  # mypy allows no decorator over @property; pydantic says so
     @property
@@ -142,7 +142,7 @@ def fleet_node(snap: NodeReadings, costs: CostModel | None = None, team_label: s
         gpus.append(FleetGpu(
             index=g.index, uuid=g.uuid, model=g.model, util_pct=g.util_pct, mem_used_mib=g.mem_used_mib,
             mem_total_mib=g.mem_total_mib, mem_pct=g.mem_pct, temp_c=g.temp_c, power_w=g.power_w,
-            idle=g.idle, held_idle=held, idle_for_s=idle_for,
+            idle=g.idle, activity_known=g.activity_known, held_idle=held, idle_for_s=idle_for,
             owner=g.owner or (g.owners[0] if g.owners else None),
             processes=len(g.pids), cost_per_hour=hourly, allocated=g.allocated, job=job,
             mig_parent=g.mig_parent, lost=g.lost,

@@ -83,7 +83,8 @@ async def _fleet(request: web.Request) -> web.Response:
     for i, node in enumerate(view.nodes):
         counts["gpu_count"] += len(node.gpus)
         for g in node.gpus:
-            counts["idle" if g.idle else "busy"] += 1
+            if g.idle or g.activity_known:  # held with no activity signal is neither
+                counts["idle" if g.idle else "busy"] += 1
             counts["held_idle"] += g.held_idle
         if i % (SLICE * 8) == 0:
             await asyncio.sleep(0)

@@ -39,7 +39,7 @@ class UsageSource:
         if not self.path.exists():
             return []
         with UsageStore(self.path) as store:
-            self.simulated = store.simulated()
+            self.simulated = store.simulated(first, end)
             return store.usage(first, end)
 
     def _read_quarter(self, first: int, end: int) -> QuarterReport:
@@ -48,7 +48,7 @@ class UsageSource:
             return build_quarter([], self.costs, since, until, self.targets)
         with UsageStore(self.path) as store:
             rows = store.week_sums(first, end)  # summed in SQLite: a few rows, not every hour of the fleet
-            simulated = store.simulated()
+            simulated = store.simulated(first, end)
         return build_quarter(rows, self.costs, since, until, self.targets, simulated=simulated)
 
     async def quarter(self, weeks: int) -> QuarterReport:

@@ -11,13 +11,16 @@ from gpuevents.events import new_id
 from gpuevents.wire import KeepReply, KeepRequest
 from gpuevents.wire.manual import OperatorAction, OperatorActionReply
 from rules.core.core import Snooze, StepResult
-from rules.core.keeps import approving_channel, entity_gpus, keep_approval
+from rules.core.keeps import approving_channel, entity_gpus, entity_team, keep_approval
 from rules.engine.audit import snooze_record
 from rules.engine.operator import act_for
 from rules.engine.read.readmodel import ReadModel, build_read_model, empty_model
+from rules.usage.keepbudget import BudgetUse, budgets, week_start
 from rules.usage.keeps import KeepRow, KeptGpu
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from gpuevents.clock import Clock
     from gpuevents.config import Config
     from rules.core.core import Core
@@ -25,6 +28,7 @@ if TYPE_CHECKING:
     from rules.engine.commit import Committer
     from rules.engine.planner import TickPlanner
     from rules.engine.read.readmodel import ReadSide
+    from rules.lang.model import Rule
     from rules.usage.recorder import UsageRecorder
 
 
@@ -73,15 +77,19 @@ class EngineAnswers:
             if rule is None:
                 return KeepReply(ok=False, error=f"no rule named {req.rule!r}")
             now = self.clock.now()
+            ents = self.core.state.entities_by_id(rule.kind, req.entity_id)
+            where = ents[0].ctx["entity"] if ents else None
+            cluster = where.cluster if where is not None else self.config.cluster
+            team = entity_team(ents[0], self.config.costs.team_label) if ents else ""
+            use = await self._budget_use(req, team, now)
+            if use is not None and use.over is not None:  # the whole keep waits for the approving channel
+                return await self._over_budget(rule, req, use, cluster, getattr(where, "node", None), now)
             s = Snooze(rule=req.rule, entity_id=req.entity_id, until=req.until, by=req.by, reason=req.reason,
                        bounded=req.keep)
             result = self.core.step(s, now)
             self._changes += 1
             s = next((x for x in result.snoozes if x.rule == s.rule and x.entity_id == s.entity_id), s)  # as applied
             approving = approving_channel(rule) if s.until < req.until else None
-            ents = self.core.state.entities_by_id(rule.kind, req.entity_id)
-            where = ents[0].ctx["entity"] if ents else None
-            cluster = where.cluster if where is not None else self.config.cluster
             if approving is not None:
                 result.extend(StepResult(actions=[keep_approval(
                     rule, req, approving[0], approving[1], rule.kind, cluster, getattr(where, "node", None), now,
@@ -94,11 +102,36 @@ class EngineAnswers:
             gpus = tuple(KeptGpu(n, i) for e in ents[:1] for n, i in entity_gpus(e))
             row = KeepRow(id=new_id(), cluster=cluster, rule=s.rule, entity_id=s.entity_id, gpus=gpus, by=req.by,
                           reason=req.reason, start=now.timestamp(), until=s.until.timestamp(),
-                          asked_until=req.until.timestamp(), approved_by=req.approved_by)
+                          asked_until=req.until.timestamp(), approved_by=req.approved_by, team=team)
             await self.usage.record_keep(row)  # for the weekly report: a lift ends the keep
         return KeepReply(ok=True, until=s.until, asked_until=req.until, snooze_max_s=rule.snooze_max_s,
                          approval=approving[0] if approving else None,
-                         admins=list(self.config.actions.slack.admins))
+                         admins=list(self.config.actions.slack.admins), budget=use.text() if use else None)
+
+    async def _budget_use(self, req: KeepRequest, team: str, now: datetime) -> BudgetUse | None:
+        """This week's keeps of the owner and the team, where a budget applies to them (None: none does)."""
+        owner_budget, team_budget = budgets(self.config, req.by, team)
+        if not req.keep or req.approved_by or (owner_budget is None and team_budget is None) or self.usage is None:
+            return None
+        since = week_start(now, self.config.engine.timezone).timestamp()
+        owner_used, team_used = await self.usage.keeps_taken(since, req.by, team)
+        return BudgetUse(req.by, owner_used, owner_budget, team, team_used, team_budget)
+
+    async def _over_budget(self, rule: Rule, req: KeepRequest, use: BudgetUse, cluster: str, node: str | None,
+                           now: datetime) -> KeepReply:
+        """Past the budget: nothing kept; the rule's approving channel is asked for the whole keep."""
+        assert use.over is not None and self.core is not None
+        approving = approving_channel(rule)
+        admins = list(self.config.actions.slack.admins)
+        if approving is None:
+            return KeepReply(ok=False, error=f"past the keep budget ({use.over}) and the rule names no approving "
+                             f"channel: ask {', '.join(admins) or 'whoever runs gpuevents'}", admins=admins,
+                             budget=use.text(), over_budget=use.over)
+        ask = keep_approval(rule, req, approving[0], approving[1], rule.kind, cluster, node, now, new_id(),
+                            over_budget=use.over)
+        await self.committer.commit(StepResult(actions=[ask]), "ask to approve a keep past its budget")
+        return KeepReply(ok=True, until=None, asked_until=req.until, snooze_max_s=rule.snooze_max_s,
+                         approval=approving[0], admins=admins, budget=use.text(), over_budget=use.over)
 
     async def operator_action(self, req: OperatorAction) -> OperatorActionReply | None:
         """A person's kill or cancel, decided like a rule's action (rules.engine.operator)."""

@@ -1,21 +1,28 @@
-"""Decoding events from the stream, validating a snapshot's data once while its node repeats it."""
+"""Decoding events from the stream: msgspec's Structs first, pydantic for what they leave; a snapshot's data
+decoded once while its node repeats it."""
 
 from __future__ import annotations
 
-import orjson
-from pydantic import ValidationError
-
 from gpuevents.events import Event, NodeSnapshot, SnapshotEvent, decode_event
+from gpuevents.wire import messages
+
+
+def decode(raw: bytes) -> Event:
+    """The event `raw` holds, every time in it in UTC: decoded with the Structs of gpuevents/wire/messages.py,
+    else (a value of another JSON type than its field's, the engine's own scheduler events) validated by pydantic,
+    which accepts what it always accepted and raises its ValidationError on the rest."""
+    event = messages.decode(raw)
+    return event if event is not None else messages.utc_event(decode_event(raw))
 
 
 class RepeatDecoder:
-    """`decode_event` that validates a snapshot's `data` once while a node repeats it byte for byte.
+    """`decode` that decodes a snapshot's `data` once while a node repeats it byte for byte.
 
     An event's JSON is its envelope and, last, `"data":{...}`. When a node's snapshot carries the very bytes
-    of `data` that the previous one did (already validated into a NodeSnapshot), only the envelope is parsed
-    and validated, and the NodeSnapshot is reused; the event is the one `decode_event` would give. Anything
-    else (another shape, another type, different bytes, any error on the way) takes `decode_event`, so a
-    malformed event raises the same ValidationError.
+    of `data` that the previous one did (already decoded into a NodeSnapshot), only the envelope is decoded,
+    and the NodeSnapshot is reused; the event is the one `decode` would give. Anything else (another shape,
+    another type, different bytes, any error on the way) takes `decode`, so a malformed event raises the same
+    ValidationError.
 
     A decoded snapshot is kept for its node only once the caller believes it (`accepted`): an event the caller
     rejects (its subject names another node, say) never takes a place, so a publisher that makes up sources
@@ -41,7 +48,7 @@ class RepeatDecoder:
             segment = raw[i + 8:-1]
         else:
             segment = b""
-        event = decode_event(raw)
+        event = decode(raw)
         if segment and isinstance(event, SnapshotEvent):
             self._candidate = (event, segment)
         return event
@@ -57,18 +64,10 @@ class RepeatDecoder:
         self._last[event.source] = (cand[1], cand[0].data)
 
     def _repeat(self, raw: bytes, i: int) -> SnapshotEvent | None:
-        try:
-            envelope = orjson.loads(raw[:i] + b"}")
-        except orjson.JSONDecodeError:
+        env = messages.envelope(raw[:i] + b',"data":null}')  # the envelope alone: no need to scan the data
+        if env is None or env.type != "node.snapshot":
             return None
-        if type(envelope) is not dict or envelope.get("type") != "node.snapshot":
-            return None
-        source = envelope.get("source")
-        last = self._last.get(source) if type(source) is str else None
+        last = self._last.get(env.source)
         if last is None or last[0] != raw[i + 8:-1]:
             return None
-        envelope["data"] = last[1]
-        try:
-            return SnapshotEvent.model_validate(envelope)
-        except ValidationError:
-            return None  # let decode_event say what is wrong
+        return messages.with_data(env, SnapshotEvent, last[1])

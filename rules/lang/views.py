@@ -104,11 +104,13 @@ class GpuView:
     """`gpu`: the GPU's fields, its `processes` and `owners`, and `idle_for_s` measured at evaluation time."""
 
     __slots__ = (
-        "_clock", "_idle_since_ts", "_parted", "allocated", "ecc_uncorrected", "fan_pct", "id", "idle",
-        "idle_since", "index", "job", "lost", "mem_pct", "mem_total_mib", "mem_used_mib", "mig_parent", "model",
-        "node", "owner", "owners", "pids", "power_limit_w", "power_w", "processes", "sm_active_pct", "temp_c",
+        "_clock", "_idle_since_ts", "_parted", "activity_known", "allocated", "ecc_uncorrected", "fan_pct", "id",
+        "idle", "idle_since", "index", "job", "lost", "mem_pct", "mem_total_mib", "mem_used_mib", "mig_parent",
+        "model", "node", "owner", "owners", "pids", "power_cap_saved_w", "power_cap_w", "power_limit_w", "power_w",
+        "processes", "row_remap_pending", "sm_active_pct", "temp_c",
         "tensor_active_pct", "util_pct", "uuid", "xid", "xid_at",
     )
+    activity_known: bool
     allocated: bool | None
     job: str | None
     ecc_uncorrected: int | None
@@ -127,9 +129,12 @@ class GpuView:
     owner: str | None
     owners: list[str]
     pids: list[int]
+    power_cap_saved_w: float | None
+    power_cap_w: float | None
     power_limit_w: float | None
     power_w: float | None
     processes: list[ProcessView]
+    row_remap_pending: bool | None
     sm_active_pct: float | None
     temp_c: float | None
     tensor_active_pct: float | None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -20,6 +20,7 @@ from gpuevents import subjects as S
 from gpuevents.bus import CLIENT_CONNECT_S, Bus, BusError, StoredMsg
 from gpuevents.config import Config
 from gpuevents.durations import format_duration
+from gpuevents.events import Event, encode_event
 from gpuevents.records import Outcome, decode_audit
 from rules.core.core import Core, StepResult, Tick
 from rules.core.inputs import WARNING_TYPES
@@ -164,6 +165,34 @@ async def stream_backtest(core: Core, messages: AsyncIterator[StoredMsg], start:
         events += 1
     tick_until(core, now, end, summary)
     return events, malformed
+
+
+async def stored(events: Iterable[Event]) -> AsyncIterator[StoredMsg]:
+    """Events as the stream would have held them (readings rebuilt from another store's history, say)."""
+    for seq, event in enumerate(events, 1):
+        yield StoredMsg(subject=f"rebuilt.{event.type}", data=encode_event(event), seq=seq, time=event.time)
+
+
+async def backtest_events(config: Config, paths: Sequence[Path], events: Iterable[Event], start: datetime,
+                          end: datetime, note: str = "") -> BacktestReport:
+    """Step the rules in `paths` through `events` (in time order) from `start` to `end`, as through the stream."""
+    rules = load_rule_set(paths, default_timezone=config.engine.timezone)
+    core = Core(rules, config)
+    summary = StreamSummary(start)
+    first_at: list[datetime] = []
+
+    def seen(m: StoredMsg) -> None:
+        if not first_at and m.time is not None:
+            first_at.append(m.time)
+
+    started = time.monotonic()
+    count, malformed = await stream_backtest(core, stored(events), start, end, summary, seen,
+                                             float(config.engine.max_clock_skew))
+    elapsed = max(time.monotonic() - started, 1e-9)
+    report = summarize(summary.rec, [r.name for r in rules], start, end, count, malformed)
+    first = first_at[0] if first_at else None
+    return report.model_copy(update={"replay_events_per_s": round(count / elapsed, 1), "first_event_at": first,
+                                     "note": note or coverage_note(start, end, first, count)})
 
 
 async def warning_outcomes(messages: AsyncIterator[StoredMsg]) -> dict[str, Outcome]:

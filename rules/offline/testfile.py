@@ -46,6 +46,8 @@ class TestGpu(_Strict):
     mem_total_mib: float = DEFAULT_MEM_TOTAL_MIB
     idle: bool | None = None
     idle_for: Duration | None = Field(None, description="idle since `at - idle_for` (extension)")
+    activity_known: bool = Field(True, description="false: held with no activity signal (a MIG instance "
+                                 "without GPM or dcgm-exporter); then it is never idle")
     uuid: str = ""
     model: str | None = None
     mem_pct: float | None = None
@@ -60,6 +62,9 @@ class TestGpu(_Strict):
     pids: list[int] = Field(default_factory=list)
     sm_active_pct: float | None = None
     tensor_active_pct: float | None = None
+    row_remap_pending: bool | None = None
+    power_cap_w: float | None = Field(None, description="the power limit gpuevents set (power_cap)")
+    power_cap_saved_w: float | None = Field(None, description="the draw the cap saves, while capped")
 
 
 class TestProcess(_Strict):
@@ -285,8 +290,8 @@ def snapshot_inputs(test: RuleTest, start: datetime, owners: dict[str, str],
             continue
         gpus = []
         for g in snap.gpus:
-            idle = g.idle if g.idle is not None else bool(
-                th.idle_rule(g.model).verdict(g.util_pct, g.sm_active_pct, g.power_w))
+            idle = g.activity_known and (g.idle if g.idle is not None else bool(
+                th.idle_rule(g.model).verdict(g.util_pct, g.sm_active_pct, g.power_w)))
             fields = g.model_dump(exclude={"idle", "idle_for"})
             since = at - timedelta(seconds=g.idle_for) if (idle and g.idle_for is not None) else None
             gpus.append(GpuInfo(node=snap.node, idle=idle, idle_since=since, **fields))

@@ -51,6 +51,7 @@ class JobTally:
     on_nodes: dict[str, datetime] = field(default_factory=dict)
     """Node -> its latest snapshot that listed this job (the job is on no node once it has ended)."""
     simulated: bool = False  # written by `gpuevents simulate --history`, not seen on a fleet
+    imported: bool = False  # written by `gpuevents import` from the site's history, not seen live
     exemption: str | None = None  # the annotations exempting it (`gpuevents.io/keep-until: …`), or None
     exempt_until: datetime | None = None
 

@@ -29,7 +29,7 @@ CREATE TABLE IF NOT EXISTS job_summaries (
     util_peak REAL, sm_s REAL NOT NULL DEFAULT 0, sm_known_s REAL NOT NULL DEFAULT 0, mem_peak_mib REAL,
     idle_gpu_s REAL NOT NULL DEFAULT 0, kwh REAL NOT NULL DEFAULT 0, cost REAL NOT NULL DEFAULT 0,
     smaller_fit TEXT, exemption TEXT, exempt_until REAL, util_hist TEXT, sm_hist TEXT, mem_hist TEXT,
-    simulated INTEGER NOT NULL DEFAULT 0,
+    simulated INTEGER NOT NULL DEFAULT 0, imported INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (cluster, scheduler, id)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS job_summaries_seen ON job_summaries (last_seen);
@@ -39,13 +39,18 @@ CREATE INDEX IF NOT EXISTS job_summaries_seen ON job_summaries (last_seen);
 _COLUMNS = ("cluster", "scheduler", "id", "user", "name", "account", "partition", "qos", "namespace", "model",
             "nodes", "gpu_count", "started_at", "first_seen", "last_seen", "ended_at", "gpu_s", "util_s",
             "util_known_s", "util_peak", "sm_s", "sm_known_s", "mem_peak_mib", "idle_gpu_s", "kwh", "cost",
-            "smaller_fit", "exemption", "exempt_until", "util_hist", "sm_hist", "mem_hist", "simulated")
+            "smaller_fit", "exemption", "exempt_until", "util_hist", "sm_hist", "mem_hist", "simulated",
+            "imported")
 _TIMES = ("started_at", "first_seen", "last_seen", "ended_at", "exempt_until")
 _HISTS = ("util_hist", "sm_hist", "mem_hist")  # JSON objects, bin -> GPU-seconds
 _ADDED = {"exemption": "TEXT", "exempt_until": "REAL", "util_hist": "TEXT", "sm_hist": "TEXT",
-          "mem_hist": "TEXT", "simulated": "INTEGER NOT NULL DEFAULT 0"}  # columns a store from before them gains
+          "mem_hist": "TEXT", "simulated": "INTEGER NOT NULL DEFAULT 0",
+          "imported": "INTEGER NOT NULL DEFAULT 0"}  # columns a store from before them gains
 _INSERT_NEW = (f"INSERT OR IGNORE INTO job_summaries ({', '.join(_COLUMNS)}) "
                f"VALUES ({', '.join('?' for _ in _COLUMNS)})")
+_PUT_IMPORTED = (f"INSERT INTO job_summaries ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' for _ in _COLUMNS)}) "
+                 "ON CONFLICT (cluster, scheduler, id) DO UPDATE SET "
+                 + ", ".join(f"{c} = excluded.{c}" for c in _COLUMNS[3:]) + " WHERE job_summaries.imported = 1")
 _UPSERT = (f"INSERT OR REPLACE INTO job_summaries ({', '.join(_COLUMNS)}) "
            f"VALUES ({', '.join('?' for _ in _COLUMNS)})")
 
@@ -90,6 +95,8 @@ class JobSummary(BaseModel):
     exempt_until: datetime | None = None
     simulated: bool = False
     """Written by `gpuevents simulate --history`: not a real job."""
+    imported: bool = False
+    """Written by `gpuevents import` from the site's history (Slurm's accounting, Prometheus): not seen live."""
     smaller_fit: str | None = None
     """The smallest MIG slice of its GPU the job would have fitted (`MIG 2g.20gb`), from its peak memory and its
     p95 compute (SM activity where measured, else utilization); None when it needed its whole GPU, or too little
@@ -213,6 +220,15 @@ class JobStore:
             self._db.executemany(_INSERT_NEW, rows)
             return self._db.total_changes - before
 
+    def put_imported(self, tallies: list[JobTally], costs: CostModel) -> int:
+        """Write imported jobs: a job imported before is written again (importing twice gives the same store), a
+        job the engine saw live is left as it is; how many were written."""
+        rows = [tuple(row[c] for c in _COLUMNS) for row in (_row(t, costs) for t in tallies)]
+        with self._db:
+            before = self._db.total_changes
+            self._db.executemany(_PUT_IMPORTED, rows)
+            return self._db.total_changes - before
+
     def running(self) -> list[JobTally]:
         """The tallies of jobs not ended, to resume after a restart."""
         return [self._tally(r) for r in self._select("ended_at IS NULL", ())]
@@ -248,7 +264,7 @@ class JobStore:
     def _tally(r: dict[str, Any]) -> JobTally:
         fields: dict[str, Any] = {c: r[c] for c in _COLUMNS
                                   if c not in ("nodes", "cost", "smaller_fit", *_TIMES, *_HISTS)}
-        fields.update({c: _hist(r[c]) for c in _HISTS}, simulated=bool(r["simulated"]))
+        fields.update({c: _hist(r[c]) for c in _HISTS}, simulated=bool(r["simulated"]), imported=bool(r["imported"]))
         fields["exempt_until"] = _dt(r["exempt_until"])
         first, last = _dt(r["first_seen"]), _dt(r["last_seen"])
         assert first is not None and last is not None
@@ -276,5 +292,5 @@ class JobStore:
             p95_mem_mib=None if mem95 is None else round(mem95),
             idle_share_pct=round(100 * r["idle_gpu_s"] / gpu_s, 1) if gpu_s else None,
             cost=round(r["cost"], 2), smaller_fit=r["smaller_fit"], exemption=r["exemption"],
-            exempt_until=_dt(r["exempt_until"]), simulated=bool(r["simulated"]),
+            exempt_until=_dt(r["exempt_until"]), simulated=bool(r["simulated"]), imported=bool(r["imported"]),
         )

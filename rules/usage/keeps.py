@@ -23,12 +23,13 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS keeps (
     id TEXT PRIMARY KEY, cluster TEXT NOT NULL, rule TEXT NOT NULL, entity_id TEXT NOT NULL,
     gpus TEXT NOT NULL DEFAULT '[]', by TEXT NOT NULL DEFAULT '', reason TEXT NOT NULL DEFAULT '',
-    start REAL NOT NULL, until REAL NOT NULL, asked_until REAL NOT NULL, approved_by TEXT NOT NULL DEFAULT ''
+    start REAL NOT NULL, until REAL NOT NULL, asked_until REAL NOT NULL, approved_by TEXT NOT NULL DEFAULT '',
+    team TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS keeps_until ON keeps (until);
 """
 _COLUMNS = ("id", "cluster", "rule", "entity_id", "gpus", "by", "reason", "start", "until", "asked_until",
-            "approved_by")
+            "approved_by", "team")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +53,7 @@ class KeepRow:
     until: float
     asked_until: float
     approved_by: str = ""
+    team: str = ""  # the team of the kept entity when it was kept (its processes' or node's label): for budgets
 
 
 class KeepStore:
@@ -63,6 +65,8 @@ class KeepStore:
         self._db = sqlite3.connect(str(path), check_same_thread=False, timeout=30)
         with self._db:
             self._db.executescript(_SCHEMA)
+            if "team" not in {str(r[1]) for r in self._db.execute("PRAGMA table_info(keeps)")}:  # an older file
+                self._db.execute("ALTER TABLE keeps ADD COLUMN team TEXT NOT NULL DEFAULT ''")
 
     def close(self) -> None:
         self._db.close()
@@ -92,7 +96,7 @@ class KeepStore:
                                  f"VALUES ({', '.join('?' for _ in _COLUMNS)})", (
                                      row.id, row.cluster, row.rule, row.entity_id,
                                      json.dumps([[g.node, g.gpu] for g in row.gpus]), row.by, row.reason, row.start,
-                                     row.until, row.asked_until, row.approved_by))
+                                     row.until, row.asked_until, row.approved_by, row.team))
 
     def lift(self, cluster: str, rule: str, entity_id: str, at: float) -> None:
         """The entity's keep for the rule ends at `at` (a snooze lifted)."""
@@ -106,6 +110,15 @@ class KeepStore:
         with closing(self._db.execute(sql, (until, since))) as cur:
             return [KeepRow(r[0], r[1], r[2], r[3], tuple(KeptGpu(n, int(g)) for n, g in json.loads(r[4])),
                             *r[5:]) for r in cur]
+
+    def taken_since(self, since: float, by: str, team: str) -> tuple[int, int]:
+        """Keeps taken from `since` on: by `by`, and of `team` ("" counts none); an approved extension is no new
+        keep (it continues its row)."""
+        sql = "SELECT COUNT(*) FILTER (WHERE by = ?), COUNT(*) FILTER (WHERE team = ? AND team != '') " \
+              "FROM keeps WHERE start >= ?"
+        with closing(self._db.execute(sql, (by, team, since))) as cur:
+            owner, of_team = cur.fetchone()
+        return int(owner), int(of_team)
 
     def prune(self, before: float) -> int:
         with self._db:
@@ -128,6 +141,8 @@ class TeamKeeps(BaseModel):
 
     team: str
     count: int
+    budget: int | None = None  # the team's keeps_per_week, where one is set
+    at_budget: list[str] = []  # owners who used their whole keep budget: "alice 3 of 3" (more waits for approval)
     kept_gpu_hours: float
     idle_share_pct: float | None  # of the kept GPU time that was measured, the share its GPUs stayed idle
     reasons: list[KeepReason]  # most kept GPU-hours first, at most REASONS_SHOWN

@@ -71,6 +71,20 @@ class TeamSeries(BaseModel):
         return self.change_text()
 
 
+class PeriodTotals(BaseModel):
+    """The whole period's fleet figures, added up (what `report --since --until --format json` gives as `fleet`)."""
+
+    gpu_h: float = 0.0
+    busy_h: float = 0.0
+    held_idle_h: float = 0.0
+    unallocated_h: float = 0.0
+    util_pct: float | None = None
+    energy_kwh: float = 0.0
+    cost: float = 0.0
+    held_idle_cost: float = 0.0
+    unallocated_cost: float = 0.0
+
+
 class QuarterReport(BaseModel):
     since: datetime
     until: datetime
@@ -79,6 +93,10 @@ class QuarterReport(BaseModel):
     teams: list[TeamSeries]  # most held-idle cost first
     currency: str
     simulated: bool = False
+    """Some hours of the period were simulated (gpuevents simulate --history)."""
+    imported: bool = False
+    """Some hours of the period were imported (gpuevents import), not recorded live."""
+    total: PeriodTotals = PeriodTotals()
     team: str | None = None  # one team's report: its rows only, so no fleet line is shown (it would be the team's)
 
     def lines(self) -> list[TeamSeries]:
@@ -126,10 +144,12 @@ def build_quarter(rows: Iterable[UsageRow], costs: CostModel, since: datetime, u
     t0 = since.timestamp()
     fleet: dict[int, TeamSums] = defaultdict(TeamSums)
     teams: dict[str, dict[int, TeamSums]] = defaultdict(lambda: defaultdict(TeamSums))
+    total = TeamSums()
     for r in rows:
         w = int((r.hour - t0) // WEEK.total_seconds())
         if not 0 <= w < len(weeks):
             continue
+        total.add(r, costs)
         fleet[w].add(r, costs)
         teams[r.team][w].add(r, costs)
     for name in targets:
@@ -144,7 +164,14 @@ def build_quarter(rows: Iterable[UsageRow], costs: CostModel, since: datetime, u
     lines = [s for s in lines if s.known or s.target_util_pct is not None or any(p.held_idle_h for p in s.points)]
     lines.sort(key=lambda s: (-sum(p.held_idle_cost for p in s.points), s.team or ""))
     return QuarterReport(since=since, until=until, weeks=weeks, fleet=series(None, fleet), teams=lines,
-                         currency=costs.currency, simulated=simulated, team=team)
+                         currency=costs.currency, simulated=simulated, team=team, total=_totals(total))
+
+
+def _totals(t: TeamSums) -> PeriodTotals:
+    a = t.all
+    return PeriodTotals(gpu_h=a.gpu_h, busy_h=a.busy_h, held_idle_h=a.held_h, unallocated_h=a.free_h,
+                        util_pct=t.held.util, energy_kwh=a.kwh, cost=a.cost, held_idle_cost=a.held_cost,
+                        unallocated_cost=a.free_cost)
 
 
 def _line(team: str | None, sums: TeamSums | None) -> PeriodLine:

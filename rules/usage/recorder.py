@@ -115,6 +115,12 @@ class UsageRecorder:
             log.exception("usage store: the keep of %s (%s) could not be recorded for the report", row.entity_id,
                           row.rule)
 
+    async def keeps_taken(self, since: float, by: str, team: str) -> tuple[int, int]:
+        """Keeps taken from `since` on by `by` and of `team` (for keep budgets); (0, 0) without a store."""
+        if self.keeps is None:
+            return 0, 0
+        return await self._in_thread(self.keeps.taken_since, since, by, team)
+
     def observe(self, event: SnapshotEvent, now: datetime) -> None:
         self.aggregator.observe(event, now)
         if self.fits is not None:

@@ -9,6 +9,7 @@ from zoneinfo import ZoneInfo
 
 from gpuevents.costs import CostModel
 from rules.usage.colours import legend_svg, util_colour
+from rules.usage.render_energy import energy_html, energy_markdown
 from rules.usage.render_keeps import keeps_html, keeps_markdown
 from rules.usage.trends import Trend, WeekOverWeek
 from rules.usage.weekly import Heatmap, WeeklyReport, team_label
@@ -91,10 +92,14 @@ def render_html(report: WeeklyReport, costs: CostModel) -> str:
         f"{e(f'{report.generated_at:%Y-%m-%d %H:%M %Z}')}</div>",
         *(['<p class="waste" id="simulated"><b>Includes simulated usage (gpuevents simulate --history): not a real '
             "fleet's figures.</b></p>"] if report.simulated else []),
+        *(['<p class="sub" id="imported">Includes hours imported from the site\'s history (gpuevents import), not '
+           "recorded live.</p>"] if report.imported else []),
         '<div class="cards">',
         f'<div class="card"><b id="fleet-gpus">{fl.gpus}</b>GPUs</div>',
         f'<div class="card"><b id="fleet-busy-h">{_h(fl.busy_h)}</b>GPU-hours busy</div>',
         f'<div class="card"><b id="fleet-util">{_pct(fl.util_pct)}</b>utilization</div>',
+        *([f'<div class="card"><b id="fleet-unknown-h">{_h(fl.unknown_h)}</b>GPU-hours held, activity unknown '
+           "(MIG without GPM or dcgm-exporter)</div>"] if fl.unknown_h else []),
         f'<div class="card waste"><b id="fleet-held-cost">{e(f(fl.held_idle_cost))}</b>'
         f"held idle ({_h(fl.held_idle_h)} GPU-h)</div>",
         f'<div class="card waste"><b id="fleet-free-cost">{e(f(fl.unallocated_cost))}</b>'
@@ -145,6 +150,7 @@ def render_html(report: WeeklyReport, costs: CostModel) -> str:
                          f"<td>{_h(x.gpu_hours)}</td><td>{_pct(x.idle_share_pct)}</td></tr>")
         parts.append("</table>")
     parts.append(keeps_html(report.keeps))
+    parts.append(energy_html(report, costs.format))
     parts.append(_leaderboard_html(report, costs))
     parts.append("<h2>Top idle jobs</h2>")
     if report.top_idle_jobs:
@@ -241,8 +247,12 @@ def render_markdown(report: WeeklyReport, costs: CostModel) -> str:
         "",
         *(["**Includes simulated usage (gpuevents simulate --history): not a real fleet's figures.**", ""]
           if report.simulated else []),
+        *(["Includes hours imported from the site's history (gpuevents import), not recorded live.", ""]
+          if report.imported else []),
         f"- GPUs: {fl.gpus}; GPU-hours busy {_h(fl.busy_h)}, held idle {_h(fl.held_idle_h)}, "
-        f"unallocated {_h(fl.unallocated_h)}; utilization {_pct(fl.util_pct)}",
+        f"unallocated {_h(fl.unallocated_h)}"
+        + (f", held with activity unknown {_h(fl.unknown_h)}" if fl.unknown_h else "")
+        + f"; utilization {_pct(fl.util_pct)}",
         f"- Waste: held idle {f(fl.held_idle_cost)}, unallocated {f(fl.unallocated_cost)}; "
         f"total cost {f(fl.cost)}, energy {fl.energy_kwh:,.0f} kWh",
         "",
@@ -283,6 +293,7 @@ def render_markdown(report: WeeklyReport, costs: CostModel) -> str:
                   f"{f'{x.until:%Y-%m-%d %H:%M %Z}' if x.until else '–'} | {_h(x.gpu_hours)} | "
                   f"{_pct(x.idle_share_pct)} |" for x in report.exemptions]
     lines += keeps_markdown(report.keeps, markdown_cell)
+    lines += energy_markdown(report, costs.format, markdown_cell)
     lines += ["", "## Held-idle leaderboard", ""]
     if report.leaderboard:
         lines += ["| # | owner | teams | held idle GPU-h | held idle cost | busy GPU-h | utilization | used share |",

@@ -14,6 +14,12 @@ def _pct(v: float | None) -> str:
     return "–" if v is None else f"{v:.0f}%"
 
 
+def _count(t: TeamKeeps) -> str:
+    """"4", or "4 of 5" against the team's budget, with the owners who used all of theirs."""
+    text = f"{t.count} of {t.budget}" if t.budget is not None else str(t.count)
+    return text + (f" (budget used: {', '.join(t.at_budget)})" if t.at_budget else "")
+
+
 def keeps_html(keeps: list[TeamKeeps]) -> str:
     if not keeps:
         return ""
@@ -25,7 +31,7 @@ def keeps_html(keeps: list[TeamKeeps]) -> str:
             f"{e(r.entity_id)} ({e(r.by)}, {r.gpu_hours:,.1f} GPU-h, idle {_pct(r.idle_share_pct)}"
             + (f", approved by {e(r.approved_by)}" if r.approved_by else "") + f"): {e(r.reason)}"
             for r in t.reasons)
-        parts.append(f'<tr><td class="t">{e(team_label(t.team))}</td><td>{t.count}</td>'
+        parts.append(f'<tr><td class="t">{e(team_label(t.team))}</td><td>{e(_count(t))}</td>'
                      f"<td>{t.kept_gpu_hours:,.1f}</td><td>{_pct(t.idle_share_pct)}</td>"
                      f'<td class="t">{reasons}</td></tr>')
     parts.append("</table>")
@@ -39,7 +45,7 @@ def keeps_markdown(keeps: list[TeamKeeps], cell: Callable[[str], str]) -> list[s
              "| --- | ---: | ---: | ---: | --- |"]
     for t in keeps:
         why = "; ".join(f"{r.entity_id} ({r.by}): {r.reason}" for r in t.reasons)
-        lines.append(f"| {cell(team_label(t.team))} | {t.count} | {t.kept_gpu_hours:,.1f} | "
+        lines.append(f"| {cell(team_label(t.team))} | {cell(_count(t))} | {t.kept_gpu_hours:,.1f} | "
                      f"{_pct(t.idle_share_pct)} | {cell(why)} |")
     return lines
 

@@ -13,6 +13,7 @@ from rules.usage.weekly import team_label
 
 W, H, PAD = 360, 120, 28
 SIMULATED = "Includes simulated usage (gpuevents simulate --history): not a real fleet's figures."
+IMPORTED = "Includes hours imported from the site's history (gpuevents import), not recorded live."
 
 
 def _pct(v: float | None) -> str:
@@ -81,6 +82,8 @@ def render_html(q: QuarterReport, costs: CostModel, comparison: Comparison | Non
            f"(free GPUs do not count against a team)</div>"]
     if q.simulated:
         out.append(f"<p class='waste'><b>{escape(SIMULATED)}</b></p>")
+    if q.imported:
+        out.append(f"<p class='sub'>{escape(IMPORTED)}</p>")
     out.append("<div class='grid'>")
     for s in q.lines():
         state = "" if s.on_target is None else (" <span class='met'>on target</span>" if s.on_target
@@ -113,6 +116,8 @@ def render_markdown(q: QuarterReport, costs: CostModel, comparison: Comparison |
            f"{q.since:%Y-%m-%d} – {q.until:%Y-%m-%d}; utilization while held.", ""]
     if q.simulated:
         out += [f"**{SIMULATED}**", ""]
+    if q.imported:
+        out += [IMPORTED, ""]
     out += ["| team | utilization | target | held idle cost |", "| --- | --- | --- | --- |"]
     for s in q.lines():
         out.append(f"| {_name(s.team)} | {s.change_text()} | {_pct(s.target_util_pct)} | "
@@ -125,7 +130,8 @@ def render_markdown(q: QuarterReport, costs: CostModel, comparison: Comparison |
 
 
 def render_json(q: QuarterReport, comparison: Comparison | None = None) -> str:
-    data = {"quarter": json.loads(q.model_dump_json()),
+    data = {"since": q.since.isoformat(), "until": q.until.isoformat(), "simulated": q.simulated,
+            "imported": q.imported, "fleet": q.total.model_dump(), "quarter": json.loads(q.model_dump_json()),
             "comparison": json.loads(comparison.model_dump_json()) if comparison is not None else None}
     return json.dumps(data, indent=2) + "\n"
 

@@ -1,4 +1,5 @@
-"""Pure usage aggregation: node snapshots → hourly GPU-seconds (busy, held idle, free) and energy."""
+"""Pure usage aggregation: node snapshots → hourly GPU-seconds (busy, held idle, free, held
+but unknown: no activity signal) and energy."""
 
 from __future__ import annotations
 
@@ -43,10 +44,13 @@ class UsageAmounts:
     busy_kwh: float = 0.0
     held_kwh: float = 0.0
     free_kwh: float = 0.0
+    unknown_s: float = 0.0  # held, with nothing that measures its activity: neither busy nor idle
+    unknown_kwh: float = 0.0
+    cap_saved_kwh: float = 0.0  # energy a power cap saved (the draw before it less the draw under it)
 
 
 _USAGE_SUMS = tuple(f.name for f in fields(UsageAmounts) if f.name != "model")
-_STATES = {"busy": 0, "held": 1, "free": 2}
+_STATES = {"busy": 0, "held": 1, "free": 2, "unknown": 3}
 
 
 class IdleJobKey(NamedTuple):
@@ -127,7 +131,7 @@ class _Bound:
     generation: int
     hour: int
     cluster: str
-    usage: list[tuple[UsageAmounts, int, float, float, float | None]]
+    usage: list[tuple[UsageAmounts, int, float, float, float | None, float]]
     jobs: list[tuple[IdleJobAmounts, float, float]]
 
 
@@ -137,12 +141,29 @@ class _GpuPlan:
 
     index: int
     model: str
-    state: str  # busy | held | free
+    state: str  # busy | held | free | unknown
     watts: float
     util_pct: float | None
     shares: list[tuple[str, str]]
     jobs: list[tuple[str, str, ProcessInfo | None, str]]  # (job, name, a process, its owner without one)
     physical: float = 1.0  # its share of a physical GPU (a MIG instance: 1/n; see physical_shares)
+    saved_w: float = 0.0  # what a power cap on it saves now
+    weights: list[float] | None = None  # each share's part of its time, by use (None: equal parts)
+
+
+def _by_use(shares: list[tuple[str, str]], holders: list[ProcessInfo], teams: TeamResolver) -> list[float] | None:
+    """A shared GPU's time split by what each owner's processes used of it (NVML's per-process SM share,
+    `gpu_util_pct`); None (equal parts) with one owner, or where a holder's use is unknown or nobody used it."""
+    if len(shares) < 2 or not holders or any(p.gpu_util_pct is None for p in holders):
+        return None
+    used: dict[str, float] = {}
+    for p in holders:
+        owner = teams.owner_of(p)
+        used[owner] = used.get(owner, 0.0) + max(0.0, p.gpu_util_pct or 0.0)
+    total = sum(used.get(owner, 0.0) for owner, _ in shares)
+    if total <= 0 or any(owner not in used for owner, _ in shares):  # an owner named otherwise: equal parts
+        return None
+    return [used.get(owner, 0.0) / total for owner, _ in shares]
 
 
 def _job_of(process: ProcessInfo) -> tuple[str, str]:
@@ -259,7 +280,12 @@ class UsageAggregator:
             if gpu.lost or not physical[gpu.index]:
                 continue  # a MIG parent is counted through its instances
             holders = [procs[pid] for pid in gpu.pids if pid in procs]
-            state = "held" if held_idle(gpu) else ("busy" if not gpu.idle else "free")
+            if held_idle(gpu):
+                state = "held"
+            elif gpu.idle:
+                state = "free"
+            else:  # held with no activity signal is unknown: never counted as used
+                state = "busy" if gpu.activity_known else "unknown"
             watts = gpu.power_w if gpu.power_w is not None else self.rated_power_w(gpu.model)
             info = job_infos.get(gpu.job) if gpu.job else None
             job_owner = (info.owner or (self.teams.owners.get(info.user, info.user) if info.user else None)
@@ -277,26 +303,26 @@ class UsageAggregator:
                     name = f"{info.name} (job {gpu.job})" if info is not None and info.name else f"job {gpu.job}"
                     jobs[f"{JOB_PREFIX}{gpu.job}"] = (name, None, owner)
             plan.append(_GpuPlan(index=gpu.index, model=gpu.model or "", state=state, watts=watts,
-                                 util_pct=gpu.util_pct, shares=shares,
+                                 util_pct=gpu.util_pct, shares=shares, weights=_by_use(shares, holders, self.teams),
                                  jobs=[(job, name, p, o) for job, (name, p, o) in jobs.items()],
-                                 physical=physical[gpu.index]))
+                                 physical=physical[gpu.index], saved_w=max(0.0, gpu.power_cap_saved_w or 0.0)))
         return plan
 
     def _bind(self, cluster: str, node: str, plan: list[_GpuPlan], node_labels: Mapping[str, str],
               hour: int) -> _Bound:
         """Look up (or create) the buckets `plan` adds to in `hour`."""
-        usage: list[tuple[UsageAmounts, int, float, float, float | None]] = []
+        usage: list[tuple[UsageAmounts, int, float, float, float | None, float]] = []
         jobs: list[tuple[IdleJobAmounts, float, float]] = []
         for gpu in plan:
             state = _STATES[gpu.state]
             kwh_per_s = max(gpu.watts, 0.0) / 3_600_000
-            part = gpu.physical / len(gpu.shares)
-            for owner, team in gpu.shares:
+            for n, (owner, team) in enumerate(gpu.shares):
+                part = gpu.physical * (gpu.weights[n] if gpu.weights else 1.0 / len(gpu.shares))
                 key = UsageKey(hour, cluster, node, gpu.index, owner, team)
                 a = self._usage.get(key)
                 if a is None:
                     a = self._usage[key] = UsageAmounts(model=gpu.model)
-                usage.append((a, state, part, kwh_per_s * part, gpu.util_pct))
+                usage.append((a, state, part, kwh_per_s * part, gpu.util_pct, gpu.saved_w / 3_600_000 * part))
             if gpu.jobs:
                 job_part = gpu.physical / len(gpu.jobs)
                 for job, name, p, fallback_owner in gpu.jobs:
@@ -313,18 +339,22 @@ class UsageAggregator:
 
     @staticmethod
     def _add_interval(bound: _Bound, seconds: float) -> None:
-        for a, state, part, kwh_per_s, util_pct in bound.usage:
+        for a, state, part, kwh_per_s, util_pct, saved_kwh_per_s in bound.usage:
             s = seconds * part
             kwh = kwh_per_s * seconds
+            a.cap_saved_kwh += saved_kwh_per_s * seconds
             if state == 0:
                 a.busy_s += s
                 a.busy_kwh += kwh
             elif state == 1:
                 a.held_s += s
                 a.held_kwh += kwh
-            else:
+            elif state == 2:
                 a.free_s += s
                 a.free_kwh += kwh
+            else:
+                a.unknown_s += s
+                a.unknown_kwh += kwh
             if util_pct is not None:
                 a.util_s += util_pct * s
                 a.util_known_s += s

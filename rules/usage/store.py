@@ -8,7 +8,7 @@ import math
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import closing
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -16,75 +16,18 @@ from typing import Any
 
 from rules.usage.fits import BINS, FitAmounts, FitKey
 from rules.usage.rollup import UsageBatch
+from rules.usage.store_sql import ADD_FIT as _ADD_FIT
+from rules.usage.store_sql import ADD_JOB as _ADD_JOB
+from rules.usage.store_sql import ADD_USAGE as _ADD_USAGE
+from rules.usage.store_sql import ADDED_USAGE_COLUMNS as _ADDED_USAGE_COLUMNS
+from rules.usage.store_sql import FIT_COLUMNS as _FIT_COLUMNS
+from rules.usage.store_sql import FITS_SCHEMA as _FITS_SCHEMA
+from rules.usage.store_sql import HIST_COLUMNS as _HIST_COLUMNS
+from rules.usage.store_sql import IMPORTED as IMPORTED
+from rules.usage.store_sql import SCHEMA as _SCHEMA
+from rules.usage.store_sql import SIMULATED as SIMULATED
 
 log = logging.getLogger(__name__)
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS usage (
-    hour INTEGER NOT NULL, cluster TEXT NOT NULL, node TEXT NOT NULL, gpu INTEGER NOT NULL,
-    owner TEXT NOT NULL, team TEXT NOT NULL, model TEXT NOT NULL DEFAULT '',
-    busy_s REAL NOT NULL DEFAULT 0, held_s REAL NOT NULL DEFAULT 0, free_s REAL NOT NULL DEFAULT 0,
-    util_s REAL NOT NULL DEFAULT 0, util_known_s REAL NOT NULL DEFAULT 0,
-    busy_kwh REAL NOT NULL DEFAULT 0, held_kwh REAL NOT NULL DEFAULT 0, free_kwh REAL NOT NULL DEFAULT 0,
-    PRIMARY KEY (hour, cluster, node, gpu, owner, team)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS usage_team_hour ON usage (team, hour);
-CREATE TABLE IF NOT EXISTS idle_jobs (
-    hour INTEGER NOT NULL, cluster TEXT NOT NULL, node TEXT NOT NULL, gpu INTEGER NOT NULL,
-    job TEXT NOT NULL, name TEXT NOT NULL, owner TEXT NOT NULL, team TEXT NOT NULL,
-    model TEXT NOT NULL DEFAULT '', held_s REAL NOT NULL DEFAULT 0, held_kwh REAL NOT NULL DEFAULT 0,
-    PRIMARY KEY (hour, cluster, node, gpu, job)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS idle_jobs_hour ON idle_jobs (hour);
-"""
-
-_HIST_COLUMNS = tuple(f"u{i}" for i in range(BINS)) + tuple(f"s{i}" for i in range(BINS))
-_FITS_SCHEMA = f"""
-CREATE TABLE IF NOT EXISTS fits (
-    hour INTEGER NOT NULL, cluster TEXT NOT NULL, workload TEXT NOT NULL,
-    owner TEXT NOT NULL DEFAULT '', team TEXT NOT NULL DEFAULT '', model TEXT NOT NULL DEFAULT '',
-    node TEXT NOT NULL DEFAULT '', gpus INTEGER NOT NULL DEFAULT 0, held_s REAL NOT NULL DEFAULT 0,
-    peak_mem_mib REAL NOT NULL DEFAULT 0, mem_total_mib REAL NOT NULL DEFAULT 0,
-    {", ".join(f"{c} REAL NOT NULL DEFAULT 0" for c in _HIST_COLUMNS)},
-    PRIMARY KEY (hour, cluster, workload)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS fits_hour ON fits (hour);
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
-"""
-_FIT_COLUMNS = ("hour", "cluster", "workload", "owner", "team", "model", "node", "gpus", "held_s",
-                "peak_mem_mib", "mem_total_mib", *_HIST_COLUMNS)
-_ADD_FIT = f"""
-INSERT INTO fits ({", ".join(_FIT_COLUMNS)}) VALUES ({", ".join("?" for _ in _FIT_COLUMNS)})
-ON CONFLICT (hour, cluster, workload) DO UPDATE SET
-    owner = CASE WHEN fits.owner != '' THEN fits.owner ELSE excluded.owner END,
-    team = CASE WHEN fits.team != '' THEN fits.team ELSE excluded.team END,
-    model = CASE WHEN fits.model != '' THEN fits.model ELSE excluded.model END,
-    node = CASE WHEN fits.node != '' THEN fits.node ELSE excluded.node END,
-    gpus = MAX(fits.gpus, excluded.gpus), held_s = fits.held_s + excluded.held_s,
-    peak_mem_mib = MAX(fits.peak_mem_mib, excluded.peak_mem_mib),
-    mem_total_mib = MAX(fits.mem_total_mib, excluded.mem_total_mib),
-    {", ".join(f"{c} = fits.{c} + excluded.{c}" for c in _HIST_COLUMNS)}
-"""
-
-_ADD_USAGE = """
-INSERT INTO usage (hour, cluster, node, gpu, owner, team, model, busy_s, held_s, free_s,
-                   util_s, util_known_s, busy_kwh, held_kwh, free_kwh)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (hour, cluster, node, gpu, owner, team) DO UPDATE SET
-    model = CASE WHEN excluded.model != '' THEN excluded.model ELSE usage.model END,
-    busy_s = usage.busy_s + excluded.busy_s, held_s = usage.held_s + excluded.held_s,
-    free_s = usage.free_s + excluded.free_s, util_s = usage.util_s + excluded.util_s,
-    util_known_s = usage.util_known_s + excluded.util_known_s,
-    busy_kwh = usage.busy_kwh + excluded.busy_kwh, held_kwh = usage.held_kwh + excluded.held_kwh,
-    free_kwh = usage.free_kwh + excluded.free_kwh
-"""
-
-_ADD_JOB = """
-INSERT INTO idle_jobs (hour, cluster, node, gpu, job, name, owner, team, model, held_s, held_kwh)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (hour, cluster, node, gpu, job) DO UPDATE SET
-    held_s = idle_jobs.held_s + excluded.held_s, held_kwh = idle_jobs.held_kwh + excluded.held_kwh
-"""
 
 
 @dataclass(slots=True, frozen=True)
@@ -106,9 +49,14 @@ class UsageRow:
     busy_kwh: float
     held_kwh: float
     free_kwh: float
+    #: held with no activity signal (a MIG instance without GPM or dcgm-exporter): neither busy nor idle
+    unknown_s: float = 0.0
+    unknown_kwh: float = 0.0
+    cap_saved_kwh: float = 0.0  # energy power caps saved
 
 
-_SUMMED = ("busy_s", "held_s", "free_s", "util_s", "util_known_s", "busy_kwh", "held_kwh", "free_kwh")
+_SUMMED = ("busy_s", "held_s", "free_s", "util_s", "util_known_s", "busy_kwh", "held_kwh", "free_kwh",
+           "unknown_s", "unknown_kwh", "cap_saved_kwh")
 
 
 @dataclass(slots=True, frozen=True)
@@ -124,6 +72,38 @@ class IdleJobRow:
     model: str
     held_s: float
     held_kwh: float
+
+
+@dataclass(slots=True, frozen=True)
+class ImportWrite:
+    """What one imported window wrote: node-hours, and node-hours left alone as the engine recorded them live."""
+
+    hours: int
+    live: int
+    folded_days: int = 0
+    """Days the engine had already folded into daily totals (engine.usage_hourly_for): left as they were."""
+
+
+def _fresh(hour: int, node: str, since: float, until: float, live: set[tuple[int, str]], folded: set[int]) -> bool:
+    return since <= hour < until and (hour, node) not in live and hour - hour % 86400 not in folded
+
+
+def _fit_rows(items: list[tuple[FitKey, FitAmounts]]) -> list[tuple[Any, ...]]:
+    return [(k.hour, k.cluster, k.workload, a.owner, a.team, a.model, a.node, a.gpus, a.held_s, a.peak_mem_mib,
+             a.mem_total_mib, *map(round, a.util_hist), *map(round, a.sm_hist))  # whole seconds: small ints
+            for k, a in items]
+
+
+def _migrate_simulated_flag(db: sqlite3.Connection) -> None:
+    """A store from before origins said `simulated` once for the whole file: every node-hour it held then becomes a
+    simulated one (which of them were real it never knew), and the hours recorded from now on are live."""
+    if db.execute("SELECT 1 FROM meta WHERE key = 'simulated'").fetchone() is None:
+        return
+    with db:
+        db.execute("INSERT OR IGNORE INTO origins (hour, cluster, node, origin) "
+                   f"SELECT DISTINCT hour, cluster, node, '{SIMULATED}' FROM usage")
+        db.execute("DELETE FROM meta WHERE key = 'simulated'")
+    log.info("usage store: the simulated flag now belongs to the hours it held, not to the whole file")
 
 
 class UsageStore:
@@ -148,6 +128,11 @@ class UsageStore:
         db.execute("PRAGMA synchronous=NORMAL")
         db.executescript(_SCHEMA)
         db.executescript(_FITS_SCHEMA)
+        have = {str(r[1]) for r in db.execute("PRAGMA table_info(usage)")}
+        for column, kind in _ADDED_USAGE_COLUMNS.items():
+            if column not in have:
+                db.execute(f"ALTER TABLE usage ADD COLUMN {column} {kind}")
+        _migrate_simulated_flag(db)
         return db
 
     def _current_identity(self) -> tuple[int, int] | None:
@@ -192,34 +177,38 @@ class UsageStore:
         self.close()
 
     def add(self, batch: UsageBatch) -> None:
-        """Add a drained batch to the stored buckets, in one transaction."""
+        """Add a drained batch to the stored buckets, in one transaction. A node-hour an import wrote gives way to
+        the live one (what was imported there goes; the engine's own reading wins)."""
         self._ensure_file()
         with self._db:
-            self._db.executemany(
-                _ADD_USAGE,
-                [
-                    (k.hour, k.cluster, k.node, k.gpu, k.owner, k.team, a.model, a.busy_s, a.held_s,
-                     a.free_s, a.util_s, a.util_known_s, a.busy_kwh, a.held_kwh, a.free_kwh)
-                    for k, a in batch.usage
-                ],
-            )
-            self._db.executemany(
-                _ADD_JOB,
-                [
-                    (k.hour, k.cluster, k.node, k.gpu, k.job, a.name, a.owner, a.team, a.model,
-                     a.held_s, a.held_kwh)
-                    for k, a in batch.idle_jobs
-                ],
-            )
+            self._drop_imported({(k.hour, k.cluster, k.node) for k, _ in batch.usage})
+            self._write(batch)
+
+    def _drop_imported(self, keys: set[tuple[int, str, str]]) -> None:
+        hours = sorted({h for h, _c, _n in keys})  # a flush holds an hour or two
+        sql = f"SELECT 1 FROM origins WHERE origin = ? AND hour IN ({', '.join('?' for _ in hours)}) LIMIT 1"
+        with closing(self._db.execute(sql, (IMPORTED, *hours))) as cur:
+            if cur.fetchone() is None:  # the engine's flush costs one indexed lookup where nothing was imported
+                return
+        found = [k for k in keys if self._db.execute(
+            "SELECT 1 FROM origins WHERE hour = ? AND cluster = ? AND node = ? AND origin = ?", (*k, IMPORTED)
+        ).fetchone() is not None]
+        for table in ("usage", "idle_jobs", "origins"):
+            self._db.executemany(f"DELETE FROM {table} WHERE hour = ? AND cluster = ? AND node = ?", found)
+
+    def _write(self, batch: UsageBatch) -> None:
+        self._db.executemany(_ADD_USAGE, [
+            (k.hour, k.cluster, k.node, k.gpu, k.owner, k.team, a.model, a.busy_s, a.held_s, a.free_s, a.util_s,
+             a.util_known_s, a.busy_kwh, a.held_kwh, a.free_kwh, a.unknown_s, a.unknown_kwh, a.cap_saved_kwh)
+            for k, a in batch.usage])
+        self._db.executemany(_ADD_JOB, [
+            (k.hour, k.cluster, k.node, k.gpu, k.job, a.name, a.owner, a.team, a.model, a.held_s, a.held_kwh)
+            for k, a in batch.idle_jobs])
 
     def add_fits(self, items: list[tuple[FitKey, FitAmounts]]) -> None:
         self._ensure_file()
         with self._db:
-            self._db.executemany(_ADD_FIT, [
-                (k.hour, k.cluster, k.workload, a.owner, a.team, a.model, a.node, a.gpus, a.held_s, a.peak_mem_mib,
-                 a.mem_total_mib, *map(round, a.util_hist), *map(round, a.sm_hist))  # whole seconds: small ints
-                for k, a in items
-            ])
+            self._db.executemany(_ADD_FIT, _fit_rows(items))
 
     def fits(self, since: float, until: float) -> list[tuple[FitKey, FitAmounts]]:
         """What each workload used, per hour, in [since, until)."""
@@ -235,15 +224,68 @@ class UsageStore:
                                        util_hist=hist[:BINS], sm_hist=hist[BINS:])))
         return out
 
-    def mark_simulated(self) -> None:
-        """Say that simulated usage was written here: every report that reads this file says so."""
+    def mark_origin(self, keys: Iterable[tuple[int, str, str]], origin: str) -> None:
+        """Say that these (hour, cluster, node) buckets were written by `origin` (SIMULATED or IMPORTED), not live."""
         self._ensure_file()
         with self._db:
-            self._db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('simulated', '1')")
+            self._db.executemany("INSERT OR REPLACE INTO origins (hour, cluster, node, origin) VALUES (?, ?, ?, ?)",
+                                 [(h, c, n, origin) for h, c, n in keys])
 
-    def simulated(self) -> bool:
-        with closing(self._db.execute("SELECT value FROM meta WHERE key = 'simulated'")) as cur:
+    def simulated(self, since: float | None = None, until: float | None = None) -> bool:
+        """Whether any simulated hour lies in [since, until) (the whole store without them): a report of a window
+        says so only when its own hours include simulated ones."""
+        return self._has_origin(SIMULATED, since, until)
+
+    def imported(self, since: float | None = None, until: float | None = None) -> bool:
+        return self._has_origin(IMPORTED, since, until)
+
+    def _has_origin(self, origin: str, since: float | None, until: float | None) -> bool:
+        self._ensure_file()
+        sql = "SELECT 1 FROM origins WHERE origin = ? AND hour >= ? AND hour < ? LIMIT 1"
+        with closing(self._db.execute(sql, (origin, since if since is not None else -math.inf,
+                                            until if until is not None else math.inf))) as cur:
             return cur.fetchone() is not None
+
+    def replace_imported(self, batch: UsageBatch, fits: list[tuple[FitKey, FitAmounts]], cluster: str,
+                         since: float, until: float) -> ImportWrite:
+        """Write the imported hours of [since, until) of `cluster`, one transaction: what an earlier import wrote
+        there goes first (importing a window twice gives the same store), a simulated node-hour gives way to an
+        imported one, and a node-hour the engine recorded live is left as it is (live wins)."""
+        self._ensure_file()
+        window = (since, until, cluster)
+        with self._db:
+            live = {(int(h), n) for h, n in self._db.execute(
+                "SELECT DISTINCT u.hour, u.node FROM usage u LEFT JOIN origins o ON o.hour = u.hour AND "
+                "o.cluster = u.cluster AND o.node = u.node WHERE u.hour >= ? AND u.hour < ? AND u.cluster = ? "
+                "AND u.gpu >= 0 AND o.origin IS NULL", window)}
+            folded = {int(d) for (d,) in self._db.execute(  # days the engine folded: what they held is not known
+                "SELECT DISTINCT hour FROM usage WHERE gpu = -1 AND hour >= ? AND hour < ? AND cluster = ?",
+                (since - 86400, until, cluster))}
+            stale = ("SELECT hour, cluster, node FROM origins "
+                     "WHERE hour >= ? AND hour < ? AND cluster = ? AND origin = ?")
+            for table in ("usage", "idle_jobs"):
+                self._db.execute(f"DELETE FROM {table} WHERE (hour, cluster, node) IN ({stale})", (*window, IMPORTED))
+            self._db.execute("DELETE FROM origins WHERE hour >= ? AND hour < ? AND cluster = ? AND origin = ?",
+                             (*window, IMPORTED))
+            self._db.execute("DELETE FROM fits WHERE (hour, cluster, workload) IN (SELECT hour, cluster, workload "
+                             "FROM fit_origins WHERE hour >= ? AND hour < ? AND cluster = ?)", window)
+            self._db.execute("DELETE FROM fit_origins WHERE hour >= ? AND hour < ? AND cluster = ?", window)
+            keep = UsageBatch(
+                usage=[(k, a) for k, a in batch.usage if _fresh(k.hour, k.node, since, until, live, folded)],
+                idle_jobs=[(k, a) for k, a in batch.idle_jobs if _fresh(k.hour, k.node, since, until, live, folded)])
+            hours = {(k.hour, k.cluster, k.node) for k, _ in keep.usage}
+            for table in ("usage", "idle_jobs"):  # a simulated node-hour gives way
+                self._db.executemany(f"DELETE FROM {table} WHERE hour = ? AND cluster = ? AND node = ?", hours)
+            self._db.executemany("INSERT OR REPLACE INTO origins (hour, cluster, node, origin) VALUES (?, ?, ?, ?)",
+                                 [(*k, IMPORTED) for k in hours])
+            self._write(keep)
+            live_hours = {h for h, _n in live}
+            fresh = [(k, a) for k, a in fits if since <= k.hour < until and k.hour not in live_hours
+                     and k.hour - k.hour % 86400 not in folded]
+            self._db.executemany(_ADD_FIT, _fit_rows(fresh))
+            self._db.executemany("INSERT OR IGNORE INTO fit_origins (hour, cluster, workload) VALUES (?, ?, ?)",
+                                 [(k.hour, k.cluster, k.workload) for k, _a in fresh])
+        return ImportWrite(hours=len(hours), live=len(live), folded_days=len(folded))
 
     def prune(self, before: float, fits_since: float = 0.0) -> int:
         """Delete buckets that started before `before` (epoch seconds), and fit rows before `fits_since` too;
@@ -253,6 +295,8 @@ class UsageStore:
             n = self._db.execute("DELETE FROM usage WHERE hour < ?", (before,)).rowcount
             n += self._db.execute("DELETE FROM idle_jobs WHERE hour < ?", (before,)).rowcount
             n += self._db.execute("DELETE FROM fits WHERE hour < ?", (max(before, fits_since),)).rowcount
+            self._db.execute("DELETE FROM origins WHERE hour < ?", (before,))
+            self._db.execute("DELETE FROM fit_origins WHERE hour < ?", (max(before, fits_since),))
         return n
 
     def compact(self, before: float, fits_before: float | None = None) -> int:
@@ -263,12 +307,10 @@ class UsageStore:
         fits_before = before if fits_before is None else fits_before
         self._ensure_file()
         day = "(hour - hour % 86400)"
-        sums = ", ".join(f"SUM({c})" for c in ("busy_s", "held_s", "free_s", "util_s", "util_known_s",
-                                                  "busy_kwh", "held_kwh", "free_kwh"))
+        sums = ", ".join(f"SUM({c})" for c in _SUMMED)
         with self._db:
             self._db.execute(
-                f"""INSERT INTO usage (hour, cluster, node, gpu, owner, team, model, busy_s, held_s, free_s,
-                                      util_s, util_known_s, busy_kwh, held_kwh, free_kwh)
+                f"""INSERT INTO usage (hour, cluster, node, gpu, owner, team, model, {", ".join(_SUMMED)})
                     SELECT {day}, cluster, '', -1, owner, team, MAX(model), {sums}
                     FROM usage WHERE hour < ? AND gpu >= 0 GROUP BY {day}, cluster, owner, team
                     ON CONFLICT (hour, cluster, node, gpu, owner, team) DO UPDATE SET
@@ -276,7 +318,9 @@ class UsageStore:
                     free_s = usage.free_s + excluded.free_s, util_s = usage.util_s + excluded.util_s,
                     util_known_s = usage.util_known_s + excluded.util_known_s,
                     busy_kwh = usage.busy_kwh + excluded.busy_kwh, held_kwh = usage.held_kwh + excluded.held_kwh,
-                    free_kwh = usage.free_kwh + excluded.free_kwh""", (before,))
+                    free_kwh = usage.free_kwh + excluded.free_kwh, unknown_s = usage.unknown_s + excluded.unknown_s,
+                    unknown_kwh = usage.unknown_kwh + excluded.unknown_kwh,
+                    cap_saved_kwh = usage.cap_saved_kwh + excluded.cap_saved_kwh""", (before,))
             n = self._db.execute("DELETE FROM usage WHERE hour < ? AND gpu >= 0", (before,)).rowcount
             self._db.execute(
                 f"""INSERT INTO idle_jobs (hour, cluster, node, gpu, job, name, owner, team, model, held_s, held_kwh)

@@ -16,9 +16,13 @@ class UsageSum:
     busy_h: float = 0.0
     held_h: float = 0.0
     free_h: float = 0.0
+    unknown_h: float = 0.0  # held with no activity signal: in no share of used or idle
     util_s: float = 0.0
     util_known_s: float = 0.0
     kwh: float = 0.0
+    energy_cost: float = 0.0  # what `kwh` cost
+    cap_saved_kwh: float = 0.0  # energy power caps saved
+    cap_saved_cost: float = 0.0
     cost: float = 0.0
     held_cost: float = 0.0
     free_cost: float = 0.0
@@ -28,12 +32,17 @@ class UsageSum:
         self.busy_h += r.busy_s / HOUR
         self.held_h += r.held_s / HOUR
         self.free_h += r.free_s / HOUR
+        self.unknown_h += r.unknown_s / HOUR
         self.util_s += r.util_s
         self.util_known_s += r.util_known_s
-        self.kwh += r.busy_kwh + r.held_kwh + r.free_kwh
+        kwh = r.busy_kwh + r.held_kwh + r.free_kwh + r.unknown_kwh
+        self.kwh += kwh
+        self.energy_cost += costs.energy_cost(kwh)
+        self.cap_saved_kwh += r.cap_saved_kwh
+        self.cap_saved_cost += costs.energy_cost(r.cap_saved_kwh)
         held = capital_h * r.held_s / HOUR + costs.energy_cost(r.held_kwh)
         free = capital_h * r.free_s / HOUR + costs.energy_cost(r.free_kwh)
-        busy = capital_h * r.busy_s / HOUR + costs.energy_cost(r.busy_kwh)
+        busy = capital_h * (r.busy_s + r.unknown_s) / HOUR + costs.energy_cost(r.busy_kwh + r.unknown_kwh)
         self.held_cost += held
         self.free_cost += free
         self.cost += held + free + busy
@@ -49,7 +58,7 @@ class UsageSum:
 
     @property
     def gpu_h(self) -> float:
-        return self.busy_h + self.held_h + self.free_h
+        return self.busy_h + self.held_h + self.free_h + self.unknown_h
 
     @property
     def busy_share(self) -> float | None:

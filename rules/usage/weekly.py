@@ -37,6 +37,9 @@ class TeamLine(BaseModel):
     busy_h: float
     held_idle_h: float
     unallocated_h: float  # free GPUs attributed to the team (by node label)
+    unknown_h: float = 0.0  # held with no activity signal (MIG without GPM or dcgm-exporter): neither
+    energy_kwh: float = 0.0  # what its GPUs drew (its share of each)
+    energy_cost: float = 0.0
     util_pct: float | None
     held_idle_cost: float
     unallocated_cost: float
@@ -53,8 +56,12 @@ class FleetTotals(BaseModel):
     busy_h: float
     held_idle_h: float
     unallocated_h: float
+    unknown_h: float = 0.0  # held with no activity signal: counted neither busy nor idle
     util_pct: float | None
     energy_kwh: float
+    energy_cost: float = 0.0
+    cap_saved_kwh: float = 0.0  # energy power caps saved (the draw before each cap less the draw under it)
+    cap_saved_cost: float = 0.0
     cost: float
     held_idle_cost: float
     unallocated_cost: float
@@ -127,7 +134,8 @@ class WeeklyReport(BaseModel):
     heatmap: Heatmap
     leaderboard: list[LeaderLine] = []
     week_over_week: WeekOverWeek | None = None  # None: the week before was not asked for
-    simulated: bool = False  # the store holds simulated usage (gpuevents simulate --history)
+    simulated: bool = False  # some of the week's hours were simulated (gpuevents simulate --history)
+    imported: bool = False  # some of the week's hours were imported (gpuevents import), not recorded live
     kpi: list[KpiLine] = []  # each team's utilization over the last 13 weeks against its target
     rightsize: list[RightsizeLine] = []  # workloads that would fit smaller, biggest saving first
     exemptions: list[ExemptionLine] = []  # jobs exempt by annotation this week, most idle GPU-hours first
@@ -195,7 +203,8 @@ def build_report(
             ))
         owner_lines.sort(key=lambda o: (-o.held_idle_cost, -o.busy_h, o.owner))
         team_lines.append(TeamLine(
-            team=name, busy_h=t.busy_h, held_idle_h=t.held_h, unallocated_h=t.free_h,
+            team=name, busy_h=t.busy_h, held_idle_h=t.held_h, unallocated_h=t.free_h, unknown_h=t.unknown_h,
+            energy_kwh=t.kwh, energy_cost=t.energy_cost,
             util_pct=allocated.util, held_idle_cost=t.held_cost, unallocated_cost=t.free_cost,
             owners=owner_lines,
         ))
@@ -205,9 +214,10 @@ def build_report(
         since=since, until=until, timezone=timezone, team=team, currency=costs.currency,
         generated_at=generated_at,
         fleet=FleetTotals(
-            gpus=len(gpus), gpu_h=fleet.busy_h + fleet.held_h + fleet.free_h, busy_h=fleet.busy_h,
-            held_idle_h=fleet.held_h, unallocated_h=fleet.free_h, util_pct=fleet.util,
-            energy_kwh=fleet.kwh, cost=fleet.cost, held_idle_cost=fleet.held_cost,
+            gpus=len(gpus), gpu_h=fleet.gpu_h, busy_h=fleet.busy_h,
+            held_idle_h=fleet.held_h, unallocated_h=fleet.free_h, unknown_h=fleet.unknown_h, util_pct=fleet.util,
+            energy_kwh=fleet.kwh, energy_cost=fleet.energy_cost, cap_saved_kwh=fleet.cap_saved_kwh,
+            cap_saved_cost=fleet.cap_saved_cost, cost=fleet.cost, held_idle_cost=fleet.held_cost,
             unallocated_cost=fleet.free_cost,
         ),
         teams=team_lines,
@@ -270,7 +280,7 @@ def _heatmap(rows: list[UsageRow], since: datetime, until: datetime, tz: ZoneInf
         util_s[key][i] += r.util_s
         known_s[key][i] += r.util_known_s
         held_s[key][i] += r.held_s
-        total_s[key][i] += r.busy_s + r.held_s + r.free_s
+        total_s[key][i] += r.busy_s + r.held_s + r.free_s + r.unknown_s
         models[key] = models.get(key) or r.model
     ordered = sorted(util_s, key=_natural)
     out_rows = [

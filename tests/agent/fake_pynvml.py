@@ -66,10 +66,12 @@ class FakeDevice:
     temp: int = 35
     power_mw: int = 70_000
     limit_mw: int = 700_000
+    limit_bounds_mw: tuple[int, int] = (200_000, 700_000)  # nvmlDeviceGetPowerManagementLimitConstraints
     fan: int = 30
     ecc: int = 0
     compute: list[tuple[int, int | None]] = field(default_factory=list)  # (pid, used MiB)
     graphics: list[tuple[int, int | None]] = field(default_factory=list)
+    mps: list[tuple[int, int | None]] = field(default_factory=list)  # MPS clients (the server is in `compute`)
     #: per-process SM samples: (pid, timestamp in microseconds, smUtil)
     proc_util: list[tuple[int, int, int]] = field(default_factory=list)
     #: function name -> NVML error code it raises for this device
@@ -309,6 +311,21 @@ class FakeNvml:
     def nvmlDeviceGetEnforcedPowerLimit(self, handle: FakeDevice) -> int:
         return self._dev("nvmlDeviceGetEnforcedPowerLimit", handle).limit_mw
 
+    def nvmlDeviceGetPowerManagementLimitConstraints(self, handle: FakeDevice) -> list[int]:
+        return list(self._dev("nvmlDeviceGetPowerManagementLimitConstraints", handle).limit_bounds_mw)
+
+    def nvmlDeviceGetPowerManagementLimit(self, handle: FakeDevice) -> int:
+        return self._dev("nvmlDeviceGetPowerManagementLimit", handle).limit_mw
+
+    def nvmlDeviceSetPowerManagementLimit(self, handle: FakeDevice, limit: int) -> None:
+        """As the driver: INVALID_ARGUMENT outside the bounds; the draw follows a lower limit."""
+        d = self._dev("nvmlDeviceSetPowerManagementLimit", handle)
+        low, high = d.limit_bounds_mw
+        if not low <= limit <= high:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        d.limit_mw = limit
+        d.power_mw = min(d.power_mw, limit)
+
     def nvmlDeviceGetFanSpeed(self, handle: FakeDevice) -> int:
         return self._dev("nvmlDeviceGetFanSpeed", handle).fan
 
@@ -322,6 +339,9 @@ class FakeNvml:
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: FakeDevice) -> list[Any]:
         return self._procs(self._dev("nvmlDeviceGetComputeRunningProcesses", handle).compute)
+
+    def nvmlDeviceGetMPSComputeRunningProcesses(self, handle: FakeDevice) -> list[Any]:
+        return self._procs(self._dev("nvmlDeviceGetMPSComputeRunningProcesses", handle).mps)
 
     def nvmlDeviceGetGraphicsRunningProcesses(self, handle: FakeDevice) -> list[Any]:
         return self._procs(self._dev("nvmlDeviceGetGraphicsRunningProcesses", handle).graphics)

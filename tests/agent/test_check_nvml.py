@@ -105,3 +105,19 @@ def test_gpm_that_gives_nothing_fails_the_check() -> None:
     out = io.StringIO()
     rc = script().run_check(FakeNvml([dev]), seconds=0.05, interval=0.01, out=out)
     assert rc == 1 and "GPM is supported but sample 2 has no activity metric" in out.getvalue()
+
+
+def test_power_cap_lowers_each_limit_and_puts_it_back() -> None:
+    dev = FakeDevice(uuid="GPU-x", util=0, limit_mw=650_000, limit_bounds_mw=(150_000, 700_000))
+    out = io.StringIO()
+    rc = script().run_check(FakeNvml([dev]), seconds=0.0, interval=0.0, out=out, power_cap=True)
+    assert rc == 0, out.getvalue()
+    assert "gpu 0: power limit bounds 150-700 W; 650 W -> 150 W -> 650 W" in out.getvalue()
+    assert dev.limit_mw == 650_000
+
+
+def test_a_power_limit_the_driver_will_not_set_fails_the_check() -> None:
+    dev = FakeDevice(uuid="GPU-x", fail={"nvmlDeviceSetPowerManagementLimit": NVML_ERROR_NO_PERMISSION})
+    out = io.StringIO()
+    rc = script().run_check(FakeNvml([dev]), seconds=0.0, interval=0.0, out=out, power_cap=True)
+    assert rc == 1 and "gpu 0: power cap: nvmlDeviceSetPowerManagementLimit" in out.getvalue()

@@ -220,3 +220,34 @@ def test_memory_info_falls_back_to_v1_where_the_driver_lacks_v2() -> None:
 def test_xids_are_not_watched_where_events_are_unsupported() -> None:
     s, _ = sampler([FakeDevice(events=0)])
     assert not s.sample(NOW).gpus[0].xid_watched
+
+
+def test_a_row_remap_pending_a_reset_reaches_the_snapshot() -> None:
+    s, _ = sampler([FakeDevice(uuid="GPU-a", remapped=(0, 1, 1, 0)), FakeDevice(uuid="GPU-b")])
+    agent = NodeAgent(Config(), s, node="n1")
+    agent.tick(NOW)
+    snap = agent.core.snapshot(NOW)
+    assert [g.row_remap_pending for g in snap.gpus] == [True, False]
+    assert snap.gpus[0].model_dump()["row_remap_pending"] is True
+
+
+class MpsIdentities:
+    """The MPS server runs as root from its own program; its clients are alice's and bob's."""
+
+    def identify(self, pids: Iterable[int]) -> dict[int, ProcessIdentity]:
+        who = {500: ("nvidia-cuda-mps", "/usr/bin/nvidia-cuda-mps-server", "root"),
+               601: ("python", "/usr/bin/python3", "alice"), 602: ("python", "/usr/bin/python3", "bob")}
+        return {p: ProcessIdentity(pid=p, create_time=NOW, name=who[p][0], exe=who[p][1], user=who[p][2])
+                for p in pids}
+
+
+def test_an_mps_gpu_is_held_by_its_clients_not_by_the_mps_server() -> None:
+    shared = FakeDevice(uuid="GPU-mps", util=60, compute=[(500, 300)], mps=[(601, 4000), (602, 2000)],
+                        proc_util=[(601, US - 1_000_000, 45), (602, US - 1_000_000, 15)])
+    alone = FakeDevice(uuid="GPU-server-only", compute=[(500, 300)])  # no client seen: the server holds it
+    agent = NodeAgent(Config(), NvmlSampler(FakeNvml([shared, alone]), identifier=MpsIdentities()), node="n1")
+    agent.tick(NOW)
+    snap = agent.core.snapshot(NOW)
+    assert (snap.gpus[0].pids, snap.gpus[0].owners) == ([601, 602], ["alice", "bob"])
+    assert {p.pid: (p.gpus, p.gpu_util_pct) for p in snap.processes} == {
+        500: ([1], 0.0), 601: ([0], 45.0), 602: ([0], 15.0)}

@@ -129,7 +129,7 @@ def test_bad_scenario_says_where(tmp_path: Path) -> None:
     f.write_text("name: bad\njobs:\n  - kind: training\n    duration: [4h, 1h]\n")
     with pytest.raises(LocatedError, match=r"bad.yaml:4"):
         load_scenario(f)
-    with pytest.raises(LocatedError, match="shipped: demo"):
+    with pytest.raises(LocatedError, match="shipped: a100-mig, demo"):
         load_scenario("no-such-scenario")
 
 

@@ -99,7 +99,8 @@ def _counts(ns: NodeState) -> tuple[int, int, int]:
     n_idle = sum(1 for g in gpu_infos.values() if g.idle)
     if not gpu_infos:
         return info.gpu_count or 0, info.gpus_busy or 0, info.gpus_idle or 0
-    return len(gpu_infos), len(gpu_infos) - n_idle, n_idle
+    n_unknown = sum(1 for g in gpu_infos.values() if not g.idle and not g.activity_known)  # never busy
+    return len(gpu_infos), len(gpu_infos) - n_idle - n_unknown, n_idle
 
 
 def _owner(p: ProcessInfo, owners: Mapping[str, str]) -> str | None:

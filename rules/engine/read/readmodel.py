@@ -99,12 +99,14 @@ async def _build(core: Core, now: datetime, version: int, costs: CostModel, slic
         node, held_cost = fleet_node(snap, costs, team_label, now)
         add(rows, (node.cluster, node.name, node.model_dump_json().encode()))
         idle = sum(1 for g in node.gpus if g.idle)
+        unknown = sum(1 for g in node.gpus if not g.idle and not g.activity_known)
         held = sum(1 for g in node.gpus if g.held_idle)
         s.nodes += 1
         s.nodes_online += node.online
         s.gpus += len(node.gpus)
         s.idle += idle
-        s.busy += len(node.gpus) - idle
+        s.busy += len(node.gpus) - idle - unknown
+        s.unknown += unknown
         s.held_idle += held
         s.held_idle_cost_per_hour += held_cost
         if held:

@@ -27,7 +27,7 @@ def test_agent_without_nvml_says_so_and_exits_1(tmp_path: Path) -> None:
 
 def test_simulate_with_an_unknown_scenario_lists_the_shipped_ones() -> None:
     result = runner.invoke(app, ["simulate", "--scenario", "nope", "--for", "1s"])
-    assert result.exit_code == 1 and "shipped: demo" in result.output
+    assert result.exit_code == 1 and "shipped: a100-mig, demo" in result.output
 
 
 def test_simulate_publishes_snapshots_of_every_node(nats_server: EmbeddedServer, tmp_path: Path) -> None:

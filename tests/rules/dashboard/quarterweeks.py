@@ -13,7 +13,7 @@ from gpuevents.costs import CostModel
 from rules.dashboard.fleet_view import FleetView
 from rules.usage.quarter import QuarterReport, build_quarter
 from rules.usage.rollup import HOUR, UsageAmounts, UsageBatch, UsageKey
-from rules.usage.store import UsageStore
+from rules.usage.store import SIMULATED, UsageStore
 from tests.rules.dashboard.cdp import Chromium
 from tests.waiting import wait_for
 
@@ -45,7 +45,7 @@ def write_quarter(path: Path, simulated: bool) -> None:
     with UsageStore(path) as store:
         store.add(batch)
         if simulated:
-            store.mark_simulated()
+            store.mark_origin({(k.hour, k.cluster, k.node) for k, _ in batch.usage}, SIMULATED)
 
 
 def expected_quarter(path: Path) -> QuarterReport:

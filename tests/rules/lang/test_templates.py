@@ -35,7 +35,8 @@ def test_none_renders_empty_and_numbers_as_text() -> None:
 
 
 def test_a_misspelt_field_names_the_entity_kind_and_its_fields_at_compile() -> None:
-    with pytest.raises(TemplateError, match=r"^gpu has no field 'ownr'; fields: allocated, .* owner, owners, "):
+    with pytest.raises(TemplateError,
+                       match=r"^gpu has no field 'ownr'; fields: activity_known, allocated, .* owner, owners, "):
         compile_template("{{ gpu.ownr }}", "gpu", shout)
 
 

@@ -169,7 +169,7 @@ def test_check_cli_reports_located_problems_and_exits_1(tmp_path: Path) -> None:
     (tmp_path / "r.yaml").write_text(RULES.replace("gpu.owner", "gpu.ownr"))
     result = runner.invoke(app, ["check", str(tmp_path)])
     assert result.exit_code == 1
-    assert f"{tmp_path}/r.yaml:8: to: gpu has no field 'ownr'; fields: allocated, " in result.output
+    assert f"{tmp_path}/r.yaml:8: to: gpu has no field 'ownr'; fields: activity_known, allocated, " in result.output
 
 
 def test_check_cli_accepts_good_rules(tmp_path: Path) -> None:

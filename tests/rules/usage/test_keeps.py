@@ -109,3 +109,16 @@ def test_the_report_and_the_slack_summary_show_the_keeps(usage_db: Path, tmp_pat
     assert [t.team for t in WeeklyReport.model_validate(json.loads(team)).keeps] == ["nlp"]
     text = summary_text(report, CostModel(Config().costs), 3, escape=slack_format.escape, cut=slack_format.truncate)
     assert "Keeps, vision: 2 (3.0 GPU-h kept, 67% of it idle); why: waiting for the dataset copy; benchmark" in text
+
+
+def test_the_report_lists_the_keep_budgets(usage_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"engine:\n  usage_db: {usage_db}\nkeep_budget:\n  per_owner: 3\n"
+                   "teams:\n  vision:\n    keeps_per_week: 5\n")
+    monkeypatch.setattr("gpuevents.cli.report.SystemClock.now", lambda self: NOW)
+    out = CliRunner().invoke(app, ["report", "--format", "json", "-c", str(cfg)])
+    report = WeeklyReport.model_validate(json.loads(out.output))
+    assert [(t.team, t.count, t.budget, t.at_budget) for t in report.keeps] == [
+        ("vision", 2, 5, ["alice 3 of 3"]), ("nlp", 1, None, ["alice 3 of 3"])]
+    md = CliRunner().invoke(app, ["report", "--format", "md", "-c", str(cfg)]).output
+    assert "| vision | 2 of 5 (budget used\\: alice 3 of 3) | 3.0 |" in md

@@ -110,9 +110,10 @@ def test_a_report_with_hostile_names_keeps_its_table_shape() -> None:
         md = render_markdown(build_report(usage, jobs, costs, since=since, until=until,
                                           generated_at=until, team=selected), costs)
         rows = _cells(md)
-        # teams: head, team, owner; leaderboard: head, owner; jobs: head, job
-        assert [len(r) for r in rows] == [7, 7, 7, 8, 8, 8, 8], md
-        team_row, owner_row, leader_row, job_row = rows[1], rows[2], rows[4], rows[6]
+        # teams: head, team, owner; energy: head, team; leaderboard: head, owner; jobs: head, job
+        assert [len(r) for r in rows] == [7, 7, 7, 3, 3, 8, 8, 8, 8], md
+        team_row, owner_row, energy_row, leader_row, job_row = rows[1], rows[2], rows[4], rows[6], rows[8]
+        assert _text(energy_row[0]) == _as_shown(team)
         assert _text(team_row[0]) == _as_shown(team)
         assert _text(owner_row[0]) == owner
         assert [_text(c) for c in leader_row[:3]] == ["1", owner, _as_shown(team)]
@@ -121,4 +122,4 @@ def test_a_report_with_hostile_names_keeps_its_table_shape() -> None:
             for cell in row:
                 assert _kinds(cell) <= PLAIN | {"strong_open", "strong_close"}, md  # bold: the team rows
         heading = [t for t in PARSER.parse(md) if t.type == "heading_open"]
-        assert len(heading) == 4, md  # the title and the three section headings, no injected one
+        assert len(heading) == 5, md  # the title and the four section headings, no injected one

@@ -1,4 +1,4 @@
-"""The usage store: fit rows round-trip, old hours fold into days with every total kept, simulated usage is marked;
+"""The usage store: fit rows round-trip, old hours fold into days with every total kept;
 a deleted or replaced file is noticed, said in the log, and written again; per-week sums give the same quarter as
 every hour does."""
 
@@ -60,14 +60,6 @@ def test_old_hours_fold_into_days_and_every_total_is_kept(tmp_path: Path) -> Non
         assert sum(sum(a.util_hist) for _, a in fits_after) == pytest.approx(10 * 24 * 3600)
         assert max(a.gpus for _, a in fits_after) == 2 and max(a.peak_mem_mib for _, a in fits_after) == 5000
         assert store.compact(T + 7 * DAY) == 0  # folding again changes nothing
-
-
-def test_a_store_with_simulated_usage_says_so(tmp_path: Path) -> None:
-    with UsageStore(tmp_path / "u.sqlite") as store:
-        assert not store.simulated()
-        store.mark_simulated()
-    with UsageStore(tmp_path / "u.sqlite") as store:
-        assert store.simulated()
 
 
 def batch(node: str, seconds: float = 10) -> UsageBatch:
