@@ -11,15 +11,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ByteSize, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from gpuevents.config.gpu import AgentDcgmConfig, AgentPowerCapConfig
+from gpuevents.config.keep import KeepBudgetConfig
 from gpuevents.config.kube import KubeletConfig, KubernetesJobsConfig, PodResourcesConfig
 from gpuevents.config.notify import NotifyConfig
 from gpuevents.config.protect import ProtectConfig as ProtectConfig
 from gpuevents.config.protect import ProtectedProgram as ProtectedProgram
 from gpuevents.config.sched import AgentSlurmConfig, DemandConfig
 from gpuevents.durations import Duration
-from gpuevents.gpuconfig import AgentDcgmConfig, AgentPowerCapConfig
 from gpuevents.idleness import IdleRule, IdleSignal, model_matches
-from gpuevents.keepconfig import KeepBudgetConfig
 from gpuevents.yamlpos import Located, LocatedError, YamlDoc, parse_scalar, parse_yaml, read_yaml_text
 
 ENV_PREFIX = "GPUEVENTS_"

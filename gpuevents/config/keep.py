@@ -1,5 +1,5 @@
 """Keep budgets (`keep_budget`): how many keeps an owner may take in a week before a keep waits for approval;
-a team's budget is `teams.<name>.keeps_per_week` (gpuevents/config.py)."""
+a team's budget is `teams.<name>.keeps_per_week` (gpuevents/config/__init__.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class KeepBudgetConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)  # as every section of gpuevents/config.py
+    model_config = ConfigDict(extra="forbid", frozen=True)  # as every section of gpuevents/config/__init__.py
 
     per_owner: int | None = Field(None, ge=0, description="keeps each owner may take per week (Monday to Monday "
                                   "in engine.timezone); null: no budget")

@@ -10,7 +10,7 @@ from gpuevents.durations import Duration
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)  # as every section of gpuevents/config.py
+    model_config = ConfigDict(extra="forbid", frozen=True)  # as every section of gpuevents/config/__init__.py
 
 
 class AgentDcgmConfig(_Section):
