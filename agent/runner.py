@@ -37,6 +37,7 @@ from gpuevents.clock import Clock, SystemClock
 from gpuevents.commands import POWER_CAP_VERB
 from gpuevents.config import Config
 from gpuevents.events import AgentInfo, Event, make_event, new_id
+from gpuevents.ports import binding
 from gpuevents.subjects import command_subject
 
 if TYPE_CHECKING:  # grpclib and protobuf are loaded only where the kubelet's PodResources API is used
@@ -296,7 +297,8 @@ def _start_metrics(agents: list[NodeAgent], config: Config, counters: AgentCount
         return None
     collector = AgentCollector(lambda: [a.core for a in agents], counters,
                                process_labels=config.agent.metrics_process_labels)
-    return MetricsServer(collector, config.agent.metrics_port, config.agent.metrics_address).start()
+    with binding("agent.metrics_port", config.agent.metrics_address, config.agent.metrics_port):
+        return MetricsServer(collector, config.agent.metrics_port, config.agent.metrics_address).start()
 
 
 def _idle_files(agents: list[NodeAgent], config: Config, clock: Clock) -> dict[str, IdleStateFile]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuevents.config import ProtectConfig
-from gpuevents.facts import ProcessFacts
+from gpuevents.facts import Facts, ProcessFacts
 from gpuevents.records import ActionRequest
 
 
@@ -36,6 +36,10 @@ def protection_reason(request: ActionRequest, protect: ProtectConfig) -> str | N
         why = _scale_target(request.params, protect)
         if why is not None:
             return why
+    if request.type in JOB_ACTIONS and protect.namespaces:
+        why = _job_namespace(request, facts, protect)
+        if why is not None:
+            return why
     users = set(protect.users)
     for p in procs:
         if p.user is not None and p.user in users:
@@ -50,6 +54,21 @@ def protection_reason(request: ActionRequest, protect: ProtectConfig) -> str | N
         program = protect.program_reason(p.pid, p.exe, p.user)  # its program, never the name it gives itself
         if program is not None:
             return program
+    return None
+
+
+JOB_ACTIONS = frozenset({"pause", "cancel"})
+"""Actions on a Kubernetes job as a whole: refused here, before any limit counts them, when its namespace is
+protected (the runner refuses them too; a refusal for protection takes no max_per_hour slot)."""
+
+
+def _job_namespace(request: ActionRequest, facts: Facts, protect: ProtectConfig) -> str | None:
+    job = request.params.get("job") or (facts.job.id if facts.job and facts.job.scheduler in (None, "kubernetes")
+                                        else None) or (facts.gpu.job if facts.gpu else None)
+    parts = str(job).split("/") if job else []
+    ns = parts[0] if len(parts) in (2, 3) and all(parts) else (facts.job.namespace if facts.job else None)
+    if ns is not None and ns in protect.namespaces:
+        return f"namespace {ns} (job {job})"
     return None
 
 

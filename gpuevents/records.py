@@ -38,6 +38,8 @@ class ActionRequest(BaseModel):
     rule_labels: dict[str, str] = Field(default_factory=dict)
     entity_id: str
     entity_kind: EntityKind
+    entity_key: str | None = Field(None, description="the engine's key of the entity (a process's adds its start, "
+                                   "a Kubernetes job's its owner's uid): where its incident is kept")
     cluster: str = "default"
     node: str | None = None
     incident_id: str
@@ -53,6 +55,8 @@ class ActionRequest(BaseModel):
     event_time: datetime | None = Field(None, description="when the triggering event was observed")
     approve: str | None = Field(None, description="the Slack channel that must approve it first (DESIGN §3.4)")
     approve_within: float = Field(3600.0, description="seconds to wait for the approval; then `expired`")
+    approval_key: str | None = Field(None, description="requests with the same key share one approval: those a "
+                                     "fleet-share limit holds in one outbreak (`hold:<rule>:<since>`)")
 
 
 class ActionMessage(NamedTuple):
@@ -94,6 +98,8 @@ class AuditRecord(BaseModel):
     detail: str | None = None
     params: dict[str, Any] = Field(default_factory=dict)
     dry_run: bool = False
+    slot_freed: bool = Field(False, description="a runner's refusal for protection, an exemption or a contradicted "
+                             "claim of a request the engine had counted: the engine gives its max_per_hour slot back")
     facts: Facts = Field(default_factory=Facts, description="an action's: the facts its decision used "
                          "(the entity as the engine saw it: `gpuevents audit --facts`, `--json`)")
 

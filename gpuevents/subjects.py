@@ -10,7 +10,11 @@ STREAM_EVENTS = "GPUEVENTS"
 STREAM_ACTIONS = "GPUEVENTS_ACT"
 STREAM_AUDIT = "GPUEVENTS_AUDIT"
 STREAM_DLQ = "GPUEVENTS_DLQ"
+STREAM_SITE = "GPUEVENTS_SITE"  # a site's own store, in its leaf's JetStream domain, sourced into GPUEVENTS
 KV_BUCKET = "gpuevents-state"
+# The operator (the command line) reads the audit stream through consumers of these names only, so its NATS
+# login may create, read and delete those and no other (an exporter's durable consumer stays out of its reach).
+OPERATOR_CONSUMERS = tuple(f"gpuevents-operator-{i}" for i in range(8))
 
 EVENTS_ALL = f"{PREFIX}.evt.>"
 ACTIONS_ALL = f"{PREFIX}.act.>"
@@ -43,6 +47,11 @@ def kv_token(name: str) -> str:
     """`name` as one token of a KV key (keys are tokens joined by dots): the subject escape with `=XX`
     for `%XX`, since a KV key may not hold `%`; `=` alone for the empty name."""
     return _escape(name, "=") or "="
+
+
+def incident_kv_key(rule: str, entity_key: str) -> str:
+    """Where the engine keeps an open incident of `rule` on the entity with that key (absent once it closed)."""
+    return f"incident.{kv_token(rule)}.{kv_token(entity_key)}"
 
 
 def unescape_token(token: str) -> str:
@@ -87,6 +96,22 @@ def stored_event_subject(cluster: str, node: str, event_type: str, partition: in
     if partition is None:
         return event_subject(cluster, node, event_type)
     return f"{PREFIX}.evt.{partition}.{escape_token(cluster)}.{escape_token(node)}.{event_type}"
+
+
+def cluster_events_filter(cluster: str) -> str:
+    """Every event of one cluster (a site): `gpuevents.evt.<cluster>.>`."""
+    return f"{PREFIX}.evt.{escape_token(cluster)}.>"
+
+
+def site_deliver_prefix(cluster: str) -> str:
+    """Where a site's store delivers to the hub's stream (the source's `deliver` prefix): the site's link may
+    publish there and on no other site's."""
+    return f"{PREFIX}.src.{escape_token(cluster)}"
+
+
+def jetstream_api(domain: str | None) -> str:
+    """The JetStream API prefix of a domain (`$JS.<domain>.API`), or the server's own (`$JS.API`)."""
+    return f"$JS.{domain}.API" if domain else "$JS.API"
 
 
 def node_events_filter(cluster: str, node: str) -> str:
@@ -145,13 +170,14 @@ ROLES = ("agent", "engine", "runner", "operator", "admin")
 """The NATS identities of DESIGN §7.1, each with its own reply inbox."""
 
 
-def inbox_prefix(role: str, node: str | None = None) -> str:
-    """Where a role's replies come back: `_INBOX.<role>`, an agent's `_INBOX.agent.<node>`. The generated NATS
-    users (deploy/nats/nats_auth.py) may subscribe to their own prefix only, so no one reads another's replies."""
+def inbox_prefix(role: str, node: str | None = None, cluster: str | None = None) -> str:
+    """Where a role's replies come back: `_INBOX.<role>`, an agent's `_INBOX.agent.<cluster>.<node>` (the site in
+    it, so two sites' same-named nodes never share one). The generated NATS users (deploy/nats/nats_auth.py) may
+    subscribe to their own prefix only, so no one reads another's replies."""
     if role not in ROLES:
         raise ValueError(f"unknown NATS role {role!r}; one of {', '.join(ROLES)}")
     if role == "agent":
-        if not node:
-            raise ValueError("an agent's inbox prefix names its node")
-        return f"_INBOX.agent.{escape_token(node)}"
+        if not node or not cluster:
+            raise ValueError("an agent's inbox prefix names its cluster and node")
+        return f"_INBOX.agent.{escape_token(cluster)}.{escape_token(node)}"
     return f"_INBOX.{role}"

@@ -14,30 +14,28 @@ from typing import Any
 
 import nats
 import nats.errors
-import nats.js.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 
 from gpuevents import subjects as S
 from gpuevents.aio import Backoff, Tasks, sleep_or_stop
+from gpuevents.bus import streams
 from gpuevents.bus.consumer import Consumer, open_consumer
-from gpuevents.bus.errors import BusError, BusNoResponders, BusStoreFull, BusTimeout, BusUnreachable, bus_errors
+from gpuevents.bus.errors import BusError, BusNoResponders, BusTimeout, BusUnreachable, bus_errors
 from gpuevents.bus.kv import Kv, open_bucket
 from gpuevents.bus.publishing import AckPipe, BusStats, EventBuffer, PublishItem, js_publish, js_publish_many
 from gpuevents.bus.replay import StoredMsg, replay
 from gpuevents.bus.serving import Handler, Listener, Subscription, answering
+from gpuevents.bus.streams import SiteLink
 from gpuevents.config import NatsConfig
 from gpuevents.events import Event, encode_event
+from gpuevents.siteconfig import SiteConfig
 
 log = logging.getLogger("gpuevents.bus")
 
-DUPLICATE_WINDOW_S = 120.0
 CONNECT_BACKOFF_S = 0.2
 UNREACHABLE_LOG_S = 10.0  # while the first connect fails, one warning this often
-DLQ_PER_SUBJECT = 1_000  # malformed messages kept per source subject: one node's flood replaces its own
-# Each stream's share of nats.streams.max_bytes (DESIGN §7.1: bounded): past it, its oldest messages go
-STREAM_SHARES = {S.STREAM_EVENTS: 2 / 3, S.STREAM_AUDIT: 1 / 6, S.STREAM_ACTIONS: 1 / 12, S.STREAM_DLQ: 1 / 12}
 CLIENT_CONNECT_S = 3.0  # a command a person runs gives NATS this long, then says so (BusUnreachable)
 
 
@@ -55,7 +53,7 @@ class Bus:
     """A connection to NATS and JetStream for one gpuevents process."""
 
     def __init__(self, config: NatsConfig, *, name: str = "gpuevents", role: str = "admin",
-                 node: str | None = None, give_up_after: float | None = None) -> None:
+                 node: str | None = None, give_up_after: float | None = None, cluster: str = "default") -> None:
         if not config.servers:
             raise BusError(
                 "nats.url is not set: `gpuevents up` starts an embedded server; other commands "
@@ -64,7 +62,8 @@ class Bus:
         self.config = config
         self.name = name
         # DESIGN §7.1: every process's replies come back on its role's inbox (a node's own, for an agent)
-        self.inbox_prefix = config.inbox_prefix or S.inbox_prefix(role, node)
+        self.role = role
+        self.inbox_prefix = config.inbox_prefix or S.inbox_prefix(role, node, cluster)
         self.give_up_after = give_up_after  # a command line's connect: BusUnreachable after this many seconds
         self._connected_once = False
         self._last_error: str = ""
@@ -79,6 +78,10 @@ class Bus:
         self._tasks = Tasks("bus")
         self._subscriptions: list[Subscription] = []  # their handlers' tasks end when the bus closes
         self._closing = asyncio.Event()  # set by close: a connect still retrying gives up
+        self.sites_not_set_up: list[SiteConfig] = []  # by ensure_streams: sites that did not answer
+        # The engine's view of its sites' links (rules/engine/sites.py keeps it): every site, and those cut off
+        self.site_state: dict[str, SiteLink] = {}
+        self.sites_cut_off: dict[str, SiteLink] = {}
 
     # ------------------------------------------------------------ connection
     @property
@@ -149,7 +152,7 @@ class Bus:
         nc = await nats.connect(**opts)
         self._connected_once = True
         self._nc = nc
-        self._js = nc.jetstream(timeout=cfg.publish_timeout)
+        self._js = nc.jetstream(timeout=cfg.publish_timeout, domain=cfg.jetstream_domain)
         self._buffer.wake.set()
         log.info("connected to NATS at %s", nc.connected_url.netloc if nc.connected_url else "?")
 
@@ -214,51 +217,32 @@ class Bus:
         self._tasks.spawn(coro, name)
 
     # ------------------------------------------------------------ streams
-    async def ensure_streams(self, event_partitions: int | None = None) -> None:
-        """Create or update GPUEVENTS, GPUEVENTS_ACT, GPUEVENTS_AUDIT, GPUEVENTS_DLQ and the KV bucket.
+    async def ensure_streams(self, event_partitions: int | None = None, cluster: str | None = None) -> None:
+        """Create or update the streams (gpuevents.bus.streams) and the KV bucket: the engine's or an admin's job,
+        never an agent's.
 
         `event_partitions`: the engines' partitions (engine.partitions), which GPUEVENTS stores its events by
-        (1: as published); None keeps what the stream has, so an agent never undoes the engines' choice."""
-        st = self.config.streams
-
-        def stream(name: str, subject: str, description: str, max_age: float | None = None,
-                   retention: api.RetentionPolicy | None = None, per_subject: int | None = None) -> api.StreamConfig:
-            # bounded (DESIGN §7.1): past its share of max_bytes, or per_subject messages on a subject, the oldest go
-            max_bytes = int(st.max_bytes * STREAM_SHARES[name])
-            return api.StreamConfig(name=name, subjects=[subject], description=description, max_age=max_age,
-                                    retention=retention, storage=api.StorageType.FILE, max_bytes=max_bytes,
-                                    max_msgs_per_subject=per_subject or -1, discard=api.DiscardPolicy.OLD,
-                                    num_replicas=st.replicas, duplicate_window=DUPLICATE_WINDOW_S)
-
-        wanted = [
-            stream(S.STREAM_EVENTS, S.EVENTS_ALL, "gpuevents: events from node agents", st.events_max_age,
-                   per_subject=st.events_max_msgs_per_subject),
-            stream(S.STREAM_ACTIONS, S.ACTIONS_ALL, "gpuevents: action requests (work queue)",
-                   retention=api.RetentionPolicy.WORK_QUEUE),
-            stream(S.STREAM_AUDIT, S.AUDIT_ALL, "gpuevents: audit records", st.audit_max_age),
-            stream(S.STREAM_DLQ, S.DLQ_ALL, "gpuevents: malformed messages", st.dlq_max_age,
-                   per_subject=DLQ_PER_SUBJECT),
-        ]
-        if event_partitions is not None and event_partitions > 1:
-            src, dest = S.partition_transform(event_partitions)
-            wanted[0].subject_transform = api.SubjectTransform(src=src, dest=dest)
-        jsm = self._jetstream()
-        for cfg in wanted:
-            assert cfg.name is not None
-            with bus_errors(f"creating the stream {cfg.name}"):
-                try:
-                    info = await jsm.stream_info(cfg.name)
-                except nats.js.errors.NotFoundError:
-                    await jsm.add_stream(cfg)
-                    continue
-                if cfg.name == S.STREAM_EVENTS and event_partitions is None:
-                    cfg.subject_transform = info.config.subject_transform
-            try:
-                with bus_errors(f"updating the stream {cfg.name}"):
-                    await jsm.update_stream(cfg)
-            except BusStoreFull as e:  # it runs as it was: not a reason to stay down
-                log.warning("%s keeps its settings for now: %s", cfg.name, e)
+        (1: as published); None keeps what the stream has. `cluster`: the hub's own cluster, whose events the
+        hub's stream takes straight when sites keep stores of their own (nats.sites)."""
+        self.sites_not_set_up = await streams.ensure_streams(self._nats(), self._jetstream(), self.config,
+                                                             event_partitions, cluster)
         await self.kv()
+
+    async def ensure_site_store(self, site: SiteConfig) -> bool:
+        """Set up one site's store (a retry once its link is back); True when it answered."""
+        return await streams.ensure_site_store(self._nats(), site)
+
+    async def site_answers(self, site: SiteConfig) -> bool:
+        """Whether the site's JetStream answers through the hub now."""
+        return await streams.site_answers(self._nats(), site)
+
+    async def restart_site_source(self, site: SiteConfig) -> None:
+        """Start the hub's source of the site over now (see gpuevents.bus.streams)."""
+        await streams.restart_site_source(self._jetstream(), site)
+
+    async def site_links(self) -> list[SiteLink]:
+        """How the hub's stream last heard from each site's store (see gpuevents.bus.streams)."""
+        return await streams.site_links(self._nats(), self.config)
 
     async def event_partitions(self) -> int:
         """How many partitions GPUEVENTS stores its events by (1: not partitioned)."""
@@ -371,8 +355,10 @@ class Bus:
 
     def replay(self, stream: str, filter_subject: str, since: datetime | None = None,
                batch: int = 512) -> AsyncIterator[StoredMsg]:
-        """Every stored message of `stream` on `filter_subject` (from `since`), oldest first."""
-        return replay(self._jetstream(), stream, filter_subject, since, batch)
+        """Every stored message of `stream` on `filter_subject` (from `since`), oldest first. The operator reads
+        through consumers of its own names (S.OPERATOR_CONSUMERS), the only ones its login may touch."""
+        names = S.OPERATOR_CONSUMERS if self.role == "operator" else ()
+        return replay(self._jetstream(), stream, filter_subject, since, batch, names)
 
     async def kv(self) -> Kv:
         """The `gpuevents-state` bucket (config nats.kv_bucket), created when absent."""

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gpuevents.aio import guarded_task, sleep_or_stop, stop_tasks
+from gpuevents.aio import guarded_task, sleep_or_stop
 from gpuevents.cli.common import (
     ConfigOption,
     VerboseOption,
@@ -202,35 +202,20 @@ def register(app: typer.Typer) -> None:
 
 
 # ------------------------------------------------------------------ async parts
-async def _ensure_streams_when_connected(bus: object) -> None:
-    """Create the streams once NATS answers, so a lone agent's events are stored (best effort)."""
-    from gpuevents.bus import Bus, BusError
-
-    assert isinstance(bus, Bus)
-    while not bus.connected:  # noqa: ASYNC110 - the bus offers a property, not an event, for this
-        await asyncio.sleep(0.2)
-    try:
-        await bus.ensure_streams()
-    except (BusError, TimeoutError) as e:  # the engine creates them too; events wait in the buffer
-        log.warning("could not create the streams (%s); the engine will", e)
-    except Exception as e:  # nats-py raises its own errors here
-        log.warning("could not create the streams (%s: %s); the engine will", type(e).__name__, e)
-
-
 @contextlib.asynccontextmanager
 async def _bus_and_stop(cfg: Config, name: str, role: str = "admin",
                         node: str | None = None) -> AsyncIterator[tuple[Bus, asyncio.Event]]:
     from gpuevents.bus import Bus
     from gpuevents.cli.parts import stop_on_signals
 
-    bus = Bus(cfg.nats, name=name, role=role, node=node)
-    await bus.connect(wait=False)  # sampling starts at once; events buffer until NATS answers
-    streams = guarded_task(_ensure_streams_when_connected(bus), "creating the streams")
+    bus = Bus(cfg.nats, name=name, role=role, node=node, cluster=cfg.cluster)
+    # sampling starts at once; events buffer until NATS answers and a stream stores them. Agents never create
+    # streams (DESIGN §9): the engine does, on the hub and in each site's JetStream domain.
+    await bus.connect(wait=False)
     try:
         async with stop_on_signals() as stop:
             yield bus, stop
     finally:
-        await stop_tasks([streams], "agent")
         await bus.close(flush_timeout=5)
 
 

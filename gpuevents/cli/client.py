@@ -15,6 +15,7 @@ from rich.text import Text
 
 from gpuevents import subjects as S
 from gpuevents.cli.common import (
+    ClusterOption,
     ConfigOption,
     cells,
     client_config,
@@ -22,6 +23,7 @@ from gpuevents.cli.common import (
     load_config_or_exit,
     operator_bus,
     run_async,
+    site_entity,
 )
 from gpuevents.clock import SystemClock
 from gpuevents.durations import format_duration
@@ -57,11 +59,13 @@ def snooze(
     entity: Annotated[str, typer.Argument(help="entity id, e.g. node-7/gpu0")],
     for_: Annotated[str, typer.Option("--for", help="how long, e.g. 4h")],
     reason: Annotated[str, typer.Option("--reason")] = "",
+    cluster: ClusterOption = None,
     config: ConfigOption = None,
 ) -> None:
     """Exempt one entity from one rule for a while (stored in KV, audited)."""
     seconds = duration_option(for_, "--for")
-    run_async(do_snooze(client_config(load_config_or_exit(config)), rule, entity, seconds, reason))
+    cfg = client_config(load_config_or_exit(config))
+    run_async(do_snooze(cfg, rule, site_entity(entity, cluster, cfg), seconds, reason))
 
 
 def keep(
@@ -70,12 +74,14 @@ def keep(
     for_: Annotated[str, typer.Argument(help="how long, e.g. 4h (longer than the rule's snooze_max, default 24h, "
                                              "goes to the rule's approving channel)")],
     reason: Annotated[str, typer.Option("--reason", help="why it must stay (required; audited, in the weekly report)")],
+    cluster: ClusterOption = None,
     config: ConfigOption = None,
 ) -> None:
     """What the owner's Keep button does: exempt the entity from the rule for a while, with a reason. Up to the
     rule's snooze_max at once; longer waits for an approval from the rule's `approve:` channel."""
     seconds = duration_option(for_, "FOR")
-    run_async(do_snooze(client_config(load_config_or_exit(config)), rule, entity, seconds, reason, keep=True))
+    cfg = client_config(load_config_or_exit(config))
+    run_async(do_snooze(cfg, rule, site_entity(entity, cluster, cfg), seconds, reason, keep=True))
 
 
 def audit(
@@ -130,6 +136,20 @@ def _no_engine() -> None:
     raise typer.Exit(1)
 
 
+def site_lines(st: StatusSummary) -> list[Text]:
+    """One line per site cut off from the hub (DESIGN §9): the site, not its nodes one by one."""
+    lines = []
+    for v in st.sites:
+        if v.linked:
+            continue
+        heard = "never heard from" if v.last_heard is None else f"last heard {v.last_heard:%Y-%m-%d %H:%M:%S} UTC"
+        behind = f", {v.behind} events to catch up" if v.behind else ""
+        lines.append(Text(f"SITE {v.cluster} CUT OFF from the hub ({heard}{behind}): its {v.nodes} nodes' readings "
+                          "are as of then, and no remedy is decided for them until it is back; its leaf keeps what "
+                          "its agents report meanwhile", style="bold red"))
+    return lines
+
+
 def _show_summary(st: StatusSummary | None, as_json: bool) -> None:
     if st is None:
         _no_engine()
@@ -139,6 +159,8 @@ def _show_summary(st: StatusSummary | None, as_json: bool) -> None:
         return
     if st.degraded:
         out.print(Text(f"DEGRADED: {st.degraded}", style="bold red"))
+    for line in site_lines(st):
+        out.print(line)
     f = st.summary
     offline = f" ({f.nodes - f.nodes_online} offline)" if f.nodes_online < f.nodes else ""
     out.print(f"[bold]{f.nodes} nodes{offline}, {f.gpus} GPUs[/]: {f.busy} busy, {f.idle} idle, "

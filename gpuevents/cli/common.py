@@ -25,6 +25,8 @@ ConfigOption = Annotated[
     Path | None, typer.Option("-c", "--config", help="config YAML (see config.example.yaml)")
 ]
 VerboseOption = Annotated[bool, typer.Option("-v", "--verbose")]
+ClusterOption = Annotated[str | None, typer.Option("--cluster", help="the cluster the target is in; default: the "
+                                                   "config's `cluster`")]
 
 
 def setup_logging(verbose: bool = False) -> None:
@@ -106,8 +108,9 @@ class PartFailed(RuntimeError):
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
     """Run `coro`; Ctrl-C exits 130, NATS out of reach prints one line and exits 2, another NATS or embedded-server
-    failure prints one line and exits 1."""
+    failure, or a configured port in use, prints one line and exits 1."""
     from gpuevents.bus import BusError, BusUnreachable
+    from gpuevents.ports import PortInUse
     from gpuevents.server import ServerError
 
     try:
@@ -117,7 +120,7 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
     except BusUnreachable as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
-    except (ServerError, BusError, PartFailed) as e:
+    except (ServerError, BusError, PartFailed, PortInUse) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from None
 
@@ -126,3 +129,11 @@ def cells(*values: str | Text) -> list[Text]:
     """Table cells shown as written: strings from the machine (a process named `x[/oops]`, an audit detail
     `[bold red]EVIL[/]`) are never read as Rich markup."""
     return [v if isinstance(v, Text) else Text(v) for v in values]
+
+
+def site_entity(entity: str, cluster: str | None, config: Config) -> str:
+    """An entity id as the engine keys it: one of another cluster than the config's (`--cluster`) is
+    `<cluster>:<id>`; an id that names its cluster already is left as it is."""
+    if cluster is None or cluster == config.cluster or entity.startswith(f"{cluster}:"):
+        return entity
+    return f"{cluster}:{entity}"

@@ -9,7 +9,7 @@ from typing import Annotated
 import orjson
 import typer
 
-from gpuevents.cli.common import NoUsageError, load_config_or_exit, usage_db
+from gpuevents.cli.common import ClusterOption, NoUsageError, load_config_or_exit, usage_db
 from gpuevents.clock import SystemClock
 from gpuevents.config import Config
 from gpuevents.costs import CostModel
@@ -75,16 +75,22 @@ def describe(s: JobSummary, costs: CostModel) -> str:
 def job_command(
     job_id: Annotated[str, typer.Argument(help="the job id (Slurm's, or a Kubernetes job's namespace/Kind/name)")],
     json: JsonOption = False,
+    cluster: ClusterOption = None,
     config: ConfigOption = None,
 ) -> None:
     """A job's summary: GPU-hours, mean, p95 and peak utilisation and SM activity, p95 and peak memory, idle share,
-    cost, the MIG slice it would have fitted."""
+    cost, the MIG slice it would have fitted.
+
+    Job ids are a site's own: `--cluster` names the site (default: the config's `cluster`)."""
     cfg = load_config_or_exit(config)
+    site = cluster or cfg.cluster
     with _store(cfg) as store:
-        found = store.find(job_id)
+        found = store.find(job_id, site)
+        elsewhere = sorted({s.cluster for s in store.find(job_id)}) if not found else []
     if not found:
-        typer.echo(f"job {job_id}: no summary (not seen by the engine, or older than engine.usage_retention)",
-                   err=True)
+        hint = f"; seen in {', '.join(elsewhere)}: add --cluster" if elsewhere else ""
+        typer.echo(f"job {job_id}: no summary in cluster {site} (not seen by the engine, or older than "
+                   f"engine.usage_retention){hint}", err=True)
         raise typer.Exit(1)
     if json:
         typer.echo(orjson.dumps([s.model_dump(mode="json") for s in found], option=orjson.OPT_INDENT_2).decode())

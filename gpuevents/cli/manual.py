@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from gpuevents import subjects as S
 from gpuevents.bus import BusNoResponders, BusTimeout
 from gpuevents.cli.common import (
+    ClusterOption,
     ConfigOption,
     client_config,
     duration_option,
@@ -35,23 +36,25 @@ def kill(
     signal: Annotated[Signal, typer.Option("--signal", help="the first signal; SIGKILL after --grace")] = "TERM",
     grace: Annotated[str, typer.Option("--grace", help="how long before SIGKILL, e.g. 30s")] = "30s",
     reason: Annotated[str, typer.Option("--reason", help="why (audited, and told to the agent)")] = "",
+    cluster: ClusterOption = None,
     config: ConfigOption = None,
 ) -> None:
     """End one process, through the engine: protection, limits and dry run apply; the audit records it."""
     seconds = duration_option(grace, "--grace")
     cfg = client_config(load_config_or_exit(config))
     run_async(ask(cfg, {"type": "kill", "node": node, "pid": pid, "signal": signal, "grace": seconds,
-                        "reason": reason}))
+                        "reason": reason, "cluster": cluster or cfg.cluster}))
 
 
 def cancel(
     job: Annotated[str, typer.Argument(help="the job id (Slurm) or namespace/pod (Kubernetes)")],
     reason: Annotated[str, typer.Option("--reason", help="why (audited)")] = "",
+    cluster: ClusterOption = None,
     config: ConfigOption = None,
 ) -> None:
     """Cancel one job, through the engine: protection, limits and dry run apply; the audit records it."""
     cfg = client_config(load_config_or_exit(config))
-    run_async(ask(cfg, {"type": "cancel", "job": job, "reason": reason}))
+    run_async(ask(cfg, {"type": "cancel", "job": job, "reason": reason, "cluster": cluster or cfg.cluster}))
 
 
 def register(app: typer.Typer) -> None:
@@ -61,6 +64,7 @@ def register(app: typer.Typer) -> None:
 
 async def ask(config: Config, fields: dict[str, object]) -> None:
     try:
+        # the site the person named (--cluster), else the config's own
         req = OperatorAction.model_validate({"cluster": config.cluster, **fields, "by": getpass.getuser()})
     except ValidationError as e:
         said = "; ".join(str(err["msg"]).removeprefix("Value error, ") for err in e.errors())

@@ -15,6 +15,7 @@ from gpuevents.bus import Bus
 from gpuevents.cli.common import PartFailed
 from gpuevents.clock import Clock
 from gpuevents.config import Config
+from gpuevents.ports import PortInUse, binding
 
 log = logging.getLogger("gpuevents")
 
@@ -39,9 +40,12 @@ async def stop_on_signals() -> AsyncIterator[asyncio.Event]:
             loop.remove_signal_handler(sig)
 
 
-async def _part(name: str, run: Part, stop: asyncio.Event, failed: list[str]) -> None:
+async def _part(name: str, run: Part, stop: asyncio.Event, failed: list[str], ports: list[PortInUse]) -> None:
     try:
         await run(stop)
+    except PortInUse as e:  # said in one line by the command, not logged with a traceback
+        failed.append(name)
+        ports.append(e)
     except Exception:
         failed.append(name)
         raise
@@ -57,13 +61,16 @@ async def run_parts(parts: dict[str, Part], stop: asyncio.Event) -> None:
     """Run every part until `stop` is set (by a signal, or by a part that ends), then let them stop; raise
     PartFailed when one ended on its own."""
     failed: list[str] = []
-    tasks = [guarded_task(_part(name, run, stop, failed), name) for name, run in parts.items()]
+    ports: list[PortInUse] = []
+    tasks = [guarded_task(_part(name, run, stop, failed, ports), name) for name, run in parts.items()]
     try:
         await stop.wait()
     finally:
         stop.set()
         _, slow = await asyncio.wait(tasks, timeout=PART_STOP_S)
         await stop_tasks(slow, "stopping the parts")
+    if ports:
+        raise ports[0]
     if failed:
         raise PartFailed(f"{', '.join(failed)} stopped unexpectedly (see the log above)")
 
@@ -74,7 +81,8 @@ def start_metrics(port: int | None, registry: Any, addr: str = "0.0.0.0") -> Any
         return None
     from prometheus_client import start_http_server
 
-    server, _ = start_http_server(port, addr=addr, registry=registry)
+    with binding("engine.metrics_port", addr, port):
+        server, _ = start_http_server(port, addr=addr, registry=registry)
     log.info("metrics on http://%s:%d/metrics", addr, port)
     return server
 
@@ -99,10 +107,26 @@ def engine_parts(config: Config, bus: Bus, clock: Clock) -> dict[str, Part]:
         engines, run, metrics = [engine], engine.run, engine.metrics
     start_metrics(config.engine.metrics_port, metrics.registry, config.engine.metrics_address)
     parts: dict[str, Part] = {"engine": run}
+    if any(site.jetstream_domain for site in config.nats.sites):
+        from rules.engine.sites import SiteWatch
+
+        parts["sites"] = SiteWatch(bus, clock).run  # each site linked or cut off; their stores set up
     parts.update(runner_parts(config, bus, clock, config.engine.runners))
     if config.engine.dashboard_port is not None:
         parts["dashboard"] = lambda stop: _dashboard(engines, config, stop)
     return parts
+
+
+def runner_metrics() -> Any:
+    """The registry a process of runners alone serves on /metrics: the claims its runners found contradicted
+    (gpuevents_claims_contradicted_total, by node; in the engine's process the engine's registry has them)."""
+    from prometheus_client import CollectorRegistry
+
+    from actions.claims import ContradictedClaims
+
+    registry = CollectorRegistry()
+    registry.register(ContradictedClaims())
+    return registry
 
 
 def runner_parts(config: Config, bus: Bus, clock: Clock, count: int) -> dict[str, Part]:
@@ -148,8 +172,9 @@ async def _dashboard(engines: list[Any], config: Config, stop: asyncio.Event) ->
 
     usage = UsageSource(config.engine.usage_db, CostModel(config.costs),  # the rollups the engine writes
                         targets={name: t.target_util_pct for name, t in config.teams.items()})
-    runner = await serve_dashboard(EngineDashboardSource(engines), "127.0.0.1", config.engine.dashboard_port or 0,
-                                   usage)
+    with binding("engine.dashboard_port", "127.0.0.1", config.engine.dashboard_port or 0):
+        runner = await serve_dashboard(EngineDashboardSource(engines), "127.0.0.1", config.engine.dashboard_port or 0,
+                                       usage)
     log.info("dashboard on http://127.0.0.1:%d/", bound_port(runner))
     try:
         await stop.wait()
@@ -166,7 +191,7 @@ async def run_connected(config: Config, name: str, parts: Callable[[Bus], dict[s
         try:
             if not await connect_or_stop(bus, stop):
                 return
-            await bus.ensure_streams(event_partitions)
+            await bus.ensure_streams(event_partitions, config.cluster)
             await run_parts(parts(bus), stop)
         finally:
             await bus.close()

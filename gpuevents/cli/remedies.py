@@ -10,12 +10,10 @@ from typing import Annotated, Literal
 
 import typer
 
-from gpuevents.cli.common import ConfigOption, client_config, load_config_or_exit, run_async
+from gpuevents.cli.common import ClusterOption, ConfigOption, client_config, load_config_or_exit, run_async
 from gpuevents.cli.manual import ask
 
 ReasonOption = Annotated[str, typer.Option("--reason", help="why (audited; said in the workload's Event)")]
-ClusterOption = Annotated[str | None, typer.Option("--cluster", help="the cluster the target is in; default: the "
-                                                   "config's `cluster`")]
 ProviderOption = Annotated[Literal["kubernetes", "slurm"], typer.Option(
     "--provider", help="kubernetes (spec.unschedulable) or slurm (scontrol DRAIN/RESUME)")]
 WorkloadArgument = Annotated[str, typer.Argument(help="the workload: namespace/Kind/name, e.g. ml/Deployment/trainer")]

@@ -20,6 +20,9 @@ from gpuevents.config.protect import ProtectedProgram as ProtectedProgram
 from gpuevents.config.sched import AgentSlurmConfig, DemandConfig
 from gpuevents.durations import Duration
 from gpuevents.idleness import IdleRule, IdleSignal, model_matches
+from gpuevents.limits_config import HoldsConfig as HoldsConfig
+from gpuevents.limits_config import LimitConfig as LimitConfig
+from gpuevents.siteconfig import SitesSection
 from gpuevents.yamlpos import Located, LocatedError, YamlDoc, parse_scalar, parse_yaml, read_yaml_text
 
 ENV_PREFIX = "GPUEVENTS_"
@@ -54,7 +57,7 @@ class StreamsConfig(_Section):
     events_max_msgs_per_subject: int = Field(50_000, ge=1)  # per node and event type
 
 
-class NatsConfig(_Section):
+class NatsConfig(SitesSection, _Section):
     url: str | list[str] | None = Field(None, description="unset: `up` starts an embedded server")
     creds_file: Path | None = None
     tls: TlsConfig = TlsConfig()
@@ -180,11 +183,6 @@ class AgentConfig(_Section):
 
 
 # ---------------------------------------------------------------- engine
-class LimitConfig(_Section):
-    max_per_hour: int | None = Field(None, ge=0)
-    max_fleet_pct: float | None = Field(None, ge=0, le=100)
-
-
 class EngineConfig(_Section):
     rules: list[Path] = Field(default_factory=list, description="rule files or directories")
     tick: Duration = 30
@@ -195,6 +193,7 @@ class EngineConfig(_Section):
     max_clock_skew: Duration = 60
     max_clock_offset: Duration = 30  # an engine further than this from the NATS server's clock does not lead
     limits: dict[str, LimitConfig] = Field(default_factory=dict, description="per action type")
+    holds: HoldsConfig = HoldsConfig()
     lease_ttl: Duration = 10
     partitions: int = Field(1, ge=1, le=256, description="the fleet split by node among engine replicas")
     consumer: str = "gpuevents-engine"
@@ -288,6 +287,7 @@ class RetryConfig(_Section):
     max_attempts: int = Field(5, ge=1)
     backoff: Duration = 2
     backoff_max: Duration = 300
+    converge_for: Duration = 86400  # a remedy is retried while its incident is open, this long at most
 
 
 class ActionsConfig(_Section):

@@ -64,6 +64,7 @@ class FleetIncident(BaseModel):
     rule: str
     entity_id: str
     entity_kind: EntityKind
+    cluster: str = "default"  # the site of its entity
     status: IncidentStatus = "firing"
     started_at: datetime
     firing_since: datetime | None = None

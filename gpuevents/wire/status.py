@@ -3,6 +3,7 @@ engine's read model (built in rules/engine/read/status.py), with how the replies
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Literal, TypeVar
 
 import orjson
@@ -32,6 +33,18 @@ class StatusQuery(BaseModel):
     top: int = Field(TOP, ge=1, le=TOP)
 
 
+class SiteView(BaseModel):
+    """A site on a leaf server, as the hub hears from its store (DESIGN §9)."""
+
+    cluster: str
+    domain: str
+    linked: bool  # False: cut off (or catching up): its nodes' readings are as of `last_heard`, no remedy decided
+    last_heard: datetime | None = None
+    behind: int = 0  # events its store holds that the hub has not yet
+    nodes: int = 0
+    error: str | None = None
+
+
 class StatusSummary(BaseModel):
     """The default answer: small whatever the fleet's size."""
 
@@ -47,6 +60,7 @@ class StatusSummary(BaseModel):
     exemptions_more: int = 0  # exemptions not listed (at most MAX_EXEMPTIONS are)
     partition: int | None = None
     partitions: int = 1
+    sites: list[SiteView] = []  # the sites on leaf servers (nats.sites), linked or cut off
 
 
 class StatusNode(BaseModel):

@@ -214,6 +214,8 @@ class Core:
         elif isinstance(item, ForgetNode):
             self.liveness.forget(self.state.node_key(item.cluster, item.node), now, out)
         elif isinstance(item, ActionOutcome):
+            if item.slot_freed:
+                self.limiter.give_back(item.rule, item.action_type, now.timestamp())
             self.warnings.apply_outcome(item, out)
         elif isinstance(item, JobEndedEvent):
             # the job's one occasion: its rules see `ended_at` and `summary` once, then it is gone
@@ -221,8 +223,8 @@ class Core:
             for rule in self.plan.event_rules["job"]:
                 self.evaluator.evaluate(rule, [ended], now, out, item.time)
             self.evaluator.close_all(ended, now, "gone", out)
-            live = self.state.by_kind["job"].get(ended.key)
-            if live is not None:  # a job its nodes still list (the ending raced a snapshot): evaluated anew
+            for live in self.state.entities_by_id("job", ended.id):
+                # a job its nodes still list (the ending raced a snapshot): evaluated anew
                 self.evaluator.evaluate_job(live, now, out, item.time)
         else:
             self.events.apply(item, now, out)

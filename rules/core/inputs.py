@@ -79,14 +79,18 @@ class ActionOutcome(BaseModel):
     key: str
     """The request's idempotency key (`<incident>:<phase>:<index>:<repeat>`)."""
     outcome: Outcome
+    action_type: str = ""
+    slot_freed: bool = False
+    """A runner refused it for protection, an exemption or a contradicted claim: its max_per_hour slot comes back."""
 
     @classmethod
     def of(cls, record: AuditRecord) -> ActionOutcome | None:
-        """The outcome an audit record reports of a warning, or None for any other record."""
-        if (record.kind != "action" or record.action_type not in WARNING_TYPES or not record.incident_id
-                or not record.action_key or record.outcome is None):
+        """The outcome an audit record reports of a warning or of a refusal that frees a slot, else None."""
+        if (record.kind != "action" or (record.action_type not in WARNING_TYPES and not record.slot_freed)
+                or not record.incident_id or not record.action_key or record.outcome is None):
             return None
-        return cls(rule=record.rule, incident_id=record.incident_id, key=record.action_key, outcome=record.outcome)
+        return cls(rule=record.rule, incident_id=record.incident_id, key=record.action_key, outcome=record.outcome,
+                   action_type=record.action_type or "", slot_freed=record.slot_freed)
 
 
 class EvalProblem(BaseModel):

@@ -247,6 +247,20 @@ class Sender:
             out.append(self._one(rule, ent, incident, phase, a, names, facts, dry, now, totals, event_time))
         return out
 
+    def _held_for_release(self, rule: Rule, a: CompiledAction, req: ActionRequest, why: str,
+                          now: datetime) -> ActionRequest:
+        """A fleet-share hold, never silent nor forever (DESIGN §3.4): the held actions of one outbreak share one
+        question to `engine.holds.channel` (what is held and why); released there, they run (its rate limits
+        still apply); unanswered, they end `expired`."""
+        rate, why_not = self.limiter.decide_rate(rule, a, now.timestamp())
+        if rate != "run":
+            return req.model_copy(update={"decision": rate, "reason": why_not})
+        since = self.limiter.outbreak(rule.name) or now.timestamp()
+        holds = self.config.engine.holds
+        self.limiter.record(rule, a, now.timestamp())
+        return req.model_copy(update={"approve": holds.channel, "approve_within": holds.approve_within,
+                                      "approval_key": f"hold:{rule.name}:{int(since)}", "reason": why})
+
     def _one(
         self, rule: Rule, ent: Entity, incident: Incident, phase: Phase, a: CompiledAction, names: dict[str, Any],
         facts: Facts, dry: bool, now: datetime, totals: Mapping[str, int], event_time: datetime | None,
@@ -263,6 +277,7 @@ class Sender:
         req = ActionRequest(
             key=f"{incident.id}:{phase}:{a.index}:{incident.repeat_count}", type=a.type, params=params,
             rule=rule.name, rule_labels=dict(rule.spec.labels), entity_id=ent.id, entity_kind=rule.kind,
+            entity_key=ent.key,
             cluster=ent.ctx["entity"].cluster, node=ent.ctx["entity"].node, incident_id=incident.id, phase=phase,
             index=a.index, repeat=incident.repeat_count, destructive=a.destructive, dry_run=dry,
             decision="refused" if reason else "run", reason=reason, facts=facts, created_at=now,
@@ -281,6 +296,8 @@ class Sender:
             # retried and would leave the change in place. Other destructive on_resolve actions are limited.
             return req.model_copy(update={"decision": "dry_run", "reason": "dry run"}) if dry else req
         decision, why_not = self.limiter.decide(rule, a, totals, now.timestamp())
+        if decision == "held" and self.config.engine.holds.channel and not dry:
+            return self._held_for_release(rule, a, req, why_not or "", now)
         if decision != "run":
             return req.model_copy(update={"decision": decision, "reason": why_not})
         if dry:

@@ -97,7 +97,7 @@ class EngineAnswers:
             await self.committer.commit(result, "commit a snooze")
             self.planner.replan()  # its end, or the evaluation it asks for, may come before the planned tick
         pending = f"; {req.until.isoformat()} awaits approval in {approving[0]}" if approving else ""
-        await self.committer.audit([snooze_record(self.clock.now(), s, pending)])
+        await self.committer.audit([snooze_record(self.clock.now(), s, pending, cluster)])
         if self.usage is not None and (req.keep or req.approved_by or s.until <= now):
             gpus = tuple(KeptGpu(n, i) for e in ents[:1] for n, i in entity_gpus(e))
             row = KeepRow(id=new_id(), cluster=cluster, rule=s.rule, entity_id=s.entity_id, gpus=gpus, by=req.by,

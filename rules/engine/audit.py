@@ -30,10 +30,11 @@ def reload_record(now: datetime, rules: int) -> AuditRecord:
     return AuditRecord(time=now, kind="reload", detail=f"{rules} rules loaded")
 
 
-def snooze_record(now: datetime, s: Snooze, pending: str = "") -> AuditRecord:
-    """A snooze or keep as applied, with who asked and why (`pending`: what still awaits an approval)."""
+def snooze_record(now: datetime, s: Snooze, pending: str = "", cluster: str = "default") -> AuditRecord:
+    """A snooze or keep as applied, with who asked and why (`pending`: what still awaits an approval), in the
+    entity's cluster."""
     what = "kept" if s.bounded else "snoozed"
-    return AuditRecord(time=now, kind="snooze", rule=s.rule, entity_id=s.entity_id,
+    return AuditRecord(time=now, kind="snooze", rule=s.rule, entity_id=s.entity_id, cluster=cluster,
                        detail=f"{what} until {s.until.isoformat()} by {s.by or '?'}"
                        + (f": {s.reason}" if s.reason else "") + pending)
 

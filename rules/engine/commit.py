@@ -22,6 +22,7 @@ from rules.core.incidents import Incident, Transition
 from rules.core.limits import LimitWindows
 from rules.engine.audit import audit_items, transition_record
 from rules.engine.metrics import EngineMetrics
+from rules.engine.sites import held_for_site
 from rules.engine.store import ModelStore, PipelinedStore, incident_key, limits_key, snooze_key
 
 log = logging.getLogger(__name__)
@@ -101,6 +102,10 @@ class Committer:
             self.metrics.eval_errors.labels(rule=p.rule).inc()
             log.warning("rule %s: condition failed on %s (counted as false; reported once): %s",
                         p.rule, p.entity_id, p.message)
+        # a site cut off from the hub: no remedy on its readings, which may be stale (held, audited as such)
+        cut = self.bus.sites_cut_off
+        if cut:
+            result.actions = [held_for_site(r, cut.get(r.cluster), now) for r in result.actions]
         items = [PublishItem(*action_message(r)) for r in result.actions]
         items += audit_items(map(transition_record, result.transitions))
         incidents: dict[str, Incident | None] = {}

@@ -25,6 +25,8 @@ async def act_for(req: OperatorAction, core: Core, config: Config, committer: Co
         return None  # an undo of a target no engine sees: the first partition's engine answers it
     request = manual.decide(req, ent, config, core.limiter, now, new_id())
     limits = core.limiter.windows(now.timestamp()) if core.limiter.dirty else None
-    await committer.commit(StepResult(actions=[request], limits=limits), "commit a person's action")
+    result = StepResult(actions=[request], limits=limits)
+    await committer.commit(result, "commit a person's action")
+    request = result.actions[0]  # as committed: held when its site is cut off
     await committer.audit([request_record(now, req.by, request)])
     return manual.reply_for(request)

@@ -24,7 +24,7 @@ REPLAY_AT_MOST = timedelta(days=2)
 
 def warning_outcomes(payload: bytes) -> list[ActionOutcome]:
     """The warning outcomes an audit message reports (most messages report none, and are not parsed)."""
-    if b'"action"' not in payload or b'"action_type"' not in payload:
+    if b'"action"' not in payload or b'"action_type"' not in payload:  # warnings', and refusals freeing a slot
         return []
     return [o for r in decode_audit(payload) if (o := ActionOutcome.of(r)) is not None]
 
@@ -51,5 +51,6 @@ async def replayed_outcomes(bus: Bus, since: datetime) -> list[ActionOutcome]:
     """The warning outcomes in the audit stream since `since`, oldest first."""
     out: list[ActionOutcome] = []
     async for msg in bus.replay(S.STREAM_AUDIT, S.AUDIT_ALL, since):
-        out += warning_outcomes(msg.data)
+        # a slot given back was given back once, live (and persisted with the windows)
+        out += [o for o in warning_outcomes(msg.data) if not o.slot_freed]
     return out

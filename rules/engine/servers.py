@@ -4,6 +4,7 @@ status and free answered from the read model (never from the core under the engi
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from typing import Protocol
 
 from pydantic import ValidationError
@@ -15,6 +16,7 @@ from gpuevents.wire.manual import OperatorAction, OperatorActionReply
 from rules.dashboard.free import bounded, free_gpus_sliced
 from rules.engine.read.readmodel import ReadModel
 from rules.engine.read.status import HEADROOM, answer
+from rules.engine.sites import site_view
 
 KEEP_PAGED = 2  # read models kept for paging (each ~1.2 KB a GPU: 200 MB at 160,000 GPUs)
 KEEP_PAGED_S = 120.0  # how long one is kept after its last page was asked
@@ -65,7 +67,10 @@ async def serve_requests(bus: Bus, engine: Answers) -> list[Subscription]:
     paged = PagedModels(engine)
 
     async def status(msg: Message) -> bytes:
-        return await answer(paged, msg.data, engine.partition, engine.partitions, bus.max_payload, engine.degraded)
+        now = datetime.now(UTC)  # the server's `active` is wall-clock seconds ago, whatever the engine's clock
+        sites = [site_view(link, now, link.cluster in bus.sites_cut_off) for link in bus.site_state.values()]
+        return await answer(paged, msg.data, engine.partition, engine.partitions, bus.max_payload, engine.degraded,
+                            sites)
 
     async def snooze(msg: Message) -> bytes:
         """`gpuevents snooze` / `keep`, Slack's Keep, an approved long keep: one request model."""

@@ -24,6 +24,8 @@ class RuleLimits(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     max_per_hour: int | None = Field(None, ge=0)
     max_fleet_pct: float | None = Field(None, ge=0, le=100)
+    fleet_floor: int = Field(0, ge=0, description="max_fleet_pct holds only when more than this many match (in "
+                             "the action's unit): a small fleet can reclaim its few")
 
 
 class ActionSpec(BaseModel):

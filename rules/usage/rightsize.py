@@ -219,22 +219,26 @@ def per_owner(fits: Iterable[Fit]) -> list[OwnerFits]:
 
 
 def uses_from_fits(items: Iterable[tuple[FitKey, FitAmounts]], team: str | None = None) -> list[WorkloadUse]:
-    """Each workload's use over the window the hourly fit rows cover (p95 from the summed histograms)."""
-    merged: dict[str, FitAmounts] = {}
+    """Each workload's use over the window the hourly fit rows cover (p95 from the summed histograms). Two sites'
+    workloads of one name (Slurm job 123 at both) stay two: with several clusters, each key names its own
+    (`<cluster>:job/slurm/123`)."""
+    merged: dict[tuple[str, str], FitAmounts] = {}
     for key, amounts in items:
         if team is not None and amounts.team != team:
             continue
-        mine = merged.get(key.workload)
+        mine = merged.get((key.cluster, key.workload))
         if mine is None:
-            merged[key.workload] = FitAmounts(**{f: getattr(amounts, f) for f in FitAmounts.__slots__})
+            merged[key.cluster, key.workload] = FitAmounts(**{f: getattr(amounts, f) for f in FitAmounts.__slots__})
         else:
             mine.merge(amounts)
+    several = len({cluster for cluster, _w in merged}) > 1
     return [
-        WorkloadUse(key=workload, owner=a.owner or None, team=a.team or None, model=a.model or None, gpus=a.gpus,
+        WorkloadUse(key=f"{cluster}:{workload}" if several else workload, owner=a.owner or None, team=a.team or None,
+                    model=a.model or None, gpus=a.gpus,
                     held_hours=a.held_s / 3600.0, peak_mem_mib=a.peak_mem_mib if a.mem_total_mib or a.peak_mem_mib
                     else None, p95_util_pct=percentile(a.util_hist, 0.95), sm_active_pct=percentile(a.sm_hist, 0.95),
                     mem_total_mib=a.mem_total_mib or None)
-        for workload, a in merged.items()
+        for (cluster, workload), a in merged.items()
     ]
 
 

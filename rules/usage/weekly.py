@@ -71,6 +71,7 @@ class IdleJobLine(BaseModel):
     name: str
     job_id: str | None = None  # the scheduler job (Slurm job id, or the pod's job), where one is known
     node: str
+    cluster: str = "default"  # the node's site
     gpus: list[int]
     owner: str
     team: str
@@ -236,7 +237,8 @@ def _top_jobs(jobs: Iterable[IdleJobRow], costs: CostModel, limit: int) -> list[
         cost = costs.capital_daily(j.model or None) / 24 * j.held_s / HOUR + costs.energy_cost(j.held_kwh)
         line = acc.get(key)
         if line is None:
-            acc[key] = IdleJobLine(name=j.name, job_id=job_id(j.job), node=j.node, gpus=[j.gpu], owner=j.owner,
+            acc[key] = IdleJobLine(name=j.name, job_id=job_id(j.job), node=j.node, cluster=j.cluster, gpus=[j.gpu],
+                                   owner=j.owner,
                                    team=j.team, held_idle_h=j.held_s / HOUR, cost=cost)
         else:
             if j.gpu not in line.gpus:

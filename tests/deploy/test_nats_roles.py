@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import subprocess
@@ -13,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
 
+import nats
 import nats.errors
 import pytest
 import yaml
@@ -40,7 +42,7 @@ async def test_a_node_cannot_read_other_inboxes_other_snapshots_nor_action_reque
     async with connect(server, *server.agent("n1")) as n1, connect(server, *server.agent("n2")) as n2, \
             connect(server, *server.role("runner"), S.inbox_prefix("runner")) as runner:
         assert n1.nc is not None and n2.nc is not None and runner.nc is not None
-        wanted = ["_INBOX.>", "_INBOX.agent.n2.>", "_INBOX.runner.>", "_INBOX.engine.>", "_INBOX.operator.>",
+        wanted = ["_INBOX.>", "_INBOX.agent.c1.n2.>", "_INBOX.runner.>", "_INBOX.engine.>", "_INBOX.operator.>",
                   S.node_events_filter("c1", "n2"), S.ACTIONS_ALL]
         got = {subject: await collect(n1.nc, subject) for subject in wanted}
         await n1.nc.publish(f"$JS.API.CONSUMER.CREATE.{S.STREAM_ACTIONS}", b"{}")
@@ -196,3 +198,33 @@ def test_an_engine_generated_without_runners_may_not_command_agents(nats_auth: M
     assert with_runners.publish == (">",) and "_INBOX.runner.>" in with_runners.subscribe
     assert not any(p.startswith(("gpuevents.cmd", "gpuevents.fn", ">")) for p in without.publish)
     assert "_INBOX.runner.>" not in without.subscribe
+
+
+async def test_the_operator_reads_the_audit_through_its_own_consumers_and_cannot_touch_another(
+    nats_auth_server: AuthServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An exporter's durable consumer on the audit stream is out of the operator's reach: it may not delete it,
+    read from it, nor create one of its own name; its own reads leave no consumer behind."""
+    server = nats_auth_server
+    async with bus_as(server, *server.role("engine"), monkeypatch, "engine") as engine_bus:
+        await engine_bus.ensure_streams()
+        await engine_bus.js_publish(S.audit_subject("r1"), b'{"kind": "action"}')
+        nc = await nats.connect(server.url, user=server.role("admin")[0], password=server.role("admin")[1])
+        try:
+            jsm = nc.jetstream()
+            await jsm.add_consumer(S.STREAM_AUDIT, durable_name="siem-exporter", ack_policy="explicit")
+            async with connect(server, *server.role("operator"), S.inbox_prefix("operator")) as op:
+                assert op.nc is not None
+                audit = f"$JS.API.CONSUMER.%s.{S.STREAM_AUDIT}.siem-exporter"
+                for subject in (audit % "DELETE", audit % "MSG.NEXT", audit % "CREATE"):
+                    await op.nc.publish(subject, b"{}")
+                await op.nc.flush()
+                for subject in (audit % "DELETE", audit % "MSG.NEXT", audit % "CREATE"):
+                    await wait_for(functools.partial(op.violations, "publish", subject), 5,
+                                   what=f"the operator refused {subject}; got {op.errors}")
+            async with bus_as(server, *server.role("operator"), monkeypatch, "operator") as operator:
+                read = [m.subject async for m in operator.replay(S.STREAM_AUDIT, S.AUDIT_ALL)]
+            assert read == [S.audit_subject("r1")]
+            assert [c.name for c in await jsm.consumers_info(S.STREAM_AUDIT)] == ["siem-exporter"]
+        finally:
+            await nc.close()

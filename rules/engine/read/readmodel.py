@@ -163,7 +163,8 @@ def _incident_view(core: Core, inc: Any, now: datetime, costs: CostModel) -> Fle
     if inc.entity_kind == "gpu" and inc.fired_at:
         cost = costs.hourly(ctx.model, ctx.power_w) * (now - inc.active_at).total_seconds() / 3600
     return FleetIncident(
-        id=inc.id, rule=inc.rule, entity_id=inc.entity_id, entity_kind=inc.entity_kind, status=inc.status,
+        id=inc.id, rule=inc.rule, entity_id=inc.entity_id, entity_kind=inc.entity_kind, cluster=inc.cluster,
+        status=inc.status,
         started_at=inc.active_at, firing_since=inc.fired_at, severity=ctx.severity, owner=ctx.owner,
         cost=costs.format(cost) if cost is not None else None, cost_value=cost, warning=ctx.warning)
 

@@ -5,13 +5,21 @@ gpuevents/cli/ask_status.py."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Protocol
 
 import orjson
 from pydantic import BaseModel, ValidationError
 
 from gpuevents.wire import TOP, ErrorReply, StatusQuery, bad_request
-from gpuevents.wire.status import MAX_EXEMPTIONS, StatusNode, StatusPage, StatusSummary, partition_key
+from gpuevents.wire.status import (
+    MAX_EXEMPTIONS,
+    SiteView,
+    StatusNode,
+    StatusPage,
+    StatusSummary,
+    partition_key,
+)
 from rules.engine.read.readmodel import ReadModel
 
 HEADROOM = 8 * 1024  # bytes of a reply's budget kept for its envelope and the message's headers
@@ -41,7 +49,7 @@ def summary_of(model: ReadModel, top: int = TOP, partition: int | None = None, p
 
 
 async def answer(models: ModelSource, payload: bytes, partition: int | None, partitions: int,
-                 max_payload: int, degraded: str | None = None) -> bytes:
+                 max_payload: int, degraded: str | None = None, sites: Sequence[SiteView] = ()) -> bytes:
     """The reply to one status request, from a read model (never larger than `max_payload`)."""
     try:
         q = StatusQuery.model_validate_json(payload or b"{}")
@@ -55,7 +63,10 @@ async def answer(models: ModelSource, payload: bytes, partition: int | None, par
         return _error("the fleet moved on since the first page (or another engine took this partition over): "
                       "ask again from the start")
     if q.view == "summary":
-        reply: BaseModel = summary_of(model, q.top, partition, partitions, degraded)
+        summary = summary_of(model, q.top, partition, partitions, degraded)
+        summary.sites = [v.model_copy(update={"nodes": sum(c == v.cluster for c, _ in model.node_keys)})
+                         for v in sites]
+        reply: BaseModel = summary
     elif q.view == "node":
         nodes, incidents = model.node(q.node or "")
         reply = StatusNode(nodes=nodes, incidents=incidents, **where)

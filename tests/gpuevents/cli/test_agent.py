@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from nats.js import JetStreamContext
 from typer.testing import CliRunner
 
 from gpuevents import subjects as S
@@ -30,7 +31,22 @@ def test_simulate_with_an_unknown_scenario_lists_the_shipped_ones() -> None:
     assert result.exit_code == 1 and "shipped: a100-mig, demo" in result.output
 
 
+async def test_simulate_creates_no_stream(nats_server: EmbeddedServer, jetstream: JetStreamContext,
+                                         tmp_path: Path) -> None:
+    """Only the engine (or an admin's setup) creates streams: a simulated fleet before any engine makes none
+    (DESIGN §9)."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"nats: {{url: '{nats_server.url}'}}\nagent: {{sample_interval: 0.2s, snapshot_interval: 0.5s}}\n")
+    result = await asyncio.to_thread(runner.invoke, app, ["simulate", "-c", str(cfg), "--nodes", "1", "--for", "1s"])
+    assert result.exit_code == 0, result.output
+    assert await jetstream.streams_info() == []
+
+
 def test_simulate_publishes_snapshots_of_every_node(nats_server: EmbeddedServer, tmp_path: Path) -> None:
+    async def setup() -> None:  # the engine's, before the agents
+        async with Bus(NatsConfig(url=nats_server.url)) as bus:
+            await bus.ensure_streams()
+    asyncio.run(setup())
     cfg = tmp_path / "c.yaml"
     cfg.write_text(f"cluster: lab\nnats: {{url: '{nats_server.url}'}}\n"
                    "agent: {sample_interval: 0.2s, snapshot_interval: 0.5s}\n")

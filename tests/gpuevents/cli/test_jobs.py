@@ -31,6 +31,24 @@ async def test_jobs_lists_a_users_jobs_of_a_window(tmp_path: Path) -> None:
     assert bad.exit_code == 2 and "--since: must be a duration" in bad.output
 
 
+async def test_the_same_job_id_at_two_sites_is_two_jobs_named_by_cluster(tmp_path: Path) -> None:
+    now = datetime.now(UTC).replace(microsecond=0)
+    rec = UsageRecorder.from_config(config(tmp_path))
+    for m in range(3):
+        at = now - timedelta(minutes=10 - m)
+        rec.observe(snap("n1", at, [90], [job([0])]), at)  # the config's own cluster: default
+        other = snap("n1", at, [10], [job([0])]).model_copy(update={"cluster": "site-b"})
+        rec.observe(other, at)
+    await rec.flush(now)
+    rec.close()
+    cfg = str(write_config(tmp_path))
+    own = CliRunner().invoke(app, ["job", "42", "--json", "-c", cfg])
+    assert own.exit_code == 0 and [j["cluster"] for j in json.loads(own.output)] == ["default"]
+    b = CliRunner().invoke(app, ["job", "42", "--cluster", "site-b", "--json", "-c", cfg])
+    assert b.exit_code == 0 and [j["cluster"] for j in json.loads(b.output)] == ["site-b"]
+    assert json.loads(b.output)[0]["mean_util_pct"] < json.loads(own.output)[0]["mean_util_pct"]
+    none = CliRunner().invoke(app, ["job", "42", "--cluster", "site-c", "-c", cfg])
+    assert none.exit_code == 1 and "seen in default, site-b: add --cluster" in none.output
 
 
 def test_a_job_never_seen_and_a_missing_store_are_said_plainly(tmp_path: Path) -> None:

@@ -147,3 +147,16 @@ def test_advice_adds_up_per_owner_biggest_saving_first() -> None:
     assert (alice.owner, alice.workloads, alice.advised, alice.too_little_data) == ("alice", 3, 1, 1)
     assert alice.saving_per_week == pytest.approx(fits[0].saving_per_week) and alice.biggest == fits[0]
     assert (bob.owner, bob.advised) == ("bob", 1) and 0 < bob.saving_per_week < alice.saving_per_week
+
+
+def test_two_sites_jobs_of_one_id_stay_two_workloads() -> None:
+    from rules.usage.fits import FitAmounts, FitKey
+    from rules.usage.rightsize import uses_from_fits
+
+    rows = [(FitKey(0, site, "job/slurm/123"), FitAmounts(owner=owner, held_s=3600.0))
+            for site, owner in (("site-a", "alice"), ("site-b", "bob"))]
+    uses = sorted(uses_from_fits(rows), key=lambda u: u.key)
+    assert [(u.key, u.owner, u.held_hours) for u in uses] == [("site-a:job/slurm/123", "alice", 1.0),
+                                                              ("site-b:job/slurm/123", "bob", 1.0)]
+    [one] = uses_from_fits(rows[:1])
+    assert one.key == "job/slurm/123"  # one site: as before
