@@ -105,7 +105,7 @@ def engine_parts(config: Config, bus: Bus, clock: Clock) -> dict[str, Part]:
     else:
         engine = Engine(config, bus, clock=clock)
         engines, run, metrics = [engine], engine.run, engine.metrics
-    start_metrics(config.engine.metrics_port, metrics.registry, config.engine.metrics_address)
+    start_metrics(config.engine.metrics_port, add_runner_metrics(metrics.registry), config.engine.metrics_address)
     parts: dict[str, Part] = {"engine": run}
     if any(site.jetstream_domain for site in config.nats.sites):
         from rules.engine.sites import SiteWatch
@@ -117,16 +117,20 @@ def engine_parts(config: Config, bus: Bus, clock: Clock) -> dict[str, Part]:
     return parts
 
 
-def runner_metrics() -> Any:
-    """The registry a process of runners alone serves on /metrics: the claims its runners found contradicted
-    (gpuevents_claims_contradicted_total, by node; in the engine's process the engine's registry has them)."""
-    from prometheus_client import CollectorRegistry
-
+def add_runner_metrics(registry: Any) -> Any:
+    """Serve the runners' own metrics from `registry`: the claims they found contradicted
+    (gpuevents_claims_contradicted_total, by node). The engine's registry gets them for its in-process runners."""
     from actions.claims import ContradictedClaims
 
-    registry = CollectorRegistry()
     registry.register(ContradictedClaims())
     return registry
+
+
+def runner_metrics() -> Any:
+    """The registry a process of runners alone serves on /metrics."""
+    from prometheus_client import CollectorRegistry
+
+    return add_runner_metrics(CollectorRegistry())
 
 
 def runner_parts(config: Config, bus: Bus, clock: Clock, count: int) -> dict[str, Part]:

@@ -9,7 +9,6 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
-from actions.evidence import ContradictedClaims
 from gpuevents.kvstate import KINDS, UNREADABLE
 from rules.engine.read import readings
 
@@ -83,7 +82,6 @@ class EngineMetrics:
         self.store_full = Counter("gpuevents_store_full_total",
                                   "Engine writes JetStream refused for lack of room (retried)", registry=r)
         r.register(_KvUnreadable())
-        r.register(ContradictedClaims())  # the in-process runners' refusals of contradicted claims
 
     def observe_fleet(self, core: Core) -> None:
         """Set the gauges that count the fleet and its incidents (on every tick)."""

@@ -15,6 +15,7 @@ from lightkube.resources.core_v1 import Pod
 from actions.runner import ActionRunner
 from gpuevents import subjects as S
 from gpuevents.bus import Bus
+from gpuevents.cli.parts import add_runner_metrics
 from gpuevents.clock import SystemClock
 from gpuevents.config import Config, NatsConfig
 from gpuevents.events import GpuInfo, JobInfo, NodeInfo, NodeSnapshot, make_event
@@ -55,6 +56,7 @@ async def test_a_hostile_nodes_claim_does_not_pause_a_workload_it_does_not_run(
     })
     clock = SystemClock()
     engine = Engine(config, bus, clock=clock)
+    add_runner_metrics(engine.metrics.registry)  # as `gpuevents engine` serves them (gpuevents/cli/parts.py)
     runner = ActionRunner(bus, config, clock)
     stop = asyncio.Event()
     tasks = [asyncio.create_task(engine.run(stop)), asyncio.create_task(runner.run(stop))]
