@@ -14,15 +14,15 @@ from pydantic import BaseModel, ByteSize, ConfigDict, Field, ValidationError, fi
 from gpuevents.config.gpu import AgentDcgmConfig, AgentPowerCapConfig
 from gpuevents.config.keep import KeepBudgetConfig
 from gpuevents.config.kube import KubeletConfig, KubernetesJobsConfig, PodResourcesConfig
+from gpuevents.config.limits import HoldsConfig as HoldsConfig
+from gpuevents.config.limits import LimitConfig as LimitConfig
 from gpuevents.config.notify import NotifyConfig
 from gpuevents.config.protect import ProtectConfig as ProtectConfig
 from gpuevents.config.protect import ProtectedProgram as ProtectedProgram
 from gpuevents.config.sched import AgentSlurmConfig, DemandConfig
+from gpuevents.config.sites import SitesSection
 from gpuevents.durations import Duration
 from gpuevents.idleness import IdleRule, IdleSignal, model_matches
-from gpuevents.limits_config import HoldsConfig as HoldsConfig
-from gpuevents.limits_config import LimitConfig as LimitConfig
-from gpuevents.siteconfig import SitesSection
 from gpuevents.yamlpos import Located, LocatedError, YamlDoc, parse_scalar, parse_yaml, read_yaml_text
 
 ENV_PREFIX = "GPUEVENTS_"
