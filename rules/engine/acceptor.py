@@ -35,23 +35,27 @@ class Acceptor:
         self.claims = NodeClaims()
 
     async def accept(self, d: Delivery) -> Event | None:
+        got = self.check(d)
+        if isinstance(got, Exception):
+            await self._dead_letter(d, got)
+            return None
+        return got
+
+    def check(self, d: Delivery) -> Event | Exception:
+        """The event to apply, or why it is not believed (for the caller to dead-letter)."""
         try:
             event = self.decoder.decode(d.data)
         except ValidationError as e:
-            await self._dead_letter(d, e)
-            return None
+            return e
         if d.subject != _stored_subject(event.cluster, event.node, event.type, self.partition):
             # NATS permissions fence an agent to its node's subjects: the subject is what is believed.
-            await self._dead_letter(d, SubjectMismatch(
+            return SubjectMismatch(
                 f"the envelope says {event.type} from {event.source} in cluster {event.cluster}; the subject "
-                f"{d.subject} says otherwise"))
-            return None
+                f"{d.subject} says otherwise")
         if isinstance(event, DemandEvent | JobEndedEvent) and event.node != SCHEDULER_SOURCE:
             # demand steers reclaiming, a job's end mails its user: only the engine's own subject for them (no
             # agent may publish there) says so
-            await self._dead_letter(d, SubjectMismatch(
-                f"{event.type} from {event.source}: believed only from node/{SCHEDULER_SOURCE}"))
-            return None
+            return SubjectMismatch(f"{event.type} from {event.source}: believed only from node/{SCHEDULER_SOURCE}")
         self.decoder.accepted(event)  # only now: a rejected event never takes a place in the decoder's cache
         checked = self.skew.check(event, d.time)
         if checked is not event:

@@ -7,7 +7,7 @@ import contextlib
 import logging
 import signal
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 
@@ -297,19 +297,27 @@ class Engine(EngineAnswers):
         self._collect()
 
     async def _step_batch(self, core: Core, deliveries: list[Delivery], counts: Counter[str]) -> StepResult:
-        accepted: list[tuple[Delivery, Event]] = []
-        for d in deliveries:
-            event = await self.acceptor.accept(d)
-            if event is not None:
-                counts[event.type] += 1
-                accepted.append((d, event))
-        batch = core.step_batch(((event, self.clock.now()) for _d, event in accepted),
-                                after=self._observe_usage if self.usage is not None else None)
+        rejected: list[tuple[Delivery, Exception]] = []
+        applied: list[tuple[Delivery, str]] = []
+
+        def events() -> Iterator[tuple[Event, datetime]]:  # decoded one at a time, as the core takes them
+            for d in deliveries:
+                got = self.acceptor.check(d)
+                if isinstance(got, Exception):
+                    rejected.append((d, got))
+                    continue
+                counts[got.type] += 1
+                applied.append((d, got.type))
+                yield got, self.clock.now()
+
+        batch = core.step_batch(events(), after=self._observe_usage if self.usage is not None else None)
+        for d, e in rejected:
+            await self._dead_letter(d, e)
         for i, e in batch.failed:
             # A schema-valid event the core cannot digest must not stop the fleet's watch, nor come back
             # forever: it is dead-lettered like a malformed one, with the reason.
-            d, event = accepted[i]
-            log.error("event %s from %s could not be applied", event.type, d.subject, exc_info=e)
+            d, type_ = applied[i]
+            log.error("event %s from %s could not be applied", type_, d.subject, exc_info=e)
             await self._dead_letter(d, e)
         return batch.result
 
