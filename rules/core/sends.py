@@ -128,14 +128,14 @@ def cost_of(model: CostModel, ent: Entity, incident: Incident, now: datetime) ->
 
 
 def _proc_facts(p: ProcessView) -> ProcessFacts:
-    return ProcessFacts.model_construct(
+    return ProcessFacts.build(
         pid=p.pid, create_time=p.create_time, name=p.name, exe=p.exe, user=p.user, owner=p.owner,
         cmdline=p.cmdline, pod=p.pod, gpus=list(p.gpus), age_s=round(p.age_s, 1), node=p.node, job=p.job,
     )
 
 
 def _gpu_facts(g: GpuView) -> GpuFacts:
-    return GpuFacts.model_construct(
+    return GpuFacts.build(
         index=g.index, uuid=g.uuid, model=g.model, util_pct=g.util_pct, mem_used_mib=g.mem_used_mib,
         mem_total_mib=g.mem_total_mib, temp_c=g.temp_c, power_w=g.power_w, idle=g.idle,
         idle_since=g.idle_since, idle_for_s=round(g.idle_for_s, 1), owner=g.owner, node=g.node,
@@ -144,7 +144,7 @@ def _gpu_facts(g: GpuView) -> GpuFacts:
 
 
 def _job_facts(v: JobView) -> JobFacts:
-    return JobFacts.model_construct(
+    return JobFacts.build(
         id=v.id, scheduler=v.scheduler, name=v.name, user=v.user, owner=v.owner, account=v.account,
         partition=v.partition, qos=v.qos, namespace=v.namespace, controller=v.controller,
         nodes=None if v.nodes is None else list(v.nodes), gpu_count=v.gpu_count,
@@ -160,9 +160,9 @@ def entity_facts(ent: Entity, **more: Any) -> Facts:
     ctx = ent.ctx
     node: NodeView | None = ctx.get("node")
     out: dict[str, Any] = {
-        "node": NodeFacts.model_construct(name=node.name, cluster=node.cluster, labels=dict(node.labels),
+        "node": NodeFacts.build(name=node.name, cluster=node.cluster, labels=dict(node.labels),
                                           online=node.online)
-        if node is not None else NodeFacts.model_construct(name=ctx["entity"].node, cluster=ctx["entity"].cluster),
+        if node is not None else NodeFacts.build(name=ctx["entity"].node, cluster=ctx["entity"].cluster),
     }
     v = ent.view
     if isinstance(v, GpuView):
@@ -182,21 +182,21 @@ def entity_facts(ent: Entity, **more: Any) -> Facts:
         procs = {p.id: p for g in gpus for p in g.processes}
         out["processes"] = [_proc_facts(p) for p in procs.values()]
         out["owners"] = sorted({p.owner for p in procs.values() if p.owner})
-    return Facts.model_construct(**out, **more)
+    return Facts.build(**out, **more)
 
 
 def facts_of(ent: Entity, incident: Incident, cost: CostView | None, now: datetime,
              nxt: NextStage | None = None) -> Facts:
     """What messages and safety checks read from a request (gpuevents/facts.py)."""
-    more: dict[str, Any] = {"incident": IncidentFacts.model_construct(
+    more: dict[str, Any] = {"incident": IncidentFacts.build(
         id=incident.id, started_at=incident.active_at, firing_since=incident.fired_at,
         firing_for=incident.firing_for(now), active_for=incident.active_for(now), count=incident.sends,
-        next=NextFacts.model_construct(type=nxt.type, at=nxt.at, in_=nxt.in_, says=nxt.says) if nxt else None,
+        next=NextFacts.build(type=nxt.type, at=nxt.at, in_=nxt.in_, says=nxt.says) if nxt else None,
         resolve_reason=incident.resolve_reason, resolved_by=incident.resolved_by or None,
         kept_until=incident.kept_until,
     )}
     if cost is not None:
-        more["cost"] = CostFacts.model_construct(amount=round(cost.so_far, 2), currency=cost.currency,
+        more["cost"] = CostFacts.build(amount=round(cost.so_far, 2), currency=cost.currency,
                                                  text=cost.text, per_hour=round(cost.per_hour, 4))
     return entity_facts(ent, **more)
 
