@@ -47,9 +47,9 @@ from gpuevents.config import Config  # noqa: E402
 from gpuevents.events import Event, make_event  # noqa: E402
 from rules.core.core import Core, Tick  # noqa: E402
 from rules.engine.gcpolicy import GcPolicy  # noqa: E402
+from rules.engine.read.status import answer  # noqa: E402
 from rules.engine.servers import PagedModels  # noqa: E402
 from rules.engine.service import Engine  # noqa: E402
-from rules.engine.status import answer  # noqa: E402
 
 GPUS = 8
 ASKS = 10

@@ -232,7 +232,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
         timings = Timings()
         timings.wrap(decoder.RepeatDecoder, "decode", "decode")
-        timings.wrap(Core, "step", "core_step")
+        timings.wrap(Core, "_step", "core_step")  # what step and step_batch go through
         timings.wrap(commit.Committer, "commit", "commit_dispatch_persist")
         timings.wrap(service.Engine, "handle", "handle_batch")
         engine = service.Engine(cfg, bus)
