@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import psutil  # noqa: E402
-from engine_throughput import HOT_RULE, LIBRARY, changing_snapshot, node_snapshot  # noqa: E402
+from engine_throughput import HOT_RULE, LIBRARY, changing_snapshot, node_snapshot, warning_channel  # noqa: E402
 
 from gpuevents.bus import Bus  # noqa: E402
 from gpuevents.config import Config  # noqa: E402
@@ -113,7 +113,7 @@ async def measure(nodes: int, events: int, tmp: Path) -> dict[str, Any]:
     cfg = Config.model_validate({
         "cluster": "bench", "nats": {"url": "nats://127.0.0.1:1"},  # never connected
         "engine": {"rules": [str(rules_dir)], "tick": "30s", "offline_grace": "1h"},
-        "agent": {"snapshot_interval": "15s"},
+        "agent": {"snapshot_interval": "15s"}, "actions": warning_channel(tmp),
     })
     t0 = datetime.now(UTC) - timedelta(hours=1)
     engine = Engine(cfg, Bus(cfg.nats, name="bench"))  # never connected: the benchmark steps its core directly
