@@ -7,11 +7,14 @@ import unicodedata
 from html import escape
 from zoneinfo import ZoneInfo
 
+from markupsafe import Markup
+
 from gpuevents.costs import CostModel
 from rules.usage.colours import legend_svg, util_colour
-from rules.usage.render_energy import energy_html, energy_markdown
-from rules.usage.render_keeps import keeps_html, keeps_markdown
-from rules.usage.trends import Trend, WeekOverWeek
+from rules.usage.html import render_template
+from rules.usage.render_energy import energy_markdown
+from rules.usage.render_keeps import keep_count, keeps_markdown
+from rules.usage.trends import Trend
 from rules.usage.weekly import Heatmap, WeeklyReport, team_label
 
 CELL_W = 5
@@ -80,146 +83,14 @@ def heatmap_svg(heatmap: Heatmap) -> str:
 
 
 def render_html(report: WeeklyReport, costs: CostModel) -> str:
-    """One HTML file with everything inline; every name that came from a machine is escaped."""
-    f = costs.format
-    fl = report.fleet
-    e = escape
+    """One HTML file with everything inline (templates/weekly.html.j2); every name from a machine is escaped."""
     title = "GPU usage report" + (f" — team {team_label(report.team)}" if report.team is not None else "")
-    parts = [
-        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">",
-        f"<title>{e(title)}</title><style>{_CSS}</style></head><body>",
-        f"<h1>{e(title)}</h1><div class=\"sub\">{e(_period(report))} · generated "
-        f"{e(f'{report.generated_at:%Y-%m-%d %H:%M %Z}')}</div>",
-        *(['<p class="waste" id="simulated"><b>Includes simulated usage (gpuevents simulate --history): not a real '
-            "fleet's figures.</b></p>"] if report.simulated else []),
-        *(['<p class="sub" id="imported">Includes hours imported from the site\'s history (gpuevents import), not '
-           "recorded live.</p>"] if report.imported else []),
-        '<div class="cards">',
-        f'<div class="card"><b id="fleet-gpus">{fl.gpus}</b>GPUs</div>',
-        f'<div class="card"><b id="fleet-busy-h">{_h(fl.busy_h)}</b>GPU-hours busy</div>',
-        f'<div class="card"><b id="fleet-util">{_pct(fl.util_pct)}</b>utilization</div>',
-        *([f'<div class="card"><b id="fleet-unknown-h">{_h(fl.unknown_h)}</b>GPU-hours held, activity unknown '
-           "(MIG without GPM or dcgm-exporter)</div>"] if fl.unknown_h else []),
-        f'<div class="card waste"><b id="fleet-held-cost">{e(f(fl.held_idle_cost))}</b>'
-        f"held idle ({_h(fl.held_idle_h)} GPU-h)</div>",
-        f'<div class="card waste"><b id="fleet-free-cost">{e(f(fl.unallocated_cost))}</b>'
-        f"unallocated ({_h(fl.unallocated_h)} GPU-h)</div>",
-        f'<div class="card"><b id="fleet-cost">{e(f(fl.cost))}</b>total cost · {fl.energy_kwh:,.0f} kWh</div>',
-        "</div>",
-        "<h2>Teams and owners</h2><table id=\"teams\"><tr><th>team / owner</th><th>busy GPU-h</th>"
-        "<th>held idle GPU-h</th><th>utilization</th><th>held idle cost</th><th>unallocated GPU-h</th>"
-        "<th>unallocated cost</th></tr>",
-    ]
-    for t in report.teams:
-        parts.append(
-            f'<tr class="team"><td>{e(team_label(t.team))}</td><td>{_h(t.busy_h)}</td><td>{_h(t.held_idle_h)}</td>'
-            f'<td>{_pct(t.util_pct)}</td><td class="waste">{e(f(t.held_idle_cost))}</td>'
-            f'<td>{_h(t.unallocated_h)}</td><td class="waste">{e(f(t.unallocated_cost))}</td></tr>'
-        )
-        for o in t.owners:
-            parts.append(
-                f'<tr><td class="t">&nbsp;&nbsp;{e(o.owner)}</td><td>{_h(o.busy_h)}</td><td>{_h(o.held_idle_h)}</td>'
-                f'<td>{_pct(o.util_pct)}</td><td class="waste">{e(f(o.held_idle_cost))}</td><td></td><td></td></tr>'
-            )
-    parts.append("</table>")
-    if report.week_over_week is not None:
-        parts.append(_wow_html(report.week_over_week, costs))
-    if report.kpi:
-        parts.append('<h2>Utilization over 13 weeks</h2><table id="kpi"><tr><th>team</th><th>utilization while held'
-                     "</th><th></th></tr>")
-        for k in report.kpi:
-            state = "" if k.on_target is None else ("on target" if k.on_target else "below target")
-            parts.append(f'<tr><td class="t">{e("fleet" if k.team is None else team_label(k.team))}</td>'
-                         f'<td class="t">{e(k.text)}</td><td class="t">{state}</td></tr>')
-        parts.append("</table>")
-    if report.rightsize:
-        parts.append('<h2>Would fit smaller</h2><table id="rightsize"><tr><th>workload</th><th>owner</th>'
-                     "<th>GPUs</th><th>fits</th><th>saves / week</th><th>why</th></tr>")
-        for r in report.rightsize:
-            parts.append(f'<tr><td class="t">{e(r.workload)}</td><td class="t">{e(r.owner or "–")}</td>'
-                         f'<td class="t">{r.gpus}× {e(r.model or "?")}</td><td class="t">{e(r.fits)}</td>'
-                         f'<td>{e(f(r.saving_per_week))}</td><td class="t">{e(r.reason)}</td></tr>')
-        parts.append("</table>")
-    if report.exemptions:
-        parts.append('<h2>Exempt by annotation</h2><table id="exemptions"><tr><th>job</th><th>user</th>'
-                     "<th>exemption</th><th>until</th><th>GPU-h</th><th>idle</th></tr>")
-        for x in report.exemptions:
-            until = f"{x.until:%Y-%m-%d %H:%M %Z}" if x.until else "–"
-            parts.append(f'<tr><td class="t">{e(x.job)}</td><td class="t">{e(x.user or "–")}</td>'
-                         f'<td class="t">{e(x.exemption)}</td><td class="t">{e(until)}</td>'
-                         f"<td>{_h(x.gpu_hours)}</td><td>{_pct(x.idle_share_pct)}</td></tr>")
-        parts.append("</table>")
-    parts.append(keeps_html(report.keeps))
-    parts.append(energy_html(report, costs.format))
-    parts.append(_leaderboard_html(report, costs))
-    parts.append("<h2>Top idle jobs</h2>")
-    if report.top_idle_jobs:
-        parts.append('<table id="idle-jobs"><tr><th>job</th><th>job id</th><th>node</th><th>GPUs</th><th>owner</th>'
-                     "<th>team</th><th>held idle GPU-h</th><th>cost</th></tr>")
-        for j in report.top_idle_jobs:
-            parts.append(
-                f'<tr><td class="t">{e(j.name)}</td><td class="t">{e(j.job_id or "")}</td>'
-                f'<td class="t">{e(j.node)}</td>'
-                f'<td class="t">{e(",".join(map(str, j.gpus)))}</td><td class="t">{e(j.owner)}</td>'
-                f'<td class="t">{e(team_label(j.team))}</td><td>{_h(j.held_idle_h)}</td>'
-                f'<td class="waste">{e(f(j.cost))}</td></tr>'
-            )
-        parts.append("</table>")
-    else:
-        parts.append("<p>No job held an idle GPU this week.</p>")
-    hm = report.heatmap
-    parts.append(f"<h2>Utilization per {e(hm.per)} and hour</h2>")
-    parts.append(f'<div id="heatmap" style="overflow-x:auto">{heatmap_svg(hm)}</div>')
-    parts.append(f'<div class="legend">{legend_svg()}<br>Colour: utilization in the hour, from 0 % (dark purple) '
-                 "to 100 % (yellow), a scale colour-blind readers can read; grey: no data; ○ (white, ringed): held "
-                 "idle (a process or a scheduler job on an idle GPU) most of the hour.</div>")
-    if hm.left_out:
-        parts.append(f"<p class=\"legend\">{hm.left_out} more rows left out.</p>")
-    parts.append("</body></html>\n")
-    return "".join(parts)
-
-
-def _signed(value: float | None, unit: str, good_when_up: bool) -> str:
-    """`+4.0 pts (better)` in a span that says whether it moved the good way (in words, not colour alone)."""
-    text = _md_signed(value, unit, good_when_up)
-    if value is None or abs(value) < 0.05:
-        return text
-    return f'<span class="{"up" if (value > 0) == good_when_up else "down"}">{text}</span>'
-
-
-def _trend_cells(t: Trend, costs: CostModel) -> str:
-    f = costs.format
-    prev_waste = "–" if t.prev_waste_cost is None else escape(f(t.prev_waste_cost))
-    prev_held = "–" if t.prev_held_idle_h is None else _h(t.prev_held_idle_h)
-    return (f"<td>{_pct(t.prev_util_pct)} → {_pct(t.util_pct)}</td><td>{_signed(t.util_change_pts, ' pts', True)}</td>"
-            f"<td>{_pct(t.prev_busy_share_pct)} → {_pct(t.busy_share_pct)}</td>"
-            f"<td>{prev_held} → {_h(t.held_idle_h)}</td><td>{_signed(t.held_idle_change_pct, ' %', False)}</td>"
-            f"<td>{prev_waste} → {escape(f(t.waste_cost))}</td><td>{_signed(t.waste_change_pct, ' %', False)}</td>")
-
-
-def _wow_html(wow: WeekOverWeek, costs: CostModel) -> str:
-    rows = [f'<tr class="team"><td>fleet</td>{_trend_cells(wow.fleet, costs)}</tr>']
-    rows += [f'<tr><td class="t">{escape(team_label(t.team or ""))}</td>{_trend_cells(t, costs)}</tr>'
-             for t in wow.teams]
-    return ("<h2>Week over week</h2><p class=\"legend\">The week before → this week. Utilization: over the time "
-            "somebody held a GPU; used share: of the GPU-hours held, the share that was busy; waste: held idle and "
-            "unallocated.</p><table id=\"week-over-week\"><tr><th>team</th><th>utilization</th><th>change</th>"
-            "<th>used share</th><th>held idle GPU-h</th><th>change</th><th>waste</th><th>change</th></tr>"
-            + "".join(rows) + "</table>")
-
-
-def _leaderboard_html(report: WeeklyReport, costs: CostModel) -> str:
-    if not report.leaderboard:
-        return "<h2>Held-idle leaderboard</h2><p>Nobody held an idle GPU this week.</p>"
-    rows = "".join(
-        f'<tr><td>{o.rank}</td><td class="t">{escape(o.owner)}</td>'
-        f'<td class="t">{escape(", ".join(team_label(t) for t in o.teams))}</td><td>{_h(o.held_idle_h)}</td>'
-        f'<td class="waste">{escape(costs.format(o.held_idle_cost))}</td><td>{_h(o.busy_h)}</td>'
-        f"<td>{_pct(o.util_pct)}</td><td>{_pct(o.busy_share_pct)}</td></tr>"
-        for o in report.leaderboard)
-    return ('<h2>Held-idle leaderboard</h2><table id="leaderboard"><tr><th>#</th><th>owner</th><th>teams</th>'
-            "<th>held idle GPU-h</th><th>held idle cost</th><th>busy GPU-h</th><th>utilization</th>"
-            "<th>used share</th></tr>" + rows + "</table>")
+    page = render_template(
+        "weekly.html.j2", report=report, css=Markup(_CSS), title=title, period=_period(report),
+        generated=f"{report.generated_at:%Y-%m-%d %H:%M %Z}", money=costs.format, h=_h, pct=_pct,
+        signed_text=_md_signed, team_label=team_label, keeps=report.keeps, count=keep_count,
+        heatmap=Markup(heatmap_svg(report.heatmap)), legend=Markup(legend_svg()))
+    return page + "\n"
 
 
 # Every character with a meaning inside a GFM table cell (inline Markdown, raw HTML, entities, the
