@@ -24,6 +24,6 @@ def _source(name: str) -> str:
 _env = Environment(loader=FunctionLoader(_source), autoescape=True, undefined=StrictUndefined)
 
 
-def render_template(name: str, **names: Any) -> str:
-    """The template `name` (a file in rules/usage/templates/) rendered with `names`, every output escaped."""
-    return _env.get_template(name).render(**names)
+def render_template(template: str, /, **names: Any) -> str:
+    """The template (a file in rules/usage/templates/) rendered with `names`, every output escaped."""
+    return _env.get_template(template).render(**names)

@@ -6,7 +6,10 @@ from __future__ import annotations
 import json
 from html import escape
 
+from markupsafe import Markup
+
 from gpuevents.costs import CostModel
+from rules.usage.html import render_template
 from rules.usage.quarter import Comparison, QuarterReport, TeamSeries
 from rules.usage.render import _CSS
 from rules.usage.weekly import team_label
@@ -73,42 +76,13 @@ def _comparison_rows(c: Comparison, costs: CostModel) -> list[tuple[str, str, st
 
 
 def render_html(q: QuarterReport, costs: CostModel, comparison: Comparison | None = None) -> str:
-    weeks = len(q.weeks)
-    out = [f"<!doctype html><html><head><meta charset='utf-8'><title>GPU utilization, {weeks} weeks</title>"
-           f"<style>{_CSS} .grid{{display:flex;flex-wrap:wrap;gap:18px}} .miss{{color:#b3261e}}"
-           f" .met{{color:#1b6e3a}}</style></head><body>",
-           f"<h1>GPU utilization per team, {weeks} weeks</h1>",
-           f"<div class='sub'>{q.since:%Y-%m-%d} – {q.until:%Y-%m-%d}; utilization while held "
-           f"(free GPUs do not count against a team)</div>"]
-    if q.simulated:
-        out.append(f"<p class='waste'><b>{escape(SIMULATED)}</b></p>")
-    if q.imported:
-        out.append(f"<p class='sub'>{escape(IMPORTED)}</p>")
-    out.append("<div class='grid'>")
-    for s in q.lines():
-        state = "" if s.on_target is None else (" <span class='met'>on target</span>" if s.on_target
-                                                  else " <span class='miss'>below target</span>")
-        out.append(f"<div><h2>{escape(_name(s.team))}</h2><div class='sub'>{escape(s.change_text())}{state}; "
-                   f"held idle {costs.format(sum(p.held_idle_cost for p in s.points))}</div>{line_svg(s)}</div>")
-    out.append("</div>")
-    out.append("<h2>Week by week</h2><table><tr><th>team</th>"
-               + "".join(f"<th>{w:%m-%d}</th>" for w in q.weeks) + "<th>target</th></tr>")
-    for s in q.lines():
-        out.append(f"<tr><td class='t'>{escape(_name(s.team))}</td>"
-                   + "".join(f"<td>{_pct(p.util_pct)}</td>" for p in s.points)
-                   + f"<td>{_pct(s.target_util_pct)}</td></tr>")
-    out.append("</table>")
-    if comparison is not None:
-        out.append(f"<h2>Before and after</h2><div class='sub'>{comparison.before[0]:%Y-%m-%d} – "
-                   f"{comparison.before[1]:%Y-%m-%d} against {comparison.after[0]:%Y-%m-%d} – "
-                   f"{comparison.after[1]:%Y-%m-%d}</div><table><tr><th>team</th><th>before</th><th>after</th>"
-                   f"<th>change</th><th>held idle cost</th></tr>")
-        for row in _comparison_rows(comparison, costs):
-            out.append("<tr>" + "".join(f"<td{' class=t' if i == 0 else ''}>{escape(v)}</td>"
-                                        for i, v in enumerate(row)) + "</tr>")
-        out.append("</table>")
-    out.append("</body></html>\n")
-    return "".join(out)
+    """The page (templates/quarter.html.j2): a chart per team, the weeks as a table, and the comparison if any."""
+    page = render_template(
+        "quarter.html.j2", q=q, css=Markup(_CSS), comparison=comparison,
+        comparison_rows=_comparison_rows(comparison, costs) if comparison is not None else [],
+        money=costs.format, pct=_pct, name=_name, simulated=SIMULATED, imported=IMPORTED,
+        charts=[Markup(line_svg(s)) for s in q.lines()])
+    return page + "\n"
 
 
 def render_markdown(q: QuarterReport, costs: CostModel, comparison: Comparison | None = None) -> str:
