@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from html import escape
 from zoneinfo import ZoneInfo
 
 from markupsafe import Markup
@@ -53,33 +52,10 @@ def _period(report: WeeklyReport) -> str:
 
 def heatmap_svg(heatmap: Heatmap) -> str:
     """GPU (or node) × hour; fill = utilization (viridis); a white dot ringed in black marks an hour held idle."""
-    n = len(heatmap.hours)
-    width = LABEL_W + n * CELL_W + 10
-    height = 24 + len(heatmap.rows) * CELL_H + 8
-    titled = len(heatmap.rows) <= MAX_TITLED_ROWS
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-           f'role="img" aria-label="utilization per {heatmap.per} and hour" font-size="10">']
-    for i, hour in enumerate(heatmap.hours):
-        if hour.hour == 0 or i == 0:
-            x = LABEL_W + i * CELL_W
-            out.append(f'<line x1="{x}" y1="14" x2="{x}" y2="{height - 4}" stroke="#adb5bd" stroke-width="0.5"/>')
-            out.append(f'<text x="{x + 2}" y="11" fill="#5b6570">{escape(f"{hour:%a %d}")}</text>')
-    for r, row in enumerate(heatmap.rows):
-        y = 20 + r * CELL_H
-        out.append(f'<text x="{LABEL_W - 6}" y="{y + CELL_H - 3}" text-anchor="end">{escape(row.label)}</text>')
-        for i, (util, held) in enumerate(zip(row.cells, row.held, strict=True)):
-            x = LABEL_W + i * CELL_W
-            rect = f'<rect x="{x}" y="{y}" width="{CELL_W - 0.5}" height="{CELL_H - 1}" fill="{util_colour(util)}"'
-            if titled and util is not None:
-                tip = f"{row.label} {heatmap.hours[i]:%a %H:%M} {util:.0f}%{' held idle' if held else ''}"
-                out.append(f"{rect}><title>{escape(tip)}</title></rect>")
-            else:
-                out.append(rect + "/>")
-            if held:
-                out.append(f'<circle cx="{x + CELL_W / 2 - 0.25}" cy="{y + CELL_H / 2 - 0.5}" r="1.6" fill="#fff" '
-                           'stroke="#000" stroke-width="0.6"/>')
-    out.append("</svg>")
-    return "".join(out)
+    return render_template(
+        "heatmap.svg.j2", hm=heatmap, cell_w=CELL_W, cell_h=CELL_H, label_w=LABEL_W,
+        width=LABEL_W + len(heatmap.hours) * CELL_W + 10, height=24 + len(heatmap.rows) * CELL_H + 8,
+        titled=len(heatmap.rows) <= MAX_TITLED_ROWS, colour=util_colour)
 
 
 def render_html(report: WeeklyReport, costs: CostModel) -> str:
