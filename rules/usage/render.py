@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Iterator
 from zoneinfo import ZoneInfo
 
 from markupsafe import Markup
@@ -14,7 +15,7 @@ from rules.usage.html import render_template
 from rules.usage.render_energy import energy_markdown
 from rules.usage.render_keeps import keep_count, keeps_markdown
 from rules.usage.trends import Trend
-from rules.usage.weekly import Heatmap, WeeklyReport, team_label
+from rules.usage.weekly import Heatmap, HeatmapRow, WeeklyReport, team_label
 
 CELL_W = 5
 CELL_H = 12
@@ -52,10 +53,19 @@ def _period(report: WeeklyReport) -> str:
 
 def heatmap_svg(heatmap: Heatmap) -> str:
     """GPU (or node) × hour; fill = utilization (viridis); a white dot ringed in black marks an hour held idle."""
+    titled = len(heatmap.rows) <= MAX_TITLED_ROWS
+
+    def cells(row: HeatmapRow) -> Iterator[tuple[int, str, str | None, bool]]:
+        """Per hour: the cell's x, its fill, its tooltip (None: none) and whether it was held idle."""
+        for i, (util, held) in enumerate(zip(row.cells, row.held, strict=True)):
+            tip = (f"{row.label} {heatmap.hours[i]:%a %H:%M} {util:.0f}%{' held idle' if held else ''}"
+                   if titled and util is not None else None)
+            yield LABEL_W + i * CELL_W, util_colour(util), tip, held
+
     return render_template(
-        "heatmap.svg.j2", hm=heatmap, cell_w=CELL_W, cell_h=CELL_H, label_w=LABEL_W,
+        "heatmap.svg.j2", hm=heatmap, cell_w=CELL_W, cell_h=CELL_H, label_w=LABEL_W, cells=cells,
         width=LABEL_W + len(heatmap.hours) * CELL_W + 10, height=24 + len(heatmap.rows) * CELL_H + 8,
-        titled=len(heatmap.rows) <= MAX_TITLED_ROWS, colour=util_colour)
+        dot_dx=CELL_W / 2 - 0.25, dot_dy=CELL_H / 2 - 0.5)
 
 
 def render_html(report: WeeklyReport, costs: CostModel) -> str:
