@@ -4,7 +4,6 @@ dashed), Markdown and JSON; with a before/after comparison when one was asked fo
 from __future__ import annotations
 
 import json
-from html import escape
 
 from markupsafe import Markup
 
@@ -47,23 +46,10 @@ def line_svg(series: TeamSeries) -> str:
     def y(pct: float) -> float:
         return H - PAD / 2 - (H - PAD) * max(0.0, min(pct, 100.0)) / 100.0
 
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" role="img" '
-           f'aria-label="{escape(_name(series.team))}: utilization per week" font-size="10">',
-           f'<line x1="{PAD}" y1="{y(0):.1f}" x2="{W - PAD}" y2="{y(0):.1f}" stroke="#adb5bd"/>',
-           f'<text x="2" y="{y(0):.1f}">0</text><text x="2" y="{y(100) + 4:.1f}">100</text>']
-    if series.target_util_pct is not None:
-        ty = y(series.target_util_pct)
-        out.append(f'<line x1="{PAD}" y1="{ty:.1f}" x2="{W - PAD}" y2="{ty:.1f}" stroke="#1b6e3a" '
-                   f'stroke-dasharray="4 3"><title>target {series.target_util_pct:.0f} %</title></line>')
     pts = [(PAD + i * step, y(p.util_pct), p) for i, p in enumerate(series.points) if p.util_pct is not None]
     path = _path([(PAD + i * step, None if p.util_pct is None else y(p.util_pct)) for i, p in enumerate(series.points)])
-    if path:
-        out.append(f'<path d="{path}" fill="none" stroke="#3b528b" stroke-width="2"/>')
-    for x, yy, p in pts:
-        out.append(f'<circle cx="{x:.1f}" cy="{yy:.1f}" r="2.5" fill="#3b528b"><title>week of '
-                   f'{p.week_start:%Y-%m-%d}: {_pct(p.util_pct)}</title></circle>')
-    out.append("</svg>")
-    return "".join(out)
+    return render_template("line.svg.j2", series=series, name=_name, pct=_pct, w=W, h=H, pad=PAD, y=y, path=path,
+                           points=pts)
 
 
 def _comparison_rows(c: Comparison, costs: CostModel) -> list[tuple[str, str, str, str, str]]:
