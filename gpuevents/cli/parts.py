@@ -138,9 +138,12 @@ def runner_parts(config: Config, bus: Bus, clock: Clock, count: int) -> dict[str
     from actions.runner import ActionRunner
     from gpuevents.cli.report import weekly_summary
 
-    parts: dict[str, Part] = {
-        f"runner{i}": ActionRunner(bus, config, clock, name=f"runner{i}", report=weekly_summary).run
-        for i in range(count)}
+    def runner(name: str) -> Part:
+        async def run(stop: asyncio.Event) -> None:
+            await (await ActionRunner.open(bus, config, clock, name=name, report=weekly_summary)).run(stop)
+        return run
+
+    parts: dict[str, Part] = {f"runner{i}": runner(f"runner{i}") for i in range(count)}
     if count > 0:
         parts.update(slack_click_parts(config, bus, clock))
     return parts
