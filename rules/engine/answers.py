@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from gpuevents.clock import Clock
     from gpuevents.config import Config
     from rules.core.core import Core
+    from rules.engine.aggregates import FleetAggregates
     from rules.engine.commit import Committer
     from rules.engine.intake import Intake
     from rules.engine.planner import TickPlanner
@@ -42,6 +43,8 @@ class EngineAnswers:
     planner: TickPlanner
     partition: int | None
     read_side: ReadSide
+    summary_side: ReadSide
+    aggregates: FleetAggregates
     usage: UsageRecorder | None
     _lock: asyncio.Lock
     _changes: int
@@ -58,12 +61,25 @@ class EngineAnswers:
         one that saw every event consumed before this call, or with `max_age_s` the latest if it is that young."""
         return await self.read_side.get(max_age_s)
 
+    async def status_summary(self) -> ReadModel:
+        """The figures of `gpuevents status` (no pages), with every event consumed before this call, from the
+        aggregates kept as the fleet changes (rules/engine/aggregates.py)."""
+        return await self.summary_side.get()
+
     async def _build_read_model(self, version: int) -> ReadModel:
+        return await self._build(version, summary=False)
+
+    async def _build_summary(self, version: int) -> ReadModel:
+        return await self._build(version, summary=True)
+
+    async def _build(self, version: int, summary: bool) -> ReadModel:
         costs = CostModel(self.config.costs)
         if self.core is None:
             return empty_model(self.clock.now(), costs, version)
         now = self.clock.now()
         warnings = tuple(c.text() for c in self.intake.claims.conflicts(now))  # a node two agents claim
+        if summary:
+            return await self.aggregates.summary(self.core, now, version, costs, warnings=warnings)
         return await build_read_model(self.core, now, version, costs, warnings=warnings)
 
     async def keep(self, req: KeepRequest) -> KeepReply:

@@ -1,0 +1,142 @@
+"""The status summary kept as aggregates: each node's counts (GPUs busy, idle, held idle, unknown; the money held
+idle) are worked out once per change of its readings and kept, so that answering `gpuevents status` adds up kept
+numbers instead of building every node's view and JSON; only the incidents it shows are rendered."""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from gpuevents.costs import CostModel
+from gpuevents.events import GpuInfo, NodeInfo
+from gpuevents.wire.fleet import FleetSummary, WorstNode
+from gpuevents.wire.status import TOP
+from rules.core.core import Core
+from rules.dashboard.fleet_view import fleet_node
+from rules.engine import readings
+from rules.engine.readmodel import ReadModel, incident_cost, incident_view
+from rules.engine.slices import Packed, Slicer
+
+
+@dataclass(frozen=True, slots=True)
+class NodeCounts:
+    """One node's part of the summary, and the readings it was counted from (immutable: compared by identity)."""
+
+    info: NodeInfo
+    online: bool
+    gpu_infos: tuple[GpuInfo, ...]
+    cluster: str
+    name: str
+    gpus: int
+    idle: int
+    unknown: int
+    held: int
+    held_cost: float
+
+
+def count_node(reading: readings.NodeReading, costs: CostModel, team_label: str) -> tuple[str, str, int, int, int,
+                                                                                          int, float, bool]:
+    """A node's cluster, name, GPUs, idle, unknown, held idle, money held idle per hour, and whether online, as
+    the dashboard's view of it counts them."""
+    node, held_cost = fleet_node(reading, costs, team_label)
+    idle = sum(1 for g in node.gpus if g.idle)
+    unknown = sum(1 for g in node.gpus if not g.idle and not g.activity_known)
+    held = sum(1 for g in node.gpus if g.held_idle)
+    return node.cluster, node.name, len(node.gpus), idle, unknown, held, held_cost, node.online
+
+
+class FleetAggregates:
+    """Each node's counts, kept between status requests and worked out again only for the nodes whose readings
+    changed (the core replaces a reading whole when it changes, so a kept one still there means no change)."""
+
+    def __init__(self) -> None:
+        self._nodes: dict[str, NodeCounts] = {}
+        self._costs: Any = None  # the cost settings the kept counts were made with
+
+    def counts(self, core: Core, key: str, costs: CostModel) -> NodeCounts | None:
+        ns = core.state.nodes.get(key)
+        if ns is None:
+            self._nodes.pop(key, None)
+            return None
+        gpu_infos = tuple(ns.gpu_infos.values())
+        kept = self._nodes.get(key)
+        if kept is not None and kept.info is ns.info and kept.online == ns.online and _same(kept.gpu_infos, gpu_infos):
+            return kept
+        reading = readings.node_reading(core, key)
+        assert reading is not None
+        cluster, name, gpus, idle, unknown, held, held_cost, _ = count_node(reading, costs, costs.costs.team_label)
+        counts = NodeCounts(info=ns.info, online=ns.online, gpu_infos=gpu_infos, cluster=cluster, name=name, gpus=gpus,
+                            idle=idle, unknown=unknown, held=held, held_cost=held_cost)
+        self._nodes[key] = counts
+        return counts
+
+    async def summary(self, core: Core, now: datetime, version: int, costs: CostModel,
+                      slicer: Slicer | None = None, warnings: tuple[str, ...] = ()) -> ReadModel:
+        """A read model with the summary, the worst nodes and the TOP firing incidents only (no node or incident
+        pages): the same numbers and rankings as a full build of the same fleet."""
+        started = time.perf_counter()
+        slicer = slicer or Slicer(freeze=True)
+        if self._costs is not costs.costs:
+            self._nodes.clear()
+            self._costs = costs.costs
+        s = FleetSummary(time=now, currency=costs.currency)
+        worst: list[tuple[int, float, int, int, NodeCounts]] = []
+        clusters: Counter[str] = Counter()
+        keys = readings.node_keys(core)
+        for gone in self._nodes.keys() - set(keys):
+            del self._nodes[gone]
+        for n, key in enumerate(keys):
+            if n % 64 == 0 and slicer.due():
+                await slicer.pause()
+            c = self.counts(core, key, costs)
+            if c is None:
+                continue
+            clusters[c.cluster] += 1
+            s.nodes += 1
+            s.nodes_online += c.online
+            s.gpus += c.gpus
+            s.idle += c.idle
+            s.busy += c.gpus - c.idle - c.unknown
+            s.unknown += c.unknown
+            s.held_idle += c.held
+            s.held_idle_cost_per_hour += c.held_cost
+            if c.held:
+                entry = (c.held, c.held_cost, c.idle, -n, c)
+                if len(worst) < TOP:
+                    heapq.heappush(worst, entry)
+                elif entry[:4] > worst[0][:4]:
+                    heapq.heapreplace(worst, entry)
+        s.held_idle_cost_per_hour_text = costs.format(s.held_idle_cost_per_hour)
+        firing: list[tuple[float, datetime, int, Any]] = []  # (-cost, since, order, incident)
+        pending = 0
+        for group in readings.open_incidents(core):
+            if slicer.due():
+                await slicer.pause()
+            for inc in group:
+                if inc.status != "firing":
+                    pending += 1
+                    continue
+                cost = incident_cost(core, inc, now, costs)
+                firing.append((-(cost or 0.0), inc.fired_at or inc.active_at, len(firing), inc))
+        s.incidents_firing, s.incidents_pending = len(firing), pending
+        top = Packed()
+        for *_k, inc in heapq.nsmallest(TOP, firing, key=lambda e: e[:3]):
+            top.append(incident_view(core, inc, now, costs).model_dump_json().encode())
+        ranked = sorted(worst, key=lambda e: e[:4], reverse=True)
+        return ReadModel(
+            version=version, time=now, summary=s, team_label=costs.costs.team_label, incidents=top.done(),
+            worst_nodes=tuple(WorstNode(name=c.name, cluster=c.cluster, online=c.online, gpus=c.gpus, idle=c.idle,
+                                        held_idle=c.held, held_idle_cost_per_hour=c.held_cost)
+                              for *_k, c in ranked),
+            clusters=dict(clusters), demand=tuple(readings.demand_lines(core, now)),
+            exemptions=tuple(readings.exemption_views(core, now)), warnings=warnings, summary_only=True,
+            built_s=time.perf_counter() - started)
+
+
+def _same(kept: tuple[GpuInfo, ...], now: tuple[GpuInfo, ...]) -> bool:
+    """The same readings, each the very object counted before."""
+    return len(kept) == len(now) and all(a is b for a, b in zip(kept, now, strict=True))
