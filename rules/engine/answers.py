@@ -4,6 +4,7 @@ snoozes and keeps, and a person's kill or cancel; mixed into `Engine` (rules/eng
 from __future__ import annotations
 
 import asyncio
+from functools import cached_property, partial
 from typing import TYPE_CHECKING
 
 from gpuevents.costs import CostModel
@@ -12,9 +13,10 @@ from gpuevents.manual import OperatorAction, OperatorActionReply
 from gpuevents.wire import KeepReply, KeepRequest
 from rules.core.core import Snooze, StepResult
 from rules.core.keeps import approving_channel, entity_gpus, entity_team, keep_approval
+from rules.engine.aggregates import FleetAggregates
 from rules.engine.audit import snooze_record
 from rules.engine.operator import act_for
-from rules.engine.readmodel import ReadModel, build_read_model, empty_model
+from rules.engine.readmodel import ReadModel, ReadSide, build_read_model, empty_model
 from rules.usage.keepbudget import BudgetUse, budgets, week_start
 from rules.usage.keeps import KeepRow, KeptGpu
 
@@ -24,11 +26,9 @@ if TYPE_CHECKING:
     from gpuevents.clock import Clock
     from gpuevents.config import Config
     from rules.core.core import Core
-    from rules.engine.aggregates import FleetAggregates
     from rules.engine.commit import Committer
     from rules.engine.intake import Intake
     from rules.engine.planner import TickPlanner
-    from rules.engine.readmodel import ReadSide
     from rules.lang.model import Rule
     from rules.usage.recorder import UsageRecorder
 
@@ -43,8 +43,6 @@ class EngineAnswers:
     planner: TickPlanner
     partition: int | None
     read_side: ReadSide
-    summary_side: ReadSide
-    aggregates: FleetAggregates
     usage: UsageRecorder | None
     _lock: asyncio.Lock
     _changes: int
@@ -61,25 +59,27 @@ class EngineAnswers:
         one that saw every event consumed before this call, or with `max_age_s` the latest if it is that young."""
         return await self.read_side.get(max_age_s)
 
+    @cached_property
+    def summary_side(self) -> ReadSide:
+        """The status summary's read models, from per-node counts kept between requests."""
+        return ReadSide(partial(self._build, aggregates=FleetAggregates()), lambda: self._changes)
+
     async def status_summary(self) -> ReadModel:
         """The figures of `gpuevents status` (no pages), with every event consumed before this call, from the
         aggregates kept as the fleet changes (rules/engine/aggregates.py)."""
         return await self.summary_side.get()
 
     async def _build_read_model(self, version: int) -> ReadModel:
-        return await self._build(version, summary=False)
+        return await self._build(version)
 
-    async def _build_summary(self, version: int) -> ReadModel:
-        return await self._build(version, summary=True)
-
-    async def _build(self, version: int, summary: bool) -> ReadModel:
+    async def _build(self, version: int, aggregates: FleetAggregates | None = None) -> ReadModel:
         costs = CostModel(self.config.costs)
         if self.core is None:
             return empty_model(self.clock.now(), costs, version)
         now = self.clock.now()
         warnings = tuple(c.text() for c in self.intake.claims.conflicts(now))  # a node two agents claim
-        if summary:
-            return await self.aggregates.summary(self.core, now, version, costs, warnings=warnings)
+        if aggregates is not None:
+            return await aggregates.summary(self.core, now, version, costs, warnings=warnings)
         return await build_read_model(self.core, now, version, costs, warnings=warnings)
 
     async def keep(self, req: KeepRequest) -> KeepReply:

@@ -20,7 +20,6 @@ from gpuevents.events import SnapshotEvent
 from gpuevents.records import AuditRecord
 from gpuevents.yamlpos import LocatedError
 from rules.core.core import Core, StepResult, Sweep, Tick
-from rules.engine.aggregates import FleetAggregates
 from rules.engine.answers import EngineAnswers
 from rules.engine.audit import AuditTail, reload_record
 from rules.engine.commit import Committer, EngineStores
@@ -87,8 +86,6 @@ class Engine(EngineAnswers):
         self._own_usage = usage is None
         self._changes = 0  # counts what changed the core: a reader waits for a read model that saw them
         self.read_side = ReadSide(self._build_read_model, lambda: self._changes)
-        self.aggregates = FleetAggregates()  # the status summary's figures, kept between requests
-        self.summary_side = ReadSide(self._build_summary, lambda: self._changes)
 
     def _reads_demand(self) -> bool:
         """One engine reads the schedulers' demand: the leader of the whole fleet, or of partition 0."""
@@ -258,8 +255,7 @@ class Engine(EngineAnswers):
 
     async def _step_down(self) -> None:
         self.leader.clear()
-        await self.read_side.close()
-        await self.summary_side.close()
+        await asyncio.gather(self.read_side.close(), self.summary_side.close())
         for sub in self._subs:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
