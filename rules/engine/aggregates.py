@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import heapq
 import time
+import weakref
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from gpuevents.costs import CostModel
 from gpuevents.events import GpuInfo, NodeInfo
@@ -21,14 +23,17 @@ from rules.engine import readings
 from rules.engine.readmodel import ReadModel, incident_cost, incident_view
 from rules.engine.slices import Packed, Slicer
 
+T = TypeVar("T")
+
 
 @dataclass(frozen=True, slots=True)
 class NodeCounts:
-    """One node's part of the summary, and the readings it was counted from (immutable: compared by identity)."""
+    """One node's part of the summary, and the readings it was counted from (immutable: compared by identity,
+    held weakly so that a reading the core has replaced is freed)."""
 
-    info: NodeInfo
+    info: Callable[[], NodeInfo | None]
     online: bool
-    gpu_infos: tuple[GpuInfo, ...]
+    gpu_infos: tuple[Callable[[], GpuInfo | None], ...]
     cluster: str
     name: str
     gpus: int
@@ -64,13 +69,14 @@ class FleetAggregates:
             return None
         gpu_infos = tuple(ns.gpu_infos.values())
         kept = self._nodes.get(key)
-        if kept is not None and kept.info is ns.info and kept.online == ns.online and _same(kept.gpu_infos, gpu_infos):
+        if kept is not None and kept.online == ns.online and _same(kept, ns.info, gpu_infos):
             return kept
         reading = readings.node_reading(core, key)
         assert reading is not None
         cluster, name, gpus, idle, unknown, held, held_cost, _ = count_node(reading, costs, costs.costs.team_label)
-        counts = NodeCounts(info=ns.info, online=ns.online, gpu_infos=gpu_infos, cluster=cluster, name=name, gpus=gpus,
-                            idle=idle, unknown=unknown, held=held, held_cost=held_cost)
+        counts = NodeCounts(info=_ref(ns.info), online=ns.online, gpu_infos=tuple(_ref(g) for g in gpu_infos),
+                            cluster=cluster, name=name, gpus=gpus, idle=idle, unknown=unknown, held=held,
+                            held_cost=held_cost)
         self._nodes[key] = counts
         return counts
 
@@ -137,6 +143,15 @@ class FleetAggregates:
             built_s=time.perf_counter() - started)
 
 
-def _same(kept: tuple[GpuInfo, ...], now: tuple[GpuInfo, ...]) -> bool:
+def _same(kept: NodeCounts, info: NodeInfo, gpus: tuple[GpuInfo, ...]) -> bool:
     """The same readings, each the very object counted before."""
-    return len(kept) == len(now) and all(a is b for a, b in zip(kept, now, strict=True))
+    return kept.info() is info and len(kept.gpu_infos) == len(gpus) and all(
+        a() is b for a, b in zip(kept.gpu_infos, gpus, strict=True))
+
+
+def _ref(reading: T) -> Callable[[], T | None]:
+    """A weak reference to a reading, or a strong one for a type that takes none."""
+    try:
+        return weakref.ref(reading)
+    except TypeError:
+        return lambda: reading
