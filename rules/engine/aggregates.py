@@ -96,7 +96,7 @@ class FleetAggregates:
         for gone in self._nodes.keys() - set(keys):
             del self._nodes[gone]
         for n, key in enumerate(keys):
-            if n % 64 == 0 and slicer.due():
+            if slicer.due():
                 await slicer.pause()
             c = self.counts(core, key, costs)
             if c is None:
@@ -117,20 +117,25 @@ class FleetAggregates:
                 elif entry[:4] > worst[0][:4]:
                     heapq.heapreplace(worst, entry)
         s.held_idle_cost_per_hour_text = costs.format(s.held_idle_cost_per_hour)
-        firing: list[tuple[float, datetime, int, Any]] = []  # (-cost, since, order, incident)
-        pending = 0
+        # the TOP firing incidents, most costly then the longest firing, then in the order read: a min-heap of
+        # (cost, -since, -order), the first of it the least of those kept
+        costliest: list[tuple[float, float, int, Any]] = []
         for group in readings.open_incidents(core):
-            if slicer.due():
-                await slicer.pause()
             for inc in group:
+                if slicer.due():
+                    await slicer.pause()
                 if inc.status != "firing":
-                    pending += 1
+                    s.incidents_pending += 1
                     continue
-                cost = incident_cost(core, inc, now, costs)
-                firing.append((-(cost or 0.0), inc.fired_at or inc.active_at, len(firing), inc))
-        s.incidents_firing, s.incidents_pending = len(firing), pending
+                s.incidents_firing += 1
+                entry = (incident_cost(core, inc, now, costs) or 0.0, -(inc.fired_at or inc.active_at).timestamp(),
+                         -s.incidents_firing, inc)
+                if len(costliest) < TOP:
+                    heapq.heappush(costliest, entry)
+                elif entry[:3] > costliest[0][:3]:
+                    heapq.heapreplace(costliest, entry)
         top = Packed()
-        for *_k, inc in heapq.nsmallest(TOP, firing, key=lambda e: e[:3]):
+        for *_k, inc in sorted(costliest, key=lambda e: e[:3], reverse=True):
             top.append(incident_view(core, inc, now, costs).model_dump_json().encode())
         ranked = sorted(worst, key=lambda e: e[:4], reverse=True)
         return ReadModel(
