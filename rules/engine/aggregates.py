@@ -128,12 +128,12 @@ class FleetAggregates:
                     s.incidents_pending += 1
                     continue
                 s.incidents_firing += 1
-                entry = (incident_cost(core, inc, now, costs) or 0.0, -(inc.fired_at or inc.active_at).timestamp(),
-                         -s.incidents_firing, inc)
+                hit = (incident_cost(core, inc, now, costs) or 0.0, -(inc.fired_at or inc.active_at).timestamp(),
+                       -s.incidents_firing, inc)
                 if len(costliest) < TOP:
-                    heapq.heappush(costliest, entry)
-                elif entry[:3] > costliest[0][:3]:
-                    heapq.heapreplace(costliest, entry)
+                    heapq.heappush(costliest, hit)
+                elif hit[:3] > costliest[0][:3]:
+                    heapq.heapreplace(costliest, hit)
         top = Packed()
         for *_k, inc in sorted(costliest, key=lambda e: e[:3], reverse=True):
             top.append(incident_view(core, inc, now, costs).model_dump_json().encode())

@@ -18,6 +18,7 @@ from gpuevents.costs import CostModel
 from gpuevents.wire.fleet import DemandLine, ExemptionView, FleetIncident, FleetNode, FleetSummary, WorstNode
 from gpuevents.wire.status import TOP
 from rules.core.core import Core
+from rules.core.incidents import Incident
 from rules.dashboard.fleet_view import FleetRows, fleet_node
 from rules.engine import readings
 from rules.engine.slices import Packed, Slicer, add, sorted_sliced
@@ -162,7 +163,7 @@ async def _build(core: Core, now: datetime, version: int, costs: CostModel, slic
         built_s=time.perf_counter() - started)
 
 
-def incident_cost(core: Core, inc: Any, now: datetime, costs: CostModel,
+def incident_cost(core: Core, inc: Incident, now: datetime, costs: CostModel,
                   ctx: readings.IncidentContext | None = None) -> float | None:
     """What a firing GPU incident has cost so far (None for other entities and pending ones)."""
     if inc.entity_kind != "gpu" or not inc.fired_at:
