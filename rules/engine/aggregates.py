@@ -8,17 +8,17 @@ import heapq
 import time
 import weakref
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
-from gpuevents.costs import CostModel
+from gpuevents.costs import CostModel, physical_shares
 from gpuevents.events import GpuInfo, NodeInfo
 from gpuevents.wire.fleet import FleetSummary, WorstNode
 from gpuevents.wire.status import TOP
 from rules.core.core import Core
-from rules.dashboard.fleet_view import fleet_node
+from rules.dashboard.fleet_view import held_idle
 from rules.engine import readings
 from rules.engine.readmodel import ReadModel, incident_cost, incident_view
 from rules.engine.slices import Packed, Slicer
@@ -43,15 +43,23 @@ class NodeCounts:
     held_cost: float
 
 
-def count_node(reading: readings.NodeReading, costs: CostModel, team_label: str) -> tuple[str, str, int, int, int,
-                                                                                          int, float, bool]:
-    """A node's cluster, name, GPUs, idle, unknown, held idle, money held idle per hour, and whether online, as
-    the dashboard's view of it counts them."""
-    node, held_cost = fleet_node(reading, costs, team_label)
-    idle = sum(1 for g in node.gpus if g.idle)
-    unknown = sum(1 for g in node.gpus if not g.idle and not g.activity_known)
-    held = sum(1 for g in node.gpus if g.held_idle)
-    return node.cluster, node.name, len(node.gpus), idle, unknown, held, held_cost, node.online
+def count_node(gpu_infos: Iterable[GpuInfo], costs: CostModel) -> tuple[int, int, int, int, float]:
+    """A node's GPUs, idle, unknown (no activity signal), held idle, and money held idle per hour, as the
+    dashboard's view of it (rules/dashboard/fleet_view.py) counts them: a MIG parent whose instances are
+    reported is left out, an instance costs its share."""
+    gpus = idle = unknown = held = 0
+    held_cost = 0.0
+    physical = physical_shares(gpu_infos)
+    for g in sorted(gpu_infos, key=lambda g: g.index):
+        if not physical[g.index]:
+            continue
+        gpus += 1
+        idle += g.idle
+        unknown += not g.idle and not g.activity_known
+        if held_idle(g):
+            held += 1
+            held_cost += costs.hourly(g.model, g.power_w) * physical[g.index]
+    return gpus, idle, unknown, held, held_cost
 
 
 class FleetAggregates:
@@ -71,12 +79,10 @@ class FleetAggregates:
         kept = self._nodes.get(key)
         if kept is not None and kept.online == ns.online and _same(kept, ns.info, gpu_infos):
             return kept
-        reading = readings.node_reading(core, key)
-        assert reading is not None
-        cluster, name, gpus, idle, unknown, held, held_cost, _ = count_node(reading, costs, costs.costs.team_label)
+        gpus, idle, unknown, held, held_cost = count_node(gpu_infos, costs)
         counts = NodeCounts(info=_ref(ns.info), online=ns.online, gpu_infos=tuple(_ref(g) for g in gpu_infos),
-                            cluster=cluster, name=name, gpus=gpus, idle=idle, unknown=unknown, held=held,
-                            held_cost=held_cost)
+                            cluster=ns.info.cluster, name=ns.info.name, gpus=gpus, idle=idle, unknown=unknown,
+                            held=held, held_cost=held_cost)
         self._nodes[key] = counts
         return counts
 

@@ -29,7 +29,7 @@ MODELS = ("NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB", None)
 gpus_ = st.lists(st.tuples(st.sampled_from([0.0, 2.0, 60.0, 95.0]), st.booleans(), st.booleans(),
                            st.sampled_from(MODELS)), min_size=0, max_size=4)
 change = st.one_of(
-    st.tuples(st.just("snapshot"), st.sampled_from(NODES), st.sampled_from(["default", "x"]), gpus_),
+    st.tuples(st.just("snapshot"), st.sampled_from(NODES), st.sampled_from(["default", "x"]), gpus_, st.booleans()),
     st.tuples(st.just("tick"), st.integers(1, 4000)),  # time passes: incidents fire, nodes go offline
     st.tuples(st.just("forget"), st.sampled_from(NODES)),
     st.tuples(st.just("same"), st.sampled_from(NODES)),  # the node's last snapshot again
@@ -42,22 +42,31 @@ def step(core: Core, c: tuple, t: float, last: dict[str, tuple]) -> float:  # ty
         t += c[1]
         core.step(Tick(), at(t))
     elif kind == "forget":
-        cluster = last.pop(c[1], ("snapshot", c[1], "default", []))[2]
+        cluster = last.pop(c[1], ("snapshot", c[1], "default", [], False))[2]
         core.step(ForgetNode(node=c[1], cluster=cluster), at(t))
     else:
         if kind == "same":
             if c[1] not in last:
                 return t
             c = last[c[1]]
-        _, node, cluster, spec = c
+        _, node, cluster, spec, mig = c
         last[node] = c
         t += 1
-        gs = [gpu(i, util, node=node, pids=[100 + i] if held else [], allocated=alloc, model=model, power_w=300.0,
-                  idle_since=at(t - 600) if util < 5 else None)
+        gs = [gpu(i, util, node=node, pids=[100 + i] if held else [], allocated=alloc, power_w=300.0,
+                  idle_since=at(t - 600) if util < 5 else None, **{"model": model, **mig_fields(i, mig)})
               for i, (util, held, alloc, model) in enumerate(spec)]
         procs = [proc(100 + i, node=node, gpus=[i]) for i, (_u, held, _a, _m) in enumerate(spec) if held]
         core.step(snapshot(at(t), node, gpus=gs, processes=procs, cluster=cluster), at(t))
     return t
+
+
+def mig_fields(index: int, mig: bool) -> dict[str, str | None]:
+    """With `mig`, GPU 0 is a MIG parent and the others its 3g.20gb instances (each costed as 3/7 of it)."""
+    if not mig:
+        return {}
+    if index == 0:
+        return {"uuid": "GPU-parent"}
+    return {"mig_parent": "GPU-parent", "uuid": f"MIG-{index}", "model": "NVIDIA A100-SXM4-40GB MIG 3g.20gb"}
 
 
 def summaries(model: ReadModel) -> list[bytes]:
