@@ -4,6 +4,10 @@ The first runner to see the request posts it to the channel with Approve / Deny 
 (`pending`, created once); the request is redelivered every few seconds until the state says `approved` (then
 it runs: the request's age counts from the approval), `denied` (refused, with who denied it) or its
 `approve_within` passed (`expired`). Without a Slack token the question is printed and can only expire.
+
+Requests with the same `approval_key` share one question and one answer: the destructive actions a fleet-share
+limit holds in one outbreak (rules/core/sends.py) are posted once, with what is held and why, and one release
+lets them all run.
 """
 
 from __future__ import annotations
@@ -44,7 +48,16 @@ def approval_key(request_key: str) -> str:
     return kv_key("actions", "approval", request_key)
 
 
+def shared_key(req: ActionRequest) -> str:
+    """The key of the request's approval: its own, or the one it shares (an outbreak's hold)."""
+    return req.approval_key or req.key
+
+
 def question(req: ActionRequest) -> str:
+    if req.approval_key:
+        return (f"The fleet-share limit of rule `{req.rule}` holds its `{req.type}` actions: {req.reason or ''}. "
+                f"Release them for this outbreak (from {req.entity_id} on)? Unanswered, they expire in "
+                f"{format_duration(req.approve_within)}.")
     reason = req.params.get("reason") or ""
     return (f"Approve `{req.type}` on {req.entity_id} (rule `{req.rule}`)?" + (f" {reason}" if reason else "")
             + f" Unanswered, it expires in {format_duration(req.approve_within)}.")
@@ -53,7 +66,7 @@ def question(req: ActionRequest) -> str:
 def approval_blocks(req: ActionRequest) -> list[dict[str, Any]]:
     def button(text: str, action_id: str, style: str) -> dict[str, Any]:
         return {"type": "button", "text": {"type": "plain_text", "text": text}, "action_id": action_id,
-                "value": req.key, "style": style}
+                "value": shared_key(req), "style": style}
 
     return [{"type": "section", "text": md(question(req))},
             {"type": "actions", "block_id": "gpuevents_approval",
@@ -63,14 +76,15 @@ def approval_blocks(req: ActionRequest) -> list[dict[str, Any]]:
 async def gate(req: ActionRequest, kv: KeyValue, config: Config, now: datetime) -> tuple[str, str]:
     """Where the request's approval stands: ("approved", when), ("denied", by whom), ("expired", why), or
     ("pending", seconds to look again) — posting the question the first time."""
-    got = await kv.get(approval_key(req.key))
+    key = approval_key(shared_key(req))
+    got = await kv.get(key)
     if got is not None and parse_or_none(Approval, got, "deleting it: the approval is asked again") is None:
         await kv.delete(got.key)
         got = None
     if got is None:
         state = Approval(request=req)
         try:
-            await kv.create(approval_key(req.key), state.model_dump_json().encode())
+            await kv.create(key, state.model_dump_json().encode())
         except KvExists:
             return "pending", str(RECHECK_S)  # another runner posts it
         await _post(req, kv, config, state)
@@ -96,7 +110,7 @@ async def _post(req: ActionRequest, kv: KeyValue, config: Config, state: Approva
     resp = await client.chat_postMessage(channel=str(req.approve), text=question(req), blocks=approval_blocks(req),
                                          parse="none", link_names=False)
     posted = state.model_copy(update={"channel": str(resp.get("channel") or req.approve), "ts": str(resp.get("ts"))})
-    await kv.put(approval_key(req.key), posted.model_dump_json().encode())
+    await kv.put(approval_key(shared_key(req)), posted.model_dump_json().encode())
 
 
 async def decide(kv: KeyValue, request_key: str, approved: bool, by: str, now: datetime) -> Approval | None:

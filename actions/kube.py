@@ -24,21 +24,25 @@ def make_client(cfg: KubernetesConfig) -> AsyncClient:
         raise PermanentError(str(e)) from None
 
 
+TRANSIENT_CODES = (403, 409, 429)
+
+
 @contextmanager
 def kube_errors(what: str) -> Iterator[None]:
-    """API errors as the runner wants them: 404/4xx permanent; 409, 429, 5xx and the network transient."""
+    """API errors as the runner wants them (actions/convergence.py): 403 (rights are granted without a restart), 409,
+    429, 5xx and the network transient; 404 and any other 4xx permanent."""
     try:
         yield
     except ApiError as e:
         code = e.status.code or e.response.status_code
         msg = f"{what}: {e.status.message or e} (HTTP {code})"
-        if code in (409, 429) or code >= 500:
+        if code in TRANSIENT_CODES or code >= 500:
             raise TransientError(msg) from None
         raise PermanentError(msg) from None
     except httpx2.HTTPStatusError as e:  # an error page that is not a Kubernetes Status (a proxy)
         code = e.response.status_code
         msg = f"{what}: HTTP {code}"
-        if code in (409, 429) or code >= 500:
+        if code in TRANSIENT_CODES or code >= 500:
             raise TransientError(msg) from None
         raise PermanentError(msg) from None
     except httpx2.TransportError as e:

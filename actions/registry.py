@@ -37,6 +37,7 @@ BUILTIN_MODULES: tuple[str, ...] = (
     "actions.specs.drain",
     "actions.specs.keep",
     "actions.specs.power_cap",
+    "actions.specs.diagnose",
 )
 
 AnyAction = Action[Any]

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from actions import approvals, registry
+from actions import approvals, convergence, evidence, registry
 from actions.ledger import Claim, Ledger, LedgerEntry
 from actions.protocol import Action, ActionContext, ActionResult, Deferred, PermanentError, TransientError
 from actions.services import Services, WeeklySummary
@@ -43,6 +43,7 @@ class _Retry:
     delay: float
     error: str
     deferred: bool = False
+    record: AuditRecord | None = None  # a remedy's failed try, audited as it happens (actions/convergence.py)
 
 
 @dataclass(frozen=True)
@@ -136,13 +137,14 @@ class ActionRunner:
 
     # ------------------------------------------------------------ one attempt
     def _record(self, req: ActionRequest, outcome: Outcome, *, attempt: int = 0, error: str | None = None,
-                detail: str | None = None, params: dict[str, Any] | None = None) -> AuditRecord:
+                detail: str | None = None, params: dict[str, Any] | None = None,
+                slot_freed: bool = False) -> AuditRecord:
         return AuditRecord(
             time=self.clock.now(), kind="action", rule=req.rule, entity_id=req.entity_id,
             cluster=req.cluster, incident_id=req.incident_id, action_type=req.type, action_key=req.key,
             outcome=outcome, attempt=attempt, error=error, detail=detail,
             params=redact(registry.readable(req.type, params if params is not None else req.params)),
-            dry_run=req.dry_run or self.config.engine.dry_run, facts=req.facts,
+            dry_run=req.dry_run or self.config.engine.dry_run, facts=req.facts, slot_freed=slot_freed,
         )
 
     async def _attempt(self, req: ActionRequest) -> _Step:
@@ -166,7 +168,8 @@ class ActionRunner:
         if destructive:
             why = protection_reason(req, self.config.protect)
             if why is not None:
-                return _Final(self._record(req, "refused", error=f"protected: {why}"))
+                return _Final(self._record(req, "refused", error=f"protected: {why}",
+                                           slot_freed=req.phase != "resolve"))
         decided_at = req.created_at
         if req.approve and not (req.dry_run or self.config.engine.dry_run):
             # a destructive action with `approve:`, or an owner's keep longer than the rule's snooze_max
@@ -177,10 +180,11 @@ class ActionRunner:
                 return _Final(self._record(req, "refused", error=f"denied by {info} in {req.approve}"))
             if status == "expired":
                 return _Final(self._record(req, "expired", detail=info))
-            decided_at = datetime.fromisoformat(info)  # approved: the decision is as old as the approval
+            # approved: the decision is as old as the approval (or the request, made after a shared approval)
+            decided_at = max(datetime.fromisoformat(info), req.created_at)
         if destructive:
             age = (self.clock.now() - decided_at).total_seconds()
-            if age > self.config.engine.request_ttl:
+            if age > self.config.engine.request_ttl and not await _tried(ledger, req.key):
                 return _Final(self._record(req, "expired", detail=(
                     f"decided {format_duration(age)} ago, longer than engine.request_ttl "
                     f"({format_duration(self.config.engine.request_ttl)}): not acting on an old decision")))
@@ -211,14 +215,16 @@ class ActionRunner:
                        timeout: float, dump: dict[str, Any]) -> _Step:
         req, attempt = ctx.request, ctx.attempt
         retry = self.config.actions.retry
+        destructive = type(instance).destructive or req.destructive
         try:
-            result: ActionResult = await asyncio.wait_for(instance.run(ctx.params, ctx), timeout)
+            result: ActionResult = await asyncio.wait_for(_confirmed_run(instance, ctx), timeout)
         except Deferred as d:
             await ledger.release(claim, "deferred")
             return _Retry(max(d.delay, 0.0), str(d), deferred=True)
         except (TransientError, TimeoutError) as e:
             error = str(e) if isinstance(e, TransientError) else f"timed out after {timeout:.1f}s"
-            if attempt >= retry.max_attempts:
+            if not await convergence.keep_trying(ctx.services.kv, req, destructive, attempt, retry,
+                                                 self.clock.now()):
                 return await self._finish(ledger, claim, self._record(
                     req, "failed", attempt=attempt, params=dump,
                     error=f"gave up after {attempt} attempts: {error}"))
@@ -227,7 +233,10 @@ class ActionRunner:
             log.warning("%s %s (attempt %d/%d) failed, retrying in %.1fs: %s",
                         req.type, req.key, attempt, retry.max_attempts, delay, error)
             await ledger.release(claim, "retry")
-            return _Retry(delay, error)
+            tried = self._record(req, "failed", attempt=attempt, params=dump, error=error,
+                                 detail=f"try {attempt} failed; trying again in {format_duration(delay)}") \
+                if destructive else None
+            return _Retry(delay, error, record=tried)
         except PermanentError as e:
             return await self._finish(ledger, claim, self._record(
                 req, "failed", attempt=attempt, params=dump, error=str(e)), permanent=True)
@@ -238,7 +247,9 @@ class ActionRunner:
                 permanent=True)
         failed = result.status != "ok"
         record = self._record(req, result.status, attempt=attempt, params=dump,
-                              detail=result.detail or None, error=result.detail if failed else None)
+                              detail=result.detail or None, error=result.detail if failed else None,
+                              slot_freed=result.status == "refused" and req.phase != "resolve"
+                              and bool(result.data.get("slot_freed")))
         return await self._finish(ledger, claim, record)
 
     async def _finish(self, ledger: Ledger, claim: Claim, record: AuditRecord,
@@ -246,14 +257,16 @@ class ActionRunner:
         return _Final(record, await ledger.finish(claim, record), permanent)
 
     # ------------------------------------------------------------ audit
-    async def _audit(self, record: AuditRecord, claim: Claim | None) -> None:
-        """Publish to `gpuevents.audit.<rule>`; the message id makes a re-publish land once."""
+    async def _audit(self, record: AuditRecord, claim: Claim | None, *, one_try: bool = False) -> None:
+        """Publish to `gpuevents.audit.<rule>`; the message id makes a re-publish land once (each of a remedy's
+        failed tries once: `one_try`)."""
         log.info("audit %s %s %s: %s%s", record.rule, record.action_type, record.entity_id,
                  record.outcome, f" ({record.error or record.detail})" if record.error or record.detail else "")
         if self.bus is None:
             return
         await self.bus.js_publish(S.audit_subject(record.rule), record.model_dump_json().encode(),
-                                  msg_id=f"audit:{record.action_key}:{record.outcome}")
+                                  msg_id=f"audit:{record.action_key}:{record.outcome}"
+                                  + (f":try{record.attempt}" if one_try else ""))
         if claim is not None:
             _, ledger = await self._ready()
             await ledger.mark_audited(claim)
@@ -270,6 +283,8 @@ class ActionRunner:
                 await self._audit(step.record, step.claim)
                 return step.record
             if isinstance(step, _Retry):
+                if step.record is not None:
+                    await self._audit(step.record, None, one_try=True)
                 await asyncio.sleep(step.delay)
             elif isinstance(step, _AlreadyDone):
                 record = step.entry.record
@@ -311,6 +326,8 @@ class ActionRunner:
                     await self._audit(step.record, step.claim)
                     await (delivery.term() if step.permanent else delivery.ack())
                 elif isinstance(step, _Retry):
+                    if step.record is not None:
+                        await self._audit(step.record, None, one_try=True)
                     await delivery.nak(delay=step.delay)
                 elif isinstance(step, _AlreadyDone):
                     if not step.entry.audited and step.entry.record is not None:
@@ -362,6 +379,25 @@ class ActionRunner:
                 log.warning("pruning the action ledger failed: %s: %s", type(e).__name__, e)
             if await sleep_or_stop(stop, PRUNE_EVERY_S):
                 return
+
+
+async def _tried(ledger: Ledger, key: str) -> bool:
+    """Whether this request ran before: a retry of a remedy acts on its decision as long as its incident is open
+    (actions/convergence.py), however old; a first try only within engine.request_ttl."""
+    found = await ledger.read(key)
+    return found is not None and found[0].attempts > 0
+
+
+async def _confirmed_run(instance: Action[Any], ctx: ActionContext) -> ActionResult:
+    """Run the action on what the source of truth confirms (actions/evidence.py), never on a node's claim alone."""
+    try:
+        confirmed = await evidence.confirm(ctx)
+    except evidence.Refused as e:  # for an exemption or a contradicted claim: no max_per_hour slot taken
+        return ActionResult(status="refused", detail=evidence.refusal(e, ctx.request), data={"slot_freed": True})
+    if confirmed is not ctx.request:
+        ctx = ActionContext(request=confirmed, params=ctx.params, config=ctx.config, services=ctx.services,
+                            attempt=ctx.attempt)
+    return await instance.run(ctx.params, ctx)
 
 
 @contextlib.asynccontextmanager

@@ -84,7 +84,7 @@ def slurm_pending(text: str) -> tuple[list[DemandEntry], int]:
     return _entries(acc), bad
 
 
-def _pod_gpus(spec: Mapping[str, Any]) -> tuple[int, str | None]:
+def pod_gpus(spec: Mapping[str, Any]) -> tuple[int, str | None]:
     """GPUs a pod asks for: `nvidia.com/gpu`, or a MIG slice `nvidia.com/mig-<profile>` (its profile the model)."""
     total, mig = 0, None
     for c in [*spec.get("containers", []), *spec.get("initContainers", [])]:
@@ -112,7 +112,7 @@ def kubernetes_pending(pods: Iterable[Mapping[str, Any]]) -> list[DemandEntry]:
         spec = pod.get("spec") or {}
         if spec.get("nodeName"):
             continue  # bound to a node already: not waiting for an allocation
-        gpus, mig = _pod_gpus(spec)
+        gpus, mig = pod_gpus(spec)
         if gpus == 0:
             continue
         created = (pod.get("metadata") or {}).get("creationTimestamp")

@@ -69,6 +69,13 @@ class NodeInfo(_Model):
     hostname: str | None = None
     agent_id: str | None = None
     """The agent process that sent it (random per start): two agents claiming one node send two ids."""
+    # The site's diagnostic (`agent.diagnostics`, the `diagnose` action): its latest run, none before the first
+    diag_status: Literal["running", "passed", "failed"] | None = None
+    diag_started_at: datetime | None = None
+    diag_passed_at: datetime | None = None  # the end of the latest run that passed
+    diag_failed_at: datetime | None = None  # the end of the latest run that failed
+    diag_exit_code: int | None = None
+    diag_output: str | None = None  # the tail of its output
 
 
 class GpuInfo(_Model):

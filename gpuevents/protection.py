@@ -4,40 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-
 from gpuevents.config import ProtectConfig
+from gpuevents.facts import Facts, ProcessFacts
 from gpuevents.records import ActionRequest
-
-
-class _ProcessFacts(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    pid: int | None = None
-    user: str | None = None
-    uid: int | None = None
-    name: str | None = None
-    exe: str = ""
-    pod: str | None = None
-    pod_uid: str | None = None
-    container_id: str | None = None
-
-
-class _NodeFacts(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    name: str | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
-
-
-class _ProtectFacts(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    node: _NodeFacts = _NodeFacts()
-    process: _ProcessFacts | None = None
-    processes: list[_ProcessFacts] = Field(default_factory=list)
-
-    @field_validator("node", mode="before")
-    @classmethod
-    def _node(cls, v: Any) -> Any:
-        return {} if v is None else v
 
 
 def protection_reason(request: ActionRequest, protect: ProtectConfig) -> str | None:
@@ -54,17 +23,21 @@ def protection_reason(request: ActionRequest, protect: ProtectConfig) -> str | N
     name (a bare uid: the agent could not read the host's user database) when users are
     protected; a process in a container whose pod is unknown when namespaces are protected.
     """
-    facts = _ProtectFacts.model_validate(request.facts)
+    facts = request.facts
     for key, value in protect.node_labels.items():
         if facts.node.labels.get(key) == value:
             return f"node label {key}={value}"
-    procs: list[_ProcessFacts] = []
+    procs: list[ProcessFacts] = []
     if request.type == "kill":
         procs.extend(facts.processes)
     if facts.process is not None:
         procs.append(facts.process)
     if request.type == "scale":
         why = _scale_target(request.params, protect)
+        if why is not None:
+            return why
+    if request.type in JOB_ACTIONS and protect.namespaces:
+        why = _job_namespace(request, facts, protect)
         if why is not None:
             return why
     users = set(protect.users)
@@ -81,6 +54,21 @@ def protection_reason(request: ActionRequest, protect: ProtectConfig) -> str | N
         program = protect.program_reason(p.pid, p.exe, p.user)  # its program, never the name it gives itself
         if program is not None:
             return program
+    return None
+
+
+JOB_ACTIONS = frozenset({"pause", "cancel"})
+"""Actions on a Kubernetes job as a whole: refused here, before any limit counts them, when its namespace is
+protected (the runner refuses them too; a refusal for protection takes no max_per_hour slot)."""
+
+
+def _job_namespace(request: ActionRequest, facts: Facts, protect: ProtectConfig) -> str | None:
+    job = request.params.get("job") or (facts.job.id if facts.job and facts.job.scheduler in (None, "kubernetes")
+                                        else None) or (facts.gpu.job if facts.gpu else None)
+    parts = str(job).split("/") if job else []
+    ns = parts[0] if len(parts) in (2, 3) and all(parts) else (facts.job.namespace if facts.job else None)
+    if ns is not None and ns in protect.namespaces:
+        return f"namespace {ns} (job {job})"
     return None
 
 

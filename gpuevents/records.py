@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpuevents import subjects as S
 from gpuevents.events import new_id
+from gpuevents.facts import Facts
 
 EntityKind = Literal["node", "gpu", "process", "job"]
 ActionUnit = Literal["entity", "node"]
@@ -37,6 +38,8 @@ class ActionRequest(BaseModel):
     rule_labels: dict[str, str] = Field(default_factory=dict)
     entity_id: str
     entity_kind: EntityKind
+    entity_key: str | None = Field(None, description="the engine's key of the entity (a process's adds its start, "
+                                   "a Kubernetes job's its owner's uid): where its incident is kept")
     cluster: str = "default"
     node: str | None = None
     incident_id: str
@@ -47,11 +50,13 @@ class ActionRequest(BaseModel):
     dry_run: bool = False
     decision: Decision = "run"
     reason: str | None = None
-    facts: dict[str, Any] = Field(default_factory=dict, description="entity facts for messages")
+    facts: Facts = Field(default_factory=Facts, description="what the engine knows of the entity (gpuevents/facts.py)")
     created_at: datetime
     event_time: datetime | None = Field(None, description="when the triggering event was observed")
     approve: str | None = Field(None, description="the Slack channel that must approve it first (DESIGN §3.4)")
     approve_within: float = Field(3600.0, description="seconds to wait for the approval; then `expired`")
+    approval_key: str | None = Field(None, description="requests with the same key share one approval: those a "
+                                     "fleet-share limit holds in one outbreak (`hold:<rule>:<since>`)")
 
 
 class ActionMessage(NamedTuple):
@@ -93,8 +98,10 @@ class AuditRecord(BaseModel):
     detail: str | None = None
     params: dict[str, Any] = Field(default_factory=dict)
     dry_run: bool = False
-    facts: dict[str, Any] = Field(default_factory=dict, description="an action's: the facts its decision used "
-                                  "(the entity as the engine saw it: `gpuevents audit --facts`, `--json`)")
+    slot_freed: bool = Field(False, description="a runner's refusal for protection, an exemption or a contradicted "
+                             "claim of a request the engine had counted: the engine gives its max_per_hour slot back")
+    facts: Facts = Field(default_factory=Facts, description="an action's: the facts its decision used "
+                         "(the entity as the engine saw it: `gpuevents audit --facts`, `--json`)")
 
 
 def unique_records(records: Iterable[AuditRecord]) -> list[AuditRecord]:

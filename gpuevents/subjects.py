@@ -49,6 +49,11 @@ def kv_token(name: str) -> str:
     return _escape(name, "=") or "="
 
 
+def incident_kv_key(rule: str, entity_key: str) -> str:
+    """Where the engine keeps an open incident of `rule` on the entity with that key (absent once it closed)."""
+    return f"incident.{kv_token(rule)}.{kv_token(entity_key)}"
+
+
 def unescape_token(token: str) -> str:
     return _ESCAPED.sub(lambda m: bytes.fromhex(m.group(1).replace("%", "")).decode("utf-8"), token)
 

@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 TOP = ("gpuevents", "rules", "actions", "agent")
 THIRD_PARTY = ("nats",)  # the third-party packages the table rules on
-SUBS = ("lang", "core", "intake", "engine", "offline", "usage", "dashboard")
+SUBS = ("lang", "core", "intake", "engine", "offline", "usage", "dashboard", "history")
 CIRCLES_CHECKED_UNDER = ("rules.lang", "rules.core", "rules.intake", "rules.engine", "rules.offline",
                          "rules.usage", "rules.dashboard")
 

@@ -98,14 +98,14 @@ def engine_parts(config: Config, bus: Bus, clock: Clock) -> dict[str, Part]:
                          f"{', '.join(registry.types())} (run `gpuevents config check`)")
     engines: list[Engine]
     if config.engine.partitions > 1:
-        from rules.engine.replica import EngineReplica
+        from rules.engine.partitions.replica import EngineReplica
 
         replica = EngineReplica(config, bus, clock=clock)
         engines, run, metrics = replica.engines, replica.run, replica.metrics
     else:
         engine = Engine(config, bus, clock=clock)
         engines, run, metrics = [engine], engine.run, engine.metrics
-    start_metrics(config.engine.metrics_port, metrics.registry, config.engine.metrics_address)
+    start_metrics(config.engine.metrics_port, add_runner_metrics(metrics.registry), config.engine.metrics_address)
     parts: dict[str, Part] = {"engine": run}
     if any(site.jetstream_domain for site in config.nats.sites):
         from rules.engine.sites import SiteWatch
@@ -115,6 +115,22 @@ def engine_parts(config: Config, bus: Bus, clock: Clock) -> dict[str, Part]:
     if config.engine.dashboard_port is not None:
         parts["dashboard"] = lambda stop: _dashboard(engines, config, stop)
     return parts
+
+
+def add_runner_metrics(registry: Any) -> Any:
+    """Serve the runners' own metrics from `registry`: the claims they found contradicted
+    (gpuevents_claims_contradicted_total, by node). The engine's registry gets them for its in-process runners."""
+    from actions.claims import ContradictedClaims
+
+    registry.register(ContradictedClaims())
+    return registry
+
+
+def runner_metrics() -> Any:
+    """The registry a process of runners alone serves on /metrics."""
+    from prometheus_client import CollectorRegistry
+
+    return add_runner_metrics(CollectorRegistry())
 
 
 def runner_parts(config: Config, bus: Bus, clock: Clock, count: int) -> dict[str, Part]:
@@ -156,7 +172,7 @@ async def _dashboard(engines: list[Any], config: Config, stop: asyncio.Event) ->
     from gpuevents.costs import CostModel
     from rules.dashboard.pages import bound_port, serve_dashboard
     from rules.dashboard.usage_source import UsageSource
-    from rules.engine.dashboard_source import EngineDashboardSource
+    from rules.engine.read.dashboard_source import EngineDashboardSource
 
     usage = UsageSource(config.engine.usage_db, CostModel(config.costs),  # the rollups the engine writes
                         targets={name: t.target_util_pct for name, t in config.teams.items()})

@@ -23,7 +23,9 @@ from gpuevents.cli.parts import (
     engine_parts,
     run_connected,
     run_parts,
+    runner_metrics,
     runner_parts,
+    start_metrics,
     stop_on_signals,
 )
 from gpuevents.clock import Clock, SystemClock
@@ -106,6 +108,7 @@ async def run_engine(config: Config, clock: Clock | None = None) -> None:
 
 async def run_runners(config: Config, count: int, clock: Clock | None = None) -> None:
     clock = clock or SystemClock()
+    start_metrics(config.engine.metrics_port, runner_metrics(), config.engine.metrics_address)
     await run_connected(config, f"runner-{config.cluster}", lambda bus: runner_parts(config, bus, clock, count),
                         role="runner")
 

@@ -46,6 +46,12 @@ class NodeInfo(msgspec.Struct, kw_only=True, frozen=True):
     driver_version: str | None = None
     hostname: str | None = None
     agent_id: str | None = None
+    diag_status: Literal["running", "passed", "failed"] | None = None
+    diag_started_at: _Time | None = None
+    diag_passed_at: _Time | None = None
+    diag_failed_at: _Time | None = None
+    diag_exit_code: int | None = None
+    diag_output: str | None = None
 
 
 class GpuInfo(msgspec.Struct, kw_only=True, frozen=True):
@@ -225,7 +231,8 @@ def _job(j: JobInfo) -> E.JobInfo:
 
 def _snapshot(s: NodeSnapshot) -> E.NodeSnapshot:
     node = _asdict(s.node)
-    node["last_seen"] = _utc_opt(s.node.last_seen)
+    for k in ("last_seen", "diag_started_at", "diag_passed_at", "diag_failed_at"):
+        node[k] = _utc_opt(node[k])
     return _built(E.NodeSnapshot, {
         "node": _built(E.NodeInfo, node),
         "jobs": [_job(j) for j in s.jobs],

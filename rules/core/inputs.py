@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
@@ -79,14 +79,18 @@ class ActionOutcome(BaseModel):
     key: str
     """The request's idempotency key (`<incident>:<phase>:<index>:<repeat>`)."""
     outcome: Outcome
+    action_type: str = ""
+    slot_freed: bool = False
+    """A runner refused it for protection, an exemption or a contradicted claim: its max_per_hour slot comes back."""
 
     @classmethod
     def of(cls, record: AuditRecord) -> ActionOutcome | None:
-        """The outcome an audit record reports of a warning, or None for any other record."""
-        if (record.kind != "action" or record.action_type not in WARNING_TYPES or not record.incident_id
-                or not record.action_key or record.outcome is None):
+        """The outcome an audit record reports of a warning or of a refusal that frees a slot, else None."""
+        if (record.kind != "action" or (record.action_type not in WARNING_TYPES and not record.slot_freed)
+                or not record.incident_id or not record.action_key or record.outcome is None):
             return None
-        return cls(rule=record.rule, incident_id=record.incident_id, key=record.action_key, outcome=record.outcome)
+        return cls(rule=record.rule, incident_id=record.incident_id, key=record.action_key, outcome=record.outcome,
+                   action_type=record.action_type or "", slot_freed=record.slot_freed)
 
 
 class EvalProblem(BaseModel):
@@ -133,3 +137,11 @@ class StepResult:
         self.sweeps += other.sweeps
         if other.limits is not None:
             self.limits = other.limits
+
+
+class BatchResult(NamedTuple):
+    """What a batch of steps did (`Core.step_batch`): the results added up, and the inputs left out (by their
+    position in the batch) with the error that stopped each."""
+
+    result: StepResult
+    failed: list[tuple[int, Exception]]

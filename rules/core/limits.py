@@ -60,6 +60,7 @@ class Limiter:
         self._by_type: dict[tuple[str, str], dict[str, int]] = {}  # (type, unit) -> target key -> matching count
         self.dirty = False  # the windows changed since `windows()` was last taken
         self.elsewhere = Elsewhere()  # the other partitions' counts, set by the engine (none unpartitioned)
+        self.outbreaks: dict[str, float] = {}  # rule -> when its fleet-share hold began (epoch s), while it holds
 
     # ------------------------------------------------------------ the rolling-hour windows
     def windows(self, now_ts: float) -> LimitWindows:
@@ -108,6 +109,16 @@ class Limiter:
         self._type_runs.setdefault(action.type, deque()).append(now_ts)
         self.dirty = True
 
+    def give_back(self, rule: str, type_: str, now_ts: float) -> None:
+        """Uncount the latest run of the rule and of the action type (up to `now_ts`): a runner refused it for
+        protection, an exemption or a contradicted claim, so it takes no max_per_hour slot (DESIGN §3.4)."""
+        for runs in (self._rule_runs.get(rule), self._type_runs.get(type_)):
+            if runs:
+                latest = max((t for t in runs if t <= now_ts), default=None)
+                if latest is not None:
+                    runs.remove(latest)
+                    self.dirty = True
+
     def decide_type(self, type_: str, now_ts: float) -> tuple[Decision, str | None]:
         """A request no rule made (a person's kill): `suppressed` past engine.limits.<type>.max_per_hour."""
         fleet = self.engine_limits.get(type_)
@@ -139,6 +150,8 @@ class Limiter:
             keys[entity_key] = node_key or entity_key
         else:
             del keys[entity_key]
+            if not keys:
+                self.outbreaks.pop(rule.name, None)  # nothing matches: the outbreak is over
         for a in {a.type: a for a in (*rule.actions, *rule.on_resolve)}.values():
             unit = target_unit(a, rule.kind)
             target = (node_key or entity_key) if unit == "node" else entity_key
@@ -158,11 +171,33 @@ class Limiter:
     def decide(
         self, rule: Rule, action: CompiledAction, totals: Mapping[str, int], now_ts: float,
     ) -> tuple[Decision, str | None]:
-        """`held` (too much of the fleet matching, destructive only), `suppressed` (rate), else `run`.
+        """`held` (too much of the fleet matching, destructive only), `suppressed` (rate), else `run`."""
+        held = self.hold(rule, action, totals, now_ts)
+        if held is not None:
+            return "held", held
+        return self.decide_rate(rule, action, now_ts)
+
+    def outbreak(self, rule: str) -> float | None:
+        """When the rule's current fleet-share hold began (epoch seconds), or None while it holds nothing."""
+        return self.outbreaks.get(rule)
+
+    def hold(self, rule: Rule, action: CompiledAction, totals: Mapping[str, int], now_ts: float) -> str | None:
+        """Why the fleet-share limits hold this destructive action, or None; a hold starts the rule's outbreak.
 
         `totals`: the entities known of each kind (`node`, `gpu`, `process`). A rule's `max_fleet_pct` is its
         matching entities, in the action's unit, out of all of that unit; `engine.limits.<type>.max_fleet_pct`
-        is the targets of that action type matched by any rule, out of all targets of that unit."""
+        is the targets of that action type matched by any rule, out of all targets of that unit. Neither holds
+        while at most its `fleet_floor` match."""
+        if not action.destructive:
+            return None
+        why = self._share_hold(rule, action, totals)
+        if why is None:
+            self.outbreaks.pop(rule.name, None)
+        else:
+            self.outbreaks.setdefault(rule.name, now_ts)
+        return why
+
+    def _share_hold(self, rule: Rule, action: CompiledAction, totals: Mapping[str, int]) -> str | None:
         if action.destructive:
             unit = target_unit(action, rule.kind)
             shares = self.elsewhere.shares
@@ -173,18 +208,22 @@ class Limiter:
                 n = self.matching_count(rule.name, in_unit) + sum(
                     s.matching.get(rule.name, {}).get(in_unit, 0) for s in shares)
                 share = 100.0 * n / total
-                if share > pct:
-                    return "held", (f"{n} of {total} {_plural(unit)} ({share:.1f}%) match {rule.name}, "
-                                    f"over max_fleet_pct {pct:g}%")
+                if share > pct and n > rule.spec.limits.fleet_floor:
+                    return (f"{n} of {total} {_plural(unit)} ({share:.1f}%) match {rule.name}, "
+                            f"over max_fleet_pct {pct:g}%")
             fleet = self.engine_limits.get(action.type)
             if fleet is not None and fleet.max_fleet_pct is not None and total > 0:
                 n = len(self._by_type.get((action.type, unit), {})) + sum(
                     s.by_type.get(f"{action.type}/{unit}", 0) for s in shares)
                 share = 100.0 * n / total
-                if share > fleet.max_fleet_pct:
-                    return "held", (f"{n} of {total} {_plural(unit)} ({share:.1f}%) are targets of matching rules with "
-                                    f"{action.type}, over engine.limits.{action.type}.max_fleet_pct "
-                                    f"{fleet.max_fleet_pct:g}%")
+                if share > fleet.max_fleet_pct and n > fleet.fleet_floor:
+                    return (f"{n} of {total} {_plural(unit)} ({share:.1f}%) are targets of matching rules with "
+                            f"{action.type}, over engine.limits.{action.type}.max_fleet_pct "
+                            f"{fleet.max_fleet_pct:g}%")
+        return None
+
+    def decide_rate(self, rule: Rule, action: CompiledAction, now_ts: float) -> tuple[Decision, str | None]:
+        """`suppressed` past the rule's or the action type's max_per_hour, else `run`."""
         per_rule = rule.spec.limits.max_per_hour
         if per_rule is not None and self._recent(self._rule_runs.get(rule.name), now_ts) + (
             self._recent_elsewhere(now_ts, rule=rule.name) if self.elsewhere.windows else 0

@@ -11,6 +11,7 @@ from pydantic import BaseModel, computed_field
 
 from gpuevents.costs import CostModel, physical_shares
 from gpuevents.events import GpuInfo, NodeInfo, ProcessInfo
+from gpuevents.holding import held_idle
 from gpuevents.records import AuditRecord
 from gpuevents.wire.fleet import DemandLine, FleetGpu, FleetIncident, FleetNode
 
@@ -117,11 +118,6 @@ class NodeReadings(Protocol):
     def processes(self) -> Sequence[ProcessInfo]: ...
 
 
-def held_idle(g: GpuInfo) -> bool:
-    """Idle, and held all the same: by a process, an owner, or the scheduler's allocation."""
-    return g.idle and bool(g.pids or g.owners or g.allocated)
-
-
 def fleet_node(snap: NodeReadings, costs: CostModel | None = None, team_label: str = "team",
                now: datetime | None = None) -> tuple[FleetNode, float]:
     """One node as the dashboard shows it, and the money its held-idle GPUs cost per hour. With `now`, each idle
@@ -135,7 +131,7 @@ def fleet_node(snap: NodeReadings, costs: CostModel | None = None, team_label: s
     for g in sorted(snap.gpus, key=lambda g: g.index):
         if not physical[g.index]:
             continue  # a MIG parent: its instances are shown and costed
-        held = held_idle(g)
+        held = held_idle(g, online=snap.node.online)
         hourly = costs.hourly(g.model, g.power_w) * physical[g.index] if costs is not None else None
         if held and hourly is not None:
             held_cost += hourly

@@ -1,4 +1,5 @@
-"""The runners' outcomes of warnings, read from the audit stream and fed back to the core (rules/core/warnings.py).
+"""The runners' outcomes of warnings, read from the audit stream and fed back to the core
+(rules/core/warning_ledger.py).
 
 Live: every audit message the acting engine receives. On taking over: the audit stream is read again from the
 oldest warning whose outcome the restored incidents do not know, so an outcome reported while no engine was
@@ -14,7 +15,7 @@ from gpuevents.bus import Bus
 from gpuevents.records import decode_audit
 from rules.core.core import Core, StepResult
 from rules.core.incidents import Incident
-from rules.core.warnings import ActionOutcome
+from rules.core.warning_ledger import ActionOutcome
 from rules.engine.commit import Committer
 
 REPLAY_AT_MOST = timedelta(days=2)
@@ -23,7 +24,7 @@ REPLAY_AT_MOST = timedelta(days=2)
 
 def warning_outcomes(payload: bytes) -> list[ActionOutcome]:
     """The warning outcomes an audit message reports (most messages report none, and are not parsed)."""
-    if b'"action"' not in payload or b'"action_type"' not in payload:
+    if b'"action"' not in payload or b'"action_type"' not in payload:  # warnings', and refusals freeing a slot
         return []
     return [o for r in decode_audit(payload) if (o := ActionOutcome.of(r)) is not None]
 
@@ -50,5 +51,6 @@ async def replayed_outcomes(bus: Bus, since: datetime) -> list[ActionOutcome]:
     """The warning outcomes in the audit stream since `since`, oldest first."""
     out: list[ActionOutcome] = []
     async for msg in bus.replay(S.STREAM_AUDIT, S.AUDIT_ALL, since):
-        out += warning_outcomes(msg.data)
+        # a slot given back was given back once, live (and persisted with the windows)
+        out += [o for o in warning_outcomes(msg.data) if not o.slot_freed]
     return out

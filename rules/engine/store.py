@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 from gpuevents.bus import BusError, Kv, KvExists, KvWrongRevision
 from gpuevents.kvstate import parse_or_none
-from gpuevents.subjects import kv_token
+from gpuevents.subjects import incident_kv_key, kv_token
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ def shares_key(partition: int) -> str:
 
 
 def incident_key(rule: str, entity_id: str) -> str:
-    return f"incident.{kv_token(rule)}.{kv_token(entity_id)}"
+    return incident_kv_key(rule, entity_id)
 
 
 def snooze_key(rule: str, entity_id: str) -> str:

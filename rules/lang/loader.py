@@ -187,6 +187,8 @@ def _hash_body(spec: RuleSpec, tz_name: str) -> dict[str, Any]:
     body["timezone"] = tz_name
     if spec.snooze_max == RuleSpec.model_fields["snooze_max"].default:
         body.pop("snooze_max", None)
+    if not spec.limits.fleet_floor and isinstance(body.get("limits"), dict):
+        body["limits"].pop("fleet_floor", None)
     for key in ("actions", "on_resolve"):
         for action in body.get(key) or []:
             if action.get("after") is None:

@@ -24,6 +24,8 @@ class RuleLimits(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     max_per_hour: int | None = Field(None, ge=0)
     max_fleet_pct: float | None = Field(None, ge=0, le=100)
+    fleet_floor: int = Field(0, ge=0, description="max_fleet_pct holds only when more than this many match (in "
+                             "the action's unit): a small fleet can reclaim its few")
 
 
 class ActionSpec(BaseModel):
@@ -185,7 +187,8 @@ class CompiledAction:
     approve: str | None = None
     approve_within_s: float = 3600.0
     require_warning: bool = True
-    """A staged destructive action: run only if a warning of its incident was delivered (rules/core/warnings.py)."""
+    """A staged destructive action: run only if a warning of its incident was delivered
+    (rules/core/warning_ledger.py)."""
 
 
 @dataclass(frozen=True, eq=False)

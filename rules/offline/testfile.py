@@ -59,6 +59,8 @@ class TestGpu(_Strict):
     mig_parent: str | None = None
     lost: bool = False
     xid: int | None = Field(None, description="the last XID the GPU reported (kept across snapshots)")
+    xid_at: Duration | None = Field(None, description="when that XID came (its `gpu.xid` event), from the test's "
+                                    "start; default: the first snapshot showing it")
     pids: list[int] = Field(default_factory=list)
     sm_active_pct: float | None = None
     tensor_active_pct: float | None = None
@@ -134,6 +136,24 @@ class TestJob(_Strict):
         return self
 
 
+class TestDiag(_Strict):
+    """The site's diagnostic as a node's agent reports it (`node.diag_*`): the latest run's status, and when the
+    latest passing and failing runs ended (offsets from the test's start)."""
+
+    status: Literal["running", "passed", "failed"]
+    passed_at: Duration | None = None
+    failed_at: Duration | None = None
+    started_at: Duration | None = None
+    exit_code: int | None = None
+    output: str | None = None
+
+    def fields(self, start: datetime) -> dict[str, Any]:
+        def t(v: float | None) -> datetime | None:
+            return start + timedelta(seconds=v) if v is not None else None
+        return {"diag_status": self.status, "diag_passed_at": t(self.passed_at), "diag_failed_at": t(self.failed_at),
+                "diag_started_at": t(self.started_at), "diag_exit_code": self.exit_code, "diag_output": self.output}
+
+
 class TestSnapshot(_Strict):
     at: Duration
     node: str
@@ -145,6 +165,7 @@ class TestSnapshot(_Strict):
     gone: bool = False
     cordoned: bool | None = None
     driver_version: str | None = None
+    diag: TestDiag | None = Field(None, description="the node's latest diagnostic run, as its agent reports it")
 
 
 class TestDemand(_Strict):
@@ -292,9 +313,10 @@ def snapshot_inputs(test: RuleTest, start: datetime, owners: dict[str, str],
         for g in snap.gpus:
             idle = g.activity_known and (g.idle if g.idle is not None else bool(
                 th.idle_rule(g.model).verdict(g.util_pct, g.sm_active_pct, g.power_w)))
-            fields = g.model_dump(exclude={"idle", "idle_for"})
+            fields = g.model_dump(exclude={"idle", "idle_for", "xid_at"})
             since = at - timedelta(seconds=g.idle_for) if (idle and g.idle_for is not None) else None
-            gpus.append(GpuInfo(node=snap.node, idle=idle, idle_since=since, **fields))
+            xid_at = start + timedelta(seconds=g.xid_at) if g.xid_at is not None else None
+            gpus.append(GpuInfo(node=snap.node, idle=idle, idle_since=since, xid_at=xid_at, **fields))
         job_of_pid = {pid: j.id for j in snap.jobs for pid in j.pids}
         pod_of_pid = {pid: f"{j.namespace}/{j.pod}" for j in snap.jobs if j.pod for pid in j.pids}
         merged: dict[tuple[str, str], JobInfo] = {}
@@ -328,7 +350,8 @@ def snapshot_inputs(test: RuleTest, start: datetime, owners: dict[str, str],
             owner = p.owner or (owners.get(p.user, p.user) if p.user else None)
             procs.append(ProcessInfo(node=snap.node, create_time=ct, owner=owner, **fields))
         node = NodeInfo(name=snap.node, cluster=snap.cluster, labels=snap.labels, gpu_count=len(gpus),
-                        cordoned=snap.cordoned, driver_version=snap.driver_version)
+                        cordoned=snap.cordoned, driver_version=snap.driver_version,
+                        **(snap.diag.fields(start) if snap.diag is not None else {}))
         event = SnapshotEvent(source=f"node/{snap.node}", cluster=snap.cluster, time=at,
                               data=NodeSnapshot(node=node, gpus=gpus, processes=procs, jobs=jobs))
         out.append((at, event))

@@ -22,13 +22,14 @@ from gpuevents.bus import Bus
 from gpuevents.clock import SystemClock
 from gpuevents.commands import KillCommand, KillReply
 from gpuevents.config import AgentConfig, Config, NatsConfig, ProtectConfig
+from gpuevents.config.kube import KubeletConfig
 from gpuevents.events import Event
-from gpuevents.kubeconfig import KubeletConfig
 from tests.agent.test_attribution import POD_UID, kubelet  # noqa: F401  (the fixture)
 from tests.waiting import wait_for
 
 KILL_SUBJECT = S.command_subject("c1", "sim-000", "kill")
 POWER_CAP_SUBJECT = S.command_subject("c1", "sim-000", "power_cap")  # served by the same service
+DIAGNOSE_SUBJECT = S.command_subject("c1", "sim-000", "diagnose")  # and this one
 
 
 @pytest.fixture(autouse=True)
@@ -111,7 +112,8 @@ async def test_the_kill_service_is_restarted_when_subscribing_fails(
         reply = KillReply.model_validate_json(await ask(bus, command()))
     assert (reply.outcome, reply.reason) == ("gone", "no such process")
     assert r.counters.restarts == {"kill service": 2}
-    assert flaky.subscribed == [KILL_SUBJECT, POWER_CAP_SUBJECT]  # one subscription each, not one per attempt
+    # one subscription each, not one per attempt
+    assert flaky.subscribed == [KILL_SUBJECT, POWER_CAP_SUBJECT, DIAGNOSE_SUBJECT]
     restarts = [m for m in caplog.messages if m.startswith("kill service failed")]
     assert len(restarts) == 2 and "ConnectionError: nats: connection closed" in restarts[0]
 

@@ -191,6 +191,14 @@ def _lightkube_grants(module: ModuleType) -> set[Grant]:
     return {(g, r, v) for g, r in resources for v in verbs} | events
 
 
+# what actions/evidence_kube.py reads before the action (generic resources, which the AST above cannot see)
+EVIDENCE: dict[str, set[Grant]] = {
+    "scale": {("", "pods", "list"), ("apps", "deployments", "get"), ("apps", "statefulsets", "get"),
+              ("apps", "replicasets", "get")},
+    "cancel": {("", "pods", "get")},
+}
+
+
 @pytest.mark.parametrize("action_type", ["cordon", "uncordon", "scale", "cancel"])
 def test_the_needs_table_matches_the_kubernetes_calls_of_each_action(action_type: str) -> None:
     cls = registry.runtime(action_type)  # where its Kubernetes calls are
@@ -198,6 +206,7 @@ def test_the_needs_table_matches_the_kubernetes_calls_of_each_action(action_type
     assert module is not None
     from_code = _lightkube_grants(module)
     assert from_code, f"no lightkube call found in {module.__name__}"
+    from_code |= EVIDENCE.get(action_type, set())
     runner = rbac_needs()["serviceAccounts"]["gpuevents-runner"]
     table = expand(runner["actions"].get(action_type, [])) | expand(runner["nodeActions"].get(action_type, []))
     assert table == from_code, f"{module.__name__} calls need {sorted(from_code)}"

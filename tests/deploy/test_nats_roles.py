@@ -71,22 +71,26 @@ async def test_a_node_cannot_read_other_inboxes_other_snapshots_nor_action_reque
     assert {s: len(m) for s, m in got.items()} == dict.fromkeys(wanted, 0)
 
 
-async def test_only_a_runner_commands_agents_never_the_operator(nats_auth_server: AuthServer) -> None:
+@pytest.mark.parametrize("verb", ["kill", "diagnose"])
+async def test_only_a_runner_commands_agents_never_the_operator(nats_auth_server: AuthServer, verb: str) -> None:
     server = nats_auth_server
     async with connect(server, *server.agent("n1")) as n1, connect(server, *server.role("operator")) as op, \
-            connect(server, *server.role("runner")) as runner:
-        assert n1.nc is not None and op.nc is not None and runner.nc is not None
+            connect(server, *server.role("runner")) as runner, connect(server, *server.agent("n2")) as n2:
+        assert n1.nc is not None and op.nc is not None and runner.nc is not None and n2.nc is not None
         got = await collect(n1.nc, S.node_commands_filter("c1", "n1"))
-        await op.nc.publish(S.command_subject("c1", "n1", "kill"), b"from the operator")
+        await n2.nc.publish(S.command_subject("c1", "n1", verb), b"from another node")
+        await n2.nc.flush()
+        await op.nc.publish(S.command_subject("c1", "n1", verb), b"from the operator")
         await op.nc.publish(S.function_subject("anything"), b"from the operator")
         await op.nc.publish(f"$KV.{S.KV_BUCKET}.lease.engine", b"{}")
         await op.nc.flush()
-        await runner.nc.publish(S.command_subject("c1", "n1", "kill"), b"from the runner")
+        await runner.nc.publish(S.command_subject("c1", "n1", verb), b"from the runner")
         await runner.nc.flush()
         await wait_for(lambda: len(got) == 1, 5, what="the runner's command")
         await wait_for(lambda: op.violations("publish", f"$KV.{S.KV_BUCKET}.lease.engine"), 5,
                        what=f"the operator's last violation; got {op.errors}")
-        assert op.violations("publish", S.command_subject("c1", "n1", "kill"))
+        assert op.violations("publish", S.command_subject("c1", "n1", verb))
+        assert n2.violations("publish", S.command_subject("c1", "n1", verb))
         assert op.violations("publish", S.function_subject("anything"))
     assert [m.data for m in got] == [b"from the runner"]
 

@@ -135,15 +135,16 @@ async def test_the_runners_actions_work_with_exactly_the_runners_rights(installe
     admin.create(Deployment(metadata=ObjectMeta(name="web", namespace=ns), spec=DeploymentSpec(
         replicas=2, selector=LabelSelector(matchLabels={"app": "web"}), template=template)))
     admin.create(Pod(metadata=ObjectMeta(name="lone", namespace=ns), spec=PodSpec(
-        nodeName=node, containers=[Container(name="c", image="c:1")])))
+        nodeName=node, containers=[Container(name="c", image="c:1", resources=ResourceRequirements(
+            limits={"nvidia.com/gpu": "1"}))])))
     runner = ActionRunner(None, make_config(actions={"kubernetes": {
         "kubeconfig": str(installed.kubeconfigs["gpuevents-runner"])}}))
     try:
         cordon = await runner.process(make_request("cordon", {}, entity_kind="node", entity_id=node, node=node))
         scale = await runner.process(make_request("scale", {"kind": "Deployment", "namespace": ns, "name": "web",
-                                                            "replicas": 0}))
+                                                            "replicas": 0}, node=None))  # a person's
         cancel = await runner.process(make_request("cancel", {"provider": "kubernetes", "job": f"{ns}/lone"},
-                                                   entity_kind="job", entity_id=f"{ns}/lone"))
+                                                   entity_kind="job", entity_id=f"{ns}/lone", node=node))
     finally:
         await runner.close()
     assert [r.outcome for r in (cordon, scale, cancel)] == ["ok", "ok", "ok"], (cordon, scale, cancel)
@@ -174,7 +175,7 @@ async def test_pause_resume_and_drain_work_with_exactly_the_runners_rights(insta
     try:
         drain = await runner.process(make_request("drain", {"timeout": "2s"}, entity_kind="node", entity_id=node,
                                                   node=node))
-        pause = await runner.process(make_request("pause", {}, entity_kind="job", facts=job))
+        pause = await runner.process(make_request("pause", {}, entity_kind="job", facts=job, node=None))
         paused = admin.get(Deployment, "train", namespace=ns).spec.replicas
         resume = await runner.process(make_request("resume", {}, entity_kind="job", facts=job))
     finally:
@@ -186,6 +187,41 @@ async def test_pause_resume_and_drain_work_with_exactly_the_runners_rights(insta
     assert len(json.loads(annotations["gpuevents.io/drained"])["evicted"]) == 3
     assert paused == 0 and "no Event posted" not in (pause.detail or "")
     assert admin.get(Deployment, "train", namespace=ns).spec.replicas == 3
+
+
+async def test_the_runners_rights_confirm_a_nodes_claim_at_the_api_server(installed: Installed,
+                                                                          kube_cluster: KubeCluster) -> None:
+    from actions.store import MemoryKv
+
+    home, liar = kube_cluster.unique("gpu"), kube_cluster.unique("liar")
+    kube_cluster.add_gpu_node(home)
+    kube_cluster.add_gpu_node(liar)
+    ns = installed.workloads
+    admin = kube_cluster.sync_client()
+    template = PodTemplateSpec(metadata=ObjectMeta(labels={"app": "serve"}), spec=PodSpec(
+        nodeName=home, containers=[Container(name="s", image="s:1", resources=ResourceRequirements(
+            limits={"nvidia.com/gpu": "1"}))]))
+    admin.create(Deployment(metadata=ObjectMeta(name="serve", namespace=ns), spec=DeploymentSpec(
+        replicas=2, selector=LabelSelector(matchLabels={"app": "serve"}), template=template)))
+    kube_cluster.wait(lambda: len([p for p in admin.list(Pod, namespace=ns) if p.metadata is not None
+                                   and (p.metadata.labels or {}).get("app") == "serve"]) == 2, 60, "two pods")
+    runner = ActionRunner(None, make_config(actions={"kubernetes": {
+        "kubeconfig": str(installed.kubeconfigs["gpuevents-runner"])}}), kv=MemoryKv())
+
+    def claim(node: str) -> dict[str, object]:
+        return {"job": {"id": f"{ns}/Deployment/serve", "scheduler": "kubernetes", "nodes": [node]},
+                "gpus": [{"node": node, "index": 0, "idle": True}]}
+
+    try:
+        lie = await runner.process(make_request("pause", {}, entity_kind="job", node=liar, facts=claim(liar)))
+        kept = admin.get(Deployment, "serve", namespace=ns).spec.replicas
+        truth = await runner.process(make_request("pause", {}, entity_kind="job", node=home, facts=claim(home)))
+    finally:
+        await runner.close()
+    assert lie.outcome == "refused" and "contradicted at the source of truth" in (lie.error or ""), lie
+    assert kept == 2
+    assert truth.outcome == "ok", truth
+    assert admin.get(Deployment, "serve", namespace=ns).spec.replicas == 0
 
 
 # ------------------------------------------------------------------ least rights per namespace
@@ -212,7 +248,7 @@ async def test_a_pause_outside_the_runners_namespaces_is_refused_by_the_server(i
     runner = ActionRunner(None, make_config(actions={"kubernetes": {
         "kubeconfig": str(installed.kubeconfigs["gpuevents-runner"])}}))
     try:
-        record = await runner.process(make_request("pause", {}, entity_kind="job",
+        record = await runner.process(make_request("pause", {}, entity_kind="job", node=None,  # a person's
                                                    facts={"job": {"id": f"{ns}/Deployment/web"}}))
     finally:
         await runner.close()

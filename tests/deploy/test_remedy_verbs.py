@@ -74,7 +74,7 @@ async def test_a_persons_cordon_uncordon_and_resume_go_through_the_engine_to_the
     gone = ActionRunner(None, make_config(actions={"kubernetes": {"kubeconfig": str(kube_cluster.kubeconfig)}}),
                         kv=MemoryKv())
     try:
-        paused = await gone.process(make_request("pause", {}, entity_kind="job",
+        paused = await gone.process(make_request("pause", {}, entity_kind="job", node=None,  # a person's pause
                                                  facts={"job": {"id": f"{ns}/Deployment/d"}}))
     finally:
         await gone.close()

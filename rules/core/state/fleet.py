@@ -275,6 +275,8 @@ class FleetState:
         e = self.by_kind[kind].get(entity_id)
         if e is not None:
             return [e]
+        if kind == "job":  # a Kubernetes job's key adds its owner's uid
+            return [e for e in self.by_kind["job"].values() if e.id == entity_id]
         if kind != "process":
             return []
         ns = self.nodes.get(entity_id.rsplit("/", 1)[0])
@@ -295,7 +297,7 @@ class FleetState:
         if ns is None:
             return False
         if not ns.online:
-            ns.full_next = True
+            ns.skipped()
         return ns.online
 
     @property

@@ -40,9 +40,16 @@ def ended_entity(ended: JobEnded, node_key: str, node: str, cluster: str, clock:
     })
 
 
-def job_key(info: JobInfo) -> str:
-    """The entity id of a job: `job/<scheduler>/<id>` (DESIGN §4)."""
+def job_id(info: JobInfo) -> str:
+    """The entity id of a job: `job/<scheduler>/<id>` (DESIGN §3.1)."""
     return f"job/{info.scheduler}/{info.id}"
+
+
+def job_key(info: JobInfo) -> str:
+    """The entity key of a job: its id and, for a Kubernetes job, its top owner's uid (`@<uid>`), as a process's
+    key holds its create time: an owner deleted and created again under the same name is a new entity, whose
+    incidents start from zero (DESIGN §3.4). Parts of one name that disagree on the uid are not joined."""
+    return f"{job_id(info)}@{info.controller_uid}" if info.controller_uid else job_id(info)
 
 
 class Jobs:
@@ -150,7 +157,8 @@ class Jobs:
             controller_generation=first.controller_generation,
         )
         head = nodes[order[0]]
-        return Entity(key, key, "job", head.key, view, {
-            "job": view, "gpus": gpus, "entity": EntityView(key, "job", head.name, head.cluster),
+        eid = job_id(first)
+        return Entity(key, eid, "job", head.key, view, {
+            "job": view, "gpus": gpus, "entity": EntityView(eid, "job", head.name, head.cluster),
             CLOCK_KEY: self.clock,
         })

@@ -30,7 +30,7 @@ async def test_cancel_deletes_the_pod_of_a_kubernetes_job(kube_cluster: KubeClus
 
     try:
         record = await runner.process(make_request(
-            "cancel", {"provider": "kubernetes"}, entity_kind="process", entity_id=f"{node}/pid/4242",
+            "cancel", {"provider": "kubernetes"}, entity_kind="process", entity_id=f"{node}/pid/4242", node=node,
             facts={"process": {"pid": 4242, "user": "alice", "job": "train", "pod": f"{ns}/train-0"}}))
         assert record.outcome == "ok" and record.detail == f"pod {ns}/train-0 deleted", record
         await wait_for(gone, timeout=30, what="the pod deleted")

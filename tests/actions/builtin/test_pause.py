@@ -187,7 +187,7 @@ async def test_protected_namespaces_labels_bare_pods_and_dry_runs_change_nothing
     dep["metadata"]["labels"] = {"tier": "prod"}
     api.create(codecs.from_dict(dep))
     r = await run(kube_cluster, "pause", f"{ns}/Deployment/d", protect={"namespaces": [ns]})
-    assert r.outcome == "refused" and "protected" in (r.detail or "")
+    assert r.outcome == "refused" and f"protected: namespace {ns}" in (r.error or "")
     r = await run(kube_cluster, "pause", f"{ns}/Deployment/d", protect={"workload_labels": {"tier": "prod"}})
     assert r.outcome == "refused" and "tier=prod" in (r.detail or "")
     r = await run(kube_cluster, "pause", f"{ns}/Deployment/d", engine={"dry_run": True})
@@ -227,9 +227,9 @@ async def test_cancel_deletes_a_bare_pod_and_refuses_a_controllers_job(kube_clus
     api.create(codecs.from_dict(deployment(ns, "d", 1)))
     runner = ActionRunner(None, make_config(actions={"kubernetes": {"kubeconfig": str(kube_cluster.kubeconfig)}}))
     try:
-        bare = await runner.process(make_request("cancel", {"provider": "kubernetes"}, entity_kind="job",
+        bare = await runner.process(make_request("cancel", {"provider": "kubernetes"}, entity_kind="job", node=None,
                                                  facts={"job": {"id": f"{ns}/Pod/scratch"}}))
-        owned = await runner.process(make_request("cancel", {"provider": "kubernetes"}, entity_kind="job",
+        owned = await runner.process(make_request("cancel", {"provider": "kubernetes"}, entity_kind="job", node=None,
                                                   facts={"job": {"id": f"{ns}/Deployment/d"}}))
     finally:
         await runner.close()
@@ -247,10 +247,12 @@ async def test_an_api_server_that_forbids_it_fails_the_pause_with_the_reason(kub
     kubeconfig = kube_cluster.service_account_kubeconfig(ns, "nobody")  # a ServiceAccount with no rights
     runner = ActionRunner(None, make_config(actions={"kubernetes": {"kubeconfig": str(kubeconfig)}}), kv=KV)
     try:
-        record = await runner.process(make_request("pause", {}, entity_kind="job",
+        record = await runner.process(make_request("pause", {}, entity_kind="job", node=None,
                                                    facts={"job": {"id": f"{ns}/Deployment/d"}}))
     finally:
         await runner.close()
-    assert record.outcome == "failed" and record.attempt == 1  # a 403 is not retried
-    assert record.error is not None and "HTTP 403" in record.error and "deployments" in record.error
+    # a 403 is retried (rights are granted without a restart), and with no open incident only max_attempts times
+    assert record.outcome == "failed" and record.attempt == 3
+    assert record.error is not None and "gave up after 3 attempts" in record.error and "HTTP 403" in record.error
+    assert "deployments" in record.error
     assert api.get(Deployment, "d", namespace=ns).spec.replicas == 2
