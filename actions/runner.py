@@ -84,36 +84,37 @@ class ActionRunner:
     """Several runners may share the one durable consumer: JetStream spreads requests among them,
     and the KV ledger makes sure one request runs once, whoever gets it and however often."""
 
-    def __init__(self, bus: Bus | None, config: Config, clock: Clock | None = None, *,
-                 name: str = "runner", kv: KeyValue | None = None, concurrency: int = 16,
-                 ack_wait: float = 30.0, report: WeeklySummary | None = None) -> None:
+    def __init__(self, config: Config, services: Services, ledger: Ledger, *, bus: Bus | None, runner_id: str,
+                 concurrency: int = 16, ack_wait: float = 30.0) -> None:
+        """Every part given whole; `ActionRunner.open` builds them. Without a bus (`bus=None`) the runner only
+        `process`es requests in the caller's task."""
         self.bus = bus
         self.config = config
-        self.clock: Clock = clock or SystemClock()
-        self.id = f"{name}-{new_id()}"
+        self.services = services
+        self.ledger = ledger
+        self.clock: Clock = services.clock
+        self.id = runner_id
         self.concurrency = concurrency
         self.ack_wait = ack_wait
         self.durable = f"{config.engine.consumer}-actions"
-        self._kv = kv
-        self._report = report
-        self._services: Services | None = None
-        self._ledger: Ledger | None = None
         self._instances: dict[str, Action[Any]] = {}
         self._rng = random.Random()
 
-    # ------------------------------------------------------------ lifecycle
-    async def _ready(self) -> tuple[Services, Ledger]:
-        if self._services is None or self._ledger is None:
-            kv = self._kv
-            if kv is None and self.bus is not None:
-                kv = await self.bus.kv()
-            self._services = Services(self.config, bus=self.bus, kv=kv, clock=self.clock, report=self._report)
-            self._ledger = Ledger(self._services.kv, self.id)
-        return self._services, self._ledger
+    @classmethod
+    async def open(cls, bus: Bus | None, config: Config, clock: Clock | None = None, *, name: str = "runner",
+                   kv: KeyValue | None = None, concurrency: int = 16, ack_wait: float = 30.0,
+                   report: WeeklySummary | None = None) -> ActionRunner:
+        """A runner with its services and ledger open: on the bus's KV store, or `kv`, or (no bus) in memory."""
+        if kv is None and bus is not None:
+            kv = await bus.kv()
+        runner_id = f"{name}-{new_id()}"
+        services = Services(config, bus=bus, kv=kv, clock=clock or SystemClock(), report=report)
+        return cls(config, services, Ledger(services.kv, runner_id), bus=bus, runner_id=runner_id,
+                   concurrency=concurrency, ack_wait=ack_wait)
 
+    # ------------------------------------------------------------ lifecycle
     async def close(self) -> None:
-        if self._services is not None:
-            await self._services.close()
+        await self.services.close()
 
     def _instance(self, type_: str) -> Action[Any]:
         """One instance of the action's runtime per runner (its caches live on it), imported on first use."""
@@ -148,7 +149,6 @@ class ActionRunner:
         )
 
     async def _attempt(self, req: ActionRequest) -> _Step:
-        services, ledger = await self._ready()
         if req.decision != "run":
             # The engine decided (limits, snooze, its own dry run): record it, run nothing.
             return _Final(self._record(req, req.decision, detail=req.reason,
@@ -173,7 +173,7 @@ class ActionRunner:
         decided_at = req.created_at
         if req.approve and not (req.dry_run or self.config.engine.dry_run):
             # a destructive action with `approve:`, or an owner's keep longer than the rule's snooze_max
-            status, info = await approvals.gate(req, services.kv, self.config, self.clock.now())
+            status, info = await approvals.gate(req, self.services.kv, self.config, self.clock.now())
             if status == "pending":
                 return _Retry(float(info), f"waiting for an approval from {req.approve}", deferred=True)
             if status == "denied":
@@ -184,7 +184,7 @@ class ActionRunner:
             decided_at = max(datetime.fromisoformat(info), req.created_at)
         if destructive:
             age = (self.clock.now() - decided_at).total_seconds()
-            if age > self.config.engine.request_ttl and not await _tried(ledger, req.key):
+            if age > self.config.engine.request_ttl and not await _tried(self.ledger, req.key):
                 return _Final(self._record(req, "expired", detail=(
                     f"decided {format_duration(age)} ago, longer than engine.request_ttl "
                     f"({format_duration(self.config.engine.request_ttl)}): not acting on an old decision")))
@@ -200,7 +200,7 @@ class ActionRunner:
                 f"cannot load the runtime of {req.type}: {type(e).__name__}: {e}")), permanent=True)
         timeout = instance.run_timeout(params, self.config.actions.timeout)
         now = self.clock.now()
-        claim = await ledger.claim(req.key, now, now + timedelta(seconds=timeout + CLAIM_MARGIN_S))
+        claim = await self.ledger.claim(req.key, now, now + timedelta(seconds=timeout + CLAIM_MARGIN_S))
         if not claim.won:
             assert claim.entry is not None
             if claim.done:
@@ -208,8 +208,8 @@ class ActionRunner:
             return _Busy(claim.entry)
         assert claim.entry is not None
         attempt = claim.entry.attempts
-        ctx = ActionContext(request=req, params=params, config=self.config, services=services, attempt=attempt)
-        return await self._execute(ledger, claim, instance, ctx, timeout, dump)
+        ctx = ActionContext(request=req, params=params, config=self.config, services=self.services, attempt=attempt)
+        return await self._execute(self.ledger, claim, instance, ctx, timeout, dump)
 
     async def _execute(self, ledger: Ledger, claim: Claim, instance: Action[Any], ctx: ActionContext,
                        timeout: float, dump: dict[str, Any]) -> _Step:
@@ -268,8 +268,7 @@ class ActionRunner:
                                   msg_id=f"audit:{record.action_key}:{record.outcome}"
                                   + (f":try{record.attempt}" if one_try else ""))
         if claim is not None:
-            _, ledger = await self._ready()
-            await ledger.mark_audited(claim)
+            await self.ledger.mark_audited(claim)
 
     # ------------------------------------------------------------ without the bus loop
     async def process(self, request: ActionRequest) -> AuditRecord:
@@ -296,9 +295,8 @@ class ActionRunner:
                 await self._wait_for_other_runner(request)
 
     async def _wait_for_other_runner(self, request: ActionRequest) -> None:
-        _, ledger = await self._ready()
         while True:
-            found = await ledger.read(request.key)
+            found = await self.ledger.read(request.key)
             if found is None or found[0].state != "running":
                 return
             deadline = found[0].deadline
@@ -342,7 +340,6 @@ class ActionRunner:
     async def run(self, stop: asyncio.Event) -> None:
         """Consume GPUEVENTS_ACT until `stop` is set, up to `concurrency` requests at once."""
         assert self.bus is not None, "run() needs a bus; use process() without one"
-        await self._ready()
         self.load_runtimes()
         consumer = await self.bus.consumer(S.STREAM_ACTIONS, self.durable, S.ACTIONS_ALL,
                                            ack_wait=self.ack_wait, max_deliver=-1,
@@ -368,10 +365,9 @@ class ActionRunner:
             await self.close()  # the HTTP session and Kubernetes client: a clean stop leaves nothing open
 
     async def _prune_forever(self, stop: asyncio.Event) -> None:
-        _, ledger = await self._ready()
         while True:
             try:
-                removed = await ledger.prune(self.clock.now(), LEDGER_KEEP_S)
+                removed = await self.ledger.prune(self.clock.now(), LEDGER_KEEP_S)
                 if removed:
                     log.info("forgot %d action keys finished more than %s ago", removed,
                              format_duration(LEDGER_KEEP_S))

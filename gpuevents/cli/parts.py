@@ -8,7 +8,8 @@ import contextlib
 import logging
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from gpuevents.aio import guarded_task, stop_tasks, unless_stopped
 from gpuevents.bus import Bus
@@ -16,6 +17,10 @@ from gpuevents.cli.common import PartFailed
 from gpuevents.clock import Clock
 from gpuevents.config import Config
 from gpuevents.ports import PortInUse, binding
+
+if TYPE_CHECKING:
+    from actions.runner import ActionRunner
+    from actions.services import WeeklySummary
 
 log = logging.getLogger("gpuevents")
 
@@ -133,14 +138,31 @@ def runner_metrics() -> Any:
     return add_runner_metrics(CollectorRegistry())
 
 
+@dataclass(frozen=True)
+class RunnerPart:
+    """One action runner as a part: opened (its services and ledger) when the part starts."""
+
+    config: Config
+    bus: Bus
+    clock: Clock
+    name: str
+    report: WeeklySummary
+
+    async def open(self) -> ActionRunner:
+        from actions.runner import ActionRunner
+
+        return await ActionRunner.open(self.bus, self.config, self.clock, name=self.name, report=self.report)
+
+    async def __call__(self, stop: asyncio.Event) -> None:
+        await (await self.open()).run(stop)
+
+
 def runner_parts(config: Config, bus: Bus, clock: Clock, count: int) -> dict[str, Part]:
     """`count` action runners, each handed the visibility code its actions may need (the weekly summary)."""
-    from actions.runner import ActionRunner
     from gpuevents.cli.report import weekly_summary
 
     parts: dict[str, Part] = {
-        f"runner{i}": ActionRunner(bus, config, clock, name=f"runner{i}", report=weekly_summary).run
-        for i in range(count)}
+        f"runner{i}": RunnerPart(config, bus, clock, f"runner{i}", weekly_summary) for i in range(count)}
     if count > 0:
         parts.update(slack_click_parts(config, bus, clock))
     return parts

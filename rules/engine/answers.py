@@ -4,6 +4,7 @@ snoozes and keeps, and a person's kill or cancel; mixed into `Engine` (rules/eng
 from __future__ import annotations
 
 import asyncio
+from functools import cached_property, partial
 from typing import TYPE_CHECKING
 
 from gpuevents.costs import CostModel
@@ -14,7 +15,8 @@ from rules.core.core import Snooze, StepResult
 from rules.core.keeps import approving_channel, entity_gpus, entity_team, keep_approval
 from rules.engine.audit import snooze_record
 from rules.engine.operator import act_for
-from rules.engine.read.readmodel import ReadModel, build_read_model, empty_model
+from rules.engine.read.aggregates import FleetAggregates
+from rules.engine.read.readmodel import ReadModel, ReadSide, build_read_model, empty_model
 from rules.usage.keepbudget import BudgetUse, budgets, week_start
 from rules.usage.keeps import KeepRow, KeptGpu
 
@@ -27,7 +29,6 @@ if TYPE_CHECKING:
     from rules.engine.acceptor import Acceptor
     from rules.engine.commit import Committer
     from rules.engine.planner import TickPlanner
-    from rules.engine.read.readmodel import ReadSide
     from rules.lang.model import Rule
     from rules.usage.recorder import UsageRecorder
 
@@ -59,12 +60,27 @@ class EngineAnswers:
         the latest if it is that young."""
         return await self.read_side.get(max_age_s)
 
+    @cached_property
+    def summary_side(self) -> ReadSide:
+        """The status summary's read models, from per-node counts kept between requests."""
+        return ReadSide(partial(self._build, aggregates=FleetAggregates()), lambda: self._changes)
+
+    async def status_summary(self) -> ReadModel:
+        """The figures of `gpuevents status` (no pages), with every event consumed before this call, from the
+        aggregates kept as the fleet changes (rules/engine/read/aggregates.py)."""
+        return await self.summary_side.get()
+
     async def _build_read_model(self, version: int) -> ReadModel:
+        return await self._build(version)
+
+    async def _build(self, version: int, aggregates: FleetAggregates | None = None) -> ReadModel:
         costs = CostModel(self.config.costs)
         if self.core is None:
             return empty_model(self.clock.now(), costs, version)
         now = self.clock.now()
         warnings = tuple(c.text() for c in self.acceptor.claims.conflicts(now))  # a node two agents claim
+        if aggregates is not None:
+            return await aggregates.summary(self.core, now, version, costs, warnings=warnings)
         return await build_read_model(self.core, now, version, costs, warnings=warnings)
 
     async def keep(self, req: KeepRequest) -> KeepReply:

@@ -35,6 +35,8 @@ class Answers(Protocol):
 
     async def read_model(self, max_age_s: float = 0.0) -> ReadModel: ...
 
+    async def status_summary(self) -> ReadModel: ...
+
     async def keep(self, req: KeepRequest) -> KeepReply: ...
 
     async def operator_action(self, req: OperatorAction) -> OperatorActionReply | None: ...
@@ -60,6 +62,9 @@ class PagedModels:
         for v in sorted(self.kept, key=lambda v: self.kept[v][0])[:-KEEP_PAGED]:
             del self.kept[v]
         return model
+
+    async def summary(self) -> ReadModel:
+        return await self.engine.status_summary()
 
 
 async def serve_requests(bus: Bus, engine: Answers) -> list[Subscription]:

@@ -256,7 +256,7 @@ class Engine(EngineAnswers):
 
     async def _step_down(self) -> None:
         self.leader.clear()
-        await self.read_side.close()
+        await asyncio.gather(self.read_side.close(), self.summary_side.close())
         for sub in self._subs:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()

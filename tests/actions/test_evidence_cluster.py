@@ -42,8 +42,8 @@ def claim(job: str, node: str, **job_facts: Any) -> dict[str, Any]:
 
 
 async def pause(cluster: KubeCluster, job: str, node: str, facts: dict[str, Any]) -> AuditRecord:
-    runner = ActionRunner(None, make_config(actions={"kubernetes": {"kubeconfig": str(cluster.kubeconfig)}}),
-                          kv=MemoryKv())
+    runner = await ActionRunner.open(None, make_config(actions={"kubernetes": {"kubeconfig": str(cluster.kubeconfig)}}),
+                                     kv=MemoryKv())
     try:
         return await runner.process(make_request("pause", {}, entity_kind="job", entity_id=f"job/kubernetes/{job}",
                                                  node=node, rule="pruner", facts=facts))
@@ -149,7 +149,8 @@ async def test_cancel_of_a_pod_on_another_node_is_refused(kube_cluster: KubeClus
     api.create(codecs.from_dict({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": ns},
                                  "spec": {"nodeName": home, "containers": [{"name": "c", "image": "c:1", "resources": {
                                      "limits": {"nvidia.com/gpu": "1"}}}]}}))
-    runner = ActionRunner(None, make_config(actions={"kubernetes": {"kubeconfig": str(kube_cluster.kubeconfig)}}))
+    runner = await ActionRunner.open(
+        None, make_config(actions={"kubernetes": {"kubeconfig": str(kube_cluster.kubeconfig)}}))
     try:
         record = await runner.process(make_request(
             "cancel", {"provider": "kubernetes"}, entity_kind="process", entity_id=f"{liar}/pid4242", node=liar,
@@ -170,8 +171,9 @@ async def test_scaling_down_the_job_a_liar_claims_is_refused_and_a_rule_named_ta
     api.create(codecs.from_dict(deployment(ns, "serve", 2, home)))
     kube_cluster.wait(lambda: running_pods(api, ns, 2), 60, "two pods running")
     target = {"kind": "Deployment", "namespace": ns, "name": "serve", "replicas": 0}
-    runner = ActionRunner(None, make_config(actions={"kubernetes": {"kubeconfig": str(kube_cluster.kubeconfig)}}),
-                          kv=MemoryKv())
+    runner = await ActionRunner.open(
+        None, make_config(actions={"kubernetes": {"kubeconfig": str(kube_cluster.kubeconfig)}}),
+        kv=MemoryKv())
     try:
         claimed = await runner.process(make_request("scale", target, entity_kind="gpu", entity_id=f"{liar}/gpu0",
                                                     node=liar, facts={"node": {"name": liar}, "gpu": {

@@ -75,8 +75,9 @@ async def test_six_of_six_idle_are_held_asked_once_and_reclaimed_on_release(
     requests = decided(tmp_path, node, ns, 6)
     assert len(requests) == 6 and {r.approval_key for r in requests} != {None}
     kv = MemoryKv()
-    runner = ActionRunner(None, make_config(actions={"kubernetes": {"kubeconfig": str(kube_cluster.kubeconfig)},
-                                                     "slack": {"base_url": slack.base_url}}), kv=kv)
+    runner = await ActionRunner.open(
+        None, make_config(actions={"kubernetes": {"kubeconfig": str(kube_cluster.kubeconfig)},
+                          "slack": {"base_url": slack.base_url}}), kv=kv)
     started = time.monotonic()
     tasks = [asyncio.create_task(runner.process(r)) for r in requests]
     try:

@@ -97,7 +97,7 @@ def test_an_earlier_protocol_plugin_is_wrapped_with_its_declared_nature(legacy_p
 async def test_an_earlier_protocol_plugin_runs_through_the_runner(legacy_plugin: None) -> None:
     with pytest.warns(DeprecationWarning):
         registry.load()
-    runner = ActionRunner(None, make_config())
+    runner = await ActionRunner.open(None, make_config())
     instance = runner._instance("legacy.mark")
     assert instance.run_timeout(registry.parse_params("legacy.mark", {"name": "n1"}), 5.0) == 42.0
     first = await runner.process(make_request("legacy.mark", {"name": "n1"}, entity_kind="node", entity_id="n1"))

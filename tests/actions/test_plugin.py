@@ -67,7 +67,7 @@ def test_the_example_plugin_is_an_action_of_the_base() -> None:
 
 async def test_the_example_plugin_runs_through_the_runner(tmp_path: Path) -> None:
     out = tmp_path / "incidents.jsonl"
-    runner = ActionRunner(None, make_config())
+    runner = await ActionRunner.open(None, make_config())
     req = make_request("example.jsonl", {"path": str(out), "note": "alice idles n1/gpu0"},
                        facts={"gpu": {"index": 0}})
     record = await runner.process(req)
@@ -77,6 +77,6 @@ async def test_the_example_plugin_runs_through_the_runner(tmp_path: Path) -> Non
 
 
 async def test_a_plugin_is_refused_bad_parameters_like_a_built_in() -> None:
-    record = await ActionRunner(None, make_config()).process(make_request("example.jsonl", {"path": ""}))
+    record = await (await ActionRunner.open(None, make_config())).process(make_request("example.jsonl", {"path": ""}))
     assert record.outcome == "refused"
     assert record.error is not None and record.error.startswith("example.jsonl parameters: path:")

@@ -28,7 +28,7 @@ def calls(log: Path) -> list[list[str]]:
 
 async def test_slurm_drains_and_resumes_a_node_with_scontrol(tmp_path: Path) -> None:
     scontrol, log = fake_scontrol(tmp_path)
-    runner = ActionRunner(None, make_config(actions={"slurm": {"scontrol": str(scontrol)}}))
+    runner = await ActionRunner.open(None, make_config(actions={"slurm": {"scontrol": str(scontrol)}}))
     drain = await runner.process(make_request("cordon", {"provider": "slurm", "reason": "idle; $(reboot)"},
                                               entity_kind="node", entity_id="gpu-07", node="gpu-07"))
     resume = await runner.process(make_request("uncordon", {"provider": "slurm"}, entity_id="gpu-07/gpu1",
@@ -40,7 +40,7 @@ async def test_slurm_drains_and_resumes_a_node_with_scontrol(tmp_path: Path) -> 
 
 async def test_scale_by_command_substitutes_the_count_and_restores_the_previous_one(tmp_path: Path) -> None:
     script, log = fake_scontrol(tmp_path)  # any program that records its argv will do
-    runner = ActionRunner(None, make_config())
+    runner = await ActionRunner.open(None, make_config())
     base = {"provider": "command", "name": "pool-a", "argv": [str(script), "resize", "pool-a", "{replicas}"]}
     down = await runner.process(make_request("scale", {**base, "replicas": 0, "current": 4}, rule="weekend"))
     up = await runner.process(make_request("scale", {**base, "replicas": "previous"}, rule="weekend"))
@@ -49,7 +49,7 @@ async def test_scale_by_command_substitutes_the_count_and_restores_the_previous_
 
 
 async def test_command_provider_needs_an_argv() -> None:
-    record = await ActionRunner(None, make_config()).process(
+    record = await (await ActionRunner.open(None, make_config())).process(
         make_request("cordon", {"provider": "command"}, entity_kind="node", entity_id="n1"))
     assert record.outcome == "refused"
     assert "provider 'command' needs `argv`" in (record.error or "")
@@ -58,7 +58,7 @@ async def test_command_provider_needs_an_argv() -> None:
 @pytest.mark.parametrize("node", ["gpu[01-99]", "a,b", "n 1", "-h"])
 async def test_slurm_refuses_a_node_name_that_is_not_one_node(tmp_path: Path, node: str) -> None:
     scontrol, log = fake_scontrol(tmp_path)
-    runner = ActionRunner(None, make_config(actions={"slurm": {"scontrol": str(scontrol)}}))
+    runner = await ActionRunner.open(None, make_config(actions={"slurm": {"scontrol": str(scontrol)}}))
     record = await runner.process(make_request("cordon", {"provider": "slurm"}, entity_kind="node",
                                                entity_id=node, node=node))
     assert record.outcome == "refused" and "not one node" in (record.error or record.detail or "")

@@ -59,7 +59,7 @@ async def test_reclaim_cancels_the_idle_job_of_a_small_cluster(slurm_env: SlurmC
         decided = decide(slurm_env.node, idle_job, busy_job)
         assert [(r.type, r.decision, r.entity_id) for r in decided] == [
             ("email", "run", f"job/slurm/{idle_job}"), ("cancel", "run", f"job/slurm/{idle_job}")]
-        record = await ActionRunner(None, make_config(protect={"users": []})).process(decided[1])
+        record = await (await ActionRunner.open(None, make_config(protect={"users": []}))).process(decided[1])
         assert record.outcome == "ok" and f"job {idle_job} of root (debug) cancelled" == record.detail, record
         await wait_for(lambda: slurm_env.job_state(idle_job) == "", timeout=30, what="the idle job gone")
         assert slurm_env.job_state(busy_job) == "RUNNING"

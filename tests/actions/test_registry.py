@@ -130,11 +130,12 @@ async def test_a_runtime_that_is_not_its_specs_subclass_fails_the_action_not_the
     monkeypatch.setattr(registry, "_registry", {**registry._registry, "broken-runtime-test": _BrokenSpec})
     with pytest.raises(TypeError, match="is not a subclass of _BrokenSpec"):
         registry.runtime("broken-runtime-test")
-    runner = ActionRunner(None, make_config())
+    runner = await ActionRunner.open(None, make_config())
     record = await runner.process(make_request("broken-runtime-test", {}))
     assert record.outcome == "failed"
     assert record.error is not None and record.error.startswith("cannot load the runtime of broken-runtime-test: "
                                                                 "TypeError: the runtime of action")
     ok = await runner.process(make_request("log", {"message": "still running"}))
     assert (ok.outcome, ok.detail) == ("ok", "still running")
-    assert ActionRunner(None, make_config()).load_runtimes() == ["broken-runtime-test"]  # named, the rest loaded
+    # named, the rest loaded
+    assert (await ActionRunner.open(None, make_config())).load_runtimes() == ["broken-runtime-test"]

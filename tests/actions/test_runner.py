@@ -43,7 +43,7 @@ def no_slack_token(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 async def test_kill_on_a_gpu_asks_the_agent_about_every_process(bus: Bus, agent: KillResponder) -> None:
-    runner = ActionRunner(bus, make_config())
+    runner = await ActionRunner.open(bus, make_config())
     req = make_request("kill", {"signal": "INT", "grace": "5s"},
                        facts=process_facts((101, "alice", "python"), (102, "bob", "python")))
     record = await runner.process(req)
@@ -55,7 +55,7 @@ async def test_kill_on_a_gpu_asks_the_agent_about_every_process(bus: Bus, agent:
 
 
 async def test_protected_users_are_never_killed(bus: Bus, agent: KillResponder) -> None:
-    runner = ActionRunner(bus, make_config())
+    runner = await ActionRunner.open(bus, make_config())
     record = await runner.process(make_request(
         "kill", {}, facts=process_facts((101, "alice", "python"), (7, "root", "nvidia-persistenced"))))
     assert record.outcome == "refused"
@@ -64,8 +64,8 @@ async def test_protected_users_are_never_killed(bus: Bus, agent: KillResponder) 
 
 
 async def test_protected_name_patterns_and_node_labels_refuse_destructive_actions(bus: Bus) -> None:
-    runner = ActionRunner(bus, make_config(protect={"process_patterns": ["jupyter*"],
-                                                    "node_labels": {"tier": "prod"}}))
+    runner = await ActionRunner.open(bus, make_config(protect={"process_patterns": ["jupyter*"],
+                                                               "node_labels": {"tier": "prod"}}))
     by_name = await runner.process(make_request("kill", {}, facts=process_facts((5, "alice", "jupyter-lab"))))
     facts = {"node": {"name": "n1", "labels": {"tier": "prod"}}}
     by_label = await runner.process(make_request("cordon", {}, entity_kind="node", entity_id="n1", facts=facts))
@@ -77,7 +77,7 @@ async def test_protected_name_patterns_and_node_labels_refuse_destructive_action
 
 async def test_held_destructive_actions_are_audited_while_slack_still_goes(
         bus: Bus, agent: KillResponder, capsys: pytest.CaptureFixture[str]) -> None:
-    runner = ActionRunner(bus, make_config())
+    runner = await ActionRunner.open(bus, make_config())
     held = make_request("kill", {}, decision="held", reason="max_fleet_pct 25 exceeded: 40% firing",
                         facts=process_facts((101, "alice", "python")))
     note = make_request("slack", {"to": "alice@example.com", "text": "your GPU idles"}, key=held.key + ":slack")
@@ -98,7 +98,7 @@ async def test_runners_charge_no_rate_limit_of_their_own_so_restores_are_never_s
     """The engine counts `max_per_hour` (per rule and fleet-wide) and promises never to limit a restore: a runner
     that charged the fleet-wide limit again suppressed `scale: previous` and left a workload at 0 replicas."""
     config = make_config(engine={"limits": {"webhook": {"max_per_hour": 2}, "scale": {"max_per_hour": 1}}})
-    one, two = ActionRunner(bus, config, name="a"), ActionRunner(bus, config, name="b")
+    one, two = await ActionRunner.open(bus, config, name="a"), await ActionRunner.open(bus, config, name="b")
     reqs = [make_request("webhook", {"url": webhook.url()}) for _ in range(4)]
     records = [await (one if i % 2 else two).process(r) for i, r in enumerate(reqs)]
     await one.close()
@@ -108,7 +108,7 @@ async def test_runners_charge_no_rate_limit_of_their_own_so_restores_are_never_s
 
 
 async def test_a_destructive_request_older_than_the_request_ttl_expires(bus: Bus, agent: KillResponder) -> None:
-    runner = ActionRunner(bus, make_config(engine={"request_ttl": "5m"}))
+    runner = await ActionRunner.open(bus, make_config(engine={"request_ttl": "5m"}))
     old = make_request("kill", {}, facts=process_facts((101, "alice", "python")),
                        created_at=datetime.now(UTC) - timedelta(minutes=6))
     record = await runner.process(old)
@@ -120,10 +120,10 @@ async def test_a_destructive_request_older_than_the_request_ttl_expires(bus: Bus
 
 async def test_dry_run_executes_nothing_and_audits_everything(bus: Bus, agent: KillResponder,
                                                               webhook: FakeWebhook) -> None:
-    runner = ActionRunner(bus, make_config())
+    runner = await ActionRunner.open(bus, make_config())
     kill = make_request("kill", {"grace": "60s"}, dry_run=True, facts=process_facts((101, "alice", "python")))
     hook = make_request("webhook", {"url": webhook.url()}, dry_run=True)
-    engine_wide = ActionRunner(bus, make_config(engine={"dry_run": True}))
+    engine_wide = await ActionRunner.open(bus, make_config(engine={"dry_run": True}))
     cmd = make_request("command", {"argv": ["touch", "/nonexistent/should-not-exist"]})
     records = [await runner.process(kill), await runner.process(hook), await engine_wide.process(cmd)]
     await runner.close()
@@ -135,7 +135,7 @@ async def test_dry_run_executes_nothing_and_audits_everything(bus: Bus, agent: K
 
 
 async def test_bad_parameters_are_refused_with_their_location(bus: Bus) -> None:
-    runner = ActionRunner(bus, make_config())
+    runner = await ActionRunner.open(bus, make_config())
     bad = await runner.process(make_request("kill", {"signal": "TERMINATE"}))
     unknown = await runner.process(make_request("acme.nope", {}))
     wrong_kind = await runner.process(make_request("kill", {}, entity_kind="node", entity_id="n1"))
@@ -146,10 +146,10 @@ async def test_bad_parameters_are_refused_with_their_location(bus: Bus) -> None:
 
 
 async def test_one_request_delivered_twice_runs_once(bus: Bus, webhook: FakeWebhook) -> None:
-    runner = ActionRunner(bus, make_config())
+    runner = await ActionRunner.open(bus, make_config())
     req = make_request("webhook", {"url": webhook.url()})
     first = await runner.process(req)
-    restarted = ActionRunner(bus, make_config())  # a restart: same KV, new runner
+    restarted = await ActionRunner.open(bus, make_config())  # a restart: same KV, new runner
     second = await restarted.process(req)
     await runner.close()
     await restarted.close()
@@ -159,7 +159,7 @@ async def test_one_request_delivered_twice_runs_once(bus: Bus, webhook: FakeWebh
 
 
 async def test_two_runners_never_both_run_one_request(bus: Bus, webhook: FakeWebhook) -> None:
-    runners = [ActionRunner(bus, make_config(), name=f"r{i}") for i in range(2)]
+    runners = [await ActionRunner.open(bus, make_config(), name=f"r{i}") for i in range(2)]
     reqs = [make_request("webhook", {"url": webhook.url()}) for _ in range(5)]
     records = await asyncio.gather(*(r.process(q) for q in reqs for r in runners))
     for r in runners:
@@ -172,7 +172,7 @@ async def test_two_runners_never_both_run_one_request(bus: Bus, webhook: FakeWeb
 async def test_runners_on_the_queue_share_the_work_and_run_each_key_once(bus: Bus, webhook: FakeWebhook,
                                                                         jetstream: JetStreamContext) -> None:
     config = make_config()
-    runners = [ActionRunner(bus, config, name=f"q{i}", concurrency=4) for i in range(2)]
+    runners = [await ActionRunner.open(bus, config, name=f"q{i}", concurrency=4) for i in range(2)]
     stop = asyncio.Event()
     loops = [asyncio.create_task(r.run(stop)) for r in runners]
     reqs = [make_request("webhook", {"url": webhook.url()}) for _ in range(8)]
@@ -197,7 +197,7 @@ async def consumer_idle(js: JetStreamContext, durable: str) -> bool:
 
 async def test_transient_failures_are_retried_through_the_queue(bus: Bus, webhook: FakeWebhook) -> None:
     webhook.statuses = [503, 502]
-    runner = ActionRunner(bus, make_config(), concurrency=2)
+    runner = await ActionRunner.open(bus, make_config(), concurrency=2)
     stop = asyncio.Event()
     loop = asyncio.create_task(runner.run(stop))
     req = make_request("webhook", {"url": webhook.url()})
@@ -212,7 +212,7 @@ async def test_transient_failures_are_retried_through_the_queue(bus: Bus, webhoo
 
 async def test_client_errors_are_not_retried(bus: Bus, webhook: FakeWebhook) -> None:
     webhook.statuses = [404]
-    runner = ActionRunner(bus, make_config())
+    runner = await ActionRunner.open(bus, make_config())
     record = await runner.process(make_request("webhook", {"url": webhook.url()}))
     await runner.close()
     assert record.outcome == "failed" and record.attempt == 1
@@ -221,7 +221,7 @@ async def test_client_errors_are_not_retried(bus: Bus, webhook: FakeWebhook) -> 
 
 
 async def test_a_malformed_request_goes_to_the_dead_letter_queue(bus: Bus) -> None:
-    runner = ActionRunner(bus, make_config())
+    runner = await ActionRunner.open(bus, make_config())
     stop = asyncio.Event()
     loop = asyncio.create_task(runner.run(stop))
     await bus.js_publish(S.action_subject("kill"), b'{"not": "a request"}')
@@ -244,7 +244,7 @@ async def test_a_permanent_failure_is_terminated_and_leaves_the_queue(bus: Bus, 
         return b"not json"
 
     await bus.serve(S.function_subject("broken"), garbage)
-    runner = ActionRunner(bus, make_config())
+    runner = await ActionRunner.open(bus, make_config())
     stop = asyncio.Event()
     loop = asyncio.create_task(runner.run(stop))
     await publish_request(bus, make_request("function", {"name": "broken"}))
@@ -262,7 +262,7 @@ async def test_the_ledger_prunes_on_the_real_bucket(bus: Bus, webhook: FakeWebho
 
     from actions.ledger import Ledger
 
-    runner = ActionRunner(bus, make_config())
+    runner = await ActionRunner.open(bus, make_config())
     req = make_request("webhook", {"url": webhook.url()})
     record = await runner.process(req)
     await runner.close()
@@ -275,13 +275,12 @@ async def test_the_ledger_prunes_on_the_real_bucket(bus: Bus, webhook: FakeWebho
 async def test_a_runner_that_stops_closes_its_http_session(bus: Bus, webhook: FakeWebhook) -> None:
     """Every clean SIGTERM logged `Unclosed client session`: the runner's loop never closed what its actions
     had opened."""
-    runner = ActionRunner(bus, make_config())
+    runner = await ActionRunner.open(bus, make_config())
     stop = asyncio.Event()
     loop = asyncio.create_task(runner.run(stop))
     await publish_request(bus, make_request("webhook", {"url": webhook.url()}))
     await wait_for(lambda: audit_records(bus), what="the webhook to run")
-    assert runner._services is not None  # what the runner shares with its actions
-    session = runner._services.http()
+    session = runner.services.http()  # what the runner shares with its actions
     stop.set()
     await loop
     assert session.closed

@@ -85,7 +85,7 @@ def idle_node(pid: int, created: datetime) -> Any:
 async def runner_and_socket(config: Config, bus: Bus) -> AsyncIterator[None]:
     stop = asyncio.Event()
     kv = await bus.kv()
-    tasks = [asyncio.create_task(ActionRunner(bus, config).run(stop)),
+    tasks = [asyncio.create_task((await ActionRunner.open(bus, config)).run(stop)),
              asyncio.create_task(slack_transport.run_socket_mode(config, bus, kv, SystemClock(), stop))]
     try:
         yield

@@ -142,7 +142,7 @@ async def test_a_kill_from_the_command_line_is_decided_by_the_engine_dry_run_and
         await agent.serve(S.node_commands_filter("c1", "n1"), agent_answers)
         await engine_bus.ensure_streams()
         stop = asyncio.Event()
-        runner = asyncio.create_task(ActionRunner(runner_bus, cfg, SystemClock(), name="r0").run(stop))
+        runner = asyncio.create_task((await ActionRunner.open(runner_bus, cfg, SystemClock(), name="r0")).run(stop))
         try:
             async with running(Engine(cfg, engine_bus)) as engine:
                 at = datetime.now(UTC).replace(microsecond=0)

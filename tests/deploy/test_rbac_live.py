@@ -137,7 +137,7 @@ async def test_the_runners_actions_work_with_exactly_the_runners_rights(installe
     admin.create(Pod(metadata=ObjectMeta(name="lone", namespace=ns), spec=PodSpec(
         nodeName=node, containers=[Container(name="c", image="c:1", resources=ResourceRequirements(
             limits={"nvidia.com/gpu": "1"}))])))
-    runner = ActionRunner(None, make_config(actions={"kubernetes": {
+    runner = await ActionRunner.open(None, make_config(actions={"kubernetes": {
         "kubeconfig": str(installed.kubeconfigs["gpuevents-runner"])}}))
     try:
         cordon = await runner.process(make_request("cordon", {}, entity_kind="node", entity_id=node, node=node))
@@ -169,7 +169,7 @@ async def test_pause_resume_and_drain_work_with_exactly_the_runners_rights(insta
         replicas=3, selector=LabelSelector(matchLabels={"app": "train"}), template=template)))
     kube_cluster.wait(lambda: len([p for p in admin.list(Pod, namespace=ns) if p.metadata is not None
                                    and (p.metadata.labels or {}).get("app") == "train"]) == 3, 60, "three pods")
-    runner = ActionRunner(None, make_config(actions={"kubernetes": {
+    runner = await ActionRunner.open(None, make_config(actions={"kubernetes": {
         "kubeconfig": str(installed.kubeconfigs["gpuevents-runner"])}}), kv=MemoryKv())
     job = {"job": {"id": f"{ns}/Deployment/train", "scheduler": "kubernetes"}}
     try:
@@ -205,7 +205,7 @@ async def test_the_runners_rights_confirm_a_nodes_claim_at_the_api_server(instal
         replicas=2, selector=LabelSelector(matchLabels={"app": "serve"}), template=template)))
     kube_cluster.wait(lambda: len([p for p in admin.list(Pod, namespace=ns) if p.metadata is not None
                                    and (p.metadata.labels or {}).get("app") == "serve"]) == 2, 60, "two pods")
-    runner = ActionRunner(None, make_config(actions={"kubernetes": {
+    runner = await ActionRunner.open(None, make_config(actions={"kubernetes": {
         "kubeconfig": str(installed.kubeconfigs["gpuevents-runner"])}}), kv=MemoryKv())
 
     def claim(node: str) -> dict[str, object]:
@@ -245,7 +245,7 @@ async def test_a_pause_outside_the_runners_namespaces_is_refused_by_the_server(i
                                spec=PodSpec(containers=[Container(name="web", image="web:1")]))
     admin.create(Deployment(metadata=ObjectMeta(name="web", namespace=ns), spec=DeploymentSpec(
         replicas=2, selector=LabelSelector(matchLabels={"app": "web"}), template=template)))
-    runner = ActionRunner(None, make_config(actions={"kubernetes": {
+    runner = await ActionRunner.open(None, make_config(actions={"kubernetes": {
         "kubeconfig": str(installed.kubeconfigs["gpuevents-runner"])}}))
     try:
         record = await runner.process(make_request("pause", {}, entity_kind="job", node=None,  # a person's

@@ -71,8 +71,9 @@ async def test_a_persons_cordon_uncordon_and_resume_go_through_the_engine_to_the
     with contextlib.closing(kube_cluster.sync_client()) as admin:
         admin.create(codecs.from_dict(deployment(ns, "d", 3)))
     # paused by a runner whose store is gone since (a new KV bucket, another cluster's engine)
-    gone = ActionRunner(None, make_config(actions={"kubernetes": {"kubeconfig": str(kube_cluster.kubeconfig)}}),
-                        kv=MemoryKv())
+    gone = await ActionRunner.open(
+        None, make_config(actions={"kubernetes": {"kubeconfig": str(kube_cluster.kubeconfig)}}),
+        kv=MemoryKv())
     try:
         paused = await gone.process(make_request("pause", {}, entity_kind="job", node=None,  # a person's pause
                                                  facts={"job": {"id": f"{ns}/Deployment/d"}}))
@@ -87,7 +88,7 @@ async def test_a_persons_cordon_uncordon_and_resume_go_through_the_engine_to_the
             bus_as(server, *server.role("runner"), monkeypatch, "runner") as runner_bus:
         await engine_bus.ensure_streams()
         stop = asyncio.Event()
-        runner = asyncio.create_task(ActionRunner(runner_bus, cfg, SystemClock(), name="r0").run(stop))
+        runner = asyncio.create_task((await ActionRunner.open(runner_bus, cfg, SystemClock(), name="r0")).run(stop))
         try:
             async with running(Engine(cfg, engine_bus)) as engine:
                 agent.publish_event(snapshot(node, datetime.now(UTC).replace(microsecond=0), pid=4242))

@@ -45,7 +45,7 @@ def running(cluster: KubeCluster, api: Client, ns: str, app: str, n: int) -> lis
 
 
 async def drain(cluster: KubeCluster, node: str, **params: Any) -> AuditRecord:
-    runner = ActionRunner(None, make_config(actions={"kubernetes": {"kubeconfig": str(cluster.kubeconfig)}}))
+    runner = await ActionRunner.open(None, make_config(actions={"kubernetes": {"kubeconfig": str(cluster.kubeconfig)}}))
     try:
         return await runner.process(make_request("drain", params, entity_kind="node", entity_id=node, node=node))
     finally:
@@ -93,8 +93,9 @@ async def test_drain_leaves_protected_namespaces(kube_cluster: KubeCluster, api:
     ns = kube_cluster.namespace("drain")
     workload(api, ns, "w", 1, node, GPU)
     (pod,) = running(kube_cluster, api, ns, "w", 1)
-    runner = ActionRunner(None, make_config(actions={"kubernetes": {"kubeconfig": str(kube_cluster.kubeconfig)}},
-                                            protect={"namespaces": [ns]}))
+    runner = await ActionRunner.open(
+        None, make_config(actions={"kubernetes": {"kubeconfig": str(kube_cluster.kubeconfig)}},
+                          protect={"namespaces": [ns]}))
     try:
         record = await runner.process(make_request("drain", {"timeout": "1s"}, entity_kind="node", entity_id=node,
                                                    node=node))

@@ -18,6 +18,7 @@ from gpuevents.costs import CostModel
 from gpuevents.wire.fleet import DemandLine, ExemptionView, FleetIncident, FleetNode, FleetSummary, WorstNode
 from gpuevents.wire.status import TOP
 from rules.core.core import Core
+from rules.core.incidents import Incident
 from rules.dashboard.fleet_view import FleetRows, fleet_node
 from rules.engine.read import readings
 from rules.engine.read.slices import Packed, Slicer, add, sorted_sliced
@@ -49,6 +50,8 @@ class ReadModel:
     warnings: tuple[str, ...] = ()  # what the engine cannot set right itself: a node two agents claim
     exemptions: tuple[ExemptionView, ...] = ()  # jobs exempt by their annotations; malformed ones
     built_s: float = 0.0  # how long the build took, slices and pauses included
+    clusters: Mapping[str, int] = field(default_factory=dict)  # nodes by cluster
+    summary_only: bool = False  # the summary's figures only: no pages, `incidents` the TOP firing ones
 
     def firing(self) -> list[bytes]:
         return self.incidents.range(0, self.summary.incidents_firing)
@@ -121,18 +124,20 @@ async def _build(core: Core, now: datetime, version: int, costs: CostModel, slic
     node_keys: list[tuple[str, str]] = []
     node_json = Packed()
     node_index: dict[str, tuple[int, ...]] = {}
+    clusters: dict[str, int] = {}
     i = 0
     async for cluster, name, raw in sorted_sliced(rows, lambda r: (r[0], r[1]), slicer):
         node_keys.append((cluster, name))
         node_json.append(raw)
         node_index[name] = (*node_index.get(name, ()), i)
+        clusters[cluster] = clusters.get(cluster, 0) + 1
         i += 1
     found: list[list[tuple[tuple[int, float, datetime], str, bytes]]] = []
     for group in readings.open_incidents(core):
         for inc in group:
             if slicer.due():
                 await slicer.pause()
-            view = _incident_view(core, inc, now, costs)
+            view = incident_view(core, inc, now, costs)
             add(found, (_incident_key(view), inc.node, view.model_dump_json().encode()))
     incidents = Packed()
     firing_cost, firing_since = array("d"), array("d")
@@ -151,17 +156,25 @@ async def _build(core: Core, now: datetime, version: int, costs: CostModel, slic
         version=version, time=now, summary=s, team_label=team_label, node_keys=tuple(node_keys),
         node_json=node_json.done(), incidents=incidents.done(),
         worst_nodes=tuple(w for *_k, w in sorted(worst, key=lambda e: e[:4], reverse=True)),
-        node_index=node_index, incident_index=incident_index, firing_cost=firing_cost, firing_since=firing_since,
+        node_index=node_index, incident_index=incident_index, clusters=clusters, firing_cost=firing_cost,
+        firing_since=firing_since,
         demand=tuple(readings.demand_lines(core, now)),
         exemptions=tuple(readings.exemption_views(core, now)),
         built_s=time.perf_counter() - started)
 
 
-def _incident_view(core: Core, inc: Any, now: datetime, costs: CostModel) -> FleetIncident:
+def incident_cost(core: Core, inc: Incident, now: datetime, costs: CostModel,
+                  ctx: readings.IncidentContext | None = None) -> float | None:
+    """What a firing GPU incident has cost so far (None for other entities and pending ones)."""
+    if inc.entity_kind != "gpu" or not inc.fired_at:
+        return None
+    ctx = ctx or readings.incident_context(core, inc)
+    return costs.hourly(ctx.model, ctx.power_w) * (now - inc.active_at).total_seconds() / 3600
+
+
+def incident_view(core: Core, inc: Any, now: datetime, costs: CostModel) -> FleetIncident:
     ctx = readings.incident_context(core, inc)
-    cost = None
-    if inc.entity_kind == "gpu" and inc.fired_at:
-        cost = costs.hourly(ctx.model, ctx.power_w) * (now - inc.active_at).total_seconds() / 3600
+    cost = incident_cost(core, inc, now, costs, ctx)
     return FleetIncident(
         id=inc.id, rule=inc.rule, entity_id=inc.entity_id, entity_kind=inc.entity_kind, cluster=inc.cluster,
         status=inc.status,

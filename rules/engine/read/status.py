@@ -26,9 +26,12 @@ HEADROOM = 8 * 1024  # bytes of a reply's budget kept for its envelope and the m
 
 
 class ModelSource(Protocol):
-    """The engine's read models: the latest (version None), or one kept for paging (None when no longer kept)."""
+    """The engine's read models: the latest (version None), or one kept for paging (None when no longer kept);
+    and the summary's figures alone, kept up to date as the fleet changes (rules/engine/read/aggregates.py)."""
 
     async def __call__(self, version: int | None) -> ReadModel | None: ...
+
+    async def summary(self) -> ReadModel: ...
 
 
 def _error(text: str) -> bytes:
@@ -58,13 +61,16 @@ async def answer(models: ModelSource, payload: bytes, partition: int | None, par
     where = {"partition": partition, "partitions": partitions}
     if q.view in ("nodes", "incidents") and partition_key(partition) in q.done:
         return StatusPage(view=q.view, **where).model_dump_json().encode()
-    model = await models(q.versions.get(partition_key(partition)) if q.view in ("nodes", "incidents") else None)
+    if q.view == "summary":
+        model: ReadModel | None = await models.summary()
+    else:
+        model = await models(q.versions.get(partition_key(partition)) if q.view in ("nodes", "incidents") else None)
     if model is None:
         return _error("the fleet moved on since the first page (or another engine took this partition over): "
                       "ask again from the start")
     if q.view == "summary":
         summary = summary_of(model, q.top, partition, partitions, degraded)
-        summary.sites = [v.model_copy(update={"nodes": sum(c == v.cluster for c, _ in model.node_keys)})
+        summary.sites = [v.model_copy(update={"nodes": model.clusters.get(v.cluster, 0)})
                          for v in sites]
         reply: BaseModel = summary
     elif q.view == "node":

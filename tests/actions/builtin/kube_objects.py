@@ -16,8 +16,8 @@ from actions.runner import ActionRunner
 from tests.actions.conftest import make_config
 
 
-def runner_for(kubeconfig: Path) -> ActionRunner:
-    return ActionRunner(None, make_config(actions={"kubernetes": {"kubeconfig": str(kubeconfig)}}))
+async def runner_for(kubeconfig: Path) -> ActionRunner:
+    return await ActionRunner.open(None, make_config(actions={"kubernetes": {"kubeconfig": str(kubeconfig)}}))
 
 
 def gpu_pod_spec(node: str | None = None) -> PodSpec:

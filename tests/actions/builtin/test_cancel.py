@@ -19,7 +19,7 @@ async def test_cancel_deletes_the_pod_of_a_kubernetes_job(kube_cluster: KubeClus
     await client.create(Pod(metadata=ObjectMeta(name="train-0", namespace=ns, labels={"app": "train"}),
                             spec=gpu_pod_spec(node)))
     await wait_for(running(client, ns, "train", 1), timeout=30, what="the pod running (kwok)")
-    runner = runner_for(kube_cluster.kubeconfig)
+    runner = await runner_for(kube_cluster.kubeconfig)
 
     async def gone() -> bool:
         try:

@@ -12,14 +12,14 @@ from tests.actions.conftest import make_config, make_request
 
 
 async def test_command_runs_the_argv_without_a_shell_and_keeps_its_output() -> None:
-    runner = ActionRunner(None, make_config())
+    runner = await ActionRunner.open(None, make_config())
     record = await runner.process(make_request("command", {"argv": ["echo", "node n1; rm -rf / $(id)"]}))
     assert record.outcome == "ok"
     assert record.detail == "echo: exit 0; output: node n1; rm -rf / $(id)\n"
 
 
 async def test_command_output_is_truncated_and_a_nonzero_exit_fails() -> None:
-    runner = ActionRunner(None, make_config(actions={"command_output_max": 20}))
+    runner = await ActionRunner.open(None, make_config(actions={"command_output_max": 20}))
     argv = [sys.executable, "-c", "print('x' * 500); raise SystemExit(3)"]
     record = await runner.process(make_request("command", {"argv": argv}))
     assert record.outcome == "failed" and record.attempt == 1
@@ -28,7 +28,7 @@ async def test_command_output_is_truncated_and_a_nonzero_exit_fails() -> None:
 
 
 async def test_command_times_out_and_is_killed() -> None:
-    runner = ActionRunner(None, make_config())
+    runner = await ActionRunner.open(None, make_config())
     argv = [sys.executable, "-c", "import time; print('started', flush=True); time.sleep(30)"]
     record = await runner.process(make_request("command", {"argv": argv, "timeout": 1.5}))
     assert record.outcome == "failed"
@@ -36,7 +36,7 @@ async def test_command_times_out_and_is_killed() -> None:
 
 
 async def test_command_that_cannot_start_fails_with_the_reason() -> None:
-    record = await ActionRunner(None, make_config()).process(
+    record = await (await ActionRunner.open(None, make_config())).process(
         make_request("command", {"argv": ["/no/such/program"]}))
     assert record.outcome == "failed" and "cannot run '/no/such/program'" in (record.error or "")
 
@@ -52,5 +52,5 @@ async def test_command_argv_takes_a_hostile_value_as_one_literal_argument() -> N
     hostile = '$(touch /tmp/gpuevents-pwned); x" ; rm -rf / #'
     params = rendered("command", {"argv": [sys.executable, "-c", "import sys; print(repr(sys.argv[1]))",
                                            "{{ process.name }}"]}, process={"name": hostile})
-    record = await ActionRunner(None, make_config()).process(make_request("command", params))
+    record = await (await ActionRunner.open(None, make_config())).process(make_request("command", params))
     assert record.outcome == "ok" and repr(hostile) in (record.detail or "")

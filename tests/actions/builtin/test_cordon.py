@@ -18,7 +18,7 @@ from tests.kube_cluster import KubeCluster, name_of
 
 async def test_cordon_sets_unschedulable_and_the_annotation(kube_cluster: KubeCluster) -> None:
     name = name_of(kube_cluster.add_gpu_node(kube_cluster.unique("gpu")))
-    runner = runner_for(kube_cluster.kubeconfig)
+    runner = await runner_for(kube_cluster.kubeconfig)
     try:
         record = await runner.process(make_request("cordon", {}, entity_kind="node", entity_id=name, node=name))
     finally:
@@ -37,7 +37,7 @@ async def test_gpu_rule_cordons_the_gpus_node_and_uncordon_undoes_it(kube_cluste
     """Uncordon by another runner (a new store: nothing but the node's annotations to go by)."""
     name = kube_cluster.unique("gpu")
     kube_cluster.add_gpu_node(name)
-    runner = runner_for(kube_cluster.kubeconfig)
+    runner = await runner_for(kube_cluster.kubeconfig)
     client = kube_cluster.sync_client()
     try:
         await runner.process(make_request("cordon", {}, entity_id=f"{name}/gpu3", node=None))
@@ -45,7 +45,7 @@ async def test_gpu_rule_cordons_the_gpus_node_and_uncordon_undoes_it(kube_cluste
         assert cordoned.spec is not None and cordoned.spec.unschedulable is True
     finally:
         await runner.close()
-    runner = runner_for(kube_cluster.kubeconfig)
+    runner = await runner_for(kube_cluster.kubeconfig)
     try:
         record = await runner.process(make_request("uncordon", {}, entity_id=f"{name}/gpu3", node=None))
     finally:
@@ -60,7 +60,7 @@ async def test_gpu_rule_cordons_the_gpus_node_and_uncordon_undoes_it(kube_cluste
 async def test_uncordon_leaves_a_node_a_person_cordoned(kube_cluster: KubeCluster) -> None:
     name = kube_cluster.unique("gpu")
     before = kube_cluster.add_gpu_node(name, unschedulable=True)
-    runner = runner_for(kube_cluster.kubeconfig)
+    runner = await runner_for(kube_cluster.kubeconfig)
     try:
         record = await runner.process(make_request("uncordon", {}, entity_kind="node", entity_id=name, node=name))
     finally:
@@ -73,7 +73,7 @@ async def test_uncordon_leaves_a_node_a_person_cordoned(kube_cluster: KubeCluste
 
 
 async def test_unknown_node_fails_without_retrying(kube_cluster: KubeCluster) -> None:
-    runner = runner_for(kube_cluster.kubeconfig)
+    runner = await runner_for(kube_cluster.kubeconfig)
     try:
         record = await runner.process(make_request("cordon", {}, entity_kind="node", entity_id="ghost",
                                                    node="ghost"))
@@ -87,7 +87,7 @@ async def test_api_5xx_is_retried(kube: FakeKubernetes, kubeconfig: Path) -> Non
     """A 503 on demand is what a real API server will not give: the stand-in answers it, as a Status."""
     kube.add_node("n1")
     kube.inject.append(Injected(503))
-    runner = runner_for(kubeconfig)
+    runner = await runner_for(kubeconfig)
     try:
         record = await runner.process(make_request("cordon", {}, entity_kind="node", entity_id="n1"))
     finally:

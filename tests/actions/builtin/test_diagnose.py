@@ -47,7 +47,7 @@ async def test_a_rule_s_diagnose_runs_the_configured_argv_whatever_the_event_sai
     facts = {"gpu": {"index": 0, "uuid": HOSTILE, "model": HOSTILE},
              "processes": [{"pid": 4242, "create_time": "2026-04-01T12:00:00+00:00", "user": HOSTILE,
                             "name": HOSTILE}]}
-    record = await ActionRunner(bus, make_config()).process(make_request(
+    record = await (await ActionRunner.open(bus, make_config())).process(make_request(
         "diagnose", facts=facts, rule="gpu-health-quarantine", key=f"inc-9:stage:{HOSTILE}"))
     assert record.outcome == "ok", record
     assert record.detail == "diagnostic on n1 started"
@@ -76,7 +76,7 @@ async def test_a_node_without_a_diagnostic_refuses_and_the_audit_says_why(bus: B
     sub = await bus.serve(S.command_subject("default", "n2", DIAGNOSE_VERB), d.answer, concurrency=1,
                           what="diagnose command")
     try:
-        record = await ActionRunner(bus, make_config()).process(
+        record = await (await ActionRunner.open(bus, make_config())).process(
             make_request("diagnose", entity_kind="node", entity_id="n2", node="n2"))
     finally:
         await sub.unsubscribe()

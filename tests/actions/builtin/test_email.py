@@ -54,7 +54,7 @@ def email_config(port: int, **extra: object) -> dict[str, object]:
 
 async def test_a_mail_reaches_the_smtp_server_with_subject_and_body(smtp: tuple[Inbox, int]) -> None:
     inbox, port = smtp
-    runner = ActionRunner(None, make_config(actions=email_config(port)))
+    runner = await ActionRunner.open(None, make_config(actions=email_config(port)))
     record = await runner.process(make_request("email", {"to": "alice@hpc.example.org", "subject": "Job 42 idle",
                                                          "text": "Your job 42 has held 4 idle GPUs for 1h.\n"}))
     assert record.outcome == "ok" and record.detail == "mailed alice@hpc.example.org"
@@ -67,7 +67,7 @@ async def test_a_mail_reaches_the_smtp_server_with_subject_and_body(smtp: tuple[
 
 async def test_a_user_name_is_mailed_at_the_default_domain(smtp: tuple[Inbox, int]) -> None:
     inbox, port = smtp
-    runner = ActionRunner(None, make_config(actions=email_config(port, default_domain="hpc.example.org")))
+    runner = await ActionRunner.open(None, make_config(actions=email_config(port, default_domain="hpc.example.org")))
     record = await runner.process(make_request("email", {"to": "bob", "subject": "s", "text": "t"}))
     assert record.outcome == "ok" and inbox.messages[0][0] == ["bob@hpc.example.org"]
 
@@ -75,15 +75,15 @@ async def test_a_user_name_is_mailed_at_the_default_domain(smtp: tuple[Inbox, in
 async def test_a_refused_recipient_fails_without_retrying(smtp: tuple[Inbox, int]) -> None:
     inbox, port = smtp
     inbox.refuse.add("ghost@hpc.example.org")
-    runner = ActionRunner(None, make_config(actions=email_config(port)))
+    runner = await ActionRunner.open(None, make_config(actions=email_config(port)))
     record = await runner.process(make_request("email", {"to": "ghost@hpc.example.org", "subject": "s", "text": "t"}))
     assert record.outcome == "failed" and record.attempt == 1 and "refused" in (record.error or "")
     assert inbox.messages == []
 
 
 async def test_no_smtp_server_is_retried_then_fails() -> None:
-    runner = ActionRunner(None, make_config(actions={**email_config(free_port()),
-                                                     "retry": {"max_attempts": 2, "backoff": 0.05}}))
+    runner = await ActionRunner.open(None, make_config(actions={**email_config(free_port()),
+                                                                "retry": {"max_attempts": 2, "backoff": 0.05}}))
     record = await runner.process(make_request("email", {"to": "a@b.org", "subject": "s", "text": "t"}))
     assert record.outcome == "failed" and record.attempt == 2
 

@@ -19,7 +19,7 @@ async def test_function_gets_the_incident_and_its_reply_is_the_outcome(bus: Bus)
         return b'{"status": "refused", "detail": "job is on the allow list"}'
 
     await bus.serve(S.function_subject("acme.triage"), triage)
-    runner = ActionRunner(bus, make_config())
+    runner = await ActionRunner.open(bus, make_config())
     req = make_request("function", {"name": "acme.triage", "data": {"team": "ml"}})
     record = await runner.process(req)
     assert (record.outcome, record.error) == ("refused", "job is on the allow list")
@@ -27,5 +27,5 @@ async def test_function_gets_the_incident_and_its_reply_is_the_outcome(bus: Bus)
 
 
 async def test_function_that_nobody_serves_is_retried_then_fails(bus: Bus) -> None:
-    record = await ActionRunner(bus, make_config()).process(make_request("function", {"name": "missing"}))
+    record = await (await ActionRunner.open(bus, make_config())).process(make_request("function", {"name": "missing"}))
     assert record.outcome == "failed" and "no function answers on gpuevents.fn.missing" in (record.error or "")

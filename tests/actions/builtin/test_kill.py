@@ -115,7 +115,7 @@ async def test_a_gpu_rule_kills_every_process_on_the_gpu_escalating_to_sigkill(
     polite = await children.start(sys.executable, "-c", "import time; time.sleep(60)")
     stubborn = await children.start(sys.executable, "-c", IGNORES_TERM, wait_ready=True)
     on_gpu.update({polite.pid, stubborn.pid})
-    runner = ActionRunner(bus, make_config())
+    runner = await ActionRunner.open(bus, make_config())
     record = await runner.process(make_request(
         "kill", {"grace": 0.5}, facts={"processes": [fact(polite), fact(stubborn)]}))
     assert record.outcome == "ok", record
@@ -130,7 +130,7 @@ async def test_the_agent_refuses_and_the_audit_says_why(bus: Bus, on_gpu: set[in
     no_gpu = await children.start(sys.executable, "-c", "import time; time.sleep(60)")
     protected = await children.start("sleep", "60")
     on_gpu.add(protected.pid)
-    runner = ActionRunner(bus, make_config())
+    runner = await ActionRunner.open(bus, make_config())
     not_on_gpu = await runner.process(make_request("kill", {"grace": 0.5}, entity_kind="process",
                                                    facts={"process": fact(no_gpu)}))
     # Named innocently in the request, so only the agent's own check (name pattern 'sleep') stops it.
@@ -154,7 +154,7 @@ async def test_a_process_that_already_ended_is_gone(bus: Bus, on_gpu: set[int], 
     short = await children.start(sys.executable, "-c", "pass")
     f = fact(short)
     await short.wait()
-    record = await ActionRunner(bus, make_config()).process(
+    record = await (await ActionRunner.open(bus, make_config())).process(
         make_request("kill", {}, entity_kind="process", facts={"process": f}))
     assert record.outcome == "ok" and record.detail == f"pid {short.pid} gone (no such process)"
 
@@ -171,7 +171,7 @@ async def test_two_stuck_processes_on_a_gpu_are_handled_at_once_and_each_signall
     second = await children.start(sys.executable, "-c", IGNORES_TERM, wait_ready=True)
     on_gpu.update({first.pid, second.pid})
     control.stuck.update({first.pid, second.pid})
-    runner = ActionRunner(bus, make_config())
+    runner = await ActionRunner.open(bus, make_config())
     record = await runner.process(make_request(
         "kill", {"grace": 0.5}, facts={"processes": [fact(first), fact(second)]}))
     stuck = "SIGKILL sent but the process was still there after 1s (uninterruptible sleep?)"

@@ -72,7 +72,7 @@ def rendered(params: dict[str, Any], values: dict[str, Any], kind: str = "proces
 
 async def test_a_post_reaches_a_mattermost_channel(plain: WebhookServices) -> None:
     config = notify_config({"mattermost": {"url": f"mmost://127.0.0.1:{plain.port}/{TOKEN}?channel=%23gpu"}})
-    record = await ActionRunner(None, config).process(
+    record = await (await ActionRunner.open(None, config)).process(
         make_request("notify", {"to": "mattermost", "text": "GPU 0 on n1 has been idle for 2h"}))
     assert record.outcome == "ok" and record.detail == "posted to mattermost (channel)"
     [post] = plain.of("mattermost")
@@ -84,7 +84,8 @@ async def test_the_channel_url_comes_from_the_environment(plain: WebhookServices
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MM_URL", f"mmost://127.0.0.1:{plain.port}/{TOKEN}")
     config = notify_config({"mattermost": {"url_env": "MM_URL"}})
-    record = await ActionRunner(None, config).process(make_request("notify", {"to": "mattermost", "text": "hi"}))
+    record = await (await ActionRunner.open(None, config)).process(
+        make_request("notify", {"to": "mattermost", "text": "hi"}))
     assert record.outcome == "ok" and len(plain.of("mattermost")) == 1
     assert TOKEN not in record.model_dump_json()  # the audit never shows the URL
 
@@ -92,7 +93,8 @@ async def test_the_channel_url_comes_from_the_environment(plain: WebhookServices
 async def test_a_missing_url_variable_is_refused_with_what_to_set(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("NOPE_URL", raising=False)
     config = notify_config({"teams": {"url_env": "NOPE_URL"}})
-    record = await ActionRunner(None, config).process(make_request("notify", {"to": "teams", "text": "hi"}))
+    record = await (await ActionRunner.open(None, config)).process(
+        make_request("notify", {"to": "teams", "text": "hi"}))
     assert record.outcome == "failed" and record.attempt == 1 and "$NOPE_URL" in (record.error or "")
 
 
@@ -100,7 +102,7 @@ async def test_machine_values_cannot_ping_everyone_on_mattermost(plain: WebhookS
     config = notify_config({"mattermost": {"url": f"mmost://127.0.0.1:{plain.port}/{TOKEN}"}})
     params = rendered({"to": "mattermost", "text": "{{ process.name }} is idle: [see](https://ok.example)"},
                       {"process": {"name": "@channel [x](https://evil.example) **bold**"}})
-    record = await ActionRunner(None, config).process(make_request("notify", params))
+    record = await (await ActionRunner.open(None, config)).process(make_request("notify", params))
     assert record.outcome == "ok"
     text = plain.of("mattermost")[0]["body"]["text"]
     assert "@channel" not in text and "@\u200bchannel" in text
@@ -113,7 +115,7 @@ async def test_machine_values_cannot_ping_on_discord(tls: WebhookServices, proxy
     config = notify_config({"discord": {"url": "discord://123456/abcdefghijk?verify=no"}})
     params = rendered({"to": "discord", "text": "{{ process.name }} holds GPU 0"},
                       {"process": {"name": "@everyone <@123456789>"}})
-    record = await ActionRunner(None, config).process(make_request("notify", params))
+    record = await (await ActionRunner.open(None, config)).process(make_request("notify", params))
     assert record.outcome == "ok", record.error
     [post] = tls.of("discord")
     assert post["host"] == "discord.com" and proxy.connects == ["discord.com:443"]
@@ -125,7 +127,7 @@ async def test_machine_values_cannot_ping_on_discord(tls: WebhookServices, proxy
 
 async def test_a_rule_author_may_still_ping_on_discord(tls: WebhookServices, proxy: ConnectProxy) -> None:
     config = notify_config({"discord": {"url": "discord://123456/abcdefghijk?verify=no"}})
-    record = await ActionRunner(None, config).process(
+    record = await (await ActionRunner.open(None, config)).process(
         make_request("notify", {"to": "discord", "text": "@here the fleet is on fire"}))
     assert record.outcome == "ok"
     assert tls.of("discord")[0]["body"]["content"].endswith("@here the fleet is on fire")  # Discord pings
@@ -134,7 +136,7 @@ async def test_a_rule_author_may_still_ping_on_discord(tls: WebhookServices, pro
 async def test_a_post_reaches_google_chat(tls: WebhookServices, proxy: ConnectProxy) -> None:
     config = notify_config({"gchat": {"url": "gchat://space1/key1/token1?verify=no"}})
     params = rendered({"to": "gchat", "text": "{{ process.name }} idle"}, {"process": {"name": "<users/all>"}})
-    record = await ActionRunner(None, config).process(make_request("notify", params))
+    record = await (await ActionRunner.open(None, config)).process(make_request("notify", params))
     assert record.outcome == "ok", record.error
     [post] = tls.of("gchat")
     assert post["host"] == "chat.googleapis.com" and post["path"] == "/v1/spaces/space1/messages"
@@ -145,7 +147,7 @@ async def test_a_post_reaches_a_teams_workflow(tls: WebhookServices) -> None:
     config = notify_config({"teams": {"url": f"workflows://127.0.0.1:{tls.port}/wf1/sig1?verify=no"}})
     params = rendered({"to": "teams", "title": "GPU idle on {{ node.name }}", "text": "{{ process.name }} idle"},
                       {"process": {"name": "[click](https://evil.example)"}, "node": {"name": "n1"}})
-    record = await ActionRunner(None, config).process(make_request("notify", params))
+    record = await (await ActionRunner.open(None, config)).process(make_request("notify", params))
     assert record.outcome == "ok", record.error
     [post] = tls.of("teams")
     card = post["body"]["attachments"][0]["content"]
@@ -157,7 +159,7 @@ async def test_a_post_reaches_a_teams_workflow(tls: WebhookServices) -> None:
 async def test_a_json_webhook_gets_the_idempotency_key(plain: WebhookServices) -> None:
     config = notify_config({})
     request = make_request("notify", {"to": f"json://127.0.0.1:{plain.port}/hook", "text": "hi", "title": "t"})
-    record = await ActionRunner(None, config).process(request)
+    record = await (await ActionRunner.open(None, config)).process(request)
     assert record.outcome == "ok"
     [post] = plain.of("json")
     assert post["headers"]["Idempotency-Key"] == request.key
@@ -167,20 +169,22 @@ async def test_a_json_webhook_gets_the_idempotency_key(plain: WebhookServices) -
 async def test_a_failed_post_is_retried_then_works(plain: WebhookServices) -> None:
     plain.statuses = [503]
     config = notify_config({"mattermost": {"url": f"mmost://127.0.0.1:{plain.port}/{TOKEN}"}}, max_attempts=3)
-    record = await ActionRunner(None, config).process(make_request("notify", {"to": "mattermost", "text": "x"}))
+    record = await (await ActionRunner.open(None, config)).process(
+        make_request("notify", {"to": "mattermost", "text": "x"}))
     assert record.outcome == "ok" and record.attempt == 2 and len(plain.of("mattermost")) == 2
 
 
 async def test_a_post_that_keeps_failing_ends_failed_with_aprises_reason(plain: WebhookServices) -> None:
     plain.statuses = [500, 500]
     config = notify_config({"mattermost": {"url": f"mmost://127.0.0.1:{plain.port}/{TOKEN}"}}, max_attempts=2)
-    record = await ActionRunner(None, config).process(make_request("notify", {"to": "mattermost", "text": "x"}))
+    record = await (await ActionRunner.open(None, config)).process(
+        make_request("notify", {"to": "mattermost", "text": "x"}))
     assert record.outcome == "failed" and record.attempt == 2
     assert "Mattermost" in (record.error or "") and "500" in (record.error or "")
 
 
 async def test_an_unknown_url_is_refused_without_retrying() -> None:
-    record = await ActionRunner(None, notify_config({}, max_attempts=3)).process(
+    record = await (await ActionRunner.open(None, notify_config({}, max_attempts=3))).process(
         make_request("notify", {"to": "nosuchservice://x/y", "text": "x"}))
     assert record.outcome == "failed" and record.attempt == 1 and "does not know" in (record.error or "")
 
@@ -217,7 +221,7 @@ async def test_an_owner_is_mailed_at_the_address_of_the_owner_map(smtp: tuple[In
     assert config.owners == {"alice": "U001"}  # what rules see as the owner: her Slack address
     params = rendered({"service": "email", "to": "{{ gpu.owner }}", "text": "GPU {{ gpu.index }} idle"},
                       {"gpu": {"owner": "U001", "index": 3}}, kind="gpu")
-    record = await ActionRunner(None, config).process(make_request("notify", params))
+    record = await (await ActionRunner.open(None, config)).process(make_request("notify", params))
     assert record.outcome == "ok", record.error
     [(rcpts, msg)] = inbox.messages
     body = msg.get_payload(decode=True)
@@ -228,7 +232,7 @@ async def test_an_owner_is_mailed_at_the_address_of_the_owner_map(smtp: tuple[In
 async def test_an_owner_with_no_address_for_the_service_is_refused(smtp: tuple[Inbox, int]) -> None:
     inbox, port = smtp
     config = notify_config({"email": mail_service(port)}, {"bob": "bob@hpc.example.org"}, max_attempts=3)
-    record = await ActionRunner(None, config).process(
+    record = await (await ActionRunner.open(None, config)).process(
         make_request("notify", {"service": "email", "to": "bob", "text": "x"}))
     assert record.outcome == "failed" and record.attempt == 1
     assert "'bob' has no email address" in (record.error or "") and inbox.messages == []
@@ -237,7 +241,7 @@ async def test_an_owner_with_no_address_for_the_service_is_refused(smtp: tuple[I
 async def test_owner_as_address_uses_the_owners_name_as_it_is(smtp: tuple[Inbox, int]) -> None:
     inbox, port = smtp
     config = notify_config({"email": {**mail_service(port), "owner_as_address": True}})
-    record = await ActionRunner(None, config).process(
+    record = await (await ActionRunner.open(None, config)).process(
         make_request("notify", {"service": "email", "to": "carol@hpc.example.org", "text": "x"}))
     assert record.outcome == "ok" and inbox.messages[0][0] == ["carol@hpc.example.org"]
 
@@ -246,7 +250,7 @@ async def test_an_owner_is_paged_on_opsgenie_as_a_user(tls: WebhookServices, pro
     owners = {"alice": {"email": "alice@hpc.example.org", "opsgenie": "@alice"}}
     config = notify_config({"opsgenie": {"direct_url": "opsgenie://apikey123/{to}?verify=no"}}, owners)
     request = make_request("notify", {"service": "opsgenie", "to": "alice@hpc.example.org", "text": "GPU 0 idle"})
-    record = await ActionRunner(None, config).process(request)
+    record = await (await ActionRunner.open(None, config)).process(request)
     assert record.outcome == "ok", record.error
     [post] = tls.of("opsgenie")
     assert post["host"] == "api.opsgenie.com" and post["headers"]["Authorization"] == "GenieKey apikey123"
@@ -257,7 +261,7 @@ async def test_an_owner_is_paged_on_opsgenie_as_a_user(tls: WebhookServices, pro
 async def test_a_resolution_to_opsgenie_is_refused_rather_than_sending_nothing(tls: WebhookServices,
                                                                                proxy: ConnectProxy) -> None:
     config = notify_config({"opsgenie": {"url": "opsgenie://apikey123/@ops?verify=no"}})
-    record = await ActionRunner(None, config).process(
+    record = await (await ActionRunner.open(None, config)).process(
         make_request("notify", {"to": "opsgenie", "text": "GPU 0 busy again"}, phase="resolve"))
     assert record.outcome == "refused" and "closes only Opsgenie alerts it opened" in (record.detail or "")
     assert tls.of("opsgenie") == []

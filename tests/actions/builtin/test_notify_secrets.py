@@ -60,7 +60,7 @@ def _assert_clean(text: str) -> None:
 async def _fail(url: str, caplog: pytest.LogCaptureFixture) -> str:
     caplog.set_level(logging.DEBUG)
     config = notify_config({"svc": {"url": url}}, max_attempts=1)
-    record = await ActionRunner(None, config).process(make_request("notify", {"to": "svc", "text": "x"}))
+    record = await (await ActionRunner.open(None, config)).process(make_request("notify", {"to": "svc", "text": "x"}))
     assert record.outcome == "failed"
     assert record.error
     _assert_clean(record.model_dump_json())

@@ -71,8 +71,8 @@ def get(api: Client, kind: str, ns: str, name: str) -> dict[str, Any]:
 
 async def run(cluster: KubeCluster, type_: str, job: str, facts: dict[str, Any] | None = None,
               **config: Any) -> AuditRecord:
-    runner = ActionRunner(None, make_config(actions={"kubernetes": {"kubeconfig": str(cluster.kubeconfig)}},
-                                            **config), kv=KV)
+    runner = await ActionRunner.open(None, make_config(actions={"kubernetes": {"kubeconfig": str(cluster.kubeconfig)}},
+                                                       **config), kv=KV)
     try:
         return await runner.process(make_request(type_, {}, entity_kind="job", entity_id=f"job/kubernetes/{job}",
                                                  node=None, facts={"job": {"id": job, "scheduler": "kubernetes",
@@ -225,7 +225,8 @@ async def test_cancel_deletes_a_bare_pod_and_refuses_a_controllers_job(kube_clus
     api.create(codecs.from_dict({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "scratch", "namespace": ns},
                                  "spec": POD_SPEC}))
     api.create(codecs.from_dict(deployment(ns, "d", 1)))
-    runner = ActionRunner(None, make_config(actions={"kubernetes": {"kubeconfig": str(kube_cluster.kubeconfig)}}))
+    runner = await ActionRunner.open(
+        None, make_config(actions={"kubernetes": {"kubeconfig": str(kube_cluster.kubeconfig)}}))
     try:
         bare = await runner.process(make_request("cancel", {"provider": "kubernetes"}, entity_kind="job", node=None,
                                                  facts={"job": {"id": f"{ns}/Pod/scratch"}}))
@@ -245,7 +246,7 @@ async def test_an_api_server_that_forbids_it_fails_the_pause_with_the_reason(kub
     ns = kube_cluster.namespace("pause")
     api.create(codecs.from_dict(deployment(ns, "d", 2)))
     kubeconfig = kube_cluster.service_account_kubeconfig(ns, "nobody")  # a ServiceAccount with no rights
-    runner = ActionRunner(None, make_config(actions={"kubernetes": {"kubeconfig": str(kubeconfig)}}), kv=KV)
+    runner = await ActionRunner.open(None, make_config(actions={"kubernetes": {"kubeconfig": str(kubeconfig)}}), kv=KV)
     try:
         record = await runner.process(make_request("pause", {}, entity_kind="job", node=None,
                                                    facts={"job": {"id": f"{ns}/Deployment/d"}}))

@@ -30,7 +30,7 @@ def api(kube_cluster: KubeCluster) -> Iterator[Client]:
 
 
 async def act(kubeconfig: Any, type_: str, job: str, kv: MemoryKv) -> AuditRecord:
-    runner = ActionRunner(None, make_config(actions={"kubernetes": {"kubeconfig": str(kubeconfig)}}), kv=kv)
+    runner = await ActionRunner.open(None, make_config(actions={"kubernetes": {"kubeconfig": str(kubeconfig)}}), kv=kv)
     try:
         return await runner.process(make_request(type_, {}, entity_kind="job", entity_id=f"job/kubernetes/{job}",
                                                  node=None, facts={"job": {"id": job, "scheduler": "kubernetes"}}))

@@ -26,7 +26,7 @@ async def test_publish_chains_data_onto_a_subject(bus: Bus) -> None:
         got.append(msg.data)
 
     await bus.subscribe("team.ml.gpu-idle", on_msg)
-    runner = ActionRunner(bus, make_config())
+    runner = await ActionRunner.open(bus, make_config())
     record = await runner.process(make_request("publish", {"subject": "team.ml.gpu-idle",
                                                            "data": {"gpu": "n1/gpu0", "hours": 2}}))
     assert record.outcome == "ok"
@@ -37,9 +37,9 @@ async def test_publish_chains_data_onto_a_subject(bus: Bus) -> None:
 async def test_publish_to_an_event_subject_is_stored_once_per_key(bus: Bus) -> None:
     subject = S.event_subject("default", "n1", "gpu.idle")
     req = make_request("publish", {"subject": subject, "data": {"chained": True}})
-    first = await ActionRunner(bus, make_config()).process(req)
+    first = await (await ActionRunner.open(bus, make_config())).process(req)
     # The same request again (a redelivery after a lost ack) through another runner on the bus.
-    again = await ActionRunner(bus, make_config()).process(req)
+    again = await (await ActionRunner.open(bus, make_config())).process(req)
     stored = [m.data async for m in bus.replay(S.STREAM_EVENTS, S.EVENTS_ALL)]
     assert first.outcome == "ok" and again == first
     assert [orjson.loads(d) for d in stored] == [{"chained": True}]
@@ -66,6 +66,6 @@ def test_publish_to_a_command_subject_is_a_load_error_with_its_line(tmp_path: Pa
 
 
 async def test_publish_refuses_a_reserved_subject_rendered_at_run_time(bus: Bus) -> None:
-    record = await ActionRunner(bus, make_config()).process(
+    record = await (await ActionRunner.open(bus, make_config())).process(
         make_request("publish", {"subject": "gpuevents.act.kill", "data": {}}))
     assert record.outcome == "refused" and "is reserved" in (record.error or "")

@@ -21,7 +21,7 @@ async def test_scale_to_zero_then_previous_restores_three(kube_cluster: KubeClus
     await client.create(Deployment(metadata=ObjectMeta(name="notebook", namespace=ns), spec=DeploymentSpec(
         replicas=3, selector=LabelSelector(matchLabels={"app": "notebook"}), template=gpu_pod_template("notebook"))))
     await wait_for(running(client, ns, "notebook", 3), timeout=60, what="3 notebook pods running")
-    runner = runner_for(kube_cluster.kubeconfig)
+    runner = await runner_for(kube_cluster.kubeconfig)
     target = {"kind": "Deployment", "namespace": ns, "name": "notebook"}
     try:
         down = await runner.process(make_request("scale", {**target, "replicas": 0}, entity_kind="node",
@@ -47,7 +47,7 @@ async def test_previous_without_an_earlier_scale_fails(kube_cluster: KubeCluster
     client = kube_cluster.client()
     await client.create(StatefulSet(metadata=ObjectMeta(name="db", namespace=ns), spec=StatefulSetSpec(
         replicas=2, selector=LabelSelector(matchLabels={"app": "db"}), template=gpu_pod_template("db"))))
-    runner = runner_for(kube_cluster.kubeconfig)
+    runner = await runner_for(kube_cluster.kubeconfig)
     try:
         record = await runner.process(make_request("scale", {"kind": "StatefulSet", "namespace": ns,
                                                              "name": "db", "replicas": "previous"}))
@@ -64,7 +64,7 @@ async def test_a_statefulset_scales(kube_cluster: KubeCluster) -> None:
     client = kube_cluster.client()
     await client.create(StatefulSet(metadata=ObjectMeta(name="db", namespace=ns), spec=StatefulSetSpec(
         replicas=2, selector=LabelSelector(matchLabels={"app": "db"}), template=gpu_pod_template("db"))))
-    runner = runner_for(kube_cluster.kubeconfig)
+    runner = await runner_for(kube_cluster.kubeconfig)
     try:
         record = await runner.process(make_request("scale", {"kind": "StatefulSet", "namespace": ns,
                                                              "name": "db", "replicas": 5}))
@@ -86,7 +86,7 @@ async def test_previous_restores_from_the_workloads_annotation_with_an_empty_sto
     target = {"kind": "Deployment", "namespace": ns, "name": "nb"}
     try:
         for replicas in (0, "previous"):
-            runner = runner_for(kube_cluster.kubeconfig)  # a new MemoryKv each time
+            runner = await runner_for(kube_cluster.kubeconfig)  # a new MemoryKv each time
             try:
                 record = await runner.process(make_request("scale", {**target, "replicas": replicas},
                                                            rule="weekend-down"))

@@ -24,8 +24,8 @@ def token(monkeypatch: pytest.MonkeyPatch) -> str:
     return "xoxb-test"
 
 
-def runner_for(slack: FakeSlack, **extra: object) -> ActionRunner:
-    return ActionRunner(None, make_config(actions={"slack": {"base_url": slack.base_url, **extra}}))
+async def runner_for(slack: FakeSlack, **extra: object) -> ActionRunner:
+    return await ActionRunner.open(None, make_config(actions={"slack": {"base_url": slack.base_url, **extra}}))
 
 
 def gpu_facts(process_name: str = "python train.py") -> dict[str, object]:
@@ -43,7 +43,7 @@ def all_text(message: dict[str, object]) -> str:
 
 
 async def test_dm_by_email_reaches_that_user_with_the_facts(slack: FakeSlack, token: str) -> None:
-    runner = runner_for(slack)
+    runner = await runner_for(slack)
     req = make_request("slack", {"to": "bob@example.com", "text": "GPU 0 on n1 idle for 2h 5m"},
                        facts=gpu_facts())
     record = await runner.process(req)
@@ -58,7 +58,7 @@ async def test_dm_by_email_reaches_that_user_with_the_facts(slack: FakeSlack, to
 
 
 async def test_handle_is_found_through_users_list_across_pages(slack: FakeSlack, token: str) -> None:
-    runner = runner_for(slack)
+    runner = await runner_for(slack)
     first = await runner.process(make_request("slack", {"to": "@carol", "text": "hi"}))
     second = await runner.process(make_request("slack", {"to": "@bobby", "text": "hi"}))
     assert (first.outcome, second.outcome) == ("ok", "ok")
@@ -67,7 +67,7 @@ async def test_handle_is_found_through_users_list_across_pages(slack: FakeSlack,
 
 
 async def test_user_id_and_channel_need_no_lookup(slack: FakeSlack, token: str) -> None:
-    runner = runner_for(slack)
+    runner = await runner_for(slack)
     await runner.process(make_request("slack", {"to": "U001", "text": "hi"}))
     await runner.process(make_request("slack", {"to": "#gpu-waste", "text": "hi"}))
     assert [p["channel"] for p in slack.posted] == ["DU001", "#gpu-waste"]
@@ -75,7 +75,7 @@ async def test_user_id_and_channel_need_no_lookup(slack: FakeSlack, token: str) 
 
 
 async def test_machine_text_cannot_ping_a_channel(slack: FakeSlack, token: str) -> None:
-    runner = runner_for(slack)
+    runner = await runner_for(slack)
     evil = "<!channel> x <@U002> & <!here>"
     # The engine renders machine values through the action's escape; the facts are escaped here.
     text = f"process {slack_module.SlackAction.escape(evil)} idles"
@@ -88,28 +88,28 @@ async def test_machine_text_cannot_ping_a_channel(slack: FakeSlack, token: str) 
 async def test_a_429_is_waited_out(slack: FakeSlack, token: str) -> None:
     slack.inject["chat.postMessage"].append(
         Injected(429, {"ok": False, "error": "ratelimited"}, {"Retry-After": "1"}))
-    record = await runner_for(slack).process(make_request("slack", {"to": "U001", "text": "hi"}))
+    record = await (await runner_for(slack)).process(make_request("slack", {"to": "U001", "text": "hi"}))
     assert record.outcome == "ok" and record.attempt == 2
     assert len(slack.posted) == 1
 
 
 async def test_a_5xx_is_retried(slack: FakeSlack, token: str) -> None:
     slack.inject["conversations.open"].append(Injected(503, {"ok": False, "error": "down"}))
-    record = await runner_for(slack).process(make_request("slack", {"to": "U002", "text": "hi"}))
+    record = await (await runner_for(slack)).process(make_request("slack", {"to": "U002", "text": "hi"}))
     assert record.outcome == "ok" and record.attempt == 2
     assert [p["channel"] for p in slack.posted] == ["DU002"]
 
 
 async def test_persistent_5xx_gives_up_after_max_attempts(slack: FakeSlack, token: str) -> None:
     slack.inject["chat.postMessage"].extend(Injected(500) for _ in range(5))
-    record = await runner_for(slack).process(make_request("slack", {"to": "U002", "text": "hi"}))
+    record = await (await runner_for(slack)).process(make_request("slack", {"to": "U002", "text": "hi"}))
     assert record.outcome == "failed" and record.attempt == 3
     assert record.error is not None and "gave up after 3 attempts" in record.error
     assert slack.posted == []
 
 
 async def test_unknown_email_fails_with_the_reason(slack: FakeSlack, token: str) -> None:
-    record = await runner_for(slack).process(make_request("slack", {"to": "nobody@example.com", "text": "hi"}))
+    record = await (await runner_for(slack)).process(make_request("slack", {"to": "nobody@example.com", "text": "hi"}))
     assert record.outcome == "failed"
     assert record.error == "no Slack user with email nobody@example.com"
     assert record.attempt == 1  # not retried
@@ -117,7 +117,7 @@ async def test_unknown_email_fails_with_the_reason(slack: FakeSlack, token: str)
 
 
 async def test_empty_recipient_is_refused_with_its_location(slack: FakeSlack, token: str) -> None:
-    record = await runner_for(slack).process(make_request("slack", {"to": "", "text": "hi"}))
+    record = await (await runner_for(slack)).process(make_request("slack", {"to": "", "text": "hi"}))
     assert record.outcome == "refused"
     assert record.error is not None and record.error.startswith("slack parameters: to:")
 
@@ -127,7 +127,7 @@ async def test_without_a_token_the_message_is_printed_not_delivered_and_warned_o
         caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.delenv("SLACK_BOT_TOKEN", raising=False)
     monkeypatch.setattr(slack_module, "_warned_no_token", False)
-    runner = runner_for(slack)
+    runner = await runner_for(slack)
     first = await runner.process(make_request("slack", {"to": "alice@example.com", "text": "GPU idle"}))
     second = await runner.process(make_request("slack", {"to": "bob@example.com", "text": "GPU busy"}))
     assert first.outcome == second.outcome == "refused"  # printing is not delivery (DESIGN §3.4)
@@ -142,7 +142,7 @@ async def test_without_a_token_the_message_is_printed_not_delivered_and_warned_o
 async def test_digest_sends_one_dm_listing_every_incident_of_the_owner(slack: FakeSlack, token: str) -> None:
     import asyncio
 
-    runner = runner_for(slack)
+    runner = await runner_for(slack)
     reqs = [make_request("slack", {"to": "alice@example.com", "text": f"GPU {i} idle", "digest": True,
                                    "digest_window": 0.5}, entity_id=f"n1/gpu{i}") for i in range(3)]
     other = make_request("slack", {"to": "bob@example.com", "text": "GPU 7 idle", "digest": True,
@@ -161,7 +161,7 @@ async def test_digest_through_the_queue_waits_out_the_window_then_sends_once(
         slack: FakeSlack, token: str, bus: Bus) -> None:
     import asyncio
 
-    runner = ActionRunner(bus, make_config(actions={"slack": {"base_url": slack.base_url}}))
+    runner = await ActionRunner.open(bus, make_config(actions={"slack": {"base_url": slack.base_url}}))
     stop = asyncio.Event()
     loop = asyncio.create_task(runner.run(stop))
     for i in range(2):
@@ -181,7 +181,7 @@ async def _two(bus: Bus) -> list[AuditRecord] | None:
 
 
 async def test_text_objects_are_verbatim_so_a_plain_at_here_stays_text(slack: FakeSlack, token: str) -> None:
-    runner = runner_for(slack)
+    runner = await runner_for(slack)
     await runner.process(make_request("slack", {"to": "U001", "text": "job @here idles"}, facts=gpu_facts()))
     posted = slack.posted[0]
     blocks = posted["blocks"] if isinstance(posted["blocks"], list) else json.loads(posted["blocks"])
@@ -210,7 +210,7 @@ async def test_a_digest_has_each_items_keep_buttons_and_the_money_in_the_heading
 
     from actions.slack_clicks import SentMessage, sent_key
 
-    runner = runner_for(slack)
+    runner = await runner_for(slack)
     reqs = [make_request("slack", {"to": "alice@example.com", "text": f"GPU {i} idle", "digest": True,
                                    "digest_window": 0.5, "buttons": {"keep": ["4h", "1d"]}},
                          entity_id=f"n1/gpu{i}", facts={"cost": {"amount": 2.5, "currency": "USD"}})
@@ -220,7 +220,7 @@ async def test_a_digest_has_each_items_keep_buttons_and_the_money_in_the_heading
     assert "about 5.00 USD of idle GPU time so far" in dm["blocks"][0]["text"]["text"]
     values = [b["elements"][0]["value"] for b in dm["blocks"] if b["type"] == "actions"]
     assert sorted(values) == sorted(r.key for r in reqs)  # each item's buttons act on its own incident
-    kv = (await runner._ready())[0].kv
+    kv = runner.services.kv
     for r in reqs:
         got = await kv.get(sent_key(r.key))
         assert got is not None and SentMessage.model_validate_json(got.value).request.entity_id == r.entity_id

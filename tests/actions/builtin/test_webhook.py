@@ -13,7 +13,7 @@ from tests.actions.fakes import FakeWebhook
 
 
 async def test_webhook_sends_the_rendered_json_body_and_headers(webhook: FakeWebhook) -> None:
-    runner = ActionRunner(None, make_config())
+    runner = await ActionRunner.open(None, make_config())
     body = '{"text": "GPU 0 idle", "n": 2}'
     record = await runner.process(make_request("webhook", {"url": webhook.url("/in"), "method": "PUT",
                                                            "headers": {"X-Team": "ml"}, "body": body}))
@@ -39,7 +39,7 @@ async def test_webhook_string_body_keeps_a_hostile_process_name_inside_its_strin
     process = {"name": EVIL + "\\ \n", "user": "bob\r\nX-Injected: 1"}
     params = rendered("webhook", {"url": webhook.url(), "body": '{"text": "{{ process.name }} idles"}',
                                   "headers": {"X-User": "{{ process.user }}"}}, process=process)
-    runner = ActionRunner(None, make_config())
+    runner = await ActionRunner.open(None, make_config())
     record = await runner.process(make_request("webhook", params, entity_kind="process"))
     await runner.close()
     assert record.outcome == "ok"
@@ -52,7 +52,7 @@ async def test_webhook_string_body_keeps_a_hostile_process_name_inside_its_strin
 async def test_webhook_mapping_body_stays_one_value_per_key(webhook: FakeWebhook) -> None:
     params = rendered("webhook", {"url": webhook.url(), "body": {"text": "{{ process.name }}"}},
                       process={"name": EVIL})
-    runner = ActionRunner(None, make_config())
+    runner = await ActionRunner.open(None, make_config())
     await runner.process(make_request("webhook", params, entity_kind="process"))
     await runner.close()
     sent = json.loads(webhook.requests[0]["body"])
@@ -64,7 +64,7 @@ async def test_webhook_mapping_body_values_arrive_exactly_escaped_once(webhook: 
     params = rendered("webhook", {"url": webhook.url(), "body": {"text": "{{ process.name }}",
                                                                  "list": ["{{ process.name }}"]}},
                       process={"name": name})
-    runner = ActionRunner(None, make_config())
+    runner = await ActionRunner.open(None, make_config())
     await runner.process(make_request("webhook", params, entity_kind="process"))
     await runner.close()
     assert json.loads(webhook.requests[0]["body"]) == {"text": name, "list": [name]}
@@ -74,7 +74,7 @@ async def test_webhook_url_value_is_percent_encoded_and_cannot_steer_the_request
     name = "x/../../admin?force=1#"
     params = rendered("webhook", {"url": webhook.url("/hooks/") + "{{ process.name }}?who={{ process.name }}"},
                       process={"name": name})
-    runner = ActionRunner(None, make_config())
+    runner = await ActionRunner.open(None, make_config())
     record = await runner.process(make_request("webhook", params, entity_kind="process"))
     await runner.close()
     assert record.outcome == "ok"
@@ -85,7 +85,7 @@ async def test_webhook_url_value_is_percent_encoded_and_cannot_steer_the_request
 
 
 async def test_webhook_without_a_body_posts_the_incident(webhook: FakeWebhook) -> None:
-    runner = ActionRunner(None, make_config())
+    runner = await ActionRunner.open(None, make_config())
     req = make_request("webhook", {"url": webhook.url()}, facts={"gpu": {"index": 0}})
     await runner.process(req)
     await runner.close()
@@ -95,7 +95,7 @@ async def test_webhook_without_a_body_posts_the_incident(webhook: FakeWebhook) -
 
 
 async def test_webhook_connection_errors_are_retried_then_fail() -> None:
-    runner = ActionRunner(None, make_config())
+    runner = await ActionRunner.open(None, make_config())
     record = await runner.process(make_request("webhook", {"url": "http://127.0.0.1:9/x", "timeout": 1}))
     await runner.close()
     assert record.outcome == "failed" and record.attempt == 3

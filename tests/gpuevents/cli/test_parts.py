@@ -10,7 +10,7 @@ import pytest
 from gpuevents.bus import Bus
 from gpuevents.cli import parts
 from gpuevents.cli.common import PartFailed
-from gpuevents.cli.parts import run_parts, runner_parts
+from gpuevents.cli.parts import RunnerPart, run_parts, runner_parts
 from gpuevents.cli.report import weekly_summary
 from gpuevents.clock import SystemClock
 from gpuevents.config import Config
@@ -65,12 +65,13 @@ async def test_a_part_that_ignores_stop_is_cancelled(monkeypatch: pytest.MonkeyP
     assert cancelled == [True]
 
 
-def test_every_runner_is_handed_the_weekly_summary(bus: Bus) -> None:
+async def test_every_runner_is_handed_the_weekly_summary(bus: Bus) -> None:
     made = runner_parts(Config(), bus, SystemClock(), 2)
     assert sorted(made) == ["runner0", "runner1"]
-    for run in made.values():
-        runner = run.__self__  # type: ignore[attr-defined]  # a bound method
-        assert runner._report is weekly_summary
+    for name, part in made.items():
+        assert isinstance(part, RunnerPart)
+        runner = await part.open()
+        assert runner.id.startswith(f"{name}-") and runner.services.report is weekly_summary
 
 
 async def test_parts_told_to_stop_end_without_error() -> None:

@@ -57,7 +57,7 @@ async def test_a_hostile_nodes_claim_does_not_pause_a_workload_it_does_not_run(
     clock = SystemClock()
     engine = Engine(config, bus, clock=clock)
     add_runner_metrics(engine.metrics.registry)  # as `gpuevents engine` serves them (gpuevents/cli/parts.py)
-    runner = ActionRunner(bus, config, clock)
+    runner = await ActionRunner.open(bus, config, clock)
     stop = asyncio.Event()
     tasks = [asyncio.create_task(engine.run(stop)), asyncio.create_task(runner.run(stop))]
     try:

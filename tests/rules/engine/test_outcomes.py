@@ -87,7 +87,7 @@ def two_gpus(clock: ManualClock) -> NodeSnapshot:
 @pytest.fixture
 async def runner(bus: Bus, config: Config) -> AsyncIterator[None]:
     stop = asyncio.Event()
-    task = asyncio.create_task(ActionRunner(bus, config, ManualClock(T0)).run(stop))
+    task = asyncio.create_task((await ActionRunner.open(bus, config, ManualClock(T0))).run(stop))
     yield
     stop.set()
     await asyncio.wait_for(task, 30)
@@ -142,7 +142,7 @@ async def test_an_engine_that_takes_over_learns_the_outcomes_reported_while_none
                        what="both incidents firing")
         await first.settle()  # the warnings, `sent`, are stored with the incidents
     stop = asyncio.Event()  # no engine acts while the runner delivers one warning and fails the other
-    task = asyncio.create_task(ActionRunner(bus, config, clock).run(stop))
+    task = asyncio.create_task((await ActionRunner.open(bus, config, clock)).run(stop))
     await wait_for(lambda: _len(actions(bus), 2), timeout=30, what="both warnings' outcomes")
     stop.set()
     await asyncio.wait_for(task, 30)
@@ -170,7 +170,7 @@ async def test_a_learned_outcome_is_in_the_next_read_model_not_an_older_one(conf
         _nodes, before = (await engine.read_model()).node("n1")
         assert all(i.warning is not None and "no outcome known" in i.warning for i in before), before
         stop = asyncio.Event()
-        task = asyncio.create_task(ActionRunner(bus, config, clock).run(stop))
+        task = asyncio.create_task((await ActionRunner.open(bus, config, clock)).run(stop))
         try:
             await wait_for(lambda: engine.core is not None and sorted(
                 w.status for i in engine.core.open_incidents() for w in i.warnings.values()) == ["delivered", "failed"],

@@ -26,7 +26,7 @@ from tests.waiting import wait_for
 async def test_snapshot_to_incident_to_action_to_audit(engine_config: Config, bus: Bus) -> None:
     clock = ManualClock(T0)
     engine = Engine(engine_config, bus, clock=clock)
-    runner = ActionRunner(bus, engine_config, clock)
+    runner = await ActionRunner.open(bus, engine_config, clock)
     stop_runner = asyncio.Event()
     runner_task = asyncio.create_task(runner.run(stop_runner))
     try:
