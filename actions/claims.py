@@ -11,6 +11,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
+from gpuevents.facts import JobFacts
 from gpuevents.records import ActionRequest
 
 log = logging.getLogger(__name__)
@@ -60,33 +61,27 @@ class Contradicted(Refused):
         self.nodes = nodes
 
 
-def _job_facts(req: ActionRequest) -> dict[str, Any]:
-    job = req.facts.get("job")
-    return dict(job) if isinstance(job, dict) else {}
-
-
 def reporting_nodes(req: ActionRequest) -> list[str]:
     """The nodes whose reports the decision rests on: the job's nodes, else the entity's node; none for a
     person's request."""
-    nodes = _job_facts(req).get("nodes")
-    if isinstance(nodes, list) and nodes:
-        return sorted({str(n) for n in nodes})
+    job = req.facts.job
+    if job is not None and job.nodes:
+        return sorted(set(job.nodes))
     return [req.node] if req.node else []
 
 
 def claimed_gpus(req: ActionRequest, node: str) -> int:
     """How many GPUs the request's facts say the target holds on `node` (at least one)."""
-    gpus = req.facts.get("gpus")
-    if not isinstance(gpus, list):
-        gpu = req.facts.get("gpu")
-        gpus = [gpu] if isinstance(gpu, dict) else []
-    n = sum(1 for g in gpus if isinstance(g, dict) and g.get("node") in (node, None))
-    return max(n, 1)
+    facts = req.facts
+    gpus = facts.gpus if "gpus" in facts.model_fields_set else ([facts.gpu] if facts.gpu is not None else [])
+    return max(sum(1 for g in gpus if g.node in (node, None)), 1)
 
 
 def with_job(req: ActionRequest, **fields: Any) -> ActionRequest:
-    facts = dict(req.facts)
-    facts["job"] = {**_job_facts(req), **fields}
+    """`req` with these fields set on its facts' job (as the source of truth says them)."""
+    job = req.facts.job
+    known = job.model_dump() if job is not None else {}
+    facts = req.facts.model_copy(update={"job": JobFacts.model_validate({**known, **fields})})
     return req.model_copy(update={"facts": facts})
 
 

@@ -228,7 +228,7 @@ class ClickHandler:
             facts=req.facts, created_at=self.clock.now(),
         )
         await self.bus.js_publish(S.action_subject(action_type), release.model_dump_json().encode(), msg_id=release.key)
-        pids = ", ".join(str(p.get("pid")) for p in req.facts.get("processes") or [] if isinstance(p, dict))
+        pids = ", ".join(str(p.pid) for p in req.facts.processes)
         what = f"pid {pids}" if pids else req.entity_id
         return f"released by <@{clicker}>: ending {what} ({action_type})"
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from gpuevents.durations import format_duration
+from gpuevents.facts import Facts, IncidentFacts
 
 # The buttons' action ids (DESIGN §5.1): the message is built here, the clicks are read in actions/slack_clicks.py.
 KEEP_PREFIX = "gpuevents_keep_"
@@ -41,68 +42,6 @@ def truncate(text: str, limit: int = MAX_SECTION_TEXT) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-class _Facts(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-
-class NextFacts(_Facts):
-    """The incident's next staged action (`incident.next`)."""
-
-    type: str
-    at: datetime
-    says: str = ""
-
-
-class IncidentFacts(_Facts):
-    id: str | None = None
-    started_at: datetime | None = None
-    firing_since: datetime | None = None
-    firing_for: str | None = None
-    active_for: str | None = None
-    count: int | None = None
-    next: NextFacts | None = None
-
-
-class CostFacts(_Facts):
-    """Estimated waste so far; `text` (e.g. `$12.40`) wins over `amount` + `currency`."""
-
-    amount: float | None = None
-    currency: str = "USD"
-    text: str | None = None
-
-    def display(self) -> str | None:
-        if self.text:
-            return self.text
-        if self.amount is None:
-            return None
-        return f"{self.amount:,.2f} {self.currency}"
-
-
-class MessageFacts(_Facts):
-    """What a message can say about the entity, read from `ActionRequest.facts` (all optional)."""
-
-    incident: IncidentFacts = IncidentFacts()
-    cost: CostFacts | None = None
-    node: dict[str, Any] = Field(default_factory=dict)
-    gpu: dict[str, Any] = Field(default_factory=dict)
-    process: dict[str, Any] = Field(default_factory=dict)
-    processes: list[dict[str, Any]] = Field(default_factory=list)
-
-    @field_validator("cost", mode="before")
-    @classmethod
-    def _cost_number(cls, v: Any) -> Any:
-        if isinstance(v, int | float):
-            return {"amount": v}
-        if isinstance(v, str):
-            return {"text": v}
-        return v
-
-    @field_validator("node", "gpu", "process", mode="before")
-    @classmethod
-    def _none_is_empty(cls, v: Any) -> Any:
-        return {} if v is None else v
-
-
 class MessageItem(BaseModel):
     """One incident as a message shows it; the digest is a list of these."""
 
@@ -127,36 +66,34 @@ class MessageItem(BaseModel):
     buttons: list[float] | None = None  # keep durations of this item's buttons, when it has any
 
 
-def describe_where(entity_id: str, facts: MessageFacts) -> str:
+def describe_where(entity_id: str, facts: Facts) -> str:
     """`GPU 0 (NVIDIA H100) on node-7` and the like, escaped."""
     parts = []
     gpu, node, proc = facts.gpu, facts.node, facts.process
-    if gpu:
-        model = f" ({gpu['model']})" if gpu.get("model") else ""
-        parts.append(f"GPU {gpu.get('index', '?')}{model}")
-    if proc:
-        who = f" of {proc['user']}" if proc.get("user") else ""
-        parts.append(f"process {proc.get('name') or '?'} (pid {proc.get('pid', '?')}){who}")
-    node_name = node.get("name") or gpu.get("node") or proc.get("node")
+    if gpu is not None:
+        model = f" ({gpu.model})" if gpu.model else ""
+        parts.append(f"GPU {'?' if gpu.index is None else gpu.index}{model}")
+    if proc is not None:
+        who = f" of {proc.user}" if proc.user else ""
+        parts.append(f"process {proc.name or '?'} (pid {'?' if proc.pid is None else proc.pid}){who}")
+    node_name = node.name or (gpu.node if gpu is not None else None) or (proc.node if proc is not None else None)
     if node_name:
         parts.append(f"on {node_name}")
     return escape(" ".join(parts) if parts else entity_id)
 
 
-def describe_processes(facts: MessageFacts, limit: int = 10) -> list[str]:
+def describe_processes(facts: Facts, limit: int = 10) -> list[str]:
     out = []
     for p in facts.processes[:limit]:
-        user = f" ({p['user']})" if p.get("user") else ""
-        out.append(escape(f"{p.get('name') or '?'} pid {p.get('pid', '?')}{user}"))
+        user = f" ({p.user})" if p.user else ""
+        out.append(escape(f"{p.name or '?'} pid {'?' if p.pid is None else p.pid}{user}"))
     if len(facts.processes) > limit:
         out.append(f"… and {len(facts.processes) - limit} more")
     return out
 
 
-def make_item(text: str, rule: str, entity_id: str, cluster: str, incident_id: str,
-              facts_raw: dict[str, Any]) -> MessageItem:
-    facts = MessageFacts.model_validate(facts_raw)
-    inc = facts.incident
+def make_item(text: str, rule: str, entity_id: str, cluster: str, incident_id: str, facts: Facts) -> MessageItem:
+    inc = facts.incident or IncidentFacts()
     return MessageItem(
         text=text, rule=rule, entity_id=entity_id, cluster=cluster, incident_id=incident_id,
         since=inc.started_at or inc.firing_since, firing_for=inc.active_for or inc.firing_for,

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from agent.inputs import NodeInputs
 from agent.jobdetails import JobDetails
-from agent.kubeowners import PodJob
 from agent.podalloc import PodAllocation, pods_by_gpu
 from agent.sample import GpuReading, NodeReading, ProcessIdentity
 from gpuevents.config import ThresholdsConfig
@@ -148,8 +148,8 @@ class NodeCore:
         self.cluster = cluster
         self.thresholds = thresholds
         self.snapshot_interval = timedelta(seconds=snapshot_interval_s)
-        self.labels = dict(labels or {})
-        self.cordoned: bool | None = None  # known only from the Kubernetes node (agent.kubernetes_node)
+        self.inputs = NodeInputs(labels=dict(labels or {}))
+        """The changing inputs as of the last step (`step` takes them)."""
         self.driver_version = driver_version
         self.hostname = hostname
         self.gpu_states: dict[int, GpuState] = {}
@@ -159,37 +159,30 @@ class NodeCore:
         self._idle_rules: dict[str | None, IdleRule] = {}
         self.last_snapshot_at: datetime | None = None
         self.now: datetime | None = None
-        self.job_gpus: dict[str, list[str]] | None = None
-        """The scheduler's allocation, GPU key (`3`) -> its jobs, from the HPC job mapping directory; None without
-        one (then `allocated` is unknown)."""
-        self.job_details: Callable[[str], JobDetails | None] | None = None
-        """What the scheduler says of a job (agent/jobdetails.py), or None where unknown."""
-        self.kube_pods: dict[str, PodAllocation] | None = None
-        """The kubelet's allocation (PodResources List): every pod on the node by `namespace/name`, with its GPU
-        devices; None without it (then `allocated` is unknown)."""
-        self.kube_jobs: dict[str, PodJob] = {}
-        """The job of each pod holding GPUs here (`namespace/name` -> its top owner), from the owner walk."""
-        self._kube_by_gpu: tuple[dict[str, PodAllocation], int, dict[int, list[str]]] | None = None
-        self.power_caps: Callable[[int], tuple[float, float | None] | None] | None = None
-        """The power cap on a GPU and its draw before the cap (agent/powercap.py), or None."""
-        self.diag_fields: Callable[[], dict[str, Any]] | None = None
-        """The node's latest diagnostic result (agent/diagnose.py), for its snapshots."""
-        self.carried_idle: dict[str, datetime] = {}
-        """Idle clocks from before a restart (GPU uuid → idle_since), taken by a GPU's first sample."""
+        self._kube_by_gpu: tuple[Mapping[str, PodAllocation], int, dict[int, list[str]]] | None = None
+        self._carried_idle: dict[str, datetime] = {}  # idle clocks from before a restart, by GPU uuid
 
     # ------------------------------------------------------------ stepping
+    def carry_idle(self, clocks: Mapping[str, datetime]) -> None:
+        """Idle clocks from before a restart (GPU uuid → idle_since), each taken by its GPU's first sample."""
+        self._carried_idle = dict(clocks)
+
     def step(
-        self, now: datetime, reading: NodeReading, identities: Mapping[int, ProcessIdentity]
+        self, now: datetime, reading: NodeReading, identities: Mapping[int, ProcessIdentity],
+        inputs: NodeInputs | None = None,
     ) -> list[Event]:
-        """Fold one sample into the state; the events it causes, snapshot included when due."""
+        """Fold one sample, with the changing `inputs` as of it (None: those of the last step), into the state;
+        the events it causes, snapshot included when due."""
         self.now = now
+        if inputs is not None:
+            self.inputs = inputs
         held = self._group(reading, identities)
         held_gpus = {g for h in held.values() for g in h.gpus}
         gpu_events: list[tuple[str, int]] = []
         for r in reading.gpus:
             old = self.gpu_states.get(r.index)
             if old is None:
-                since = self.carried_idle.pop(r.uuid, None) if r.uuid else None
+                since = self._carried_idle.pop(r.uuid, None) if r.uuid else None
                 still_idle = r.util_pct is not None and r.util_pct < self.thresholds.idle_util_pct
                 old = GpuState(idle=True, idle_since=since) if since is not None and still_idle else GpuState()
             new, crossed = step_gpu(old, r, now, self.thresholds, self.idle_rule(r.model),
@@ -284,8 +277,8 @@ class NodeCore:
             node=self.node, pid=i.pid, name=i.name, exe=i.exe, cmdline=i.cmdline, user=i.user, uid=i.uid,
             owner=i.owner, create_time=i.create_time,
             age_s=round(max(0.0, (now - i.create_time).total_seconds()), 3), ppid=i.ppid, service=i.service,
-            job=i.job or (self._kube_job_of(i.pod) if i.pod and self.kube_pods is not None
-                          and i.pod in self.kube_pods else None),
+            job=i.job or (self._kube_job_of(i.pod) if i.pod and self.inputs.kube_pods is not None
+                          and i.pod in self.inputs.kube_pods else None),
             gpus=list(h.gpus), gpu_mem_mib=h.mem_mib, gpu_util_pct=h.util_pct,
             container_id=i.container_id, pod_uid=i.pod_uid, pod=i.pod, labels=dict(i.labels),
         )
@@ -320,7 +313,7 @@ class NodeCore:
         )
 
     def _power_cap(self, index: int, power_w: float | None) -> dict[str, Any]:
-        cap = self.power_caps(index) if self.power_caps is not None else None
+        cap = self.inputs.power_caps(index) if self.inputs.power_caps is not None else None
         if cap is None:
             return {}
         cap_w, before = cap
@@ -329,26 +322,26 @@ class NodeCore:
 
     def kube_by_gpu(self) -> dict[int, list[str]]:
         """GPU index -> the pods allocated it (computed once per PodResources answer)."""
-        pods = self.kube_pods or {}
+        pods = self.inputs.kube_pods or {}
         cached = self._kube_by_gpu
         if cached is None or cached[0] is not pods or cached[1] != len(self.readings):
             cached = self._kube_by_gpu = (pods, len(self.readings), pods_by_gpu(pods, list(self.readings.values())))
         return cached[2]
 
     def _kube_job_of(self, pod: str) -> str:
-        job = self.kube_jobs.get(pod)
+        job = self.inputs.kube_jobs.get(pod)
         if job is not None:
             return job.id
         namespace, _, name = pod.partition("/")
         return f"{namespace}/Pod/{name}"  # not resolved (yet): the pod is its own job
 
     def _allocation(self, index: int) -> dict[str, Any]:
-        if self.kube_pods is not None:
+        if self.inputs.kube_pods is not None:
             pods = self.kube_by_gpu().get(index, [])
             return {"allocated": bool(pods), "job": self._kube_job_of(pods[0]) if pods else None}
-        if self.job_gpus is None:
+        if self.inputs.job_gpus is None:
             return {}
-        jobs = self.job_gpus.get(str(index), [])
+        jobs = self.inputs.job_gpus.get(str(index), [])
         return {"allocated": bool(jobs), "job": jobs[0] if jobs else None}
 
     def jobs(self) -> list[JobInfo]:
@@ -357,7 +350,7 @@ class NodeCore:
         return self._hpc_jobs() + self._kube_jobs()
 
     def _kube_jobs(self) -> list[JobInfo]:
-        if self.kube_pods is None:
+        if self.inputs.kube_pods is None:
             return []
         gpus_of: dict[str, set[int]] = {}
         pods_of: dict[str, list[str]] = {}
@@ -370,7 +363,7 @@ class NodeCore:
         out = []
         for jid in sorted(gpus_of):
             pods = sorted(pods_of[jid])
-            info = next((self.kube_jobs[p] for p in pods if p in self.kube_jobs), None)
+            info = next((self.inputs.kube_jobs[p] for p in pods if p in self.inputs.kube_jobs), None)
             procs = [h.ident for h in self.held.values() if h.ident.pod in pods]
             namespace = jid.split("/", 1)[0]
             out.append(JobInfo(
@@ -379,8 +372,8 @@ class NodeCore:
                 owner=next((i.owner for i in procs if i.owner), None) if not (info and info.user) else None,
                 controller=info.controller if info else None, gpus=sorted(gpus_of[jid]),
                 pids=sorted(i.pid for i in procs), pods=[p.split("/", 1)[1] for p in pods],
-                started_at=min((t for p in pods if p in self.kube_jobs
-                                if (t := self.kube_jobs[p].started_at) is not None), default=None),
+                started_at=min((t for p in pods if p in self.inputs.kube_jobs
+                                if (t := self.inputs.kube_jobs[p].started_at) is not None), default=None),
                 labels=dict(info.labels) if info else {}, annotations=dict(info.annotations) if info else {},
                 controller_uid=info.controller_uid if info else None,
                 controller_generation=info.controller_generation if info else None,
@@ -388,17 +381,17 @@ class NodeCore:
         return out
 
     def _hpc_jobs(self) -> list[JobInfo]:
-        if self.job_gpus is None:
+        if self.inputs.job_gpus is None:
             return []
         gpus_of: dict[str, list[int]] = {}
-        for key, jobs in self.job_gpus.items():
+        for key, jobs in self.inputs.job_gpus.items():
             if key.isdigit() and int(key) in self.readings:
                 for job in jobs:
                     gpus_of.setdefault(job, []).append(int(key))
         out = []
         for job, gpus in sorted(gpus_of.items()):
             procs = [h.ident for h in self.held.values() if h.ident.job == job]
-            d = (self.job_details(job) if self.job_details is not None else None) or JobDetails()
+            d = (self.inputs.job_details(job) if self.inputs.job_details is not None else None) or JobDetails()
             # the scheduler's word on the user first; else the user its processes here run as
             user = d.user or next((i.user for i in procs if i.user), None)
             out.append(JobInfo(id=job, user=user, gpus=sorted(gpus), pids=sorted(i.pid for i in procs),
@@ -413,10 +406,10 @@ class NodeCore:
             if not s.idle and not s.lost and self.readings[i].util_pct is not None
         )
         return NodeInfo(
-            name=self.node, cluster=self.cluster, labels=dict(self.labels),
-            gpu_count=len(self.readings), gpus_busy=busy, gpus_idle=idle, cordoned=self.cordoned,
+            name=self.node, cluster=self.cluster, labels=dict(self.inputs.labels),
+            gpu_count=len(self.readings), gpus_busy=busy, gpus_idle=idle, cordoned=self.inputs.cordoned,
             driver_version=self.driver_version, hostname=self.hostname, agent_id=self.agent_id,
-            **(self.diag_fields() if self.diag_fields is not None else {}),
+            **(self.inputs.diag_fields() if self.inputs.diag_fields is not None else {}),
         )
 
     def snapshot(self, now: datetime) -> NodeSnapshot:

@@ -19,7 +19,7 @@ from datetime import datetime
 from prometheus_client.parser import text_string_to_metric_families
 
 from agent.sample import GpuReading, NodeReading
-from gpuevents.gpuconfig import AgentDcgmConfig
+from gpuevents.config.gpu import AgentDcgmConfig
 
 log = logging.getLogger(__name__)
 

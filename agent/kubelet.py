@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gpuevents.kubeconfig import KubeletConfig
+from gpuevents.config.kube import KubeletConfig
 
 if TYPE_CHECKING:  # aiohttp (~20 MiB) is loaded only where the kubelet's /pods is read
     import aiohttp

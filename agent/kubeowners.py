@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from gpuevents.kubeconfig import KubernetesJobsConfig
+from gpuevents.config.kube import KubernetesJobsConfig
 from gpuevents.kubekinds import job_id
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -109,7 +109,7 @@ class AgentCollector:
         putil = Family("gpuevents_process_sm_util_pct", "gauge", "SM utilization of a process (in %).")
         for core in self.cores():
             # the HPC job mapping as the sampling loop last read it (NodeCore.job_gpus): read once, in one place
-            self._node(core, core.job_gpus or {}, dcgm, xid, [limit, idle, idle_s, lost, nproc], pmem, putil)
+            self._node(core, core.inputs.job_gpus or {}, dcgm, xid, [limit, idle, idle_s, lost, nproc], pmem, putil)
         yield from (*dcgm, xid, limit, idle, idle_s, lost, nproc, pmem, putil)
         samples = Family("gpuevents_agent_samples_total", "counter", "Samples taken.")
         samples.add({}, self.counters.samples)
@@ -123,7 +123,7 @@ class AgentCollector:
             events.add({"type": t}, n)
         yield from (samples, errors, details, events)
 
-    def _node(self, core: NodeCore, job_map: dict[str, list[str]], dcgm: list[Family], xid: Family,
+    def _node(self, core: NodeCore, job_map: Mapping[str, list[str]], dcgm: list[Family], xid: Family,
               own: list[Family], pmem: Family, putil: Family) -> None:
         limit, idle, idle_s, lost, nproc = own
         now = core.now

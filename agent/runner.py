@@ -8,6 +8,7 @@ import logging
 import os
 import socket
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -20,6 +21,7 @@ from agent.diagnose import Diagnostics
 from agent.host import UserDb, in_host_pid_namespace
 from agent.hpcjobs import JobMapping
 from agent.idlestate import IdleStateFile
+from agent.inputs import NodeInputs
 from agent.jobdetails import JobDirectory
 from agent.kill import KillHandler, KillPolicy, RateLimit
 from agent.kubelet import PodDirectory
@@ -75,6 +77,8 @@ class NodeAgent:
             snapshot_interval_s=a.snapshot_interval, labels=a.labels,
             driver_version=sampler.driver_version, hostname=self.hostname, agent_id=new_id(),
         )
+        self.inputs = NodeInputs(labels=dict(a.labels))
+        """What the core is told at the next sample besides its readings; the helpers replace it."""
         self.dcgm = DcgmActivity(a.dcgm) if a.dcgm.url else None
         """MIG instances' activity from a dcgm-exporter on the node, where GPM gives none."""
         self.attributor = Attributor(a.attribution, config.owners, pods.get if pods else None,
@@ -98,16 +102,14 @@ class NodeAgent:
                                  RateLimit(a.power_cap.max_per_minute), dry_run=a.power_cap.dry_run,
                                  state=CapFile(a.state_dir, self.node) if a.state_dir is not None else None)
         self.power.recover()  # limits a crashed run left lowered
-        self.core.power_caps = self.power.cap_of
         self.diag = Diagnostics(a.diagnostics, state=Diagnostics.state_file(a.state_dir, self.node)
                                 if a.state_dir is not None else None)
-        self.core.diag_fields = self.diag.fields
+        self.inputs = replace(self.inputs, power_caps=self.power.cap_of, diag_fields=self.diag.fields)
 
     def apply_kubernetes_node(self, state: KubeNodeInfo) -> None:
         """The Node object's labels under the configured ones (config wins), and its cordon."""
         labels = {**state.labels, **self.config.agent.labels}
-        self.core.labels = labels
-        self.core.cordoned = state.cordoned
+        self.inputs = replace(self.inputs, labels=labels, cordoned=state.cordoned)
         self.kill.policy.set_node_labels(labels)
 
     def _pod_of(self, pid: int) -> str | None:
@@ -121,7 +123,7 @@ class NodeAgent:
             reading = self.dcgm.fill(reading, now)
         pids = {p.pid for p in reading.procs}
         identities = self.attributor.complete(self.sampler.identify(pids)) if pids else {}
-        events = self.core.step(now, reading, identities)
+        events = self.core.step(now, reading, identities, self.inputs)
         if self.power.caps:
             self.power.check()  # active again, or its holders changed: the limit goes back
         return events
@@ -236,12 +238,14 @@ async def _watch_allocations(pr: PodResources, walker: OwnerWalker | None, agent
             pr.wanted = {h.ident.pod for h in agent.core.held.values() if h.ident.pod}
             delay = await pr.refresh()
             pods = pr.pods
+            jobs = agent.inputs.kube_jobs
             if pods is not None and walker is not None:
-                agent.core.kube_jobs = await walker.resolve_all(k for k, p in pods.items() if p.devices)
-            agent.core.kube_pods = pods
+                jobs = await walker.resolve_all(k for k, p in pods.items() if p.devices)
+            agent.inputs = replace(agent.inputs, kube_pods=pods, kube_jobs=jobs)
             await sleep_or_stop(stop, delay)
     finally:
-        agent.core.kube_pods = None  # not asked any more (stopping, or restarted after a failure): unknown
+        # not asked any more (stopping, or restarted after a failure): unknown
+        agent.inputs = replace(agent.inputs, kube_pods=None)
         pr.close()
         if walker is not None and stop.is_set():
             await walker.close()
@@ -272,20 +276,12 @@ async def _lookup_details(details: JobDirectory, counters: AgentCounters, stop: 
         await sleep_or_stop(stop, 1.0)
 
 
-async def run_nodes(agents: list[NodeAgent], bus: EventBus, *, config: Config, clock: Clock,
-                    stop: asyncio.Event, counters: AgentCounters | None = None,
-                    pods: PodDirectory | None = None,
-                    nodes: dict[str, NodeLookup] | None = None,
-                    allocations: tuple[PodResources, OwnerWalker | None] | None = None) -> AgentCounters:
-    """Sample every agent each `sample_interval` until `stop` is set; publishing never blocks the loop."""
-    counters = counters or AgentCounters()
-    interval = config.agent.sample_interval
-    metrics: MetricsServer | None = None
-    if config.agent.metrics_port is not None:
-        collector = AgentCollector(lambda: [a.core for a in agents], counters,
-                                   process_labels=config.agent.metrics_process_labels)
-        with binding("agent.metrics_port", config.agent.metrics_address, config.agent.metrics_port):
-            metrics = MetricsServer(collector, config.agent.metrics_port, config.agent.metrics_address).start()
+def _start_helpers(agents: list[NodeAgent], bus: EventBus, config: Config, stop: asyncio.Event,
+                   counters: AgentCounters, pods: PodDirectory | None, nodes: dict[str, NodeLookup] | None,
+                   allocations: tuple[PodResources, OwnerWalker | None] | None,
+                   details: JobDirectory | None) -> list[asyncio.Task[None]]:
+    """Every helper task the agents need, each supervised: the kill service, and where configured the kubelet's
+    pods and allocation, the Kubernetes nodes and the Slurm job details."""
     helpers = [supervise("kill service", lambda: _serve_kills(bus, agents, config.cluster, stop), stop, counters)]
     if pods is not None:
         helpers.append(supervise("kubelet pod refresh", lambda: _refresh_pods(pods, stop), stop, counters))
@@ -298,50 +294,87 @@ async def run_nodes(agents: list[NodeAgent], bus: EventBus, *, config: Config, c
         if lookup is not None:
             helpers.append(supervise("kubernetes node lookup", functools.partial(_watch_node, lookup, a, stop),
                                      stop, counters))
+    if details is not None:
+        helpers.append(supervise("slurm job details", functools.partial(_lookup_details, details, counters, stop),
+                                 stop, counters))
+    return helpers
+
+
+def _start_metrics(agents: list[NodeAgent], config: Config, counters: AgentCounters) -> MetricsServer | None:
+    if config.agent.metrics_port is None:
+        return None
+    collector = AgentCollector(lambda: [a.core for a in agents], counters,
+                               process_labels=config.agent.metrics_process_labels)
+    with binding("agent.metrics_port", config.agent.metrics_address, config.agent.metrics_port):
+        return MetricsServer(collector, config.agent.metrics_port, config.agent.metrics_address).start()
+
+
+def _idle_files(agents: list[NodeAgent], config: Config, clock: Clock) -> dict[str, IdleStateFile]:
+    """Each node's file of idle clocks (config `agent.state_dir`), the clocks kept there handed to its core."""
+    state_dir = config.agent.state_dir
+    if state_dir is None:
+        return {}
+    files = {a.node: IdleStateFile(state_dir, a.node) for a in agents}
+    carry_for = max(timedelta(minutes=5), 3 * timedelta(seconds=config.agent.snapshot_interval))
+    for a in agents:
+        a.core.carry_idle(files[a.node].load(clock.now(), carry_for))
+    return files
+
+
+async def _sample_loop(agents: list[NodeAgent], publish: Callable[[Event], None], *, config: Config, clock: Clock,
+                       stop: asyncio.Event, counters: AgentCounters, mapping: JobMapping | None,
+                       details: JobDirectory | None, idle_files: dict[str, IdleStateFile]) -> None:
+    """Sample every agent each `sample_interval` until `stop` is set, with the scheduler's allocation as of
+    each round; a slow round skips the ticks it missed."""
+    interval = config.agent.sample_interval
+    next_at = clock.monotonic()
+    while not stop.is_set():
+        job_gpus = mapping.jobs() if mapping is not None else None  # the scheduler's allocation, now
+        if details is not None and job_gpus is not None:
+            details.observe({j for jobs in job_gpus.values() for j in jobs})
+        for a in agents:
+            a.inputs = replace(a.inputs, job_gpus=job_gpus, job_details=details.get if details is not None else None)
+            try:
+                events = await a.tick_async(clock.now())
+            except Exception:
+                counters.sample_errors += 1
+                log.exception("sampling node %s failed; trying again next interval", a.node)
+                continue
+            for e in events:
+                publish(e)
+                if e.type == "node.snapshot" and a.node in idle_files:
+                    idle_files[a.node].save(clock.now(), a.core.idle_clocks())
+        counters.samples += 1
+        next_at += interval
+        delay = next_at - clock.monotonic()
+        if delay < 0:  # fell behind (a slow sample): skip the missed ticks, do not burst
+            next_at = clock.monotonic()
+            delay = 0.0
+        await sleep_or_stop(stop, delay)
+
+
+async def run_nodes(agents: list[NodeAgent], bus: EventBus, *, config: Config, clock: Clock,
+                    stop: asyncio.Event, counters: AgentCounters | None = None,
+                    pods: PodDirectory | None = None,
+                    nodes: dict[str, NodeLookup] | None = None,
+                    allocations: tuple[PodResources, OwnerWalker | None] | None = None) -> AgentCounters:
+    """Sample every agent each `sample_interval` until `stop` is set; publishing never blocks the loop."""
+    counters = counters or AgentCounters()
+    metrics = _start_metrics(agents, config, counters)
+    mapping = JobMapping(config.agent.hpc_job_mapping_dir) if config.agent.hpc_job_mapping_dir is not None else None
+    details = _job_directory(config) if mapping is not None else None
+    helpers = _start_helpers(agents, bus, config, stop, counters, pods, nodes, allocations, details)
 
     def publish(event: Event) -> None:
         bus.publish_event(event)
         counters.count_event(event.type)
 
-    mapping = JobMapping(config.agent.hpc_job_mapping_dir) if config.agent.hpc_job_mapping_dir is not None else None
-    details = _job_directory(config) if mapping is not None else None
-    if details is not None:
-        helpers.append(supervise("slurm job details", functools.partial(_lookup_details, details, counters, stop),
-                                 stop, counters))
-    state_dir = config.agent.state_dir
-    idle_files = {a.node: IdleStateFile(state_dir, a.node) for a in agents} if state_dir is not None else {}
-    carry_for = max(timedelta(minutes=5), 3 * timedelta(seconds=config.agent.snapshot_interval))
-    for a in agents:
-        if a.node in idle_files:
-            a.core.carried_idle = idle_files[a.node].load(clock.now(), carry_for)
+    idle_files = _idle_files(agents, config, clock)
     try:
         for a in agents:
             publish(a.lifecycle_event("agent.started", clock.now()))
-        next_at = clock.monotonic()
-        while not stop.is_set():
-            job_gpus = mapping.jobs() if mapping is not None else None  # the scheduler's allocation, now
-            if details is not None and job_gpus is not None:
-                details.observe({j for jobs in job_gpus.values() for j in jobs})
-            for a in agents:
-                a.core.job_gpus = job_gpus
-                a.core.job_details = details.get if details is not None else None
-                try:
-                    events = await a.tick_async(clock.now())
-                except Exception:
-                    counters.sample_errors += 1
-                    log.exception("sampling node %s failed; trying again next interval", a.node)
-                    continue
-                for e in events:
-                    publish(e)
-                    if e.type == "node.snapshot" and a.node in idle_files:
-                        idle_files[a.node].save(clock.now(), a.core.idle_clocks())
-            counters.samples += 1
-            next_at += interval
-            delay = next_at - clock.monotonic()
-            if delay < 0:  # fell behind (a slow sample): skip the missed ticks, do not burst
-                next_at = clock.monotonic()
-                delay = 0.0
-            await sleep_or_stop(stop, delay)
+        await _sample_loop(agents, publish, config=config, clock=clock, stop=stop, counters=counters,
+                           mapping=mapping, details=details, idle_files=idle_files)
         for a in agents:
             publish(a.lifecycle_event("agent.stopping", clock.now()))
     finally:

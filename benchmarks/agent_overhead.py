@@ -88,7 +88,7 @@ def in_process_owners() -> Any:
     """An owner walk whose reads are answered here: every pod a Deployment's, through its ReplicaSet."""
     import agent.kubeapi  # noqa: F401  (the agent's API reader, imported as in a cluster: its memory counts)
     from agent.kubeowners import Meta, OwnerRef, OwnerWalker
-    from gpuevents.kubeconfig import KubernetesJobsConfig
+    from gpuevents.config.kube import KubernetesJobsConfig
 
     async def fetch(api_version: str, kind: str, ns: str, name: str) -> Meta | None:
         if kind == "Pod":

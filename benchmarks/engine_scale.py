@@ -40,16 +40,16 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import psutil  # noqa: E402
-from engine_throughput import HOT_RULE, LIBRARY, changing_snapshot, node_snapshot  # noqa: E402
+from engine_throughput import HOT_RULE, LIBRARY, changing_snapshot, node_snapshot, warning_channel  # noqa: E402
 
 from gpuevents.bus import Bus  # noqa: E402
 from gpuevents.config import Config  # noqa: E402
 from gpuevents.events import Event, make_event  # noqa: E402
 from rules.core.core import Core, Tick  # noqa: E402
 from rules.engine.gcpolicy import GcPolicy  # noqa: E402
+from rules.engine.read.status import answer  # noqa: E402
 from rules.engine.servers import PagedModels  # noqa: E402
 from rules.engine.service import Engine  # noqa: E402
-from rules.engine.status import answer  # noqa: E402
 
 GPUS = 8
 ASKS = 10
@@ -113,7 +113,7 @@ async def measure(nodes: int, events: int, tmp: Path) -> dict[str, Any]:
     cfg = Config.model_validate({
         "cluster": "bench", "nats": {"url": "nats://127.0.0.1:1"},  # never connected
         "engine": {"rules": [str(rules_dir)], "tick": "30s", "offline_grace": "1h"},
-        "agent": {"snapshot_interval": "15s"},
+        "agent": {"snapshot_interval": "15s"}, "actions": warning_channel(tmp),
     })
     t0 = datetime.now(UTC) - timedelta(hours=1)
     engine = Engine(cfg, Bus(cfg.nats, name="bench"))  # never connected: the benchmark steps its core directly

@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import nats  # noqa: E402
 import yaml  # noqa: E402
-from engine_throughput import LIBRARY, changing_snapshot  # noqa: E402
+from engine_throughput import LIBRARY, changing_snapshot, warning_channel  # noqa: E402
 
 from gpuevents import subjects as S  # noqa: E402
 from gpuevents.bus import Bus  # noqa: E402
@@ -59,7 +59,7 @@ def write_config(tmp: Path, urls: list[str], partitions: int) -> Path:
         "nats": {"url": urls, "reconnect_wait": 0.2, "publish_buffer": 10_000_000, "streams": {"replicas": 3}},
         "engine": {"rules": [str(rules)], "partitions": partitions, "lease_ttl": f"{LEASE_TTL_S}s", "runners": 0,
                    "tick": "30s", "usage_db": str(tmp / "usage.sqlite")},
-        "agent": {"snapshot_interval": "15s"},
+        "agent": {"snapshot_interval": "15s"}, "actions": warning_channel(tmp),
     }
     path = tmp / "config.yaml"
     path.write_text(yaml.safe_dump(cfg))

@@ -48,7 +48,7 @@ def main() -> None:
     t0 = time.perf_counter()
     decoder = RepeatDecoder()
     decoded = []
-    for r in raw:  # as the engine's intake: each event accepted (its subject checked) before the next
+    for r in raw:  # as the engine's acceptor: each event accepted (its subject checked) before the next
         e = decoder.decode(r)
         decoder.accepted(e)
         decoded.append(e)

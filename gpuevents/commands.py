@@ -5,20 +5,20 @@ The kill action sends one `KillCommand` per process as a NATS request to
 Both are JSON on the wire (`model_dump_json` / `model_validate_json`).
 
 Where the kill action finds its targets: the engine puts the entity's processes into
-`ActionRequest.facts["processes"]`, a list of objects with at least `pid`, `create_time`
-(RFC 3339, the process start time the agent reported), and, for messages and protection,
-`user` and `name` — the same fields as `gpuevents.events.ProcessInfo`. For a process entity the
-list has that one process (a single `facts["process"]` object is accepted too); for a gpu entity
-it has every process on that GPU. `kill_targets(facts)` reads them.
+`ActionRequest.facts.processes` (gpuevents/facts.py), each with at least `pid` and `create_time`
+(the process start time the agent reported). For a process entity the list has that one process
+(a single `facts.process` is accepted too); for a gpu entity it has every process on that GPU.
+`kill_targets(facts)` reads them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from gpuevents.facts import Facts
 
 KILL_VERB = "kill"
 POWER_CAP_VERB = "power_cap"
@@ -77,26 +77,23 @@ class KillReply(BaseModel):
 
 
 class KillTarget(BaseModel):
-    """One process the kill action will ask an agent to end, as read from `ActionRequest.facts`."""
+    """One process the kill action will ask an agent to end: a process of the request's facts that names
+    itself enough to be signalled (a `pid` and the `create_time` the agent reported)."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, from_attributes=True)
 
     pid: int = Field(gt=0)
     create_time: datetime
     user: str | None = None
-    name: str = ""
+    name: str | None = None
     node: str | None = None
 
 
-def kill_targets(facts: Mapping[str, Any]) -> list[KillTarget]:
-    """The processes named in an action request's facts (`processes` list, else one `process`)."""
-    raw = facts.get("processes")
-    if raw is None:
-        one = facts.get("process")
-        raw = [one] if one is not None else []
-    if not isinstance(raw, list):
-        raise ValueError("facts.processes must be a list of {pid, create_time, user, name}")
-    return [KillTarget.model_validate(p) for p in raw]
+def kill_targets(facts: Facts) -> list[KillTarget]:
+    """The processes named in an action request's facts (`processes`, else the one `process`); a
+    ValidationError where one lacks its pid or create time."""
+    procs = facts.processes or ([facts.process] if facts.process is not None else [])
+    return [KillTarget.model_validate(p) for p in procs]
 
 
 PowerCapOutcome = Literal["capped", "restored", "unchanged", "refused"]

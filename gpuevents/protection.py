@@ -4,49 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-
 from gpuevents.config import ProtectConfig
+from gpuevents.facts import Facts, ProcessFacts
 from gpuevents.records import ActionRequest
-
-
-class _ProcessFacts(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    pid: int | None = None
-    user: str | None = None
-    uid: int | None = None
-    name: str | None = None
-    exe: str = ""
-    pod: str | None = None
-    pod_uid: str | None = None
-    container_id: str | None = None
-
-
-class _NodeFacts(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    name: str | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
-
-
-class _JobFacts(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    id: str | None = None
-    scheduler: str | None = None
-    namespace: str | None = None
-
-
-class _ProtectFacts(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    node: _NodeFacts = _NodeFacts()
-    job: _JobFacts | None = None
-    gpu: dict[str, Any] = Field(default_factory=dict)
-    process: _ProcessFacts | None = None
-    processes: list[_ProcessFacts] = Field(default_factory=list)
-
-    @field_validator("node", mode="before")
-    @classmethod
-    def _node(cls, v: Any) -> Any:
-        return {} if v is None else v
 
 
 def protection_reason(request: ActionRequest, protect: ProtectConfig) -> str | None:
@@ -63,11 +23,11 @@ def protection_reason(request: ActionRequest, protect: ProtectConfig) -> str | N
     name (a bare uid: the agent could not read the host's user database) when users are
     protected; a process in a container whose pod is unknown when namespaces are protected.
     """
-    facts = _ProtectFacts.model_validate(request.facts)
+    facts = request.facts
     for key, value in protect.node_labels.items():
         if facts.node.labels.get(key) == value:
             return f"node label {key}={value}"
-    procs: list[_ProcessFacts] = []
+    procs: list[ProcessFacts] = []
     if request.type == "kill":
         procs.extend(facts.processes)
     if facts.process is not None:
@@ -102,9 +62,9 @@ JOB_ACTIONS = frozenset({"pause", "cancel"})
 protected (the runner refuses them too; a refusal for protection takes no max_per_hour slot)."""
 
 
-def _job_namespace(request: ActionRequest, facts: _ProtectFacts, protect: ProtectConfig) -> str | None:
+def _job_namespace(request: ActionRequest, facts: Facts, protect: ProtectConfig) -> str | None:
     job = request.params.get("job") or (facts.job.id if facts.job and facts.job.scheduler in (None, "kubernetes")
-                                        else None) or facts.gpu.get("job")
+                                        else None) or (facts.gpu.job if facts.gpu else None)
     parts = str(job).split("/") if job else []
     ns = parts[0] if len(parts) in (2, 3) and all(parts) else (facts.job.namespace if facts.job else None)
     if ns is not None and ns in protect.namespaces:

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpuevents import subjects as S
 from gpuevents.events import new_id
+from gpuevents.facts import Facts
 
 EntityKind = Literal["node", "gpu", "process", "job"]
 ActionUnit = Literal["entity", "node"]
@@ -49,7 +50,7 @@ class ActionRequest(BaseModel):
     dry_run: bool = False
     decision: Decision = "run"
     reason: str | None = None
-    facts: dict[str, Any] = Field(default_factory=dict, description="entity facts for messages")
+    facts: Facts = Field(default_factory=Facts, description="what the engine knows of the entity (gpuevents/facts.py)")
     created_at: datetime
     event_time: datetime | None = Field(None, description="when the triggering event was observed")
     approve: str | None = Field(None, description="the Slack channel that must approve it first (DESIGN §3.4)")
@@ -99,8 +100,8 @@ class AuditRecord(BaseModel):
     dry_run: bool = False
     slot_freed: bool = Field(False, description="a runner's refusal for protection, an exemption or a contradicted "
                              "claim of a request the engine had counted: the engine gives its max_per_hour slot back")
-    facts: dict[str, Any] = Field(default_factory=dict, description="an action's: the facts its decision used "
-                                  "(the entity as the engine saw it: `gpuevents audit --facts`, `--json`)")
+    facts: Facts = Field(default_factory=Facts, description="an action's: the facts its decision used "
+                         "(the entity as the engine saw it: `gpuevents audit --facts`, `--json`)")
 
 
 def unique_records(records: Iterable[AuditRecord]) -> list[AuditRecord]:

@@ -13,10 +13,8 @@ already left the queue is `ok` ("already ended").
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from lightkube.resources.core_v1 import Pod
-from pydantic import BaseModel, ConfigDict, Field
 
 from actions.builtin.command import run_command
 from actions.kube import kube_errors, post_event
@@ -24,6 +22,7 @@ from actions.procrun import run_argv
 from actions.protocol import ActionContext, ActionResult
 from actions.specs.cancel import CancelParams, CancelSpec
 from gpuevents.config import ProtectConfig
+from gpuevents.facts import Facts
 from gpuevents.kubekinds import split_job_id
 
 _SLURM_JOB = re.compile(r"^\d+(_\d+)?$")
@@ -31,28 +30,16 @@ _ENDED = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED
           "OUT_OF_MEMORY")
 
 
-class _JobFacts(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    id: str | None = None
-    user: str | None = None
-
-
-class _Facts(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    job: _JobFacts | None = None
-    process: dict[str, Any] = Field(default_factory=dict)
-    gpu: dict[str, Any] = Field(default_factory=dict)
-
-
-def job_of(params: CancelParams, facts: dict[str, Any]) -> tuple[str | None, str | None]:
+def job_of(params: CancelParams, facts: Facts) -> tuple[str | None, str | None]:
     """(job id, the user the request expects it to belong to) from the parameters and the facts."""
-    f = _Facts.model_validate(facts)
-    user = (f.job.user if f.job else None) or f.process.get("user")
+    proc = facts.process
+    user = (facts.job.user if facts.job else None) or (proc.user if proc else None)
     if params.job:
         return params.job.strip(), user
-    for candidate in (f.job.id if f.job else None, f.process.get("job"), f.gpu.get("job")):
+    for candidate in (facts.job.id if facts.job else None, proc.job if proc else None,
+                      facts.gpu.job if facts.gpu else None):
         if candidate:
-            return str(candidate), user
+            return candidate, user
     return None, user
 
 
@@ -156,7 +143,7 @@ class CancelAction(CancelSpec):
                                 "job (give `job:`)")
         if p.provider == "kubernetes":
             if not p.job:
-                pod = _Facts.model_validate(ctx.request.facts).process.get("pod")
-                job_id = str(pod) if pod else job_id
+                proc = ctx.request.facts.process
+                job_id = proc.pod if proc and proc.pod else job_id
             return await _kubernetes(ctx, job_id)
         return await _slurm(ctx, p, job_id, user)

@@ -21,7 +21,7 @@ from actions import notify_format as nf
 from actions.protocol import ActionContext, ActionResult, PermanentError, TransientError
 from actions.specs.notify import NotifyParams, NotifySpec
 from gpuevents.config import Config
-from gpuevents.notify_config import NotifyService
+from gpuevents.config.notify import NotifyService
 
 log = logging.getLogger(__name__)
 

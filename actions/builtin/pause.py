@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from lightkube.types import PatchType
-from pydantic import BaseModel, ConfigDict, Field
 
 from actions.errors import PermanentError, TransientError
 from actions.kube import kube_errors, post_event
@@ -35,38 +34,24 @@ from actions.pauseplan import (
 from actions.protocol import ActionContext, ActionResult
 from actions.specs.pause import PauseParams, PauseSpec, ResumeParams, ResumeSpec
 from actions.store import kv_key
+from gpuevents.facts import Facts, JobFacts
 from gpuevents.kube import resource_for
 from gpuevents.kubekinds import KINDS, Kind, kind_of, split_job_id
 
 __all__ = ["PAUSED", "PAUSED_BY", "PauseAction", "ResumeAction"]
 
 
-class _Job(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    id: str | None = None
-    scheduler: str | None = None
-    pods: list[str] = Field(default_factory=list)
-    controller_uid: str | None = None
-    controller_generation: int | None = None
-
-
-class _Facts(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    job: _Job | None = None
-    gpu: dict[str, Any] = Field(default_factory=dict)
-    process: dict[str, Any] = Field(default_factory=dict)
-
-
-def job_of(job_param: str | None, facts: Mapping[str, Any]) -> tuple[str | None, _Job]:
-    f = _Facts.model_validate(facts)
-    job = f.job or _Job()
+def job_of(job_param: str | None, facts: Facts) -> tuple[str | None, JobFacts]:
+    """The job to pause or resume (the parameter, else the request's job, else its GPU's or process's) and what
+    the request says of it (its controller's uid and generation, its pods)."""
+    job = facts.job or JobFacts()
     if job_param:
         return job_param.strip(), job
     if job.id and job.scheduler in (None, "kubernetes"):
         return job.id, job
-    for candidate in (f.gpu.get("job"), f.process.get("job")):
-        if candidate and split_job_id(str(candidate)):
-            return str(candidate), _Job(id=str(candidate))
+    for candidate in (facts.gpu.job if facts.gpu else None, facts.process.job if facts.process else None):
+        if candidate and split_job_id(candidate):
+            return candidate, JobFacts(id=candidate)
     return job.id, job
 
 
@@ -198,7 +183,7 @@ async def _pause(ctx: ActionContext, p: PauseParams) -> ActionResult:
                                 f"(generation {facts.controller_generation} -> {gen})")
         target = (known, obj)
     else:
-        target = await _nearest_pausable(ctx, namespace, f"{kind} {namespace}/{name}", facts.pods)
+        target = await _nearest_pausable(ctx, namespace, f"{kind} {namespace}/{name}", facts.pods or [])
         if isinstance(target, str):
             return ActionResult(status="refused", detail=target)
         tk, tobj = target

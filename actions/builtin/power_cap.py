@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from actions.builtin.kill import node_of
 from actions.protocol import ActionContext, ActionResult, PermanentError, TransientError
@@ -17,23 +17,20 @@ from gpuevents.subjects import command_subject
 REPLY_TIMEOUT_S = 20.0  # NVML calls and the round trip
 
 
-class _GpuFacts(BaseModel):
-    index: int
-    uuid: str = ""
-
-
 class PowerCapAction(PowerCapSpec):
     def run_timeout(self, params: PowerCapParams, default: float) -> float:
         return REPLY_TIMEOUT_S + default
 
     async def run(self, params: PowerCapParams, ctx: ActionContext) -> ActionResult:
         req = ctx.request
+        gpu = req.facts.gpu
+        if gpu is None or gpu.index is None:
+            raise PermanentError("cannot read the GPU and its processes from the request: it names no GPU index")
         try:
-            gpu = _GpuFacts.model_validate(req.facts.get("gpu"))
             procs = [] if params.restore else kill_targets(req.facts)
         except (ValueError, ValidationError) as e:
             raise PermanentError(f"cannot read the GPU and its processes from the request: {e}") from None
-        cmd = PowerCapCommand(index=gpu.index, uuid=gpu.uuid, watts=params.watts, processes=procs,
+        cmd = PowerCapCommand(index=gpu.index, uuid=gpu.uuid or "", watts=params.watts, processes=procs,
                               restore=params.restore, rule=req.rule, key=req.key)
         subject = command_subject(req.cluster, node_of(req), POWER_CAP_VERB)
         try:

@@ -21,7 +21,7 @@ def request_body(ctx: ActionContext, body: Any) -> tuple[bytes, str]:
         req = ctx.request
         body = {"rule": req.rule, "entity_id": req.entity_id, "entity_kind": req.entity_kind,
                 "cluster": req.cluster, "node": req.node, "incident_id": req.incident_id,
-                "phase": req.phase, "key": req.key, "facts": req.facts}
+                "phase": req.phase, "key": req.key, "facts": req.facts.model_dump(mode="json")}
     if isinstance(body, str):
         try:
             orjson.loads(body)

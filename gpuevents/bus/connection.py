@@ -29,8 +29,8 @@ from gpuevents.bus.replay import StoredMsg, replay
 from gpuevents.bus.serving import Handler, Listener, Subscription, answering
 from gpuevents.bus.streams import SiteLink
 from gpuevents.config import NatsConfig
+from gpuevents.config.sites import SiteConfig
 from gpuevents.events import Event, encode_event
-from gpuevents.siteconfig import SiteConfig
 
 log = logging.getLogger("gpuevents.bus")
 

@@ -21,7 +21,7 @@ from nats.js import JetStreamContext, api
 from gpuevents import subjects as S
 from gpuevents.bus.errors import BusError, BusStoreFull, bus_errors
 from gpuevents.config import NatsConfig
-from gpuevents.siteconfig import SiteConfig
+from gpuevents.config.sites import SiteConfig
 
 log = logging.getLogger("gpuevents.bus")
 

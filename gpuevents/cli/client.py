@@ -27,6 +27,7 @@ from gpuevents.cli.common import (
 )
 from gpuevents.clock import SystemClock
 from gpuevents.durations import format_duration
+from gpuevents.facts import Facts
 from gpuevents.records import AuditRecord, decode_audit, unique_records
 
 if TYPE_CHECKING:
@@ -317,7 +318,7 @@ async def show_audit(config: Config, rule: str | None, entity: str | None, secon
     out.print(audit_table(records, facts) if records else f"no audit records in the last {format_duration(seconds)}")
 
 
-def facts_text(facts: dict[str, Any]) -> str:
+def facts_text(facts: Facts) -> str:
     """The facts a decision used, one `path=value` a line (nested keys joined by dots)."""
     lines: list[str] = []
 
@@ -328,7 +329,7 @@ def facts_text(facts: dict[str, Any]) -> str:
         else:
             lines.append(f"{prefix}={json.dumps(value, default=str)}")
 
-    walk("", facts)
+    walk("", facts.model_dump(mode="json"))
     return "\n".join(lines)
 
 

@@ -22,7 +22,7 @@ from gpuevents.cli.common import (
 )
 from gpuevents.commands import Signal
 from gpuevents.config import Config
-from gpuevents.manual import OperatorAction, OperatorActionReply
+from gpuevents.wire.manual import OperatorAction, OperatorActionReply
 
 ASK_TIMEOUT_S = 10.0
 

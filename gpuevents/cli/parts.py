@@ -98,7 +98,7 @@ def engine_parts(config: Config, bus: Bus, clock: Clock) -> dict[str, Part]:
                          f"{', '.join(registry.types())} (run `gpuevents config check`)")
     engines: list[Engine]
     if config.engine.partitions > 1:
-        from rules.engine.replica import EngineReplica
+        from rules.engine.partitions.replica import EngineReplica
 
         replica = EngineReplica(config, bus, clock=clock)
         engines, run, metrics = replica.engines, replica.run, replica.metrics
@@ -172,7 +172,7 @@ async def _dashboard(engines: list[Any], config: Config, stop: asyncio.Event) ->
     from gpuevents.costs import CostModel
     from rules.dashboard.pages import bound_port, serve_dashboard
     from rules.dashboard.usage_source import UsageSource
-    from rules.engine.dashboard_source import EngineDashboardSource
+    from rules.engine.read.dashboard_source import EngineDashboardSource
 
     usage = UsageSource(config.engine.usage_db, CostModel(config.costs),  # the rollups the engine writes
                         targets={name: t.target_util_pct for name, t in config.teams.items()})

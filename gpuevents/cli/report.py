@@ -79,7 +79,7 @@ def make_report(config: Config, now: datetime, team: str | None = None) -> tuple
         kept = keeps.window(since.timestamp(), until.timestamp())
     report.keeps = team_keeps(kept, usage, since.timestamp(), until.timestamp(), team)
     taken = Counter(k.by for k in kept if k.start >= since.timestamp() and not k.approved_by)
-    for t in report.keeps:  # keep budgets (gpuevents/keepconfig.py): the team's, and its owners who used theirs
+    for t in report.keeps:  # keep budgets (gpuevents/config/keep.py): the team's, and its owners who used theirs
         t.budget = config.teams[t.team].keeps_per_week if t.team in config.teams else None
         t.at_budget = sorted(f"{by} {n} of {b}" for by in {r.by for r in t.reasons} if by in taken
                              for n, b in [(taken[by], config.keep_budget.owner_budget(by))]

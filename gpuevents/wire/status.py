@@ -1,5 +1,5 @@
 """`gpuevents status`'s request (a summary, one node, or a page of the fleet) and its replies, views of the
-engine's read model (built in rules/engine/status.py), with how the replies of several engines merge into one."""
+engine's read model (built in rules/engine/read/status.py), with how the replies of several engines merge into one."""
 
 from __future__ import annotations
 

@@ -22,34 +22,48 @@ _POP_ONE_BY_ONE = 64
 class IncidentBook:
     """Open incidents (rule -> entity key -> incident), the rules open on each entity, deadlines and snoozes."""
 
-    __slots__ = ("_by_entity", "_deadline_of", "_heap", "_parked", "incidents", "snoozes")
+    __slots__ = ("_by_entity", "_deadline_of", "_heap", "_incidents", "_parked", "_snoozes")
 
     def __init__(self) -> None:
-        self.incidents: dict[str, dict[str, Incident]] = {}
+        self._incidents: dict[str, dict[str, Incident]] = {}
         self._by_entity: dict[str, set[str]] = {}
-        self.snoozes: dict[tuple[str, str], Snooze] = {}  # (rule, entity id) -> snooze
+        self._snoozes: dict[tuple[str, str], Snooze] = {}  # (rule, entity id) -> snooze
         self._deadline_of: dict[tuple[str, str], datetime] = {}  # (rule, key) -> its incident's next deadline
         # (deadline as a timestamp: floats compare faster than aware datetimes, deadline, rule, key); stale skipped
         self._heap: list[tuple[float, str, str, datetime]] = []
         self._parked: set[tuple[str, str]] = set()  # due, taken off the heap, not changed since
 
     # ------------------------------------------------------------------ incidents
+    @property
+    def incidents(self) -> Mapping[str, Mapping[str, Incident]]:
+        """Read only: the open incidents by rule and entity key."""
+        return self._incidents
+
+    @property
+    def snoozes(self) -> Mapping[tuple[str, str], Snooze]:
+        """Read only: the snoozes by (rule, entity id)."""
+        return self._snoozes
+
+    def rule_names(self) -> list[str]:
+        """The rules with a place in the book (a copy)."""
+        return list(self._incidents)
+
     def add_rule(self, name: str) -> None:
-        self.incidents.setdefault(name, {})
+        self._incidents.setdefault(name, {})
 
     def drop_rule(self, name: str) -> list[Incident]:
         """Forget a rule's incidents (closed or restored elsewhere); the ones it had."""
-        incs = self.incidents.pop(name, {})
+        incs = self._incidents.pop(name, {})
         for inc in incs.values():
             self._unindex(inc)
         return list(incs.values())
 
     def of_rule(self, name: str) -> dict[str, Incident]:
         """Read only: the rule's open incidents by entity key."""
-        return self.incidents[name]
+        return self._incidents[name]
 
     def get(self, rule: str, key: str) -> Incident | None:
-        return self.incidents[rule].get(key)
+        return self._incidents[rule].get(key)
 
     def rules_on(self, key: str) -> tuple[str, ...]:
         """The rules with an open incident on the entity `key` (a copy: closing one does not disturb it)."""
@@ -60,18 +74,18 @@ class IncidentBook:
         return key in self._by_entity
 
     def __iter__(self) -> Iterator[Incident]:
-        for incs in self.incidents.values():
+        for incs in self._incidents.values():
             yield from incs.values()
 
     def __len__(self) -> int:
-        return sum(map(len, self.incidents.values()))
+        return sum(map(len, self._incidents.values()))
 
     def put(self, rule: Rule, inc: Incident) -> None:
         """Record `inc` as it is now: open, it is indexed and its next deadline noted; closed, it is dropped."""
         if not inc.open:
             self.remove(inc)
             return
-        self.incidents[rule.name][inc.entity_key] = inc
+        self._incidents[rule.name][inc.entity_key] = inc
         self._by_entity.setdefault(inc.entity_key, set()).add(rule.name)
         ident = (rule.name, inc.entity_key)
         d = None if rule.scheduled else next_deadline(inc, rule.for_s, rule.repeat_s, rule.stages)
@@ -85,8 +99,18 @@ class IncidentBook:
             if len(self._heap) > 64 + 2 * len(self._deadline_of):
                 self._compact()
 
+    def update(self, updated: Incident) -> bool:
+        """Take `updated` for the open incident of its id, where one is open, in a change that moves no deadline
+        (what became of its warnings); whether it was."""
+        incs = self._incidents.get(updated.rule)
+        cur = incs.get(updated.entity_key) if incs is not None else None
+        if incs is None or cur is None or cur.id != updated.id:
+            return False
+        incs[updated.entity_key] = updated
+        return True
+
     def remove(self, inc: Incident) -> None:
-        incs = self.incidents.get(inc.rule)
+        incs = self._incidents.get(inc.rule)
         if incs is not None:
             incs.pop(inc.entity_key, None)
         self._unindex(inc)
@@ -153,18 +177,18 @@ class IncidentBook:
 
     # ------------------------------------------------------------------ snoozes
     def snooze(self, rule: str, entity_id: str) -> Snooze | None:
-        return self.snoozes.get((rule, entity_id)) if self.snoozes else None
+        return self._snoozes.get((rule, entity_id)) if self._snoozes else None
 
     def set_snooze(self, s: Snooze) -> None:
-        self.snoozes[(s.rule, s.entity_id)] = s
+        self._snoozes[(s.rule, s.entity_id)] = s
 
     def lift_snooze(self, rule: str, entity_id: str) -> Snooze | None:
-        return self.snoozes.pop((rule, entity_id), None)
+        return self._snoozes.pop((rule, entity_id), None)
 
     def snoozes_ended(self, now: datetime) -> list[Snooze]:
         """The snoozes that ended by `now`, lifted."""
-        ended = [k for k, s in self.snoozes.items() if s.until <= now]
-        return [self.snoozes.pop(k) for k in ended]
+        ended = [k for k, s in self._snoozes.items() if s.until <= now]
+        return [self._snoozes.pop(k) for k in ended]
 
     def next_snooze_end(self) -> datetime | None:
-        return min((s.until for s in self.snoozes.values()), default=None)
+        return min((s.until for s in self._snoozes.values()), default=None)

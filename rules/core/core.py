@@ -12,17 +12,16 @@ timers and recovery. `Core` dispatches inputs to them and holds the rules.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 
 from gpuevents.clock import utc
 from gpuevents.config import Config
 from gpuevents.events import JobEndedEvent
-from rules.core import warnings
 from rules.core.book import IncidentBook
 from rules.core.evaluation import Evaluator
 from rules.core.incidents import Incident, ResolveReason
-from rules.core.inputs import CoreInput, EvalProblem, ForgetNode, Snooze, StepResult, Sweep, Tick
+from rules.core.inputs import BatchResult, CoreInput, EvalProblem, ForgetNode, Snooze, StepResult, Sweep, Tick
 from rules.core.limits import Limiter, LimitWindows
 from rules.core.liveness import OFFLINE_AFTER_INTERVALS, Liveness
 from rules.core.onevent import EventPath
@@ -32,7 +31,7 @@ from rules.core.sends import Sender
 from rules.core.settling import Settling
 from rules.core.state import Entity, FleetState
 from rules.core.timers import Timers
-from rules.core.warnings import ActionOutcome
+from rules.core.warning_ledger import ActionOutcome, WarningLedger
 from rules.lang.model import RuleSet
 from rules.lang.views import EvalClock, GpuView, NodeView, ProcessView
 
@@ -55,6 +54,7 @@ class Core:
         self.plan = RulePlan()
         self.state = FleetState(self.clock, self.config.cluster, self.config.owners)
         self.book = IncidentBook()
+        self.warnings = WarningLedger(self.book)
         self.limiter = Limiter(engine.limits)
         self.sender = Sender(self.config, self.limiter)
         self.settling = Settling(settle_s=OFFLINE_AFTER_INTERVALS * self.snapshot_interval_s)
@@ -66,10 +66,6 @@ class Core:
         self.recovery = Recovery(self.plan, self.book, self.state, self.limiter, self.evaluator, self.settling,
                                  offline_grace_s=self.offline_grace_s)
         self.events = EventPath(self.plan, self.state, self.book, self.evaluator, self.liveness, self.timers)
-        self.defer_limits = False
-        """While set, steps leave the rate-limit windows out of their results: the caller steps a batch and takes
-        them once at its end (`take_limits`). Copying every window at every step that ran an action is quadratic
-        at a big fleet's start."""
         self._set_rules(rules)
 
     # ------------------------------------------------------------------ rules
@@ -94,7 +90,7 @@ class Core:
             self.clock.set(utc(now))
         now = self.clock.utc
         out = StepResult()
-        for name in list(self.book.incidents):
+        for name in self.book.rule_names():
             new = rules.by_name.get(name)
             old = self.plan.by_name.get(name)
             if new is not None and old is not None and new.hash == old.hash:
@@ -112,6 +108,7 @@ class Core:
         self._set_rules(rules)
         self.recovery.rebuild_limits()
         self.flush_sends(now, out)
+        out.limits = self.take_limits(now)
         return out
 
     def restore(self, incidents: Iterable[Incident], snoozes: Iterable[Snooze] = (),
@@ -129,12 +126,12 @@ class Core:
 
     # ------------------------------------------------------------------ reading (read only)
     @property
-    def incidents(self) -> dict[str, dict[str, Incident]]:
+    def incidents(self) -> Mapping[str, Mapping[str, Incident]]:
         """Open incidents by rule and entity key (read only: the book owns them)."""
         return self.book.incidents
 
     @property
-    def snoozes(self) -> dict[tuple[str, str], Snooze]:
+    def snoozes(self) -> Mapping[tuple[str, str], Snooze]:
         """Snoozes by (rule, entity id) (read only: the book owns them)."""
         return self.book.snoozes
 
@@ -175,6 +172,33 @@ class Core:
     # ------------------------------------------------------------------ step
     def step(self, item: CoreInput, now: datetime) -> StepResult:
         """Advance by one input at `now` (aware)."""
+        out = self._step(item, now)
+        out.limits = self.take_limits(now)
+        return out
+
+    def step_batch(self, items: Iterable[tuple[CoreInput, datetime]],
+                   after: Callable[[CoreInput, datetime], None] | None = None) -> BatchResult:
+        """Advance by each input at its time, in order, as one batch: the results added up, the rate-limit windows
+        taken once at its end (copying every window at every step that ran an action is quadratic at a big
+        fleet's start). `after` is called after each input that was applied. An input the core cannot digest is
+        left out, with its error, and the batch goes on."""
+        total = StepResult()
+        failed: list[tuple[int, Exception]] = []
+        last: datetime | None = None
+        for i, (item, now) in enumerate(items):
+            last = now
+            try:
+                total.extend(self._step(item, now))
+            except Exception as e:  # a schema-valid input the core cannot digest: the caller says what to do
+                failed.append((i, e))
+                continue
+            if after is not None:
+                after(item, now)
+        if last is not None:
+            total.limits = self.take_limits(last)
+        return BatchResult(total, failed)
+
+    def _step(self, item: CoreInput, now: datetime) -> StepResult:
         now = utc(now)
         self.clock.set(now)
         out = StepResult()
@@ -192,7 +216,7 @@ class Core:
         elif isinstance(item, ActionOutcome):
             if item.slot_freed:
                 self.limiter.give_back(item.rule, item.action_type, now.timestamp())
-            warnings.apply_outcome(self, item, out)
+            self.warnings.apply_outcome(item, out)
         elif isinstance(item, JobEndedEvent):
             # the job's one occasion: its rules see `ended_at` and `summary` once, then it is gone
             ended = self.state.ended_job(item)
@@ -218,16 +242,14 @@ class Core:
 
     def flush_sends(self, now: datetime, out: StepResult) -> None:
         """Render and decide the requests of the send phases this step made due, now that every entity it
-        evaluated is counted in the fleet shares; report the rate-limit windows if they changed."""
+        evaluated is counted in the fleet shares."""
         sends = self.evaluator.take_sends()
         if sends:
             totals = {k: len(v) for k, v in self.state.by_kind.items()}
             for p in sends:
                 requests = self.sender.requests(p.rule, p.entity, p.incident, p.phase, now, totals, p.event_time)
                 out.actions += requests
-                warnings.record_sent(self, p, requests, out)
-        if self.limiter.dirty and not self.defer_limits:
-            out.limits = self.limiter.windows(now.timestamp())
+                self.warnings.record_sent(p, requests, out)
 
     def take_limits(self, now: datetime) -> LimitWindows | None:
         """The rate-limit windows as of `now` if steps changed them since they were last reported, else None."""

@@ -92,7 +92,7 @@ class Evaluator:
             offline = self.state.offline_keys if online_only else None
             if offline:
                 for k in offline:
-                    nodes[k].full_next = True  # their entities are skipped: evaluated in full when they are back
+                    nodes[k].skipped()  # their entities are skipped: evaluated in full when they are back
                 if len(offline) >= len(nodes):
                     return
             advance = self.advance
@@ -121,7 +121,7 @@ class Evaluator:
             return
         for ent in ents:
             if online_only and not nodes[ent.node_key].online:
-                nodes[ent.node_key].full_next = True  # evaluated in full when it is back
+                nodes[ent.node_key].skipped()  # evaluated in full when it is back
                 continue
             key = ent.key
             if since is not None:

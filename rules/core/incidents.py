@@ -64,7 +64,7 @@ class Incident(BaseModel):
     last_eval_at: datetime | None = None
     """Scheduled rules: when the incident was last evaluated (a cron instant, or a catch-up after a restart)."""
     warnings: dict[str, SentWarning] = Field(default_factory=dict)
-    """The warnings it sent (by request key) and what became of them: see rules/core/warnings.py."""
+    """The warnings it sent (by request key) and what became of them: see rules/core/warning_ledger.py."""
 
     @property
     def open(self) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
@@ -137,3 +137,11 @@ class StepResult:
         self.sweeps += other.sweeps
         if other.limits is not None:
             self.limits = other.limits
+
+
+class BatchResult(NamedTuple):
+    """What a batch of steps did (`Core.step_batch`): the results added up, and the inputs left out (by their
+    position in the batch) with the error that stopped each."""
+
+    result: StepResult
+    failed: list[tuple[int, Exception]]

@@ -205,7 +205,7 @@ class Liveness:
                 # is back, or as gone when it is forgotten); the incidents of other rules end as gone.
                 for e in ns.entities.values():
                     self.evaluator.close_all(e, now, "gone", out, keep_liveness=True)
-                ns.full_next = True  # its entities stay: when it is back, all of them are evaluated afresh
+                ns.skipped()  # its entities stay: when it is back, all of them are evaluated afresh
                 continue
             self.forget(key, now, out)
 

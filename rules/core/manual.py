@@ -9,9 +9,10 @@ from datetime import datetime
 from typing import Any
 
 from gpuevents.config import Config
-from gpuevents.manual import OPERATOR_RULE, RESTORES, OperatorAction, OperatorActionReply
+from gpuevents.facts import Facts, JobFacts, NodeFacts
 from gpuevents.protection import protection_reason
 from gpuevents.records import ActionRequest
+from gpuevents.wire.manual import OPERATOR_RULE, RESTORES, OperatorAction, OperatorActionReply
 from rules.core.limits import Limiter
 from rules.core.sends import entity_facts
 from rules.core.state import Entity, FleetState
@@ -50,13 +51,13 @@ def _params(req: OperatorAction, ent: Entity | None) -> dict[str, Any]:
     return {"provider": "kubernetes" if scheduler == "kubernetes" else "slurm", "job": req.job}
 
 
-def _unseen(req: OperatorAction) -> tuple[str, str, str | None, dict[str, Any]]:
+def _unseen(req: OperatorAction) -> tuple[str, str, str | None, Facts]:
     """(entity id, kind, node, facts) of an undo's target the engine does not see."""
     if req.type == "resume":
         assert req.job is not None
-        return f"job/kubernetes/{req.job}", "job", None, {"job": {"id": req.job, "scheduler": "kubernetes"}}
+        return f"job/kubernetes/{req.job}", "job", None, Facts(job=JobFacts(id=req.job, scheduler="kubernetes"))
     assert req.node is not None
-    return req.node, "node", req.node, {"node": {"name": req.node}}
+    return req.node, "node", req.node, Facts(node=NodeFacts(name=req.node))
 
 
 def decide(req: OperatorAction, ent: Entity | None, config: Config, limiter: Limiter, now: datetime,
@@ -69,7 +70,7 @@ def decide(req: OperatorAction, ent: Entity | None, config: Config, limiter: Lim
         entity_id, kind, node, facts = ent.id, ent.kind, where.node, entity_facts(ent)
     else:
         entity_id, kind, node, facts = _unseen(req)
-    facts["requested_by"] = req.by
+    facts = facts.model_copy(update={"requested_by": req.by})
     out = ActionRequest(
         key=f"{OPERATOR_RULE}:{request_id}", type=req.type, params=_params(req, ent), rule=OPERATOR_RULE,
         entity_id=entity_id, entity_kind=kind, cluster=req.cluster, node=node,

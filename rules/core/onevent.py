@@ -57,7 +57,7 @@ class EventPath:
         if ns is None:
             return
         if not ns.online:
-            ns.full_next = True  # not evaluated now: evaluate every entity when it is back
+            ns.skipped()  # not evaluated now: evaluate every entity when it is back
             self.liveness.evaluate_liveness(ns, now, out)
             self._offline_jobs(change.changed, now, out, event.time)
             return

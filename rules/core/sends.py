@@ -11,14 +11,24 @@ from actions import registry
 from gpuevents.config import Config
 from gpuevents.costs import CostModel
 from gpuevents.durations import format_duration
-from gpuevents.nextstep import next_step_words
+from gpuevents.facts import (
+    CostFacts,
+    Facts,
+    GpuFacts,
+    IncidentFacts,
+    JobFacts,
+    NextFacts,
+    NodeFacts,
+    ProcessFacts,
+)
 from gpuevents.protection import protection_reason
 from gpuevents.records import ActionRequest, Phase
-from gpuevents.resolution import resolution_words
 from rules.core.incidents import Incident
 from rules.core.limits import Limiter
+from rules.core.nextstep import next_step_words
+from rules.core.resolution import resolution_words
 from rules.core.state import Entity
-from rules.core.warnings import undelivered
+from rules.core.warning_ledger import undelivered
 from rules.lang.expr import jinja_names
 from rules.lang.model import CompiledAction, Rule
 from rules.lang.templates import render_params
@@ -75,9 +85,6 @@ class NextStage:
             return self.in_
         raise AttributeError(name)
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"type": self.type, "at": self.at.isoformat(), "in": self.in_, "says": self.says}
-
 
 def next_stage(rule: Rule, incident: Incident, now: datetime) -> NextStage | None:
     """The staged action the incident runs next, if any (computed at firing too: fired_at is now)."""
@@ -120,42 +127,42 @@ def cost_of(model: CostModel, ent: Entity, incident: Incident, now: datetime) ->
                     per_hour_text=model.format(per_hour) + "/h")
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    return value
+def _proc_facts(p: ProcessView) -> ProcessFacts:
+    return ProcessFacts.build(
+        pid=p.pid, create_time=p.create_time, name=p.name, exe=p.exe, user=p.user, owner=p.owner,
+        cmdline=p.cmdline, pod=p.pod, gpus=list(p.gpus), age_s=round(p.age_s, 1), node=p.node, job=p.job,
+    )
 
 
-def _proc_facts(p: ProcessView) -> dict[str, Any]:
-    return {
-        "pid": p.pid, "create_time": p.create_time.isoformat(), "name": p.name, "exe": p.exe, "user": p.user,
-        "owner": p.owner,
-        "cmdline": p.cmdline, "pod": p.pod, "gpus": list(p.gpus), "age_s": round(p.age_s, 1), "node": p.node,
-        "job": p.job,
-    }
+def _gpu_facts(g: GpuView) -> GpuFacts:
+    return GpuFacts.build(
+        index=g.index, uuid=g.uuid, model=g.model, util_pct=g.util_pct, mem_used_mib=g.mem_used_mib,
+        mem_total_mib=g.mem_total_mib, temp_c=g.temp_c, power_w=g.power_w, idle=g.idle,
+        idle_since=g.idle_since, idle_for_s=round(g.idle_for_s, 1), owner=g.owner, node=g.node,
+        xid=g.xid, xid_at=g.xid_at, allocated=g.allocated, job=g.job,
+    )
 
 
-def _gpu_facts(g: GpuView) -> dict[str, Any]:
-    facts: dict[str, Any] = _jsonable({
-        "index": g.index, "uuid": g.uuid, "model": g.model, "util_pct": g.util_pct, "mem_used_mib": g.mem_used_mib,
-        "mem_total_mib": g.mem_total_mib, "temp_c": g.temp_c, "power_w": g.power_w, "idle": g.idle,
-        "idle_since": g.idle_since, "idle_for_s": round(g.idle_for_s, 1), "owner": g.owner, "node": g.node,
-        "xid": g.xid, "xid_at": g.xid_at, "allocated": g.allocated, "job": g.job,
-    })
-    return facts
+def _job_facts(v: JobView) -> JobFacts:
+    return JobFacts.build(
+        id=v.id, scheduler=v.scheduler, name=v.name, user=v.user, owner=v.owner, account=v.account,
+        partition=v.partition, qos=v.qos, namespace=v.namespace, controller=v.controller,
+        nodes=None if v.nodes is None else list(v.nodes), gpu_count=v.gpu_count,
+        pods=None if v.pods is None else list(v.pods), controller_uid=v.controller_uid,
+        controller_generation=v.controller_generation,
+        annotations=None if v.annotations is None else dict(v.annotations),
+    )
 
 
-def entity_facts(ent: Entity) -> dict[str, Any]:
-    """What safety checks and messages read about an entity: its node, GPUs, processes, job."""
+def entity_facts(ent: Entity, **more: Any) -> Facts:
+    """What safety checks and messages read about an entity: its node, GPUs, processes, job (and `more`: the
+    incident, the cost, who asked)."""
     ctx = ent.ctx
     node: NodeView | None = ctx.get("node")
     out: dict[str, Any] = {
-        "node": _jsonable({"name": node.name, "cluster": node.cluster, "labels": node.labels, "online": node.online})
-        if node is not None else {"name": ctx["entity"].node, "cluster": ctx["entity"].cluster},
+        "node": NodeFacts.build(name=node.name, cluster=node.cluster, labels=dict(node.labels),
+                                          online=node.online)
+        if node is not None else NodeFacts.build(name=ctx["entity"].node, cluster=ctx["entity"].cluster),
     }
     v = ent.view
     if isinstance(v, GpuView):
@@ -164,42 +171,34 @@ def entity_facts(ent: Entity) -> dict[str, Any]:
         out["owners"] = list(v.owners)
     elif isinstance(v, ProcessView):
         out["process"] = _proc_facts(v)
-        out["processes"] = [_proc_facts(v)]
+        out["processes"] = [out["process"]]
         out["owners"] = [v.owner] if v.owner else []
         out["gpus"] = [_gpu_facts(g) for g in ctx.get("gpus", [])]
     else:
         if isinstance(v, JobView):
-            out["job"] = _jsonable({
-                "id": v.id, "scheduler": v.scheduler, "name": v.name, "user": v.user, "owner": v.owner,
-                "account": v.account, "partition": v.partition, "qos": v.qos, "namespace": v.namespace,
-                "controller": v.controller, "nodes": v.nodes, "gpu_count": v.gpu_count, "pods": v.pods,
-                "controller_uid": v.controller_uid, "controller_generation": v.controller_generation,
-                "annotations": v.annotations})
+            out["job"] = _job_facts(v)
         gpus = ctx.get("gpus", [])
         out["gpus"] = [_gpu_facts(g) for g in gpus]
         procs = {p.id: p for g in gpus for p in g.processes}
         out["processes"] = [_proc_facts(p) for p in procs.values()]
         out["owners"] = sorted({p.owner for p in procs.values() if p.owner})
-    return out
+    return Facts.build(**out, **more)
 
 
 def facts_of(ent: Entity, incident: Incident, cost: CostView | None, now: datetime,
-             nxt: NextStage | None = None) -> dict[str, Any]:
-    """What messages and safety checks read from a request (see actions/slack_format, gpuevents/commands)."""
-    out = entity_facts(ent)
-    out["incident"] = {
-        "id": incident.id, "started_at": incident.active_at.isoformat(),
-        "firing_since": incident.fired_at.isoformat() if incident.fired_at else None,
-        "firing_for": incident.firing_for(now), "active_for": incident.active_for(now), "count": incident.sends,
-        "next": nxt.as_dict() if nxt is not None else None,
-        "resolve_reason": incident.resolve_reason,
-        "resolved_by": incident.resolved_by or None,
-        "kept_until": incident.kept_until.isoformat() if incident.kept_until else None,
-    }
+             nxt: NextStage | None = None) -> Facts:
+    """What messages and safety checks read from a request (gpuevents/facts.py)."""
+    more: dict[str, Any] = {"incident": IncidentFacts.build(
+        id=incident.id, started_at=incident.active_at, firing_since=incident.fired_at,
+        firing_for=incident.firing_for(now), active_for=incident.active_for(now), count=incident.sends,
+        next=NextFacts.build(type=nxt.type, at=nxt.at, in_=nxt.in_, says=nxt.says) if nxt else None,
+        resolve_reason=incident.resolve_reason, resolved_by=incident.resolved_by or None,
+        kept_until=incident.kept_until,
+    )}
     if cost is not None:
-        out["cost"] = {"amount": round(cost.so_far, 2), "currency": cost.currency, "text": cost.text,
-                       "per_hour": round(cost.per_hour, 4)}
-    return out
+        more["cost"] = CostFacts.build(amount=round(cost.so_far, 2), currency=cost.currency,
+                                                 text=cost.text, per_hour=round(cost.per_hour, 4))
+    return entity_facts(ent, **more)
 
 
 class Sender:
@@ -264,7 +263,7 @@ class Sender:
 
     def _one(
         self, rule: Rule, ent: Entity, incident: Incident, phase: Phase, a: CompiledAction, names: dict[str, Any],
-        facts: dict[str, Any], dry: bool, now: datetime, totals: Mapping[str, int], event_time: datetime | None,
+        facts: Facts, dry: bool, now: datetime, totals: Mapping[str, int], event_time: datetime | None,
     ) -> ActionRequest:
         reason: str | None = None
         params: dict[str, Any] = {}

@@ -11,6 +11,7 @@ from pydantic import BaseModel, computed_field
 
 from gpuevents.costs import CostModel, physical_shares
 from gpuevents.events import GpuInfo, NodeInfo, ProcessInfo
+from gpuevents.holding import held_idle
 from gpuevents.records import AuditRecord
 from gpuevents.wire.fleet import DemandLine, FleetGpu, FleetIncident, FleetNode
 
@@ -130,7 +131,7 @@ def fleet_node(snap: NodeReadings, costs: CostModel | None = None, team_label: s
     for g in sorted(snap.gpus, key=lambda g: g.index):
         if not physical[g.index]:
             continue  # a MIG parent: its instances are shown and costed
-        held = g.idle and bool(g.pids or g.owners or g.allocated)
+        held = held_idle(g, online=snap.node.online)
         hourly = costs.hourly(g.model, g.power_w) * physical[g.index] if costs is not None else None
         if held and hourly is not None:
             held_cost += hourly

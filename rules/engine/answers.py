@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING
 
 from gpuevents.costs import CostModel
 from gpuevents.events import new_id
-from gpuevents.manual import OperatorAction, OperatorActionReply
 from gpuevents.wire import KeepReply, KeepRequest
+from gpuevents.wire.manual import OperatorAction, OperatorActionReply
 from rules.core.core import Snooze, StepResult
 from rules.core.keeps import approving_channel, entity_gpus, entity_team, keep_approval
 from rules.engine.audit import snooze_record
 from rules.engine.operator import act_for
-from rules.engine.readmodel import ReadModel, build_read_model, empty_model
+from rules.engine.read.readmodel import ReadModel, build_read_model, empty_model
 from rules.usage.keepbudget import BudgetUse, budgets, week_start
 from rules.usage.keeps import KeepRow, KeptGpu
 
@@ -24,10 +24,10 @@ if TYPE_CHECKING:
     from gpuevents.clock import Clock
     from gpuevents.config import Config
     from rules.core.core import Core
+    from rules.engine.acceptor import Acceptor
     from rules.engine.commit import Committer
-    from rules.engine.intake import Intake
     from rules.engine.planner import TickPlanner
-    from rules.engine.readmodel import ReadSide
+    from rules.engine.read.readmodel import ReadSide
     from rules.lang.model import Rule
     from rules.usage.recorder import UsageRecorder
 
@@ -38,7 +38,7 @@ class EngineAnswers:
     config: Config
     clock: Clock
     core: Core | None
-    intake: Intake
+    acceptor: Acceptor
     planner: TickPlanner
     partition: int | None
     read_side: ReadSide
@@ -54,8 +54,9 @@ class EngineAnswers:
         raise NotImplementedError
 
     async def read_model(self, max_age_s: float = 0.0) -> ReadModel:
-        """The fleet for status, `free` and the dashboard, built in slices off the lock (rules/engine/readmodel.py):
-        one that saw every event consumed before this call, or with `max_age_s` the latest if it is that young."""
+        """The fleet for status, `free` and the dashboard, built in slices off the lock
+        (rules/engine/read/readmodel.py): one that saw every event consumed before this call, or with `max_age_s`
+        the latest if it is that young."""
         return await self.read_side.get(max_age_s)
 
     async def _build_read_model(self, version: int) -> ReadModel:
@@ -63,7 +64,7 @@ class EngineAnswers:
         if self.core is None:
             return empty_model(self.clock.now(), costs, version)
         now = self.clock.now()
-        warnings = tuple(c.text() for c in self.intake.claims.conflicts(now))  # a node two agents claim
+        warnings = tuple(c.text() for c in self.acceptor.claims.conflicts(now))  # a node two agents claim
         return await build_read_model(self.core, now, version, costs, warnings=warnings)
 
     async def keep(self, req: KeepRequest) -> KeepReply:

@@ -11,9 +11,9 @@ from typing import Any, Protocol
 from gpuevents.aio import sleep_or_stop
 from gpuevents.clock import Clock
 from gpuevents.config import Config
+from gpuevents.config.sched import DemandKubernetesConfig, DemandSlurmConfig
 from gpuevents.demand import SQUEUE_PENDING_ARGS, kubernetes_pending, slurm_pending
 from gpuevents.events import SCHEDULER_SOURCE, DemandReport, Event, make_event
-from gpuevents.schedconfig import DemandKubernetesConfig, DemandSlurmConfig
 
 log = logging.getLogger(__name__)
 

@@ -10,6 +10,7 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
 from gpuevents.kvstate import KINDS, UNREADABLE
+from rules.engine.read import readings
 
 if TYPE_CHECKING:
     from rules.core.core import Core
@@ -56,7 +57,7 @@ class EngineMetrics:
         self.leader = Gauge("gpuevents_engine_leader", "1 while this engine holds the lease",
                             registry=r)
         self.held_idle = Gauge("gpuevents_held_idle_gpus",
-                               "GPUs idle while a process holds them", registry=r)
+                               "GPUs idle while a process, an owner or a scheduler's allocation holds them", registry=r)
         self.waste = Counter("gpuevents_waste_cost",
                              "Estimated money spent on idle GPUs, by kind (held_idle, unallocated)",
                              ["kind"], registry=r)
@@ -91,7 +92,7 @@ class EngineMetrics:
             self.incidents.labels(state=state).set(n)
         gpus = core.gpus()
         self.gpus.set(len(gpus))
-        self.held_idle.set(sum(1 for g in gpus if g.idle and g.processes))
+        self.held_idle.set(readings.held_idle_count(core))
         self.nodes_online.set(sum(1 for n in core.nodes() if n.online))
         ex = core.state.jobs.exemptions
         self.exemptions.labels(state="active").set(sum(len(v) for v in ex.active.values()))

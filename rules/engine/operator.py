@@ -7,7 +7,7 @@ from datetime import datetime
 
 from gpuevents.config import Config
 from gpuevents.events import new_id
-from gpuevents.manual import RESTORES, OperatorAction, OperatorActionReply
+from gpuevents.wire.manual import RESTORES, OperatorAction, OperatorActionReply
 from rules.core import manual
 from rules.core.core import Core, StepResult
 from rules.engine.audit import request_record

@@ -1,4 +1,5 @@
-"""The runners' outcomes of warnings, read from the audit stream and fed back to the core (rules/core/warnings.py).
+"""The runners' outcomes of warnings, read from the audit stream and fed back to the core
+(rules/core/warning_ledger.py).
 
 Live: every audit message the acting engine receives. On taking over: the audit stream is read again from the
 oldest warning whose outcome the restored incidents do not know, so an outcome reported while no engine was
@@ -14,7 +15,7 @@ from gpuevents.bus import Bus
 from gpuevents.records import decode_audit
 from rules.core.core import Core, StepResult
 from rules.core.incidents import Incident
-from rules.core.warnings import ActionOutcome
+from rules.core.warning_ledger import ActionOutcome
 from rules.engine.commit import Committer
 
 REPLAY_AT_MOST = timedelta(days=2)

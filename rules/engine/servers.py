@@ -11,12 +11,12 @@ from pydantic import ValidationError
 
 from gpuevents import subjects as S
 from gpuevents.bus import Bus, Message, Subscription
-from gpuevents.manual import OperatorAction, OperatorActionReply
 from gpuevents.wire import FreeQuery, FreeReply, KeepReply, KeepRequest, bad_request
+from gpuevents.wire.manual import OperatorAction, OperatorActionReply
 from rules.dashboard.free import bounded, free_gpus_sliced
-from rules.engine.readmodel import ReadModel
+from rules.engine.read.readmodel import ReadModel
+from rules.engine.read.status import HEADROOM, answer
 from rules.engine.sites import site_view
-from rules.engine.status import HEADROOM, answer
 
 KEEP_PAGED = 2  # read models kept for paging (each ~1.2 KB a GPU: 200 MB at 160,000 GPUs)
 KEEP_PAGED_S = 120.0  # how long one is kept after its last page was asked

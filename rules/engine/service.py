@@ -7,7 +7,7 @@ import contextlib
 import logging
 import signal
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 
@@ -16,25 +16,25 @@ from gpuevents.aio import guarded_task, sleep_or_stop, stop_tasks, until_stop_or
 from gpuevents.bus import Bus, BusError, Consumer, Delivery, Message, Subscription
 from gpuevents.clock import Clock, ManualClock, SystemClock
 from gpuevents.config import Config
-from gpuevents.events import SnapshotEvent
+from gpuevents.events import Event, SnapshotEvent
 from gpuevents.records import AuditRecord
 from gpuevents.yamlpos import LocatedError
 from rules.core.core import Core, StepResult, Sweep, Tick
+from rules.engine.acceptor import Acceptor
 from rules.engine.answers import EngineAnswers
 from rules.engine.audit import AuditTail, reload_record
 from rules.engine.commit import Committer, EngineStores
 from rules.engine.deadletter import DeadLetters
 from rules.engine.demand import readers_from_config, run_reader
 from rules.engine.gcpolicy import GcPolicy
-from rules.engine.intake import Intake
-from rules.engine.lease import Lease, lease_key
 from rules.engine.metrics import EngineMetrics
 from rules.engine.outcomes import awaiting_since, learn, replayed_outcomes, warning_outcomes
+from rules.engine.partitions.lease import Lease, lease_key
+from rules.engine.partitions.sharing import exchange
 from rules.engine.planner import TickPlanner
-from rules.engine.readmodel import ReadSide
+from rules.engine.read.readmodel import ReadSide
 from rules.engine.rulefiles import RuleFiles
 from rules.engine.servers import serve_requests
-from rules.engine.sharing import exchange
 from rules.engine.store import limits_key
 from rules.usage.jobstore import ended_event
 from rules.usage.recorder import UsageRecorder
@@ -73,8 +73,9 @@ class Engine(EngineAnswers):
         self._subs: list[Subscription] = []
         self.dead_letters = DeadLetters(bus, self.metrics, monotonic=self.clock.monotonic)
         self.partition = partition  # the fleet partition this engine acts for; None: the whole fleet
+        self.partitions = 1 if partition is None else config.engine.partitions
         self.may_acquire = may_acquire  # asked before taking a lapsed lease (a replica's fair share)
-        self.intake = Intake(float(config.engine.max_clock_skew), self.metrics, partition, self._dead_letter)
+        self.acceptor = Acceptor(float(config.engine.max_clock_skew), self.metrics, partition, self._dead_letter)
         self._committer: Committer | None = None  # built by `run`, once the KV bucket is open
         self._stopping = asyncio.Event()  # set while the engine stops: a failing commit then raises
         self._inflight: asyncio.Task[None] | None = None
@@ -285,15 +286,8 @@ class Engine(EngineAnswers):
         Commits stay in order, one in flight at most; a failed one is raised by the next `handle` or `settle`."""
         async with self._lock:
             assert self.core is not None
-            total = StepResult()
             counts: Counter[str] = Counter()
-            core = self.core
-            core.defer_limits = True  # the batch's windows are taken once, at its end
-            try:
-                await self._step_batch(core, deliveries, total, counts)
-            finally:
-                core.defer_limits = False
-            total.limits = core.take_limits(self.clock.now())
+            total = await self._step_batch(self.core, deliveries, counts)
             self._changes += 1
             for type_, n in counts.items():
                 self.metrics.events.labels(type=type_).inc(n)
@@ -303,28 +297,38 @@ class Engine(EngineAnswers):
             self.planner.stepped(self.core)
         self._collect()
 
-    async def _step_batch(self, core: Core, deliveries: list[Delivery], total: StepResult,
-                          counts: Counter[str]) -> None:
-        for d in deliveries:
-            event = await self.intake.accept(d)
-            if event is None:
-                continue
-            counts[event.type] += 1
-            now = self.clock.now()
-            try:
-                total.extend(core.step(event, now))
-            except Exception as e:
-                # A schema-valid event the core cannot digest must not stop the fleet's watch, nor
-                # come back forever: it is dead-lettered like a malformed one, with the reason.
-                log.exception("event %s from %s could not be applied", event.type, d.subject)
-                await self._dead_letter(d, e)
-                continue
-            if self.usage is not None and isinstance(event, SnapshotEvent):
-                # A repeated snapshot is counted from the equal one already held (the usage figures
-                # read none of the fields that may differ), so the new copy dies young.
-                snap = core.state.current_snapshot(event)
-                self.usage.observe(event if snap is event.data else event.model_copy(update={"data": snap}),
-                                   now)
+    async def _step_batch(self, core: Core, deliveries: list[Delivery], counts: Counter[str]) -> StepResult:
+        rejected: list[tuple[Delivery, Exception]] = []
+        applied: list[tuple[Delivery, str]] = []
+
+        def events() -> Iterator[tuple[Event, datetime]]:  # decoded one at a time, as the core takes them
+            for d in deliveries:
+                got = self.acceptor.check(d)
+                if isinstance(got, Exception):
+                    rejected.append((d, got))
+                    continue
+                counts[got.type] += 1
+                applied.append((d, got.type))
+                yield got, self.clock.now()
+
+        batch = core.step_batch(events(), after=self._observe_usage if self.usage is not None else None)
+        for d, e in rejected:
+            await self._dead_letter(d, e)
+        for i, e in batch.failed:
+            # A schema-valid event the core cannot digest must not stop the fleet's watch, nor come back
+            # forever: it is dead-lettered like a malformed one, with the reason.
+            d, type_ = applied[i]
+            log.error("event %s from %s could not be applied", type_, d.subject, exc_info=e)
+            await self._dead_letter(d, e)
+        return batch.result
+
+    def _observe_usage(self, item: object, now: datetime) -> None:
+        if self.usage is None or self.core is None or not isinstance(item, SnapshotEvent):
+            return
+        # A repeated snapshot is counted from the equal one already held (the usage figures read none of the
+        # fields that may differ), so the new copy dies young.
+        snap = self.core.state.current_snapshot(item)
+        self.usage.observe(item if snap is item.data else item.model_copy(update={"data": snap}), now)
 
     async def _commit_and_ack(self, result: StepResult, deliveries: list[Delivery]) -> None:
         await self.committer.commit(result, "commit the batch's actions, audit and incidents")
@@ -439,10 +443,6 @@ class Engine(EngineAnswers):
     def audit_tail(self) -> list[AuditRecord]:
         """The newest audit records (ours and the runners'), oldest first, for the dashboard."""
         return self._audit_tail.records()
-
-    @property
-    def partitions(self) -> int:
-        return 1 if self.partition is None else self.config.engine.partitions
 
     @property
     def degraded(self) -> str | None:

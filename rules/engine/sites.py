@@ -16,8 +16,8 @@ from gpuevents.aio import sleep_or_stop
 from gpuevents.bus import Bus, BusError
 from gpuevents.bus.streams import SiteLink
 from gpuevents.clock import Clock
-from gpuevents.manual import RESTORES
 from gpuevents.records import ActionRequest
+from gpuevents.wire.manual import RESTORES
 from gpuevents.wire.status import SiteView
 
 log = logging.getLogger(__name__)

@@ -187,7 +187,8 @@ class CompiledAction:
     approve: str | None = None
     approve_within_s: float = 3600.0
     require_warning: bool = True
-    """A staged destructive action: run only if a warning of its incident was delivered (rules/core/warnings.py)."""
+    """A staged destructive action: run only if a warning of its incident was delivered
+    (rules/core/warning_ledger.py)."""
 
 
 @dataclass(frozen=True, eq=False)

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any, Protocol
 
 from gpuevents.demand import POOL_LABELS
+from gpuevents.holding import held_idle
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -110,11 +111,10 @@ class GpuView:
     """`gpu`: the GPU's fields, its `processes` and `owners`, and `idle_for_s` measured at evaluation time."""
 
     __slots__ = (
-        "_clock", "_idle_since_ts", "activity_known", "allocated", "ecc_uncorrected", "fan_pct", "id", "idle",
-        "idle_since", "index",
-        "job", "lost", "mem_pct", "mem_total_mib", "mem_used_mib", "mig_parent", "model", "node", "owner",
-        "owners", "pids", "power_cap_saved_w", "power_cap_w", "power_limit_w", "power_w", "processes",
-        "row_remap_pending", "sm_active_pct", "temp_c",
+        "_clock", "_idle_since_ts", "_parted", "activity_known", "allocated", "ecc_uncorrected", "fan_pct", "id",
+        "idle", "idle_since", "index", "job", "lost", "mem_pct", "mem_total_mib", "mem_used_mib", "mig_parent",
+        "model", "node", "owner", "owners", "pids", "power_cap_saved_w", "power_cap_w", "power_limit_w", "power_w",
+        "processes", "row_remap_pending", "sm_active_pct", "temp_c",
         "tensor_active_pct", "util_pct", "uuid", "xid", "xid_at",
     )
     activity_known: bool
@@ -156,6 +156,7 @@ class GpuView:
             setattr(self, k, fields.get(k))
         since = self.idle_since
         self._idle_since_ts: float | None = since.timestamp() if since is not None else None
+        self._parted = False  # a MIG parent whose instances are reported (set by the state that knows its node)
 
     @property
     def idle_for_s(self) -> float:
@@ -163,6 +164,11 @@ class GpuView:
         if not self.idle or self._idle_since_ts is None:
             return 0.0
         return max(0.0, self._clock.ts - self._idle_since_ts)
+
+    @property
+    def held_idle(self) -> bool:
+        """Idle while a process, an owner or a scheduler's allocation holds it (gpuevents/holding.py)."""
+        return held_idle(self, parted=self._parted)
 
     def __repr__(self) -> str:
         return f"<gpu {self.id}>"
@@ -370,7 +376,7 @@ def _public(cls: type, extra: tuple[str, ...] = ()) -> frozenset[str]:
 
 
 NODE_FIELDS = _public(NodeView)
-GPU_FIELDS = _public(GpuView, ("idle_for_s",))
+GPU_FIELDS = _public(GpuView, ("idle_for_s", "held_idle"))
 PROCESS_FIELDS = _public(ProcessView, ("age_s",))
 ENTITY_FIELDS = _public(EntityView)
 JOB_FIELDS = _public(JobView, ("idle_for_s", "age_s"))
@@ -384,6 +390,10 @@ FIELDS_OF: dict[str, frozenset[str]] = {
     "entity": ENTITY_FIELDS,
     "demand": DEMAND_FIELDS,
 }
+DERIVED_READS: dict[str, frozenset[str]] = {"held_idle": frozenset(
+    {"idle", "lost", "pids", "owners", "allocated"})}
+"""The fields a derived field is computed from: a condition reading it reads them (`held_idle` also changes
+on its own when the GPU's MIG instances come or go)."""
 TIME_FIELDS = frozenset({"idle_for_s", "age_s", "pending_gpus", "cluster_pending_gpus"})
 """Fields whose value moves with the clock (or, for demand, with reports that are no entity's event): a
 condition reading one is re-evaluated on every tick."""

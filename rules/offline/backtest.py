@@ -24,7 +24,7 @@ from gpuevents.events import Event, encode_event
 from gpuevents.records import Outcome, decode_audit
 from rules.core.core import Core, StepResult, Tick
 from rules.core.inputs import WARNING_TYPES
-from rules.core.warnings import assume_delivered, remember_outcome
+from rules.core.warning_ledger import assume_delivered, remember_outcome
 from rules.intake.decoder import RepeatDecoder
 from rules.intake.skew import believable
 from rules.lang.loader import load_rule_set

@@ -16,7 +16,7 @@ from gpuevents.durations import format_duration
 from gpuevents.records import ActionRequest
 from rules.core.core import Core, CoreInput, EvalProblem, Tick
 from rules.core.incidents import Transition
-from rules.core.warnings import assume_delivered
+from rules.core.warning_ledger import assume_delivered
 
 RAN = ("run", "dry_run")
 

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import NamedTuple
 
 from gpuevents.events import GpuInfo, JobInfo, NodeSnapshot, ProcessInfo, SnapshotEvent
+from gpuevents.holding import held
 from rules.usage.rollup import HOUR, TeamResolver
 
 BINS = 20
@@ -165,7 +166,7 @@ class FitAggregator:
         jobs = {j.id: j for j in snap.jobs}
         per_workload: dict[str, int] = {}
         for gpu in snap.gpus:
-            if gpu.lost or not (gpu.pids or gpu.owners or gpu.allocated):
+            if gpu.lost or not held(gpu):
                 continue  # nobody holds it: nothing to size
             holders = [procs[pid] for pid in gpu.pids if pid in procs]
             info = jobs.get(gpu.job) if gpu.job else None

@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 from gpuevents.costs import physical_shares
 from gpuevents.events import GpuInfo, NodeSnapshot, ProcessInfo, SnapshotEvent
+from gpuevents.holding import held_idle
 
 HOUR = 3600
 NO_TEAM = ""
@@ -279,10 +280,10 @@ class UsageAggregator:
             if gpu.lost or not physical[gpu.index]:
                 continue  # a MIG parent is counted through its instances
             holders = [procs[pid] for pid in gpu.pids if pid in procs]
-            # a GPU a scheduler allocated is held, even with no process on it: the most wasted GPU there is
-            held = bool(gpu.pids) or bool(gpu.owners) or bool(gpu.allocated)
-            if gpu.idle:
-                state = "held" if held else "free"
+            if held_idle(gpu):
+                state = "held"
+            elif gpu.idle:
+                state = "free"
             else:  # held with no activity signal is unknown: never counted as used
                 state = "busy" if gpu.activity_known else "unknown"
             watts = gpu.power_w if gpu.power_w is not None else self.rated_power_w(gpu.model)

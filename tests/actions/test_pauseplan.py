@@ -82,11 +82,14 @@ def test_job_ids() -> None:
 
 def test_the_job_to_pause_comes_from_the_job_or_the_gpus_or_processes_job() -> None:
     from actions.builtin.pause import job_of
+    from gpuevents.facts import Facts
 
-    job, facts = job_of(None, {"job": {"id": "a/Deployment/d", "scheduler": "kubernetes", "controller_uid": "u1",
-                                       "pods": ["d-1"]}})
+    f = Facts.model_validate
+
+    job, facts = job_of(None, f({"job": {"id": "a/Deployment/d", "scheduler": "kubernetes", "controller_uid": "u1",
+                                          "pods": ["d-1"]}}))
     assert job == "a/Deployment/d" and facts.controller_uid == "u1" and facts.pods == ["d-1"]
-    assert job_of(None, {"gpu": {"job": "a/Notebook/nb"}})[0] == "a/Notebook/nb"
-    assert job_of(None, {"process": {"job": "a/Job/train"}})[0] == "a/Job/train"
-    assert job_of(None, {"gpu": {"job": "12345"}})[0] is None  # a Slurm job: nothing to pause
-    assert job_of("b/StatefulSet/s", {"gpu": {"job": "a/Job/train"}})[0] == "b/StatefulSet/s"
+    assert job_of(None, f({"gpu": {"job": "a/Notebook/nb"}}))[0] == "a/Notebook/nb"
+    assert job_of(None, f({"process": {"job": "a/Job/train"}}))[0] == "a/Job/train"
+    assert job_of(None, f({"gpu": {"job": "12345"}}))[0] is None  # a Slurm job: nothing to pause
+    assert job_of("b/StatefulSet/s", f({"gpu": {"job": "a/Job/train"}}))[0] == "b/StatefulSet/s"

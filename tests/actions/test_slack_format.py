@@ -6,6 +6,7 @@ import json
 from datetime import UTC, datetime
 
 from actions import slack_format as fmt
+from gpuevents.facts import Facts
 from tests.actions.conftest import T0
 
 
@@ -15,11 +16,11 @@ def test_escape_neutralises_mentions_links_and_entities() -> None:
 
 
 def test_incident_message_says_what_where_since_cost_rule_and_how_to_snooze() -> None:
-    item = fmt.make_item("GPU idle", "idle-gpu-2h", "n1/gpu0", "default", "inc1", {
+    item = fmt.make_item("GPU idle", "idle-gpu-2h", "n1/gpu0", "default", "inc1", Facts.model_validate({
         "node": {"name": "n1"}, "gpu": {"index": 0, "model": "H100"},
         "incident": {"firing_since": T0.isoformat(), "firing_for": "2h"},
         "cost": {"amount": 3.5, "currency": "EUR", "text": "€3.50"},
-        "processes": [{"pid": 1, "user": "a", "name": "<!here>"}]})
+        "processes": [{"pid": 1, "user": "a", "name": "<!here>"}]}))
     text = json.dumps(fmt.incident_blocks(item), ensure_ascii=False)
     assert "GPU 0 (H100) on n1" in text and "idle-gpu-2h" in text and "€3.50" in text
     assert f"<!date^{int(T0.timestamp())}^" in text  # Slack shows it in the reader's timezone
@@ -28,7 +29,7 @@ def test_incident_message_says_what_where_since_cost_rule_and_how_to_snooze() ->
 
 
 def test_digest_lists_every_item_and_stays_under_slacks_block_limit() -> None:
-    items = [fmt.make_item(f"GPU {i} idle", "r", f"n1/gpu{i}", "default", f"i{i}", {}) for i in range(60)]
+    items = [fmt.make_item(f"GPU {i} idle", "r", f"n1/gpu{i}", "default", f"i{i}", Facts()) for i in range(60)]
     blocks = fmt.digest_blocks(items, 900)
     assert len(blocks) <= fmt.MAX_BLOCKS
     # a heading, 24 items of two blocks and the "more" line: all 50 blocks Slack allows
@@ -40,8 +41,8 @@ def test_the_message_says_when_the_next_staged_action_runs() -> None:
 
     at = datetime(2026, 12, 7, 11, 30, tzinfo=UTC)
     item = make_item("GPU 0 idle", "idle-gpu-2h", "n1/gpu0", "default", "inc-1",
-                     {"incident": {"firing_since": "2026-12-07T11:00:00+00:00",
-                                   "next": {"type": "kill", "at": at.isoformat(), "in": "30m"}}})
+                     Facts.model_validate({"incident": {"firing_since": "2026-12-07T11:00:00+00:00",
+                                                        "next": {"type": "kill", "at": at.isoformat(), "in": "30m"}}}))
     text = str(incident_blocks(item))
     assert f"*Next*\\nkill at <!date^{int(at.timestamp())}^" in text
 
@@ -52,7 +53,8 @@ def test_the_next_line_says_in_words_what_will_happen() -> None:
     at = datetime(2026, 12, 7, 11, 30, tzinfo=UTC)
     says = "in 1 minute this will be logged, unless you keep it"
     item = make_item("GPU 0 idle", "r", "n1/gpu0", "default", "inc-1",
-                     {"incident": {"next": {"type": "log", "at": at.isoformat(), "in": "1m", "says": says}}})
+                     Facts.model_validate({"incident": {"next": {"type": "log", "at": at.isoformat(), "in": "1m",
+                                                                 "says": says}}}))
     text = str(incident_blocks(item))
     assert "*Next*\\nIn 1 minute this will be logged, unless you keep it (at <!date^" in text
     assert "log at" not in text

@@ -19,8 +19,8 @@ from agent.runner import run_nodes, simulated_agents
 from gpuevents.bus import Handler, Message, Subscription
 from gpuevents.clock import SystemClock
 from gpuevents.config import AgentConfig, Config
+from gpuevents.config.kube import KubernetesJobsConfig
 from gpuevents.events import Event, SnapshotEvent
-from gpuevents.kubeconfig import KubernetesJobsConfig
 from tests.waiting import wait_for
 
 

@@ -20,7 +20,7 @@ from agent.attribution import Attributor, PsutilIdentifier, resolve_owner, trunc
 from agent.kubelet import PodDirectory, PodMeta
 from agent.sample import ProcessIdentity
 from gpuevents.config import AttributionConfig
-from gpuevents.kubeconfig import KubeletConfig
+from gpuevents.config.kube import KubeletConfig
 
 POD_UID = "3c4f1a2b-1234-4cde-8f00-123456789abc"
 POD = PodMeta(uid=POD_UID, namespace="ml", name="train-7", labels={"owner": "pod-owner@x.org"},

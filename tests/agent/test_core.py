@@ -7,6 +7,7 @@ from pathlib import Path
 
 from agent.core import GpuState, NodeCore, step_gpu
 from agent.idlestate import IdleStateFile
+from agent.inputs import NodeInputs
 from agent.jobdetails import JobDetails
 from agent.sample import GpuReading, NodeReading, ProcessIdentity, ProcReading, XidReading
 from gpuevents.config import ThresholdsConfig
@@ -204,7 +205,7 @@ def test_an_agent_restart_carries_the_idle_clock_of_a_gpu_still_idle(tmp_path: P
 
     after = core()  # the restarted agent, two hours and a minute later
     now = T0 + timedelta(hours=2, minutes=1)
-    after.carried_idle = file.load(now, timedelta(minutes=5))
+    after.carry_idle(file.load(now, timedelta(minutes=5)))
     events = after.step(now, reading([], utils=(0.0, 0.0)), {})
     snap = next(e for e in events if isinstance(e, SnapshotEvent)).data
     by_uuid = {g.uuid: g for g in snap.gpus}
@@ -221,7 +222,7 @@ def test_idle_clocks_are_not_carried_when_the_file_is_old_or_the_gpu_is_busy(tmp
     (tmp_path / "idle-n1.json").write_text("{not json")
     assert file.load(T0, timedelta(minutes=5)) == {}
     after = core()
-    after.carried_idle = {"GPU-a": T0 - timedelta(hours=1)}
+    after.carry_idle({"GPU-a": T0 - timedelta(hours=1)})
     after.step(T0, reading([], utils=(90.0, 90.0)), {})
     assert after.idle_clocks() == {}
 
@@ -279,29 +280,28 @@ def test_gpm_activity_reaches_the_snapshot_and_the_last_xid_is_kept() -> None:
 
 def test_the_hpc_job_mapping_allocates_gpus_and_lists_the_jobs_with_their_processes() -> None:
     c = core()
-    c.job_gpus = {"0": ["4242"], "7": ["999"]}  # GPU 7 is not on this node: ignored
+    mapped = NodeInputs(job_gpus={"0": ["4242"], "7": ["999"]})  # GPU 7 is not on this node: ignored
     ident_in_job = ProcessIdentity(pid=100, create_time=T0 - timedelta(hours=1), user="erin", job="4242")
-    events = c.step(T0, reading([ProcReading(pid=100, gpu=0, mem_mib=100.0, sm_util_pct=0.0)]), {100: ident_in_job})
+    events = c.step(T0, reading([ProcReading(pid=100, gpu=0, mem_mib=100.0, sm_util_pct=0.0)]), {100: ident_in_job},
+                    mapped)
     snap = next(e for e in events if isinstance(e, SnapshotEvent)).data
     by_index = {g.index: g for g in snap.gpus}
     assert (by_index[0].allocated, by_index[0].job) == (True, "4242")
     assert (by_index[1].allocated, by_index[1].job) == (False, None)
     [job] = snap.jobs
     assert (job.id, job.user, job.gpus, job.pids) == ("4242", "erin", [0], [100])
-    c.job_gpus = None
-    events = c.step(T0 + timedelta(seconds=15), reading([]), {})
+    events = c.step(T0 + timedelta(seconds=15), reading([]), {}, NodeInputs(job_gpus=None))
     snap = next(e for e in events if isinstance(e, SnapshotEvent)).data
     assert snap.jobs == [] and all(g.allocated is None for g in snap.gpus)
 
 
 def test_a_job_with_nothing_on_its_gpu_carries_the_schedulers_details() -> None:
     c = core()
-    c.job_gpus = {"0": ["77"], "1": ["78"]}
     details = {"77": JobDetails(user="alice", account="physics", partition="gpu", qos="normal", name="train",
                                 started_at=T0 - timedelta(hours=1), time_limit_s=7200)}
-    c.job_details = details.get
+    inputs = NodeInputs(job_gpus={"0": ["77"], "1": ["78"]}, job_details=details.get)
     ids = {12: ident(12, "carol", 60)}
-    snap = c.snapshot(T0) if c.step(T0, reading([ProcReading(12, 1, 10.0, 90.0)]), ids) else None
+    snap = c.snapshot(T0) if c.step(T0, reading([ProcReading(12, 1, 10.0, 90.0)]), ids, inputs) else None
     assert snap is not None
     by_id = {j.id: j for j in snap.jobs}
     j = by_id["77"]

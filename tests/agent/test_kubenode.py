@@ -72,6 +72,7 @@ async def test_node_labels_merge_under_the_config_and_cordon_comes_from_the_spec
     node_labels = {**K8S_LABELS, "kubernetes.io/hostname": name, "type": "kwok"}  # as the node was created
     assert state == KubeNodeInfo(labels=node_labels, cordoned=True)
     agent.apply_kubernetes_node(state)
+    agent.tick(datetime.now(UTC))  # the core learns it at the next sample
     info = agent.core.node_info()
     assert info.labels == {**node_labels, "env": "from-config", "pool": "a100"}
     assert info.cordoned is True

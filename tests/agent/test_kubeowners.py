@@ -4,15 +4,17 @@ annotation or label of the pod, its owner, then its namespace; the core publishe
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 from agent.core import NodeCore
+from agent.inputs import NodeInputs
 from agent.kubeowners import Meta, OwnerWalker, Unreadable, meta_of
 from agent.podalloc import PodAllocation
 from agent.sample import GpuReading, NodeReading, ProcessIdentity, ProcReading
 from gpuevents.config import ThresholdsConfig
-from gpuevents.kubeconfig import KubernetesJobsConfig
+from gpuevents.config.kube import KubernetesJobsConfig
 
 T0 = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
 
@@ -121,14 +123,15 @@ async def test_the_core_publishes_one_kubernetes_job_per_owner_and_unused_alloca
     walker = OwnerWalker(api, KubernetesJobsConfig())
     core = NodeCore(node="n1", cluster="c1", thresholds=ThresholdsConfig(), snapshot_interval_s=15)
     u = [f"GPU-{i}" for i in range(3)]
-    core.kube_pods = {"team-a/llm-7d9-abc": PodAllocation("team-a", "llm-7d9-abc", (u[0],)),
-                      "team-a/llm-7d9-def": PodAllocation("team-a", "llm-7d9-def", (u[1],)),
-                      "kube-system/dns": PodAllocation("kube-system", "dns")}
-    core.kube_jobs = await walker.resolve_all(["team-a/llm-7d9-abc", "team-a/llm-7d9-def"])
+    inputs = NodeInputs(
+        kube_pods={"team-a/llm-7d9-abc": PodAllocation("team-a", "llm-7d9-abc", (u[0],)),
+                   "team-a/llm-7d9-def": PodAllocation("team-a", "llm-7d9-def", (u[1],)),
+                   "kube-system/dns": PodAllocation("kube-system", "dns")},
+        kube_jobs=await walker.resolve_all(["team-a/llm-7d9-abc", "team-a/llm-7d9-def"]))
     ident = ProcessIdentity(pid=42, create_time=T0, name="python", user="alice", pod="team-a/llm-7d9-abc")
     reading = NodeReading(gpus=tuple(GpuReading(index=i, uuid=u[i], util_pct=0.0) for i in range(3)),
                           procs=(ProcReading(pid=42, gpu=0, mem_mib=100.0),))
-    core.step(T0, reading, {42: ident})
+    core.step(T0, reading, {42: ident}, inputs)
     snap = core.snapshot(T0)
     assert [(g.index, g.allocated, g.job) for g in snap.gpus] == [
         (0, True, "team-a/Deployment/llm"), (1, True, "team-a/Deployment/llm"), (2, False, None)]
@@ -137,5 +140,5 @@ async def test_the_core_publishes_one_kubernetes_job_per_owner_and_unused_alloca
     assert job.gpus == [0, 1] and job.pids == [42] and job.pods == ["llm-7d9-abc", "llm-7d9-def"]
     assert job.controller == "Deployment/llm" and job.controller_uid == "d1"
     assert snap.processes[0].job == "team-a/Deployment/llm"
-    core.kube_pods = None  # the kubelet went away: unknown, not "not allocated"
-    assert [g.allocated for g in core.snapshot(T0).gpus] == [None, None, None]
+    core.step(T0, reading, {42: ident}, replace(inputs, kube_pods=None))  # the kubelet went away: unknown
+    assert [g.allocated for g in core.snapshot(T0).gpus] == [None, None, None]  # not "not allocated"

@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agent.dcgm import DCGM_FIELDS
 from agent.hpcjobs import JobMapping
+from agent.inputs import NodeInputs
 from agent.metrics import DCGM_LABELS, AgentCollector, AgentCounters, Family, MetricsServer, render
 from agent.nvml import NvmlSampler
 from agent.runner import NodeAgent, simulated_agents
@@ -204,13 +205,13 @@ def test_the_hpc_job_mapping_directory_labels_gpus_and_mig_instances(tmp_path: P
     cfg = Config()
     agents = simulated_agents(cfg, nodes=1, gpus_per_node=8, scenario="steady", start=T0)
     agents[0].tick(T0)
-    agents[0].core.job_gpus = JobMapping(tmp_path).jobs()  # as the sampling loop reads it
+    agents[0].core.inputs = NodeInputs(job_gpus=JobMapping(tmp_path).jobs())  # as the last sample had it
     series, _, _ = parse(served(agents))
     jobs = sorted((lb["gpu"], lb["hpc_job"]) for lb, _ in series["DCGM_FI_DEV_GPU_TEMP"] if "hpc_job" in lb)
     assert jobs == [("3", "4242"), ("3", "4243")]  # steady has no MIG: `6.2` names no device here
     (mig,) = ticked("hopper-mig")
     mig.core.held = {}  # no processes: only the mapping names jobs
-    mig.core.job_gpus = JobMapping(tmp_path).jobs()
+    mig.core.inputs = NodeInputs(job_gpus=JobMapping(tmp_path).jobs())
     series, _, _ = parse(served([mig]))
     mig_jobs = sorted((lb["gpu"], lb.get("GPU_I_ID", ""), lb["hpc_job"])
                       for lb, _ in series["DCGM_FI_DEV_FB_USED"] if "hpc_job" in lb)

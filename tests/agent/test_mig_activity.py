@@ -15,8 +15,8 @@ from agent.core import NodeCore
 from agent.dcgmscrape import DcgmActivity, parse
 from agent.sample import GpuReading, NodeReading, ProcessIdentity, ProcReading
 from gpuevents.config import ThresholdsConfig
+from gpuevents.config.gpu import AgentDcgmConfig
 from gpuevents.events import SnapshotEvent
-from gpuevents.gpuconfig import AgentDcgmConfig
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 PAGE = (Path(__file__).with_name("data") / "dcgm-exporter" / "a100-mig-metrics.txt").read_text()

@@ -22,8 +22,8 @@ from gpuevents.bus import Bus
 from gpuevents.clock import SystemClock
 from gpuevents.commands import KillCommand, KillReply
 from gpuevents.config import AgentConfig, Config, NatsConfig, ProtectConfig
+from gpuevents.config.kube import KubeletConfig
 from gpuevents.events import Event
-from gpuevents.kubeconfig import KubeletConfig
 from tests.agent.test_attribution import POD_UID, kubelet  # noqa: F401  (the fixture)
 from tests.waiting import wait_for
 

@@ -18,9 +18,9 @@ from nats.aio.msg import Msg
 from gpuevents import subjects as S
 from gpuevents.bus import Bus
 from gpuevents.config import NatsConfig
+from gpuevents.config.sites import SiteConfig
 from gpuevents.events import AgentInfo, make_event
 from gpuevents.server import free_port
-from gpuevents.siteconfig import SiteConfig
 from tests.deploy.test_nats_permissions import collect, connect
 from tests.nats_sites import Server, Sites, leaf_links, start_sites
 from tests.waiting import wait_for

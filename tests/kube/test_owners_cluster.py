@@ -14,7 +14,7 @@ from lightkube.resources.core_v1 import Namespace, Pod
 from agent.kubeapi import lightkube_fetch, open_fetch
 from agent.kubeowners import Fetch, OwnerWalker
 from gpuevents.config import KubernetesConfig
-from gpuevents.kubeconfig import KubernetesJobsConfig
+from gpuevents.config.kube import KubernetesJobsConfig
 from tests.kube_cluster import KubeCluster, meta, name_of
 
 POD_SPEC: dict[str, Any] = {"containers": [{"name": "main", "image": "trainer:1", "resources": {

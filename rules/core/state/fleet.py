@@ -298,7 +298,7 @@ class FleetState:
         if ns is None:
             return False
         if not ns.online:
-            ns.full_next = True
+            ns.skipped()
         return ns.online
 
     @property

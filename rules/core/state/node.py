@@ -39,7 +39,7 @@ class NodeState:
     online: bool = True
     offline_since: datetime | None = None
     stopping: bool = False
-    full_next: bool = False  # rebuild every view and report every entity next time (the core skipped one)
+    _full_next: bool = False  # rebuild every view and report every entity next time (the core skipped one)
     node_sig: tuple[Any, ...] = ()  # the node's own fields and online state its views were built with
     view_gpu_infos: dict[int, GpuInfo] = field(default_factory=dict)  # the infos the views show now
     view_proc_infos: dict[str, ProcessInfo] = field(default_factory=dict)
@@ -49,6 +49,20 @@ class NodeState:
     snap_timed: bool = False  # the snapshot's inputs depend on its time (see `rebuild.timed`)
     snapshot: NodeSnapshot | None = None  # the snapshot the views were built from (kept while repeated)
     xids: dict[int, tuple[int, datetime]] = field(default_factory=dict)  # GPU index -> its last XID and when
+
+    @property
+    def full_next(self) -> bool:
+        """Whether its views are rebuilt, and every entity reported, at the next rebuild."""
+        return self._full_next
+
+    def skipped(self) -> None:
+        """The core left the node's entities unevaluated (offline): evaluate every one when it is back."""
+        self._full_next = True
+
+    def take_full(self) -> bool:
+        """Whether the next rebuild is full, as the rebuild takes it (clearing the mark)."""
+        full, self._full_next = self._full_next, False
+        return full
 
 
 @dataclass

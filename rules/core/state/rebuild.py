@@ -11,11 +11,13 @@ evaluated on ticks and for the node's every event). This runs for every changing
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from collections.abc import Set as AbstractSet
 from datetime import datetime, timedelta
 from operator import is_, itemgetter
 from typing import Any
 
 from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot, ProcessInfo
+from gpuevents.holding import parted_uuids
 from rules.core.state.node import Change, Entity, NodeState
 from rules.lang.expr import CLOCK_KEY
 from rules.lang.views import GPU_FIELDS, PROCESS_FIELDS, EntityView, EvalClock, GpuView, NodeView, ProcessView
@@ -86,8 +88,7 @@ def rebuild(ns: NodeState, clock: EvalClock, owners: Mapping[str, str],
     is gone (and update the fleet's entity tables `by_kind`)."""
     online = ns.online and not ns.stopping
     node_sig = (_node_fields(ns.info), online)
-    full = ns.full_next or ns.node_entity is None or node_sig != ns.node_sig
-    ns.full_next = False
+    full = ns.take_full() or ns.node_entity is None or node_sig != ns.node_sig
     ns.node_sig = node_sig
     if full:
         return _build_all(ns, clock, owners, by_kind, online)
@@ -137,11 +138,13 @@ def _mem_pct(g: GpuInfo) -> float | None:
     return g.mem_pct
 
 
-def _new_gpu(ns: NodeState, idx: int, g: GpuInfo, clock: EvalClock, pids: list[int], on_gpu: list[ProcessView],
-             gpu_owners: list[str]) -> GpuView:
-    return GpuView(clock, id=f"{ns.key}/gpu{idx}", node=ns.name, index=idx, mem_pct=_mem_pct(g), pids=pids,
-                   processes=on_gpu, owners=gpu_owners, owner=gpu_owners[0] if gpu_owners else (g.owner or None),
-                   **{f: getattr(g, f) for f in GPU_COPIED})
+def _new_gpu(ns: NodeState, idx: int, g: GpuInfo, clock: EvalClock, parents: AbstractSet[str], pids: list[int],
+             on_gpu: list[ProcessView], gpu_owners: list[str]) -> GpuView:
+    gv = GpuView(clock, id=f"{ns.key}/gpu{idx}", node=ns.name, index=idx, mem_pct=_mem_pct(g), pids=pids,
+                 processes=on_gpu, owners=gpu_owners, owner=gpu_owners[0] if gpu_owners else (g.owner or None),
+                 **{f: getattr(g, f) for f in GPU_COPIED})
+    gv._parted = g.uuid in parents
+    return gv
 
 
 def _attribution(ns: NodeState, procs: dict[str, ProcessView]) -> tuple[dict[int, list[int]], dict[int, ProcessView]]:
@@ -172,9 +175,10 @@ def _build_all(ns: NodeState, clock: EvalClock, owners: Mapping[str, str], by_ki
     procs = {pkey: _new_process(ns, pkey, p, clock, owners) for pkey, p in ns.proc_infos.items()}
     pids_of, by_pid = _attribution(ns, procs)
     gpus: dict[int, GpuView] = {}
+    parents = parted_uuids(ns.gpu_infos.values())
     for idx in sorted(ns.gpu_infos):
         g = ns.gpu_infos[idx]
-        gpus[idx] = _new_gpu(ns, idx, g, clock, *_on_gpu(idx, g, pids_of, by_pid))
+        gpus[idx] = _new_gpu(ns, idx, g, clock, parents, *_on_gpu(idx, g, pids_of, by_pid))
     nkey = ns.key
     gpu_list = list(gpus.values())
     node_ent = Entity(nkey, nkey, "node", nkey, node_view, {
@@ -253,6 +257,7 @@ def _patch(ns: NodeState, clock: EvalClock, owners: Mapping[str, str],
     # GPUs
     gpus: dict[int, GpuView] = {}
     gpu_delta: dict[int, set[str] | None] = {}
+    parents = parted_uuids(ns.gpu_infos.values())
     for idx in sorted(ns.gpu_infos):
         g = ns.gpu_infos[idx]
         old_ent = old_entities.get(f"{nkey}/gpu{idx}")
@@ -261,13 +266,13 @@ def _patch(ns: NodeState, clock: EvalClock, owners: Mapping[str, str],
             if same_members:  # (not expected: a new GPU changes the members)
                 pids_of, by_pid = _attribution(ns, procs)
                 same_members = False
-            gpus[idx] = _new_gpu(ns, idx, g, clock, *_on_gpu(idx, g, pids_of, by_pid))
+            gpus[idx] = _new_gpu(ns, idx, g, clock, parents, *_on_gpu(idx, g, pids_of, by_pid))
             gpu_delta[idx] = None
             continue
         gv = old_ent.view
         gpus[idx] = gv
         attributed = (gv.pids, gv.processes, gv.owners) if same_members else _on_gpu(idx, g, pids_of, by_pid)
-        d = _patch_gpu(gv, old_g, g, *attributed)
+        d = _patch_gpu(gv, old_g, g, parents, *attributed)
         for pv in gv.processes:  # the GPU shows its processes: their changes are its changes
             pd = proc_delta.get(key_of[id(pv)], _NONE)
             if pd is None:
@@ -356,8 +361,8 @@ def _patch_process(pv: ProcessView, old: ProcessInfo, p: ProcessInfo, owners: Ma
     return d
 
 
-def _patch_gpu(gv: GpuView, old: GpuInfo, g: GpuInfo, pids: list[int], on_gpu: list[ProcessView],
-               gpu_owners: list[str]) -> set[str]:
+def _patch_gpu(gv: GpuView, old: GpuInfo, g: GpuInfo, parents: AbstractSet[str], pids: list[int],
+               on_gpu: list[ProcessView], gpu_owners: list[str]) -> set[str]:
     d: set[str] = set()
     if g is not old:
         new_vals, old_vals = g.__dict__, old.__dict__
@@ -381,6 +386,10 @@ def _patch_gpu(gv: GpuView, old: GpuInfo, g: GpuInfo, pids: list[int], on_gpu: l
     if gpu_owners != gv.owners:
         gv.owners = gpu_owners
         d.add("owners")
+    parted = g.uuid in parents
+    if parted != gv._parted:
+        gv._parted = parted
+        d.add("held_idle")
     owner = gpu_owners[0] if gpu_owners else (g.owner or None)
     if owner != gv.owner:
         gv.owner = owner

@@ -32,7 +32,7 @@ from rules.lang.expr.names import (
     ExprError,
     parse_expression,
 )
-from rules.lang.views import FIELDS_OF, TIME_FIELDS
+from rules.lang.views import DERIVED_READS, FIELDS_OF, TIME_FIELDS
 
 _BINOPS = {"Div": "/", "FloorDiv": "//"}
 _BOUNDED_BINOPS = {"Add": "_add", "Sub": "_sub", "Mul": "_mul", "Mod": "_mod", "Pow": "_pow"}
@@ -137,6 +137,7 @@ class _Compiler:
         way makes the condition time-dependent too."""
         for part in name.split("."):
             self.reads.add(part)
+            self.reads |= DERIVED_READS.get(part, frozenset())
             if part in TIME_FIELDS or part.endswith("_for_s"):
                 self.time = True
 
@@ -167,6 +168,7 @@ class _Compiler:
         if attr in TIME_FIELDS or attr.endswith("_for_s"):
             self.time = True
         self.reads.add(attr)
+        self.reads |= DERIVED_READS.get(attr, frozenset())
         obj = self.visit(node.node)
         if isinstance(node.node, nodes.Name) and node.node.name in FIELDS_OF:
             return f"{obj}.{attr}"  # a view's field, checked above: plain attribute access

@@ -14,6 +14,7 @@ import pytest
 from actions.runner import ActionRunner
 from agent.core import NodeCore
 from agent.diagnose import Diagnostics
+from agent.inputs import NodeInputs
 from gpuevents import subjects as S
 from gpuevents.bus import Bus
 from gpuevents.config import ThresholdsConfig
@@ -57,7 +58,7 @@ async def test_a_rule_s_diagnose_runs_the_configured_argv_whatever_the_event_sai
     assert not (tmp_path / "pwned").exists()
     # the result rides on the node's next snapshot
     core = NodeCore(node="n1", cluster="default", thresholds=ThresholdsConfig(), snapshot_interval_s=15)
-    core.diag_fields = agent.fields
+    core.inputs = NodeInputs(diag_fields=agent.fields)  # as the agent's runner hands it in
     info = core.node_info()
     assert (info.diag_status, info.diag_exit_code, info.diag_passed_at) == ("passed", 0, result.finished_at)
     assert info.diag_output is not None and info.diag_output.endswith("Diagnostic result: Pass\n")

@@ -17,8 +17,8 @@ from gpuevents import subjects as S
 from gpuevents.bus import Bus
 from gpuevents.bus.streams import SiteLink
 from gpuevents.config import NatsConfig
+from gpuevents.config.sites import SiteConfig
 from gpuevents.events import AgentInfo, Event, make_event
-from gpuevents.siteconfig import SiteConfig
 from tests.nats_sites import Sites, start_sites, wait_linked
 from tests.waiting import wait_for
 

@@ -17,7 +17,7 @@ from tests.test_layers import ROOT, tree_imports
 
 CLIENTS = {  # a client module -> where the models it sends and reads are (None: it reads a local store)
     "gpuevents.cli.client": "gpuevents.wire", "gpuevents.cli.ask_status": "gpuevents.wire",
-    "gpuevents.cli.free": "gpuevents.wire", "gpuevents.cli.manual": "gpuevents.manual", "gpuevents.cli.jobs": None}
+    "gpuevents.cli.free": "gpuevents.wire", "gpuevents.cli.manual": "gpuevents.wire.manual", "gpuevents.cli.jobs": None}
 ENGINE_SIDE = ("rules.engine", "rules.dashboard")  # where the servers build the replies
 
 
@@ -56,7 +56,7 @@ def test_a_client_command_imports_nothing_of_the_engine_or_the_dashboard(client:
 def test_the_reached_check_sees_a_lazy_import() -> None:
     """The check follows imports inside functions: the server side, which builds the replies, is reached."""
     graph = tree_imports(ROOT, strings=False)
-    assert "rules.engine.status" in reached("rules.engine.servers", graph)
+    assert "rules.engine.read.status" in reached("rules.engine.servers", graph)
     assert "gpuevents.wire.status" in reached("rules.engine.servers", graph)
 
 

@@ -231,4 +231,5 @@ def test_the_audit_table_wraps_at_80_columns_instead_of_cutting_and_shows_the_fa
     assert all(w in text for w in words) and "…" not in text
     assert max(len(line) for line in text.splitlines()) <= 80
     assert "facts" in text
-    assert facts_text(record.facts) == 'gpu.util_pct=0\ngpu.idle_for_s=28800\njob.id="ml-research/Deployment/trainer"'
+    assert facts_text(record.facts) == ('gpu.util_pct=0.0\ngpu.idle_for_s=28800.0\n'
+                                        'job.id="ml-research/Deployment/trainer"')

@@ -213,7 +213,7 @@ def _only(a: Any, b: Any) -> list[Any]:
 
 def _compare(ours: Core, full: Core, item: Any, now: datetime, strict: bool) -> None:
     for ns in full.state.nodes.values():
-        ns.full_next = True  # rebuild every view of every node and evaluate every entity at its next event
+        ns.skipped()  # rebuild every view of every node and evaluate every entity at its next event
     a = _run(ours, item, now)
     b = _run(full, item, now, set(full.plan.by_name) if strict else None)
     oa, ob = _outcome(a), _outcome(b)

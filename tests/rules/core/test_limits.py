@@ -3,6 +3,7 @@ the fleet share counts matching entities (pending or firing) in the action's uni
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 
 from gpuevents.config import Config
@@ -129,19 +130,29 @@ def test_a_cordon_share_counts_nodes_even_for_a_gpu_rule(tmp_path: Path) -> None
     assert [a.decision for a in second.actions] == ["held"]  # 2 of 2 nodes (2 of 16 GPUs would pass)
 
 
-def test_a_deferred_batch_reports_the_windows_once_as_its_steps_would(tmp_path: Path) -> None:
-    """The engine steps a batch with `defer_limits` and takes the windows at its end: the same windows the
-    batch's last step would have reported, and none while nothing changed them."""
+def test_a_batch_reports_the_windows_once_as_its_steps_would(tmp_path: Path) -> None:
+    """`step_batch` takes the windows at the batch's end: the same windows the last of the same steps taken one
+    by one reported, and none while nothing changed them; each step's result is in the batch's."""
     rules = rules_from(tmp_path, KILL_EVERY_HOT_GPU.replace("max_per_hour: 1", "max_per_hour: 5"))
     each, batched = Core(rules), Core(rules)
-    batched.defer_limits = True
+    events = [snapshot(at(i), gpus=[gpu(g, temp_c=90 if g <= i else 50) for g in range(3)],
+                       processes=[proc(10 + g, gpus=[g]) for g in range(3)]) for i in range(3)]
     reported = None
-    for i in range(3):
-        ev = snapshot(at(i), gpus=[gpu(g, temp_c=90 if g <= i else 50) for g in range(3)],
-                      processes=[proc(10 + g, gpus=[g]) for g in range(3)])
+    actions = []
+    for i, ev in enumerate(events):
         out = each.step(ev, at(i))
         reported = out.limits or reported
-        assert batched.step(ev, at(i)).limits is None  # left for the end of the batch
+        actions += out.actions
+    seen: list[datetime] = []
+    batch = batched.step_batch(((ev, at(i)) for i, ev in enumerate(events)), after=lambda _e, t: seen.append(t))
     assert reported is not None and len(reported.rules["hot-kill"]) == 3
-    assert batched.take_limits(at(2)) == reported
+    assert batch.result.limits == reported and batch.failed == [] and seen == [at(0), at(1), at(2)]
+    assert [a.key for a in batch.result.actions] == [a.key for a in actions]
     assert batched.take_limits(at(3)) is None  # taken: nothing changed since
+
+
+def test_an_input_the_core_cannot_digest_is_left_out_of_the_batch(tmp_path: Path) -> None:
+    core = Core(rules_from(tmp_path, KILL_EVERY_HOT_GPU))
+    hot = snapshot(at(0), gpus=[gpu(0, temp_c=90)], processes=[proc(10, gpus=[0])])
+    batch = core.step_batch([(object(), at(0)), (hot, at(0))])  # type: ignore[list-item]  # not an input
+    assert [i for i, _e in batch.failed] == [0] and len(batch.result.actions) == 1

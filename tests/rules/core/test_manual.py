@@ -10,7 +10,7 @@ import pytest
 
 from gpuevents.config import Config
 from gpuevents.events import JobInfo
-from gpuevents.manual import OperatorAction
+from gpuevents.wire.manual import OperatorAction
 from rules.core import manual
 from rules.core.core import Core
 from tests.rules.helpers import T0, at, gpu, idle_core, proc, snapshot

@@ -14,7 +14,7 @@ from gpuevents import subjects as S
 from gpuevents.bus import Bus
 from gpuevents.events import Event
 from gpuevents.records import ActionRequest, AuditRecord, decode_audit
-from rules.engine.lease import Lease
+from rules.engine.partitions.lease import Lease
 from rules.engine.service import Engine
 from tests.conftest import stored_messages
 from tests.waiting import wait_for

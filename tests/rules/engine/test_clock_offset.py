@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from gpuevents.bus import Bus
 from gpuevents.clock import SystemClock
 from gpuevents.config import Config
-from rules.engine.lease import LEASE_KEY, LeaseRecord
+from rules.engine.partitions.lease import LEASE_KEY, LeaseRecord
 from rules.engine.service import Engine
 from tests.waiting import wait_for
 

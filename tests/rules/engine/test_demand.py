@@ -18,10 +18,10 @@ from gpuevents import subjects as S
 from gpuevents.bus import Bus
 from gpuevents.clock import SystemClock
 from gpuevents.config import Config
+from gpuevents.config.sched import DemandConfig, DemandKubernetesConfig, DemandSlurmConfig
 from gpuevents.events import SCHEDULER_SOURCE, DemandEntry, DemandReport, encode_event, make_event
-from gpuevents.schedconfig import DemandConfig, DemandKubernetesConfig, DemandSlurmConfig
-from rules.engine.dashboard_source import EngineDashboardSource
 from rules.engine.demand import KubernetesDemandReader, LightkubePods, SlurmDemandReader
+from rules.engine.read.dashboard_source import EngineDashboardSource
 from rules.engine.service import Engine
 from tests.gpuevents.cli.test_client import gpuevents, write_config
 from tests.kube_cluster import KubeCluster

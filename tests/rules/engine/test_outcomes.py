@@ -22,7 +22,7 @@ from gpuevents.config import Config, NatsConfig
 from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot, ProcessInfo, make_event
 from gpuevents.records import AuditRecord, decode_audit
 from gpuevents.server import free_port
-from rules.core.warnings import NOT_DELIVERED
+from rules.core.warning_ledger import NOT_DELIVERED
 from rules.engine.service import Engine
 from tests.actions.builtin.test_email import Inbox
 from tests.rules.engine.conftest import T0

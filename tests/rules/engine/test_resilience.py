@@ -15,7 +15,7 @@ from gpuevents.config import Config
 from gpuevents.records import decode_audit
 from gpuevents.server import EmbeddedServer
 from rules.core.core import Core
-from rules.engine.lease import Lease
+from rules.engine.partitions.lease import Lease
 from rules.engine.service import Engine
 from tests.rules.engine.conftest import T0, snapshot
 from tests.rules.engine.helpers import incident, publish, running
@@ -25,14 +25,14 @@ from tests.waiting import wait_for
 async def test_an_event_the_core_cannot_apply_is_dead_lettered_and_the_next_is_processed(
     engine_config: Config, bus: Bus, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_step = Core.step
+    real_step = Core._step  # what step and step_batch both go through
 
     def step(self: Core, item: Any, now: Any) -> Any:
         if getattr(item, "source", "") == "node/poison":
             raise RuntimeError("a bug in the core")
         return real_step(self, item, now)
 
-    monkeypatch.setattr(Core, "step", step)
+    monkeypatch.setattr(Core, "_step", step)
     async with running(Engine(engine_config, bus, clock=ManualClock(T0))) as engine:
         await publish(bus, snapshot("poison", T0), snapshot("n1", T0))
         await wait_for(lambda: incident(engine, "n1/gpu0"), what="the event after the poison one")

@@ -16,7 +16,7 @@ from gpuevents.clock import ManualClock, SystemClock
 from gpuevents.config import Config
 from gpuevents.events import encode_event
 from gpuevents.records import AuditRecord
-from rules.engine.lease import LEASE_KEY, Lease, LeaseRecord
+from rules.engine.partitions.lease import LEASE_KEY, Lease, LeaseRecord
 from rules.engine.service import Engine
 from tests.rules.engine.conftest import T0, snapshot
 from tests.rules.engine.helpers import act_requests, audit_records, crash, incident, publish, running, seen

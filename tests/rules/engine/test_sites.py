@@ -17,7 +17,7 @@ from gpuevents.bus import Bus
 from gpuevents.clock import SystemClock
 from gpuevents.config import Config
 from gpuevents.events import SnapshotEvent, make_event
-from gpuevents.manual import OperatorAction, OperatorActionReply
+from gpuevents.wire.manual import OperatorAction, OperatorActionReply
 from gpuevents.wire.status import StatusSummary
 from rules.engine.service import Engine
 from rules.engine.sites import SiteWatch

@@ -24,7 +24,7 @@ from agent.runner import NodeAgent, run_nodes
 from gpuevents.bus import Bus
 from gpuevents.clock import SystemClock
 from gpuevents.config import Config, KubernetesConfig, NatsConfig
-from gpuevents.kubeconfig import KubernetesJobsConfig
+from gpuevents.config.kube import KubernetesJobsConfig
 from rules.engine.service import Engine
 from tests.agent.fake_pynvml import FakeDevice, FakeNvml
 from tests.agent.test_agent_kubernetes import start_kubelet

@@ -7,7 +7,7 @@ import asyncio
 from gpuevents.bus import Bus
 from gpuevents.config import Config
 from gpuevents.kvstate import UNREADABLE
-from rules.engine.lease import LEASE_KEY, LeaseRecord
+from rules.engine.partitions.lease import LEASE_KEY, LeaseRecord
 from rules.engine.service import Engine
 from rules.engine.store import incident_key, snooze_key
 from tests.rules.engine.helpers import running

@@ -68,8 +68,8 @@ async def test_status_shows_the_exemptions_and_the_malformed_ones() -> None:
     from gpuevents.costs import CostModel
     from gpuevents.events import GpuInfo, JobInfo, NodeInfo, NodeSnapshot, SnapshotEvent
     from rules.core.core import Core
-    from rules.engine.readmodel import build_read_model
-    from rules.engine.status import summary_of
+    from rules.engine.read.readmodel import build_read_model
+    from rules.engine.read.status import summary_of
     from rules.lang.model import RuleSet
 
     core = Core(RuleSet())

@@ -39,7 +39,7 @@ class JsonLinesAction(Action[JsonLinesParams]):
         req = ctx.request
         record: dict[str, Any] = {
             "key": req.key, "rule": req.rule, "entity_id": req.entity_id, "incident_id": req.incident_id,
-            "phase": req.phase, "note": params.note, "facts": req.facts,
+            "phase": req.phase, "note": params.note, "facts": req.facts.model_dump(mode="json"),
         }
         try:
             # File I/O off the event loop: an action must never block the runner.
