@@ -17,7 +17,8 @@ from tests.quick import MARKS_OUT, QUICK_EXAMPLES, examples, is_quick
 # One module per way a test is marked: a fixture (slurm_env needs slurm; nats_cluster), a module's pytestmark,
 # one test's own mark; test_lazy.py is all quick.
 FILES = ["tests/actions/test_slurm.py", "tests/rules/engine/partitions/test_replica.py",
-         "tests/gpuevents/cli/test_serve.py", "tests/rules/dashboard/test_dashboard.py", "tests/gpuevents/cli/test_lazy.py"]
+         "tests/gpuevents/cli/test_serve.py", "tests/rules/dashboard/test_dashboard.py",
+         "tests/gpuevents/cli/test_lazy.py"]
 
 
 def collected() -> tuple[list[str], list[str]]:
