@@ -16,8 +16,9 @@ from tests.quick import MARKS_OUT, QUICK_EXAMPLES, examples, is_quick
 
 # One module per way a test is marked: a fixture (slurm_env needs slurm; nats_cluster), a module's pytestmark,
 # one test's own mark; test_lazy.py is all quick.
-FILES = ["tests/actions/test_slurm.py", "tests/rules/engine/partitions/test_replica.py", "tests/gpuevents/cli/test_serve.py",
-         "tests/rules/dashboard/test_dashboard.py", "tests/gpuevents/cli/test_lazy.py"]
+FILES = ["tests/actions/test_slurm.py", "tests/rules/engine/partitions/test_replica.py",
+         "tests/gpuevents/cli/test_serve.py", "tests/rules/dashboard/test_dashboard.py",
+         "tests/gpuevents/cli/test_lazy.py"]
 
 
 def collected() -> tuple[list[str], list[str]]:
@@ -39,7 +40,8 @@ def test_slow_holds_the_clusters_the_processes_and_the_browser_and_not_slow_the_
     for f in (FILES[0], FILES[2]):  # every test of these uses Slurm or runs `gpuevents up`
         assert any(t.startswith(f) for t in slow), f
         assert not any(t.startswith(f) for t in quick), f
-    three_servers = "tests/rules/engine/partitions/test_replica.py::test_publishing_and_consuming_go_on_when_a_nats_server_dies"
+    three_servers = ("tests/rules/engine/partitions/test_replica.py::"
+                     "test_publishing_and_consuming_go_on_when_a_nats_server_dies")
     assert three_servers in slow and three_servers not in quick
     chromium = "tests/rules/dashboard/test_dashboard.py::test_dashboard_in_chromium"
     assert any(t.startswith(chromium) for t in slow)

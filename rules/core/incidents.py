@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gpuevents.durations import format_duration
 from gpuevents.records import EntityKind, IncidentStatus, Phase
-from gpuevents.trusted import Builder
+from gpuevents.trusted import Builder, updated
 
 ResolveReason = Literal["condition", "gone", "snoozed", "kept", "exempt", "rule_changed", "rule_removed"]
 """Why an incident closed: `condition` (it cleared), `gone` (its node went away), `snoozed` / `kept` (an operator's
@@ -137,9 +137,9 @@ def step(
     """
     if incident.status == "pending":
         if not matched:
-            return incident.model_copy(update={"status": "inactive", "resolved_at": now, "resolve_reason": "condition"})
+            return updated(incident, {"status": "inactive", "resolved_at": now, "resolve_reason": "condition"})
         if (now - incident.active_at).total_seconds() >= for_s:
-            return incident.model_copy(update={"status": "firing", "fired_at": now, "last_sent_at": now, "sends": 1})
+            return updated(incident, {"status": "firing", "fired_at": now, "last_sent_at": now, "sends": 1})
         return incident
     if incident.status == "firing":
         if not matched:
@@ -147,11 +147,11 @@ def step(
         if incident.staged < len(stages) and incident.fired_at is not None and (
             (now - incident.fired_at).total_seconds() >= stages[incident.staged]
         ):
-            return incident.model_copy(update={"staged": incident.staged + 1})
+            return updated(incident, {"staged": incident.staged + 1})
         if repeat_s is not None and incident.last_sent_at is not None and (
             (now - incident.last_sent_at).total_seconds() >= repeat_s
         ):
-            return incident.model_copy(update={"last_sent_at": now, "sends": incident.sends + 1})
+            return updated(incident, {"last_sent_at": now, "sends": incident.sends + 1})
         return incident
     return incident
 
@@ -159,7 +159,7 @@ def step(
 def resolve(incident: Incident, now: datetime, reason: ResolveReason) -> Incident:
     """Close an open incident: firing → resolved, pending → inactive."""
     status: IncidentStatus = "resolved" if incident.status == "firing" else "inactive"
-    return incident.model_copy(update={"status": status, "resolved_at": now, "resolve_reason": reason})
+    return updated(incident, {"status": status, "resolved_at": now, "resolve_reason": reason})
 
 
 def send_phase(before: Incident | None, after: Incident) -> Phase | None:

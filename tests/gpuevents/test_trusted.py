@@ -9,7 +9,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from gpuevents.records import AuditRecord
-from gpuevents.trusted import Builder
+from gpuevents.trusted import Builder, updated
 from rules.core.incidents import Incident, Transition
 
 T = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
@@ -59,3 +59,40 @@ def test_refuses_models_it_cannot_build_exactly() -> None:
 
     with pytest.raises(TypeError, match="aliases"):
         Builder(Aliased)
+
+
+def test_frozen_models_share_their_fields_set_and_copies_leave_it_alone() -> None:
+    build = Builder(Incident)
+    values = CASES[0][1]
+    a, b = build(**values), build(**{**values, "id": "other"})
+    assert a.__pydantic_fields_set__ is b.__pydantic_fields_set__
+    shared = set(a.model_fields_set)
+    copied = a.model_copy(update={"resolved_by": "ops"})  # pydantic copies the set before adding to it
+    assert "resolved_by" in copied.model_fields_set and a.model_fields_set == shared == b.model_fields_set
+
+
+def test_mutable_models_keep_a_fields_set_each() -> None:
+    class M(BaseModel):
+        x: int = 0
+        y: int = 0
+
+    build = Builder(M)
+    a, b = build(x=1), build(x=2)
+    a.y = 3  # pydantic adds `y` to a's set in place
+    assert a.model_fields_set == {"x", "y"} and b.model_fields_set == {"x"}
+
+
+@pytest.mark.parametrize("update", [
+    {"status": "firing", "fired_at": T, "last_sent_at": T, "sends": 1},
+    {"staged": 2},
+    {"status": "inactive", "resolved_at": T, "resolve_reason": "condition"},
+])
+@pytest.mark.parametrize(("model", "values"), [c for c in CASES if c[0] is Incident])
+def test_updated_equals_model_copy(model: type[BaseModel], values: dict[str, Any], update: dict[str, Any]) -> None:
+    base = Builder(model)(**values)
+    ours, theirs = updated(base, update), base.model_copy(update=update)
+    assert ours.__dict__ == theirs.__dict__ and list(ours.__dict__) == list(theirs.__dict__)
+    assert ours.model_fields_set == theirs.model_fields_set
+    assert ours == theirs and ours.model_dump_json() == theirs.model_dump_json()
+    assert base.model_fields_set == set(values)  # the original is untouched
+    assert updated(base, update).__pydantic_fields_set__ is ours.__pydantic_fields_set__
