@@ -9,7 +9,7 @@ import random
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Self
 
 from pydantic import ValidationError
 
@@ -103,7 +103,7 @@ class ActionRunner:
     @classmethod
     async def open(cls, bus: Bus | None, config: Config, clock: Clock | None = None, *, name: str = "runner",
                    kv: KeyValue | None = None, concurrency: int = 16, ack_wait: float = 30.0,
-                   report: WeeklySummary | None = None) -> ActionRunner:
+                   report: WeeklySummary | None = None) -> Self:
         """A runner with its services and ledger open: on the bus's KV store, or `kv`, or (no bus) in memory."""
         if kv is None and bus is not None:
             kv = await bus.kv()

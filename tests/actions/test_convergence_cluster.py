@@ -73,7 +73,8 @@ async def setup(cluster: KubeCluster, api: Client, app: str) -> tuple[str, Actio
     # the engine keeps the incident open in KV
     await kv.put(incident_kv_key("pruner", req.entity_id), json.dumps({"id": req.incident_id}).encode())
     kubeconfig = cluster.service_account_kubeconfig(ns, "runner")  # no rights yet
-    runner = AuditingRunner(None, make_config(actions={"kubernetes": {"kubeconfig": str(kubeconfig)}}), kv=kv)
+    runner = await AuditingRunner.open(None, make_config(actions={"kubernetes": {"kubeconfig": str(kubeconfig)}}),
+                                       kv=kv)
     return ns, req, runner, kv
 
 

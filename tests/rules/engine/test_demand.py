@@ -115,8 +115,12 @@ async def test_the_engine_keeps_demand_from_the_reader_and_dead_letters_it_from_
         [line] = orjson.loads(out)["demand"]
         assert (line["partition"], line["pending_gpus"], line["scheduler"]) == ("gpu", 3, "slurm")
         assert line["waiting_for_s"] >= 0
-        fleet = await EngineDashboardSource(engine).fleet()
-        assert [(d.partition, d.pending_gpus) for d in fleet.demand] == [("gpu", 3)]
+        dashboard = EngineDashboardSource(engine)  # shares a read model up to MAX_AGE_S old: the next one has it
+
+        async def shown() -> list[tuple[str | None, int]]:
+            return [(d.partition, d.pending_gpus) for d in (await dashboard.fleet()).demand]
+
+        assert await wait_for(shown, what="the demand on the dashboard") == [("gpu", 3)]
 
 
 async def test_pending_gpu_pods_of_a_real_control_plane_are_demand_per_pool(kube_cluster: KubeCluster) -> None:
