@@ -3,12 +3,9 @@ diagnostic and answers at once; the result reaches the rules in the node's next 
 
 from __future__ import annotations
 
-from pydantic import ValidationError
-
-from actions.builtin.kill import node_of
-from actions.protocol import ActionContext, ActionResult, PermanentError, TransientError
+from actions.builtin.kill import ask_agent, node_of
+from actions.protocol import ActionContext, ActionResult
 from actions.specs.diagnose import DiagnoseParams, DiagnoseSpec
-from gpuevents.bus import BusNoResponders, BusTimeout
 from gpuevents.diagnose import DIAGNOSE_VERB, DiagnoseCommand, DiagnoseReply
 from gpuevents.subjects import command_subject
 
@@ -24,17 +21,7 @@ class DiagnoseAction(DiagnoseSpec):
         node = node_of(req)
         subject = command_subject(req.cluster, node, DIAGNOSE_VERB)
         cmd = DiagnoseCommand(rule=req.rule[:200], key=req.key[:400])
-        try:
-            raw = await ctx.services.bus.request(subject, cmd.model_dump_json().encode(), REPLY_TIMEOUT_S)
-        except BusNoResponders:
-            raise TransientError(f"no agent answers on {subject}") from None
-        except BusTimeout:
-            raise TransientError(f"the agent on {subject} did not answer") from None
-        try:
-            reply = DiagnoseReply.model_validate_json(raw)
-        except ValidationError:
-            raise PermanentError(f"the agent answered something that is not a diagnose reply: {raw[:200]!r}") \
-                from None
+        reply = await ask_agent(ctx, subject, cmd, DiagnoseReply, REPLY_TIMEOUT_S, what="diagnose")
         detail = f"diagnostic on {node} {reply.outcome}" + (f" ({reply.reason})" if reply.reason else "")
         data = reply.model_dump(mode="json")
         if reply.outcome == "refused":

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from typing import TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from actions.protocol import ActionContext, ActionResult, PermanentError, TransientError
 from actions.specs.kill import KillParams, KillSpec
@@ -13,6 +14,7 @@ from gpuevents.commands import KILL_VERB, KILL_WAIT_S, KillCommand, KillReply, K
 from gpuevents.records import ActionRequest
 from gpuevents.subjects import command_subject
 
+R = TypeVar("R", bound=BaseModel)
 REPLY_MARGIN_S = 10.0  # on top of the agent's longest answer: its checks and the round trip
 
 
@@ -28,6 +30,22 @@ def node_of(request: ActionRequest) -> str:
         return request.node
     entity = request.entity_id.split(":", 1)[-1] if ":" in request.entity_id else request.entity_id
     return entity.split("/", 1)[0]
+
+
+async def ask_agent(ctx: ActionContext, subject: str, cmd: BaseModel, reply: type[R], timeout: float, *,
+                    what: str, about: str = "") -> R:
+    """One command to a node's agent and its reply: no agent, or no answer in `timeout`, is transient (the agent
+    may be restarting); an answer that is not a `what` reply is permanent."""
+    try:
+        raw = await ctx.services.bus.request(subject, cmd.model_dump_json().encode(), timeout)
+    except BusNoResponders:
+        raise TransientError(f"no agent answers on {subject}") from None
+    except BusTimeout:
+        raise TransientError(f"the agent on {subject} did not answer{about}") from None
+    try:
+        return reply.model_validate_json(raw)
+    except ValidationError:
+        raise PermanentError(f"the agent answered something that is not a {what} reply: {raw[:200]!r}") from None
 
 
 def _summary(replies: list[KillReply]) -> str:
@@ -63,14 +81,5 @@ class KillAction(KillSpec):
         cmd = KillCommand(pid=target.pid, create_time=target.create_time, signal=p.signal,
                           grace_s=p.grace, reason=p.reason or f"rule {ctx.request.rule}",
                           rule=ctx.request.rule, key=ctx.request.key)
-        try:
-            raw = await ctx.services.bus.request(subject, cmd.model_dump_json().encode(),
-                                                     reply_timeout(p))
-        except BusNoResponders:
-            raise TransientError(f"no agent answers on {subject}") from None
-        except BusTimeout:
-            raise TransientError(f"the agent on {subject} did not answer about pid {target.pid}") from None
-        try:
-            return KillReply.model_validate_json(raw)
-        except ValidationError:
-            raise PermanentError(f"the agent answered something that is not a kill reply: {raw[:200]!r}") from None
+        return await ask_agent(ctx, subject, cmd, KillReply, reply_timeout(p), what="kill",
+                               about=f" about pid {target.pid}")

@@ -7,10 +7,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from actions.builtin.kill import node_of
-from actions.protocol import ActionContext, ActionResult, PermanentError, TransientError
+from actions.builtin.kill import ask_agent, node_of
+from actions.protocol import ActionContext, ActionResult, PermanentError
 from actions.specs.power_cap import PowerCapParams, PowerCapSpec
-from gpuevents.bus import BusNoResponders, BusTimeout
 from gpuevents.commands import POWER_CAP_VERB, PowerCapCommand, PowerCapReply, kill_targets
 from gpuevents.subjects import command_subject
 
@@ -33,17 +32,8 @@ class PowerCapAction(PowerCapSpec):
         cmd = PowerCapCommand(index=gpu.index, uuid=gpu.uuid or "", watts=params.watts, processes=procs,
                               restore=params.restore, rule=req.rule, key=req.key)
         subject = command_subject(req.cluster, node_of(req), POWER_CAP_VERB)
-        try:
-            raw = await ctx.services.bus.request(subject, cmd.model_dump_json().encode(), REPLY_TIMEOUT_S)
-        except BusNoResponders:
-            raise TransientError(f"no agent answers on {subject}") from None
-        except BusTimeout:
-            raise TransientError(f"the agent on {subject} did not answer about GPU {gpu.index}") from None
-        try:
-            reply = PowerCapReply.model_validate_json(raw)
-        except ValidationError:
-            raise PermanentError(f"the agent answered something that is not a power_cap reply: {raw[:200]!r}") \
-                from None
+        reply = await ask_agent(ctx, subject, cmd, PowerCapReply, REPLY_TIMEOUT_S, what="power_cap",
+                                about=f" about GPU {gpu.index}")
         data: dict[str, Any] = reply.model_dump(mode="json")
         detail = f"GPU {gpu.index} {reply.outcome}" + (f" at {reply.limit_w:g} W" if reply.limit_w else "") + (
             f" ({reply.reason})" if reply.reason else "")
