@@ -43,9 +43,10 @@ import psutil  # noqa: E402
 from engine_throughput import HOT_RULE, LIBRARY, changing_snapshot, node_snapshot, warning_channel  # noqa: E402
 
 from gpuevents.bus import Bus  # noqa: E402
-from gpuevents.config import Config  # noqa: E402
+from gpuevents.config import Config, EmbeddedServerConfig  # noqa: E402
 from gpuevents.events import Event, make_event  # noqa: E402
-from rules.core.core import Core, Tick  # noqa: E402
+from gpuevents.server import EmbeddedServer  # noqa: E402
+from rules.core.core import Tick  # noqa: E402
 from rules.engine.gcpolicy import GcPolicy  # noqa: E402
 from rules.engine.read.status import answer  # noqa: E402
 from rules.engine.servers import PagedModels  # noqa: E402
@@ -85,7 +86,6 @@ class Consumer:
 
     async def run(self, stop: asyncio.Event, count: int | None = None) -> int:
         core = self.engine.core
-        assert core is not None
         done = 0
         ev = self.next_event()
         last, last_cpu = time.perf_counter(), time.thread_time()
@@ -94,7 +94,7 @@ class Consumer:
             self.gaps.append(start - last)
             self.cpu_gaps.append(start_cpu - last_cpu)
             core.step(ev, ev.time)
-            self.engine._changes += 1
+            self.engine.hold.changed()
             done += 1
             self.policy.tick(self.nodes * 25)  # as the engine does after each batch
             ev = self.next_event()  # made here, so that making it counts as the consumer's own time
@@ -104,20 +104,38 @@ class Consumer:
 
 
 async def measure(nodes: int, events: int, tmp: Path) -> dict[str, Any]:
+    """One size, against an embedded nats-server the engine opens its stores on (the benchmark steps the core
+    directly: nothing is published or consumed)."""
+    server = EmbeddedServer(EmbeddedServerConfig(port=0, data_dir=tmp / "nats")).start()
+    bus: Bus | None = None
+    try:
+        cfg = config(tmp, server.url)
+        bus = Bus(cfg.nats, name="bench")
+        await bus.connect()
+        return await measure_engine(await Engine.open(cfg, bus), nodes, events)
+    finally:
+        if bus is not None:
+            await bus.close()
+        server.stop()
+
+
+def config(tmp: Path, url: str) -> Config:
     rules_dir = tmp / "rules"
     rules_dir.mkdir(exist_ok=True)
     for f in LIBRARY.glob("*.yaml"):
         if not f.name.endswith(".test.yaml"):
             shutil.copy(f, rules_dir / f.name)
     (rules_dir / "bench-hot.yaml").write_text(HOT_RULE)
-    cfg = Config.model_validate({
-        "cluster": "bench", "nats": {"url": "nats://127.0.0.1:1"},  # never connected
-        "engine": {"rules": [str(rules_dir)], "tick": "30s", "offline_grace": "1h"},
+    return Config.model_validate({
+        "cluster": "bench", "nats": {"url": url},
+        "engine": {"rules": [str(rules_dir)], "tick": "30s", "offline_grace": "1h",
+                   "usage_db": str(tmp / "usage.sqlite")},
         "agent": {"snapshot_interval": "15s"}, "actions": warning_channel(tmp),
     })
+
+
+async def measure_engine(engine: Engine, nodes: int, events: int) -> dict[str, Any]:
     t0 = datetime.now(UTC) - timedelta(hours=1)
-    engine = Engine(cfg, Bus(cfg.nats, name="bench"))  # never connected: the benchmark steps its core directly
-    engine.core = Core(engine.rule_files.load(), cfg)
     policy = GcPolicy()
     policy.start()
     gc.collect()
@@ -137,9 +155,9 @@ async def measure(nodes: int, events: int, tmp: Path) -> dict[str, Any]:
         t = time.perf_counter()
         engine.core.step(Tick(), t0 + timedelta(seconds=30 * (n + 1)))
         ticks.append(time.perf_counter() - t)
-    engine._changes += 1
+    engine.hold.changed()
     t = time.perf_counter()
-    model = await engine.read_model()
+    model = await engine.answers.read_model()
     first_build_s = time.perf_counter() - t
     model_mb = rss_mb() - before - core_mb
 
@@ -156,7 +174,7 @@ async def measure(nodes: int, events: int, tmp: Path) -> dict[str, Any]:
     consumer.cpu_gaps.clear()
     stop = asyncio.Event()
     consuming = asyncio.create_task(consumer.run(stop))
-    paged = PagedModels(engine)
+    paged = PagedModels(engine.answers)
     latencies, size = [], 0
     for _ in range(ASKS):
         t = time.perf_counter()

@@ -243,7 +243,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         timings.wrap(Core, "_step", "core_step")  # what step and step_batch go through
         timings.wrap(commit.Committer, "commit", "commit_dispatch_persist")
         timings.wrap(service.Engine, "handle", "handle_batch")
-        engine = service.Engine(cfg, bus)
+        engine = await service.Engine.open(cfg, bus)
         stop = asyncio.Event()
         task = asyncio.create_task(engine.run(stop))
         await wait_until(lambda: engine.ready.is_set(), 30)

@@ -21,6 +21,8 @@ from gpuevents.ports import PortInUse, binding
 if TYPE_CHECKING:
     from actions.runner import ActionRunner
     from actions.services import WeeklySummary
+    from rules.engine.metrics import EngineMetrics
+    from rules.engine.service import Engine
 
 log = logging.getLogger("gpuevents")
 
@@ -95,31 +97,51 @@ def start_metrics(port: int | None, registry: Any, addr: str = "0.0.0.0") -> Any
 def engine_parts(config: Config, bus: Bus, clock: Clock) -> dict[str, Part]:
     """The engine, its in-process action runners, its usage recorder and dashboard."""
     from actions import registry
-    from rules.engine.service import Engine
+    from rules.engine.metrics import EngineMetrics
 
     unknown = sorted(set(config.engine.limits) - set(registry.types()))
     if unknown:
         raise ValueError(f"engine.limits names unknown action types {unknown}; known: "
                          f"{', '.join(registry.types())} (run `gpuevents config check`)")
-    engines: list[Engine]
-    if config.engine.partitions > 1:
-        from rules.engine.partitions.replica import EngineReplica
-
-        replica = EngineReplica(config, bus, clock=clock)
-        engines, run, metrics = replica.engines, replica.run, replica.metrics
-    else:
-        engine = Engine(config, bus, clock=clock)
-        engines, run, metrics = [engine], engine.run, engine.metrics
+    metrics = EngineMetrics()
     start_metrics(config.engine.metrics_port, add_runner_metrics(metrics.registry), config.engine.metrics_address)
-    parts: dict[str, Part] = {"engine": run}
+    engine = EnginePart(config, bus, clock, metrics)
+    parts: dict[str, Part] = {"engine": engine}
     if any(site.jetstream_domain for site in config.nats.sites):
         from rules.engine.sites import SiteWatch
 
         parts["sites"] = SiteWatch(bus, clock).run  # each site linked or cut off; their stores set up
     parts.update(runner_parts(config, bus, clock, config.engine.runners))
     if config.engine.dashboard_port is not None:
-        parts["dashboard"] = lambda stop: _dashboard(engines, config, stop)
+        parts["dashboard"] = lambda stop: _dashboard(engine.opened, config, stop)
     return parts
+
+
+class EnginePart:
+    """The engine as a part (with `engine.partitions` > 1, a replica of one engine per partition): opened when
+    the part starts, its rules loaded and its stores open; `opened` then hands its engines to the dashboard."""
+
+    def __init__(self, config: Config, bus: Bus, clock: Clock, metrics: EngineMetrics) -> None:
+        self.config = config
+        self.bus = bus
+        self.clock = clock
+        self.metrics = metrics
+        self.opened: asyncio.Future[list[Engine]] = asyncio.get_running_loop().create_future()
+
+    async def __call__(self, stop: asyncio.Event) -> None:
+        from rules.engine.service import Engine
+
+        run: Part
+        if self.config.engine.partitions > 1:
+            from rules.engine.partitions.replica import EngineReplica
+
+            replica = await EngineReplica.open(self.config, self.bus, clock=self.clock, metrics=self.metrics)
+            engines, run = replica.engines, replica.run
+        else:
+            engine = await Engine.open(self.config, self.bus, clock=self.clock, metrics=self.metrics)
+            engines, run = [engine], engine.run
+        self.opened.set_result(engines)
+        await run(stop)
 
 
 def add_runner_metrics(registry: Any) -> Any:
@@ -190,12 +212,26 @@ def slack_click_parts(config: Config, bus: Bus, clock: Clock) -> dict[str, Part]
     return parts
 
 
-async def _dashboard(engines: list[Any], config: Config, stop: asyncio.Event) -> None:
+async def first_of(opened: asyncio.Future[Any], stop: asyncio.Event) -> bool:
+    """Wait for `opened` or `stop`, whichever is first: True when `opened` is done."""
+    stopping: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait([opened, stopping], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    return opened.done()
+
+
+async def _dashboard(opened: asyncio.Future[list[Engine]], config: Config, stop: asyncio.Event) -> None:
+    """The engine's dashboard, once its engines are open (not at all if `stop` comes first)."""
     from gpuevents.costs import CostModel
     from rules.dashboard.pages import bound_port, serve_dashboard
     from rules.dashboard.usage_source import UsageSource
     from rules.engine.read.dashboard_source import EngineDashboardSource
 
+    if not await first_of(opened, stop):
+        return
+    engines = opened.result()
     usage = UsageSource(config.engine.usage_db, CostModel(config.costs),  # the rollups the engine writes
                         targets={name: t.target_util_pct for name, t in config.teams.items()})
     with binding("engine.dashboard_port", "127.0.0.1", config.engine.dashboard_port or 0):

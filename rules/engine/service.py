@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
+from typing import Self
 
 from gpuevents import subjects as S
 from gpuevents.aio import guarded_task, sleep_or_stop, stop_tasks, until_stop_or_end, wait_any
@@ -27,12 +28,12 @@ from rules.engine.commit import Committer, EngineStores
 from rules.engine.deadletter import DeadLetters
 from rules.engine.demand import readers_from_config, run_reader
 from rules.engine.gcpolicy import GcPolicy
+from rules.engine.hold import CoreHold
 from rules.engine.metrics import EngineMetrics
 from rules.engine.outcomes import awaiting_since, learn, replayed_outcomes, warning_outcomes
 from rules.engine.partitions.lease import Lease, lease_key
 from rules.engine.partitions.sharing import exchange
 from rules.engine.planner import TickPlanner
-from rules.engine.read.readmodel import ReadSide
 from rules.engine.rulefiles import RuleFiles
 from rules.engine.servers import serve_requests
 from rules.engine.store import limits_key
@@ -48,45 +49,71 @@ RELOAD_POLL_S = 1.0
 LAST_BATCH_WAIT_S = FETCH_TIMEOUT_S * 2 + 10  # how long a stopping engine lets its last fetch and batch finish
 
 
-class Engine(EngineAnswers):
-    """One engine replica. Only the replica holding the KV lease consumes and acts."""
+class Engine:
+    """One engine replica. Only the replica holding the KV lease consumes and acts. `Engine.open` builds one whole:
+    its rules loaded, its core, committer, lease and usage recorder on the bus's KV bucket and the usage database."""
 
-    def __init__(self, config: Config, bus: Bus, *, clock: Clock | None = None,
-                 rule_paths: Sequence[Path] | None = None, metrics: EngineMetrics | None = None,
-                 holder: str | None = None, partition: int | None = None,
-                 may_acquire: Callable[[], bool] | None = None, gc: GcPolicy | None = None,
-                 usage: UsageRecorder | None = None) -> None:
+    def __init__(self, config: Config, bus: Bus, clock: Clock, rule_files: RuleFiles, hold: CoreHold,
+                 committer: Committer, lease: Lease, usage: UsageRecorder, metrics: EngineMetrics, *,
+                 partition: int | None, may_acquire: Callable[[], bool] | None, gc: GcPolicy, shared: bool,
+                 stopping: asyncio.Event) -> None:
         self.config = config
         self.bus = bus
-        self.clock = clock or SystemClock()
-        self.rule_paths = list(rule_paths if rule_paths is not None else config.engine.rules)
-        self.rule_files = RuleFiles(self.rule_paths, config)
-        self.metrics = metrics or EngineMetrics()
-        self.holder = holder
-        self.core: Core | None = None
+        self.clock = clock
+        self.rule_files = rule_files
+        self.hold = hold
+        self.committer = committer
+        self.lease = lease
+        self.usage = usage
+        self.metrics = metrics
+        self.partition = partition  # the fleet partition this engine acts for; None: the whole fleet
+        self.may_acquire = may_acquire  # asked before taking a lapsed lease (a replica's fair share)
+        self._gc = gc
+        self._shared = shared  # a replica's engines share the collector policy and usage, which the replica runs
+        self._stopping = stopping  # set while the engine stops: a failing commit then raises
         self.leader = asyncio.Event()
         self.ready = asyncio.Event()
-        self._lock = asyncio.Lock()
         self._reload = asyncio.Event()
-        self.planner = TickPlanner(self.clock, float(config.engine.tick))
-        self._consumer: Consumer | None = None
+        self.planner = TickPlanner(clock, float(config.engine.tick))
+        self._consumer: Consumer | None = None  # while acting
         self._subs: list[Subscription] = []
-        self.dead_letters = DeadLetters(bus, self.metrics, monotonic=self.clock.monotonic)
-        self.partition = partition  # the fleet partition this engine acts for; None: the whole fleet
-        self.partitions = 1 if partition is None else config.engine.partitions
-        self.may_acquire = may_acquire  # asked before taking a lapsed lease (a replica's fair share)
-        self.acceptor = Acceptor(float(config.engine.max_clock_skew), self.metrics, partition, self._dead_letter)
-        self._committer: Committer | None = None  # built by `run`, once the KV bucket is open
-        self._stopping = asyncio.Event()  # set while the engine stops: a failing commit then raises
-        self._inflight: asyncio.Task[None] | None = None
+        self.dead_letters = DeadLetters(bus, metrics, monotonic=clock.monotonic)
+        self.acceptor = Acceptor(float(config.engine.max_clock_skew), metrics, partition, self._dead_letter)
         self._audit_tail = AuditTail()
-        self._lease: Lease | None = None
-        self._gc = gc or GcPolicy()
-        self._own_gc = gc is None  # a replica's engines share one policy, which the replica starts and stops
-        self.usage: UsageRecorder | None = usage
-        self._own_usage = usage is None
-        self._changes = 0  # counts what changed the core: a reader waits for a read model that saw them
-        self.read_side = ReadSide(self._build_read_model, lambda: self._changes)
+        self.answers = EngineAnswers(config, clock, hold, committer, self.acceptor, self.planner, usage, partition)
+
+    @classmethod
+    async def open(cls, config: Config, bus: Bus, *, clock: Clock | None = None,
+                   rule_paths: Sequence[Path] | None = None, metrics: EngineMetrics | None = None,
+                   holder: str | None = None, partition: int | None = None,
+                   may_acquire: Callable[[], bool] | None = None, gc: GcPolicy | None = None,
+                   usage: UsageRecorder | None = None) -> Self:
+        """An engine with its rules loaded (a bad file raises its `file:line`) and its parts open. `gc` and `usage`
+        are a replica's, shared by its partitions' engines (given both or neither); otherwise the engine owns its
+        own."""
+        if (gc is None) != (usage is None):
+            raise ValueError("a replica shares both its collector policy and its usage recorder, or neither")
+        clock = clock or SystemClock()
+        metrics = metrics or EngineMetrics()
+        rule_files = RuleFiles(list(rule_paths if rule_paths is not None else config.engine.rules), config)
+        hold = CoreHold(Core(rule_files.load(), config))
+        kv = await bus.kv()
+        stopping = asyncio.Event()
+        committer = Committer(bus, clock, metrics, hold.describe, EngineStores.in_bucket(kv), partition=partition,
+                              stopping=stopping)
+        wall = not isinstance(clock, ManualClock)  # checked against the server's; a virtual clock is not
+        lease = Lease(kv, clock, config.engine.lease_ttl, holder=holder, key=lease_key(partition),
+                      max_offset=config.engine.max_clock_offset if wall else None)
+        shared = usage is not None
+        return cls(config, bus, clock, rule_files, hold, committer, lease,
+                   usage if usage is not None else UsageRecorder.from_config(config), metrics,
+                   partition=partition, may_acquire=may_acquire, gc=gc or GcPolicy(), shared=shared,
+                   stopping=stopping)
+
+    @property
+    def core(self) -> Core:
+        """The core this engine steps now (a take-over replaces it)."""
+        return self.hold.core
 
     def _reads_demand(self) -> bool:
         """One engine reads the schedulers' demand: the leader of the whole fleet, or of partition 0."""
@@ -99,32 +126,18 @@ class Engine(EngineAnswers):
             return True
         return S.node_partition(cluster, node, self.config.engine.partitions) == self.partition
 
-    @property
-    def committer(self) -> Committer:
-        """What writes the engine's step results (while it runs)."""
-        if self._committer is None:
-            raise RuntimeError("the engine is not running: it commits nothing before `run`")
-        return self._committer
-
-    def _describe(self, rule: str) -> str:
-        found = self.core.rules.by_name.get(rule) if self.core else None
-        return found.spec.description or "" if found is not None else ""
-
     async def reload(self) -> bool:
         """Load the rules again; on error keep the running set and log every `file:line`."""
         try:
             rules = await self.rule_files.reload()  # a child process first: a hostile file costs the child
         except LocatedError as e:
             self.metrics.reloads.labels(result="failed").inc()
-            log.error("rule reload failed; the previous %d rules keep running:\n%s",
-                      len(self.core.rules) if self.core else 0, e)
+            log.error("rule reload failed; the previous %d rules keep running:\n%s", len(self.core.rules), e)
             return False
-        async with self._lock:
-            await self._settle()
-            assert self.core is not None
+        async with self.hold.held() as core:
             # Incidents of changed or removed rules close through the normal path: audited, on_resolve run.
-            closed = self.core.replace_rules(rules, self.clock.now())
-            self._changes += 1
+            closed = core.replace_rules(rules, self.clock.now())
+            self.hold.changed()
             await self.committer.commit(closed, "commit the incidents a reload closed")
             self.planner.replan()  # new and changed rules are evaluated in full at the next tick: make it now
         self.metrics.reloads.labels(result="ok").inc()
@@ -135,26 +148,16 @@ class Engine(EngineAnswers):
 
     # ------------------------------------------------------------ run
     async def run(self, stop: asyncio.Event) -> None:
-        """Run until `stop` is set: hold or wait for the lease, then consume, tick and act."""
-        rules = self.rule_files.load()
-        self.core = Core(rules, self.config)
-        if self._own_gc:
+        """Run until `stop` is set: hold or wait for the lease, then consume, tick and act. An engine runs once:
+        stopping closes what it owns."""
+        if not self._shared:
             self._gc.start()  # what is loaded by now lives as long as the process: keep it out of collections
-        if self._own_usage:
-            self.usage = UsageRecorder.from_config(self.config)
-        kv = await self.bus.kv()
-        self._stopping.clear()
-        self._committer = Committer(self.bus, self.clock, self.metrics, self._describe, EngineStores.in_bucket(kv),
-                                    partition=self.partition, stopping=self._stopping)
-        wall = not isinstance(self.clock, ManualClock)  # checked against the server's; a virtual clock is not
-        lease = self._lease = Lease(kv, self.clock, self.config.engine.lease_ttl, holder=self.holder,
-                                    key=lease_key(self.partition),
-                                    max_offset=self.config.engine.max_clock_offset if wall else None)
+        lease = self.lease
         loop = asyncio.get_running_loop()
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(signal.SIGHUP, self._reload.set)
-        log.info("engine %s: %d rules from %s", lease.holder, len(rules),
-                 ", ".join(map(str, self.rule_paths)) or "(none)")
+        log.info("engine %s: %d rules from %s", lease.holder, len(self.core.rules),
+                 ", ".join(map(str, self.rule_files.paths)) or "(none)")
         consume = guarded_task(self._consume_loop(stop), "engine consume loop")
         loops = [
             guarded_task(self._lease_loop(lease, stop), "engine lease loop"),
@@ -176,19 +179,19 @@ class Engine(EngineAnswers):
             await self._shut_down(lease)
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.remove_signal_handler(signal.SIGHUP)
-            if self._own_gc:
+            if not self._shared:
                 self._gc.stop()
 
     async def _shut_down(self, lease: Lease) -> None:
         """Once the loops have ended: commit and ack the last batch, stop acting, release the lease, write usage."""
         self._stopping.set()
         try:
-            await self._settle()  # the last batch's commit and acks
+            await self.hold.settle()  # the last batch's commit and acks
         except (BusError, asyncio.CancelledError) as e:
             log.warning("the last batch was not committed (it will be redelivered): %r", e)
         await self._step_down()
         await lease.release()
-        if self.usage is not None and self._own_usage:
+        if not self._shared:
             await self._flush_usage()
             self.usage.close()
 
@@ -217,25 +220,23 @@ class Engine(EngineAnswers):
     async def _take_over(self) -> None:
         """Become the acting engine: restore incidents and snoozes from KV, then consume."""
         stores = self.committer.stores
-        assert self.core is not None
-        async with self._lock:
-            # A batch stepped before the lease lapsed may still be committing: KV holds its incidents (and its
-            # events are acknowledged, never to come again) only once it is through, so wait for it first.
-            await self._settle()
+        # A batch stepped before the lease lapsed may still be committing: KV holds its incidents (and its events
+        # are acknowledged, never to come again) only once it is through, so `held()` waits for it first.
+        async with self.hold.held() as previous:
             incidents = [i for i in (await stores.incidents.load()).values() if self._owns(i.cluster, i.node)]
             snoozes = list((await stores.snoozes.load()).values())
             limits = (await stores.limits.load()).get(limits_key(self.partition))
-            self.core = Core(self.core.rules, self.config)
-            self.core.restore(incidents, snoozes, now=self.clock.now(), limits=limits)
-            self._changes += 1
+            core = Core(previous.rules, self.config)
+            core.restore(incidents, snoozes, now=self.clock.now(), limits=limits)
+            self.hold.replace(core)
             if (since := awaiting_since(incidents, self.clock.now())) is not None:  # reported while none acted
-                await learn(self.core, self.committer, self.clock.now(), await replayed_outcomes(self.bus, since))
+                await learn(core, self.committer, self.clock.now(), await replayed_outcomes(self.bus, since))
             durable, subjects = self.config.engine.consumer, S.EVENTS_ALL
             if self.partition is not None:
                 durable, subjects = f"{durable}-p{self.partition}", S.partition_filter(self.partition)
             self._consumer = await self.bus.consumer(S.STREAM_EVENTS, durable, subjects, ack_wait=60,
                                                      max_ack_pending=50_000, prefetch=True)
-            self._subs = [*await serve_requests(self.bus, self),
+            self._subs = [*await serve_requests(self.bus, self.answers),
                           await self.bus.subscribe(S.AUDIT_ALL, self._on_audit)]
         log.info("this engine is acting%s: %d open incidents and %d snoozes restored",
                  "" if self.partition is None else f" for partition {self.partition}", len(incidents), len(snoozes))
@@ -245,18 +246,17 @@ class Engine(EngineAnswers):
     async def give_back(self) -> None:
         """Stop acting and release the lease at once, so another replica takes this partition over (the batch
         in flight is committed first)."""
-        async with self._lock:
+        async with self.hold.lock:
             try:
-                await self._settle()
+                await self.hold.settle_held()
             except BusError as e:
                 log.warning("the last batch was not committed (it will be redelivered): %r", e)
             await self._step_down()
-            if self._lease is not None:
-                await self._lease.release()
+            await self.lease.release()
 
     async def _step_down(self) -> None:
         self.leader.clear()
-        await asyncio.gather(self.read_side.close(), self.summary_side.close())
+        await self.answers.close()
         for sub in self._subs:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
@@ -284,18 +284,17 @@ class Engine(EngineAnswers):
         """Step the core through a batch of deliveries; then, once the previous batch is committed, start this
         one's commit and acks in the background, so the next batch is stepped while they are on their way.
         Commits stay in order, one in flight at most; a failed one is raised by the next `handle` or `settle`."""
-        async with self._lock:
-            assert self.core is not None
+        async with self.hold.lock:
+            core = self.hold.core
             counts: Counter[str] = Counter()
-            total = await self._step_batch(self.core, deliveries, counts)
-            self._changes += 1
+            total = await self._step_batch(core, deliveries, counts)
+            self.hold.changed()
             for type_, n in counts.items():
                 self.metrics.events.labels(type=type_).inc(n)
-            await self._settle()
-            # awaited by the next `_settle`, which raises what it raised
-            self._inflight = guarded_task(self._commit_and_ack(total, deliveries), "commit", awaited=True)
-            self.planner.stepped(self.core)
-        self._collect()
+            await self.hold.settle_held()  # the previous batch's: this one's is stepped, its commit starts now
+            self.hold.commit_behind(self._commit_and_ack(total, deliveries))
+            self.planner.stepped(core)
+        self._gc.tick(self.hold.size())
 
     async def _step_batch(self, core: Core, deliveries: list[Delivery], counts: Counter[str]) -> StepResult:
         rejected: list[tuple[Delivery, Exception]] = []
@@ -311,7 +310,7 @@ class Engine(EngineAnswers):
                 applied.append((d, got.type))
                 yield got, self.clock.now()
 
-        batch = core.step_batch(events(), after=self._observe_usage if self.usage is not None else None)
+        batch = core.step_batch(events(), after=self._observe_usage)
         for d, e in rejected:
             await self._dead_letter(d, e)
         for i, e in batch.failed:
@@ -323,7 +322,7 @@ class Engine(EngineAnswers):
         return batch.result
 
     def _observe_usage(self, item: object, now: datetime) -> None:
-        if self.usage is None or self.core is None or not isinstance(item, SnapshotEvent):
+        if not isinstance(item, SnapshotEvent):
             return
         # A repeated snapshot is counted from the equal one already held (the usage figures read none of the
         # fields that may differ), so the new copy dies young.
@@ -342,37 +341,23 @@ class Engine(EngineAnswers):
 
     async def settle(self) -> None:
         """Wait until the batch in flight is committed and acknowledged (raises what its commit raised)."""
-        async with self._lock:
-            await self._settle()
-
-    async def _settle(self) -> None:
-        task, self._inflight = self._inflight, None
-        if task is not None:
-            await task
-
-    def _collect(self) -> None:
-        core = self.core
-        if core is not None:
-            self._gc.tick(sum(map(len, core.state.by_kind.values())) + sum(map(len, core.incidents.values())))
+        await self.hold.settle()
 
     async def _tick_loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            if not self.leader.is_set() or self.core is None:
+            if not self.leader.is_set():
                 await wait_any(stop, self.leader, timeout=1.0)
             elif await self.planner.wait(self.core, stop) and self.leader.is_set():
                 await self.tick()
-                self.read_side.refresh()  # the read model, published per tick (built in slices meanwhile)
+                self.answers.read_side.refresh()  # the read model, published per tick (built in slices meanwhile)
 
     async def tick(self, now: datetime | None = None) -> StepResult:
         """Step the core through a tick; the periodic sweep of time-dependent rules runs SWEEP_SLICE entities at
         a time, letting the events that arrive meanwhile in between (a slice is evaluated at its own time)."""
-        async with self._lock:
-            await self._settle()
-            assert self.core is not None
-            result = self.core.step(Tick(sweep=False), now or self.clock.now())
-            self._changes += 1
+        async with self.hold.held() as core:
+            result = core.step(Tick(sweep=False), now or self.clock.now())
+            self.hold.changed()
             await self.committer.commit(result, "commit a tick")
-        core = self.core
         for name in result.sweeps:
             rule = core.rules.by_name.get(name)
             if rule is None:
@@ -380,27 +365,23 @@ class Engine(EngineAnswers):
             keys = list(core.state.by_kind[rule.kind])
             for i in range(0, len(keys), SWEEP_SLICE):
                 await asyncio.sleep(0)  # events first
-                async with self._lock:
-                    if not self.leader.is_set() or self.core is not core:
+                async with self.hold.held() as current:
+                    if not self.leader.is_set() or current is not core:
                         return result  # the lease went, or another core took over: its own ticks sweep
-                    await self._settle()
                     part = core.step(Sweep(rule=name, rule_hash=rule.hash, keys=tuple(keys[i:i + SWEEP_SLICE])),
                                      now or self.clock.now())
-                    self._changes += 1
+                    self.hold.changed()
                     await self.committer.commit(part, "commit a sweep")
                 result.extend(part)
-        if self.core is not None:
-            self.metrics.observe_fleet(self.core)
-            if self.partition is not None and self.leader.is_set():
-                await exchange(await self.bus.kv(), self.core, self.partition, self.clock.now().timestamp())
+        self.metrics.observe_fleet(self.core)
+        if self.partition is not None and self.leader.is_set():
+            await exchange(await self.bus.kv(), self.core, self.partition, self.clock.now().timestamp())
         await self._flush_usage()
-        self._collect()
+        self._gc.tick(self.hold.size())
         return result
 
     async def _flush_usage(self) -> None:
         """Write the usage rollups counted so far; count the waste they add to the metrics."""
-        if self.usage is None:
-            return
         try:
             delta = await self.usage.flush(self.clock.now())
         except Exception:
@@ -433,18 +414,13 @@ class Engine(EngineAnswers):
         self._audit_tail.add(msg.data)
         outcomes = warning_outcomes(msg.data)
         if outcomes:
-            async with self._lock:
-                if self.core is not None and self.leader.is_set():
-                    await self._settle()
-                    await learn(self.core, self.committer, self.clock.now(), outcomes)
-                    self._changes += 1  # a warning's outcome is shown (status, dashboard): not an older model
+            async with self.hold.held() as core:
+                if self.leader.is_set():
+                    await learn(core, self.committer, self.clock.now(), outcomes)
+                    self.hold.changed()  # a warning's outcome is shown (status, dashboard): not an older model
 
     @property
     def audit_tail(self) -> list[AuditRecord]:
         """The newest audit records (ours and the runners'), oldest first, for the dashboard."""
         return self._audit_tail.records()
 
-    @property
-    def degraded(self) -> str | None:
-        """Why, while JetStream has no room for the engine's writes (status says so at once)."""
-        return None if self._committer is None else self._committer.degraded

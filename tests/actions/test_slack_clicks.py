@@ -97,7 +97,7 @@ async def runner_and_socket(config: Config, bus: Bus) -> AsyncIterator[None]:
 @contextlib.asynccontextmanager
 async def conversation(config: Config, bus: Bus) -> AsyncIterator[Engine]:
     """The engine, one action runner and the Socket Mode client, as `gpuevents up` runs them."""
-    async with runner_and_socket(config, bus), running(Engine(config, bus, clock=SystemClock())) as engine:
+    async with runner_and_socket(config, bus), running(await Engine.open(config, bus, clock=SystemClock())) as engine:
         yield engine
 
 
@@ -159,7 +159,7 @@ async def test_keep_asks_why_in_a_form_then_keeps_within_snooze_max_and_the_stag
         assert inputs["reason"]["type"] == "plain_text_input"
         assert [o["text"]["text"] for o in inputs["for"]["options"]] == ["Keep 4h", "Keep 8h", "Keep 3d"]
         assert inputs["for"]["initial_option"]["value"] == str(3 * 86400)  # the button clicked
-        assert engine.core is not None and not engine.core.snoozes  # nothing kept before the form is sent
+        assert not engine.core.snoozes  # nothing kept before the form is sent
 
         stranger = slack.submission(form, "U002", form_values("mine now", 14400))
         await slack.send_interactive("env-stranger-form", stranger)
@@ -198,7 +198,6 @@ async def test_a_keep_past_snooze_max_waits_for_the_rules_approving_channel(
         sent = await dm_with_buttons(bus, slack)
         await keep_through_the_form(slack, sent, 3 * 86400, "a 3-day fine-tune", "k1")
         await wait_for(lambda: slack.updated, what="the owner told")
-        assert engine.core is not None
         first = engine.core.snoozes[("idle-held", "n1/gpu0")]
         assert (first.until - datetime.now(UTC)).total_seconds() <= 86400  # snooze_max meanwhile
         assert "kept for 1d meanwhile; the 3d asked for awaits approval in #gpu-leads" in slack.updated[0]["text"]
@@ -208,7 +207,6 @@ async def test_a_keep_past_snooze_max_waits_for_the_rules_approving_channel(
         assert "slack:U001 asks to keep it until" in post[0]["text"] and "a 3-day fine-tune" in post[0]["text"]
         await slack.send_interactive("approve", answer(post[0], True, "U002", slack))
         def kept_for_days() -> bool:
-            assert engine.core is not None
             until = engine.core.snoozes[("idle-held", "n1/gpu0")].until
             return (until - datetime.now(UTC)).total_seconds() > 2 * 86400
 
@@ -239,7 +237,6 @@ async def test_a_denied_long_keep_stays_at_snooze_max(
         await keep_through_the_form(slack, sent, 3 * 86400, "please", "k2")
         post = await wait_for(lambda: [p for p in slack.posted if p["channel"] == "#gpu-leads"],
                               what="the approval asked")
-        assert engine.core is not None
         first = engine.core.snoozes[("idle-held", "n1/gpu0")]
         await slack.send_interactive("deny", answer(post[0], False, "U003", slack))  # an admin denies
 

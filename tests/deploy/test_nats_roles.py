@@ -96,7 +96,6 @@ async def test_only_a_runner_commands_agents_never_the_operator(nats_auth_server
 
 
 def _knows(engine: Engine, node: str) -> bool:
-    assert engine.core is not None
     return any(ns.name == node for ns in engine.core.state.nodes.values())
 
 
@@ -144,7 +143,7 @@ async def test_a_kill_from_the_command_line_is_decided_by_the_engine_dry_run_and
         stop = asyncio.Event()
         runner = asyncio.create_task((await ActionRunner.open(runner_bus, cfg, SystemClock(), name="r0")).run(stop))
         try:
-            async with running(Engine(cfg, engine_bus)) as engine:
+            async with running(await Engine.open(cfg, engine_bus)) as engine:
                 at = datetime.now(UTC).replace(microsecond=0)
                 agent.publish_event(snapshot("n1", at, pid=4242))
                 assert await agent.flush(5)

@@ -90,7 +90,7 @@ async def test_a_persons_cordon_uncordon_and_resume_go_through_the_engine_to_the
         stop = asyncio.Event()
         runner = asyncio.create_task((await ActionRunner.open(runner_bus, cfg, SystemClock(), name="r0")).run(stop))
         try:
-            async with running(Engine(cfg, engine_bus)) as engine:
+            async with running(await Engine.open(cfg, engine_bus)) as engine:
                 agent.publish_event(snapshot(node, datetime.now(UTC).replace(microsecond=0), pid=4242))
                 assert await agent.flush(5)
                 await wait_for(lambda: _knows(engine, node), 10, what="the engine to apply the snapshot")

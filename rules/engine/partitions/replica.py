@@ -14,6 +14,7 @@ import asyncio
 import logging
 import math
 from datetime import datetime, timedelta
+from typing import Self
 
 import orjson
 
@@ -41,22 +42,33 @@ def replica_key(holder: str) -> str:
 class EngineReplica:
     """`run(stop)` runs this replica's share of the partitions until `stop` is set."""
 
-    def __init__(self, config: Config, bus: Bus, *, clock: Clock | None = None, holder: str | None = None,
-                 metrics: EngineMetrics | None = None) -> None:
+    def __init__(self, config: Config, bus: Bus, clock: Clock, holder: str, metrics: EngineMetrics, gc: GcPolicy,
+                 usage: UsageRecorder, engines: list[Engine]) -> None:
         self.config = config
         self.bus = bus
-        self.clock = clock or SystemClock()
-        self.holder = holder or default_holder()
+        self.clock = clock
+        self.holder = holder
         self.partitions = config.engine.partitions
-        self.metrics = metrics or EngineMetrics()
-        self.gc = GcPolicy()
-        self.usage = UsageRecorder.from_config(config)  # the replica's partitions count usage together
+        self.metrics = metrics
+        self.gc = gc
+        self.usage = usage  # the replica's partitions count usage together
+        self.engines = engines
         self.replicas = 1  # alive, this one included, as last read from KV
-        self.engines = [
-            Engine(config, bus, clock=self.clock, holder=self.holder, partition=p, metrics=self.metrics,
-                   may_acquire=self.may_acquire, gc=self.gc, usage=self.usage)
-            for p in range(self.partitions)
-        ]
+
+    @classmethod
+    async def open(cls, config: Config, bus: Bus, *, clock: Clock | None = None, holder: str | None = None,
+                   metrics: EngineMetrics | None = None) -> Self:
+        """A replica with an engine open for every partition, sharing its collector policy and usage recorder."""
+        clock = clock or SystemClock()
+        holder = holder or default_holder()
+        metrics = metrics or EngineMetrics()
+        gc, usage = GcPolicy(), UsageRecorder.from_config(config)
+        engines: list[Engine] = []
+        replica = cls(config, bus, clock, holder, metrics, gc, usage, engines)
+        for p in range(config.engine.partitions):  # each asks the replica before taking a lapsed lease
+            engines.append(await Engine.open(config, bus, clock=clock, holder=holder, partition=p, metrics=metrics,
+                                             may_acquire=replica.may_acquire, gc=gc, usage=usage))
+        return replica
 
     @property
     def held(self) -> list[int]:

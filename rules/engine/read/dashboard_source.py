@@ -25,10 +25,10 @@ class EngineDashboardSource:
         self.costs = CostModel(self.engine.config.costs)
 
     def _acting(self) -> list[Engine]:
-        return [e for e in self.engines if e.core is not None and (len(self.engines) == 1 or e.leader.is_set())]
+        return [e for e in self.engines if len(self.engines) == 1 or e.leader.is_set()]
 
     async def _models(self) -> list[ReadModel]:
-        return [await e.read_model(MAX_AGE_S) for e in self._acting()]
+        return [await e.answers.read_model(MAX_AGE_S) for e in self._acting()]
 
     async def fleet(self) -> FleetRows:
         models = await self._models()

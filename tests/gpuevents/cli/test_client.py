@@ -38,8 +38,8 @@ async def test_status_snooze_audit_and_backtest(engine_config: Config, bus: Bus,
     start = clock.now() - timedelta(hours=2)
     bus.publish_event(snapshot("n1", start, idle_since=start))
     assert await bus.flush(5)
-    async with running(Engine(engine_config, bus, clock=clock)) as engine:
-        await wait_for(lambda: engine.core is not None and engine.core.open_incidents(), what="an incident")
+    async with running(await Engine.open(engine_config, bus, clock=clock)) as engine:
+        await wait_for(lambda: engine.core.open_incidents(), what="an incident")
 
         code, out = await gpuevents("status", "--json", "-c", str(cfg_file))
         assert code == 0, out
@@ -71,7 +71,7 @@ async def test_status_snooze_audit_and_backtest(engine_config: Config, bus: Bus,
 
         code, out = await gpuevents("snooze", "idle-gpu-1h", "n1/gpu0", "--for", "4h", "-c", str(cfg_file))
         assert code == 0, out
-        assert engine.core is not None and ("idle-gpu-1h", "n1/gpu0") in engine.core.snoozes
+        assert ("idle-gpu-1h", "n1/gpu0") in engine.core.snoozes
         assert not engine.core.open_incidents()  # snoozed: the incident ended
 
         code, out = await gpuevents("snooze", "no-such-rule", "n1/gpu0", "--for", "4h", "-c", str(cfg_file))
@@ -132,7 +132,7 @@ async def test_a_backtest_of_a_window_without_events_says_so_instead_of_zeros(
 async def test_two_agents_claiming_one_node_show_in_status_log_and_metric(
         engine_config: Config, bus: Bus, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     clock = SystemClock()
-    async with running(Engine(engine_config, bus, clock=clock)) as engine:
+    async with running(await Engine.open(engine_config, bus, clock=clock)) as engine:
         for i in range(6):  # `up`'s agent and an `agent --simulate` both called n1, taking turns
             ev = snapshot("n1", clock.now())
             node = ev.data.node.model_copy(update={"agent_id": ("up-aaaa1111", "sim-bbbb2222")[i % 2]})
@@ -156,10 +156,10 @@ async def test_a_simulated_agent_does_not_take_a_node_name_an_engine_sees(engine
 
     host = socket.gethostname()
     clock = SystemClock()
-    async with running(Engine(engine_config, bus, clock=clock)) as engine:
+    async with running(await Engine.open(engine_config, bus, clock=clock)) as engine:
         bus.publish_event(snapshot(f"{host}-sim", clock.now()))
         assert await bus.flush(5)
-        await wait_for(lambda: engine.core is not None and any(n.name == f"{host}-sim" for n in engine.core.nodes()),
+        await wait_for(lambda: any(n.name == f"{host}-sim" for n in engine.core.nodes()),
                        what="the node seen")
         assert f"{host}-sim" in await names_in_use(engine_config)
         renamed = await asyncio.to_thread(_simulated_name, engine_config)

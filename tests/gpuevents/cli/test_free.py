@@ -43,8 +43,8 @@ async def test_free_offers_the_idle_unheld_gpus_most_idle_first(engine_config: C
     cfg_file = write_config(engine_config, tmp_path / "config.yaml")
     _publish_fleet(bus)
     assert await bus.flush(5)
-    async with running(Engine(engine_config, bus, clock=SystemClock())) as engine:
-        await wait_for(lambda: engine.core is not None and len(engine.core.state.nodes) == 2, what="both nodes")
+    async with running(await Engine.open(engine_config, bus, clock=SystemClock())) as engine:
+        await wait_for(lambda: len(engine.core.state.nodes) == 2, what="both nodes")
 
         code, out = await gpuevents("free", "--json", "-c", str(cfg_file))
         assert code == 0, out

@@ -57,14 +57,12 @@ async def publish(bus: Bus, *events: Event) -> None:
 
 def seen(engine: Engine, node: str, at: datetime) -> bool:
     """True once the engine has applied a snapshot of `node` taken at `at`."""
-    assert engine.core is not None
     return any(ns.name == node and ns.last_seen == at for ns in engine.core.state.nodes.values())
 
 
 def incident(engine: Engine, entity_id: str):  # type: ignore[no-untyped-def]  # callers read it unchecked
     """The open incident on `entity_id`, or None (an Incident | None left untyped: the engine tests read the
     incident they have just waited for without checking for None at each use)."""
-    assert engine.core is not None
     found = [i for i in engine.core.open_incidents() if i.entity_id == entity_id]
     return found[0] if found else None
 

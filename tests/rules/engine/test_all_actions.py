@@ -149,7 +149,7 @@ async def test_a_rule_with_every_built_in_action_runs_end_to_end(
     await bus.serve(S.function_subject("notify"), notify)
 
     clock = SystemClock()
-    engine = Engine(config, bus, clock=clock)
+    engine = await Engine.open(config, bus, clock=clock)
     runner = await ActionRunner.open(bus, config, clock)
     stop = asyncio.Event()
     tasks = [asyncio.create_task(engine.run(stop)), asyncio.create_task(runner.run(stop))]

@@ -95,7 +95,7 @@ async def running_engine(config: Config) -> AsyncIterator[tuple[Engine, Bus, asy
     bus = Bus(config.nats, name="engine", role="engine")
     await bus.connect()
     await bus.ensure_streams()
-    engine = Engine(config, bus)
+    engine = await Engine.open(config, bus)
     stop = asyncio.Event()
     task = asyncio.create_task(engine.run(stop))
     try:

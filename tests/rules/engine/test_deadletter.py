@@ -40,7 +40,7 @@ async def test_five_thousand_distinct_malformed_events_make_one_series_and_one_l
         engine_config: Config, bus: Bus, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="rules.engine.deadletter")
     subject = S.event_subject("c1", "n1", "node.snapshot")
-    async with running(Engine(engine_config, bus, clock=ManualClock(T0))) as engine:
+    async with running(await Engine.open(engine_config, bus, clock=ManualClock(T0))) as engine:
         for i in range(MALFORMED):
             await bus.js_publish(subject, malformed(i))
         await publish(bus, snapshot("n2", T0))

@@ -48,8 +48,7 @@ async def test_the_slurm_reader_counts_the_gpus_a_real_queue_waits_for(
         # the engine holding the lease runs the reader (config demand.slurm) and keeps what it publishes
         reading = DemandConfig(slurm=DemandSlurmConfig(enabled=True, interval=5))
         config = engine_config.model_copy(update={"demand": reading})
-        async with running(Engine(config, bus, clock=SystemClock())) as engine:
-            assert engine.core is not None
+        async with running(await Engine.open(config, bus, clock=SystemClock())) as engine:
             book = engine.core.state.demand
             await wait_for(lambda: book.lookup("c1", "debug", None, None)[0] == 3, timeout=30,
                            what="the engine's own demand reading")
@@ -90,7 +89,7 @@ async def test_the_kubernetes_reader_reports_pending_gpu_pods_and_survives_an_ap
 
 async def test_the_engine_keeps_demand_from_the_reader_and_dead_letters_it_from_an_agent(
         engine_config: Config, bus: Bus, tmp_path: Path) -> None:
-    async with running(Engine(engine_config, bus, clock=SystemClock())) as engine:
+    async with running(await Engine.open(engine_config, bus, clock=SystemClock())) as engine:
         now = SystemClock().now()
         spoof = make_event("scheduler.demand", "node-a",
                            DemandReport(scheduler="slurm", entries=[DemandEntry(partition="gpu", pending_gpus=99)]),
@@ -103,7 +102,6 @@ async def test_the_engine_keeps_demand_from_the_reader_and_dead_letters_it_from_
                           cluster="c1", time=now)
         bus.publish_event(real)
         assert await bus.flush(5)
-        assert engine.core is not None
         book = engine.core.state.demand
         await wait_for(lambda: book.reports, what="the reader's report in the engine")
         assert book.lookup("c1", "gpu", None, None)[0] == 3

@@ -55,7 +55,7 @@ async def test_a_hostile_nodes_claim_does_not_pause_a_workload_it_does_not_run(
                     "retry": {"max_attempts": 3, "backoff": 0.05, "backoff_max": 0.2}},
     })
     clock = SystemClock()
-    engine = Engine(config, bus, clock=clock)
+    engine = await Engine.open(config, bus, clock=clock)
     add_runner_metrics(engine.metrics.registry)  # as `gpuevents engine` serves them (gpuevents/cli/parts.py)
     runner = await ActionRunner.open(bus, config, clock)
     stop = asyncio.Event()

@@ -45,10 +45,10 @@ async def test_a_walk_of_the_keep_budget(engine_config: Config, bus: Bus, rules_
         "keep_budget": engine_config.keep_budget.model_copy(update={"per_owner": 2, "owners": {"dave": 0}}),
         "teams": Config.model_validate({"teams": {"vision": {"keeps_per_week": 3}}}).teams})
     clock = ManualClock(T0)  # a Monday
-    async with running(Engine(config, bus, clock=clock)) as engine:
+    async with running(await Engine.open(config, bus, clock=clock)) as engine:
         for node in NODES:
             await publish(bus, _labelled(node))
-        await wait_for(lambda: engine.core is not None and len(engine.core.state.nodes) == len(NODES),
+        await wait_for(lambda: len(engine.core.state.nodes) == len(NODES),
                        what="the nodes")
         one = await _keep(bus, "n1", "alice", clock)
         two = await _keep(bus, "n2", "alice", clock)
@@ -59,7 +59,7 @@ async def test_a_walk_of_the_keep_budget(engine_config: Config, bus: Bus, rules_
         assert three.over_budget == "alice took 2 of 2 keeps this week"
         assert three.note(4 * 3600) == ("past the keep budget (alice took 2 of 2 keeps this week): the keep "
                                         "awaits approval in #gpu-leads")
-        assert engine.core is not None and ("idle-gpu-1h", "n3/gpu0") not in engine.core.snoozes
+        assert ("idle-gpu-1h", "n3/gpu0") not in engine.core.snoozes
         bob = await _keep(bus, "n4", "bob", clock)  # his first; the team's third
         assert bob.budget == "1 of 2 keeps this week" and bob.until is not None
         carol = await _keep(bus, "n5", "carol", clock)

@@ -102,7 +102,7 @@ async def test_the_staged_command_runs_where_the_warning_was_delivered_and_is_re
         config: Config, bus: Bus, runner: None, tmp_path: Path) -> None:
     clock = ManualClock(T0)
     markers = tmp_path / "markers"
-    async with running(Engine(config, bus, clock=clock)) as engine:
+    async with running(await Engine.open(config, bus, clock=clock)) as engine:
         bus.publish_event(make_event("node.snapshot", "n1", two_gpus(clock), cluster="c1", time=clock.now()))
 
         async def mailed() -> dict[str, str | None]:
@@ -112,12 +112,11 @@ async def test_the_staged_command_runs_where_the_warning_was_delivered_and_is_re
         assert await mailed() == {"n1/gpu0": "ok", "n1/gpu1": "failed"}
 
         def learned() -> dict[str, list[str]]:
-            assert engine.core is not None
             return {i.entity_id: [w.status for w in i.warnings.values()] for i in engine.core.open_incidents()}
 
         await wait_for(lambda: learned() == {"n1/gpu0": ["delivered"], "n1/gpu1": ["failed"]},
                        what="the engine to learn both outcomes from the audit")
-        _nodes, incidents = (await engine.read_model()).node("n1")
+        _nodes, incidents = (await engine.answers.read_model()).node("n1")
         assert {i.entity_id: i.warning for i in incidents} == {
             "n1/gpu0": None, "n1/gpu1": f"{NOT_DELIVERED} (email failed)"}
 
@@ -136,9 +135,9 @@ async def test_the_staged_command_runs_where_the_warning_was_delivered_and_is_re
 async def test_an_engine_that_takes_over_learns_the_outcomes_reported_while_none_was_acting(
         config: Config, bus: Bus) -> None:
     clock = ManualClock(T0)
-    async with running(Engine(config, bus, clock=clock)) as first:
+    async with running(await Engine.open(config, bus, clock=clock)) as first:
         bus.publish_event(make_event("node.snapshot", "n1", two_gpus(clock), cluster="c1", time=clock.now()))
-        await wait_for(lambda: first.core is not None and len(first.core.open_incidents()) == 2,
+        await wait_for(lambda: len(first.core.open_incidents()) == 2,
                        what="both incidents firing")
         await first.settle()  # the warnings, `sent`, are stored with the incidents
     stop = asyncio.Event()  # no engine acts while the runner delivers one warning and fails the other
@@ -146,8 +145,7 @@ async def test_an_engine_that_takes_over_learns_the_outcomes_reported_while_none
     await wait_for(lambda: _len(actions(bus), 2), timeout=30, what="both warnings' outcomes")
     stop.set()
     await asyncio.wait_for(task, 30)
-    async with running(Engine(config, bus, clock=clock)) as second:
-        assert second.core is not None
+    async with running(await Engine.open(config, bus, clock=clock)) as second:
         learned = {i.entity_id: [w.status for w in i.warnings.values()] for i in second.core.open_incidents()}
         assert learned == {"n1/gpu0": ["delivered"], "n1/gpu1": ["failed"]}
 
@@ -162,22 +160,22 @@ async def test_a_learned_outcome_is_in_the_next_read_model_not_an_older_one(conf
     from the audit is one (it was not counted, so a model built before it was served on: the warning said no
     outcome was known after the engine had learned the mail failed, seen under load)."""
     clock = ManualClock(T0)
-    async with running(Engine(config, bus, clock=clock)) as engine:
+    async with running(await Engine.open(config, bus, clock=clock)) as engine:
         bus.publish_event(make_event("node.snapshot", "n1", two_gpus(clock), cluster="c1", time=clock.now()))
-        await wait_for(lambda: engine.core is not None and len(engine.core.open_incidents()) == 2,
+        await wait_for(lambda: len(engine.core.open_incidents()) == 2,
                        what="both incidents firing")
         await engine.settle()
-        _nodes, before = (await engine.read_model()).node("n1")
+        _nodes, before = (await engine.answers.read_model()).node("n1")
         assert all(i.warning is not None and "no outcome known" in i.warning for i in before), before
         stop = asyncio.Event()
         task = asyncio.create_task((await ActionRunner.open(bus, config, clock)).run(stop))
         try:
-            await wait_for(lambda: engine.core is not None and sorted(
+            await wait_for(lambda: sorted(
                 w.status for i in engine.core.open_incidents() for w in i.warnings.values()) == ["delivered", "failed"],
                 timeout=30, what="the engine to learn both outcomes from the audit")
         finally:
             stop.set()
             await asyncio.wait_for(task, 30)
-        _nodes, after = (await engine.read_model()).node("n1")
+        _nodes, after = (await engine.answers.read_model()).node("n1")
         assert {i.entity_id: i.warning for i in after} == {"n1/gpu0": None,
                                                            "n1/gpu1": f"{NOT_DELIVERED} (email failed)"}

@@ -44,7 +44,7 @@ async def test_reload_keeps_or_closes_incidents_through_the_normal_path(config: 
                                                                      jetstream: JetStreamContext) -> None:
     rule_file = Path(config.engine.rules[0]) / "r.yaml"
     clock = ManualClock(T0)
-    async with running(Engine(config, bus, clock=clock)) as engine:
+    async with running(await Engine.open(config, bus, clock=clock)) as engine:
         await publish(bus, snapshot("n1", T0))
         await wait_for(lambda: incident(engine, "n1/gpu0"), what="a firing incident")
         firing = incident(engine, "n1/gpu0")
@@ -73,7 +73,7 @@ async def test_a_reload_rejected_by_rules_check_keeps_the_running_rules(config: 
     rule's incident as rule_removed."""
     rule_file = Path(config.engine.rules[0]) / "r.yaml"
     clock = ManualClock(T0)
-    async with running(Engine(config, bus, clock=clock)) as engine:
+    async with running(await Engine.open(config, bus, clock=clock)) as engine:
         await publish(bus, snapshot("n1", T0))
         await wait_for(lambda: incident(engine, "n1/gpu0"), what="the rule to fire")
         firing = incident(engine, "n1/gpu0")
@@ -82,7 +82,7 @@ async def test_a_reload_rejected_by_rules_check_keeps_the_running_rules(config: 
         assert await engine.reload() is False
         assert engine.metrics.reloads.labels(result="failed")._value.get() == 1
         assert incident(engine, "n1/gpu0") == firing
-        assert engine.core is not None and engine.core.rules.by_name["held-gpu"].spec.description == "first"
+        assert engine.core.rules.by_name["held-gpu"].spec.description == "first"
 
 
 SLOW = """\
@@ -104,10 +104,10 @@ BOMB = 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n' + "".jo
 async def test_an_alias_bomb_dropped_into_the_rules_folder_is_refused_and_the_old_rules_keep_running(
         config: Config, bus: Bus) -> None:
     rules = Path(config.engine.rules[0])
-    async with running(Engine(config, bus, clock=ManualClock(T0))) as engine:
+    async with running(await Engine.open(config, bus, clock=ManualClock(T0))) as engine:
         (rules / "bomb.yaml").write_text(BOMB)
         await wait_for(lambda: failed_reloads(engine) == 1, timeout=30, what="the reload refused")
-        assert engine.core is not None and list(engine.core.rules.by_name) == ["held-gpu"]
+        assert list(engine.core.rules.by_name) == ["held-gpu"]
         await publish(bus, snapshot("n1", T0))
         await wait_for(lambda: incident(engine, "n1/gpu0"), what="the old rule firing after the refused reload")
 
@@ -115,7 +115,7 @@ async def test_an_alias_bomb_dropped_into_the_rules_folder_is_refused_and_the_ol
 async def test_a_reload_that_costs_too_much_time_is_refused_while_the_engine_keeps_consuming(
         config: Config, bus: Bus, caplog: pytest.LogCaptureFixture) -> None:
     rules = Path(config.engine.rules[0])
-    async with running(Engine(config, bus, clock=ManualClock(T0))) as engine:
+    async with running(await Engine.open(config, bus, clock=ManualClock(T0))) as engine:
         engine.rule_files.reload_timeout = 10
         (rules / "slow.yaml").write_text(SLOW)
         await wait_for(lambda: not engine.rule_files.changed(), what="the reload to start")
@@ -124,7 +124,7 @@ async def test_a_reload_that_costs_too_much_time_is_refused_while_the_engine_kee
         assert failed_reloads(engine) == 0  # the child still grinds: the engine's loop never ran the file's cost
         await wait_for(lambda: failed_reloads(engine) == 1, timeout=30, what="the reload refused")
         assert "took longer than 10s to load" in caplog.text
-        assert engine.core is not None and list(engine.core.rules.by_name) == ["held-gpu"]
+        assert list(engine.core.rules.by_name) == ["held-gpu"]
 
 
 def failed_reloads(engine: Engine) -> float:

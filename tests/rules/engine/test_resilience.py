@@ -33,7 +33,7 @@ async def test_an_event_the_core_cannot_apply_is_dead_lettered_and_the_next_is_p
         return real_step(self, item, now)
 
     monkeypatch.setattr(Core, "_step", step)
-    async with running(Engine(engine_config, bus, clock=ManualClock(T0))) as engine:
+    async with running(await Engine.open(engine_config, bus, clock=ManualClock(T0))) as engine:
         await publish(bus, snapshot("poison", T0), snapshot("n1", T0))
         await wait_for(lambda: incident(engine, "n1/gpu0"), what="the event after the poison one")
 
@@ -59,7 +59,7 @@ async def test_a_commit_the_bus_refuses_is_retried_not_fatal(
 
     monkeypatch.setattr(Bus, "js_publish_many", flaky)
     clock = ManualClock(T0)
-    async with running(Engine(engine_config, bus, clock=clock)) as engine:
+    async with running(await Engine.open(engine_config, bus, clock=clock)) as engine:
         await publish(bus, snapshot("n1", T0))
         await wait_for(lambda: incident(engine, "n1/gpu0"), what="a pending incident")
         await engine.settle()
@@ -95,7 +95,7 @@ async def test_a_commit_whose_acks_were_lost_is_sent_again_and_stored_once(
     monkeypatch.setattr(Engine, "handle", handle)
     nodes = [f"n{i}" for i in range(5)]
     await publish(bus, *(snapshot(n, T0) for n in nodes))  # before the engine starts: one batch, as a rule
-    async with running(Engine(engine_config, bus, clock=ManualClock(T0))) as engine:
+    async with running(await Engine.open(engine_config, bus, clock=ManualClock(T0))) as engine:
         await wait_for(lambda: all(incident(engine, f"{n}/gpu0") for n in nodes), what="five pending incidents")
         await engine.settle()
         assert lost["left"] == 0 and engine.metrics.bus_retries._value.get() >= 1
@@ -110,7 +110,7 @@ async def test_a_commit_whose_acks_were_lost_is_sent_again_and_stored_once(
 async def test_an_unexpected_reload_failure_keeps_the_rules(
     engine_config: Config, bus: Bus, rules_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async with running(Engine(engine_config, bus, clock=ManualClock(T0))) as engine:
+    async with running(await Engine.open(engine_config, bus, clock=ManualClock(T0))) as engine:
         def broken(*a: Any, **k: Any) -> Any:
             raise RuntimeError("a bug in the loader")
 
@@ -118,7 +118,7 @@ async def test_an_unexpected_reload_failure_keeps_the_rules(
         (rules_dir / "more.yaml").write_text("rules: []\n")
         await wait_for(lambda: engine.metrics.reloads.labels(result="failed")._value.get() >= 1,
                        what="the failed reload to be counted")
-        assert engine.core is not None and list(engine.core.rules.by_name) == ["idle-gpu-1h"]
+        assert list(engine.core.rules.by_name) == ["idle-gpu-1h"]
         assert engine.leader.is_set()
 
 
@@ -132,7 +132,7 @@ async def test_an_engine_rides_out_a_nats_outage_longer_than_its_lease(
     await bus.connect()
     await bus.ensure_streams()
     stop = asyncio.Event()
-    engine = Engine(cfg, bus, clock=SystemClock())
+    engine = await Engine.open(cfg, bus, clock=SystemClock())
     task = asyncio.create_task(engine.run(stop))
     try:
         await wait_for(lambda: engine.leader.is_set(), what="the engine to lead")
@@ -143,7 +143,7 @@ async def test_an_engine_rides_out_a_nats_outage_longer_than_its_lease(
         await wait_for(lambda: engine.leader.is_set(), timeout=30, what="the engine to take the lease back")
         assert not task.done()
         bus.publish_event(snapshot("after-outage", SystemClock().now()))
-        await wait_for(lambda: engine.core is not None and any(n.name == "after-outage" for n in engine.core.nodes()),
+        await wait_for(lambda: any(n.name == "after-outage" for n in engine.core.nodes()),
                        timeout=15, what="an event consumed after the outage")
     finally:
         stop.set()
@@ -159,7 +159,7 @@ async def test_a_commit_still_retrying_when_the_lease_comes_back_is_in_the_resto
     rebuilt from KV first and the late commit's incident lived in KV only: the node dropped out of the engine's
     watch until its next snapshot (test_replica.py's server death timed out this way under load)."""
     ttl = engine_config.engine.model_copy(update={"lease_ttl": 0.3})
-    async with running(Engine(engine_config.model_copy(update={"engine": ttl}), bus,
+    async with running(await Engine.open(engine_config.model_copy(update={"engine": ttl}), bus,
                               clock=ManualClock(T0))) as engine:
         store = engine.committer.stores.incidents
         refused: list[object] = []

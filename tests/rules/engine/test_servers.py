@@ -28,7 +28,7 @@ async def ask(bus: Bus, subject: str, payload: bytes) -> dict[str, Any]:
 
 
 async def test_status_answers_the_fleet_and_its_open_incidents(engine_config: Config, bus: Bus) -> None:
-    async with running(Engine(engine_config, bus, clock=ManualClock(T0))) as engine:
+    async with running(await Engine.open(engine_config, bus, clock=ManualClock(T0))) as engine:
         await publish(bus, snapshot("n1", T0))
         await wait_for(lambda: incident(engine, "n1/gpu0"), what="a pending incident")
         status = await ask(bus, S.ENGINE_STATUS, b"{}")
@@ -43,7 +43,7 @@ async def test_status_answers_the_fleet_and_its_open_incidents(engine_config: Co
 async def test_a_snooze_is_applied_and_audited_and_a_bad_one_is_answered_with_why(engine_config: Config,
                                                                                  bus: Bus) -> None:
     clock = ManualClock(T0)
-    async with running(Engine(engine_config, bus, clock=clock)) as engine:
+    async with running(await Engine.open(engine_config, bus, clock=clock)) as engine:
         await publish(bus, snapshot("n1", T0))
         await wait_for(lambda: incident(engine, "n1/gpu0"), what="a pending incident")
         s = KeepRequest(rule="idle-gpu-1h", entity_id="n1/gpu0", until=T0 + timedelta(hours=4), by="alice")
@@ -70,9 +70,9 @@ async def test_the_engine_takes_only_the_wire_model_and_says_which_field_is_wron
                  "until": until, "reason": "kept from Slack", "bounded": True}
     naive = {"rule": "idle-gpu-1h", "entity_id": "n1/gpu0", "by": "alice", "until": "2026-01-05T13:00:00"}
     no_reason = {"rule": "idle-gpu-1h", "entity_id": "n1/gpu0", "by": "alice", "until": until, "keep": True}
-    async with running(Engine(engine_config, bus, clock=ManualClock(T0))) as engine:
+    async with running(await Engine.open(engine_config, bus, clock=ManualClock(T0))) as engine:
         answers = [await ask(bus, S.ENGINE_SNOOZE, orjson.dumps(r)) for r in (old_click, naive, no_reason)]
-        assert engine.core is not None and not engine.core.snoozes
+        assert not engine.core.snoozes
         others = {what: await ask(bus, subject, payload) for subject, what, payload in (
             (S.ENGINE_FREE, "free", b'{"count": 0}'), (S.ENGINE_ACT, "kill or cancel", b'{"type": "kill"}'),
             (S.ENGINE_STATUS, "status", b'{"view": 7}'))}
@@ -94,12 +94,11 @@ def _rules(tmp_dir: Path, approve: bool) -> None:
 async def test_a_keep_longer_than_snooze_max_asks_the_rules_approving_channel(
         engine_config: Config, bus: Bus, rules_dir: Path, jetstream: JetStreamContext) -> None:
     _rules(rules_dir, approve=True)
-    async with running(Engine(engine_config, bus, clock=ManualClock(T0))) as engine:
+    async with running(await Engine.open(engine_config, bus, clock=ManualClock(T0))) as engine:
         await publish(bus, snapshot("n1", T0))
         await wait_for(lambda: incident(engine, "n1/gpu0"), what="a pending incident")
         req = keep_request("idle-gpu-1h", "n1/gpu0", 30 * 86400, T0, "alice", "a 30-day training run", keep=True)
         reply = KeepReply.model_validate(await ask(bus, S.ENGINE_SNOOZE, req.model_dump_json().encode()))
-        assert engine.core is not None
         kept = engine.core.snoozes[("idle-gpu-1h", "n1/gpu0")]
     assert reply.ok and reply.until == T0 + timedelta(days=1) == kept.until  # snooze_max meanwhile
     assert reply.approval == "#gpu-leads" and reply.asked_until == req.until
@@ -127,7 +126,7 @@ async def test_a_keep_longer_than_snooze_max_without_an_approver_says_who_to_ask
     _rules(rules_dir, approve=False)
     config = engine_config.model_copy(update={"actions": engine_config.actions.model_copy(update={
         "slack": engine_config.actions.slack.model_copy(update={"admins": ["U003"]})})})
-    async with running(Engine(config, bus, clock=ManualClock(T0))):
+    async with running(await Engine.open(config, bus, clock=ManualClock(T0))):
         req = keep_request("idle-gpu-1h", "n1/gpu0", 30 * 86400, T0, "alice", "a long run", keep=True)
         reply = KeepReply.model_validate(await ask(bus, S.ENGINE_SNOOZE, req.model_dump_json().encode()))
     assert reply.ok and reply.until == T0 + timedelta(days=1) and reply.approval is None
@@ -137,7 +136,7 @@ async def test_a_keep_longer_than_snooze_max_without_an_approver_says_who_to_ask
 
 
 async def test_an_engine_that_stopped_acting_answers_no_more(engine_config: Config, bus: Bus) -> None:
-    async with running(Engine(engine_config, bus, clock=ManualClock(T0))):
+    async with running(await Engine.open(engine_config, bus, clock=ManualClock(T0))):
         assert "summary" in await ask(bus, S.ENGINE_STATUS, b"{}")
     with pytest.raises(BusNoResponders):
         await bus.request(S.ENGINE_STATUS, b"{}", timeout=5)

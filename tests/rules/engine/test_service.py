@@ -25,7 +25,7 @@ from tests.waiting import wait_for
 
 async def test_snapshot_to_incident_to_action_to_audit(engine_config: Config, bus: Bus) -> None:
     clock = ManualClock(T0)
-    engine = Engine(engine_config, bus, clock=clock)
+    engine = await Engine.open(engine_config, bus, clock=clock)
     runner = await ActionRunner.open(bus, engine_config, clock)
     stop_runner = asyncio.Event()
     runner_task = asyncio.create_task(runner.run(stop_runner))
@@ -58,12 +58,12 @@ async def test_restart_in_the_middle_of_for_fires_at_the_original_deadline_once(
     engine_config: Config, bus: Bus
 ) -> None:
     clock = ManualClock(T0)
-    async with running(Engine(engine_config, bus, clock=clock)) as first:
+    async with running(await Engine.open(engine_config, bus, clock=clock)) as first:
         await publish(bus, snapshot("n1", T0))
         await wait_for(lambda: incident(first, "n1/gpu0"), what="a pending incident")
         started = incident(first, "n1/gpu0").active_at
     clock.advance(1800)
-    async with running(Engine(engine_config, bus, clock=clock)) as second:
+    async with running(await Engine.open(engine_config, bus, clock=clock)) as second:
         restored = incident(second, "n1/gpu0")
         assert restored is not None and restored.status == "pending" and restored.active_at == started
         await publish(bus, snapshot("n1", clock.now(), idle_since=T0))
@@ -76,7 +76,7 @@ async def test_restart_in_the_middle_of_for_fires_at_the_original_deadline_once(
         assert incident(second, "n1/gpu0").status == "firing"
     assert len(await act_requests(jetstream)) == 1
     clock.advance(60)
-    async with running(Engine(engine_config, bus, clock=clock)) as third:
+    async with running(await Engine.open(engine_config, bus, clock=clock)) as third:
         assert incident(third, "n1/gpu0").status == "firing"
         await publish(bus, snapshot("n1", clock.now(), idle_since=T0))
         await wait_for(lambda: seen(third, "n1", clock.now()), what="the snapshot to be consumed")
@@ -88,7 +88,7 @@ async def test_the_same_event_delivered_twice_changes_nothing(jetstream: JetStre
                                                               bus: Bus) -> None:
     clock = ManualClock(T0)
     first = snapshot("n1", T0)
-    async with running(Engine(engine_config, bus, clock=clock)) as engine:
+    async with running(await Engine.open(engine_config, bus, clock=clock)) as engine:
         await publish(bus, first)
         await wait_for(lambda: incident(engine, "n1/gpu0"), what="a pending incident")
         clock.advance(7200)
@@ -111,7 +111,7 @@ async def test_a_malformed_event_goes_to_the_dlq_and_the_next_is_processed(
     engine_config: Config, bus: Bus
 ) -> None:
     clock = ManualClock(T0)
-    async with running(Engine(engine_config, bus, clock=clock)) as engine:
+    async with running(await Engine.open(engine_config, bus, clock=clock)) as engine:
         await bus.js_publish(S.event_subject("c1", "n1", "gpu.idle"), b'{"type": "gpu.idle", "oops": 1}')
         await bus.js_publish(S.event_subject("c1", "n1", "gpu.idle"), b"\xff not json")
         await publish(bus, snapshot("n2", T0))
@@ -130,14 +130,13 @@ async def test_a_reload_with_a_broken_file_keeps_the_old_rules(
     engine_config: Config, bus: Bus, rules_dir: Path
 ) -> None:
     clock = ManualClock(T0)
-    async with running(Engine(engine_config, bus, clock=clock)) as engine:
+    async with running(await Engine.open(engine_config, bus, clock=clock)) as engine:
         await publish(bus, snapshot("n1", T0))
         await wait_for(lambda: incident(engine, "n1/gpu0"), what="a pending incident")
         pending = incident(engine, "n1/gpu0")
         good = (rules_dir / "idle.yaml").read_text()
         (rules_dir / "idle.yaml").write_text(good + "  - name: Bad Name\n    entity: gpu\n")
         assert await engine.reload() is False
-        assert engine.core is not None
         assert list(engine.core.rules.by_name) == ["idle-gpu-1h"]
         (rules_dir / "more.yaml").write_text(
             "rules:\n  - name: hot-gpu\n    entity: gpu\n    when: gpu.temp_c > 85\n"
@@ -151,11 +150,11 @@ async def test_a_reload_with_a_broken_file_keeps_the_old_rules(
 async def test_a_rule_file_change_is_picked_up_without_a_signal(
     engine_config: Config, bus: Bus, rules_dir: Path
 ) -> None:
-    async with running(Engine(engine_config, bus, clock=ManualClock(T0))) as engine:
+    async with running(await Engine.open(engine_config, bus, clock=ManualClock(T0))) as engine:
         (rules_dir / "more.yaml").write_text(
             "rules:\n  - name: hot-gpu\n    entity: gpu\n    when: gpu.temp_c > 85\n"
             "    actions: [{type: log, message: hot}]\n")
-        await wait_for(lambda: engine.core is not None and "hot-gpu" in engine.core.rules.by_name,
+        await wait_for(lambda: "hot-gpu" in engine.core.rules.by_name,
                        timeout=10, what="the new rule file to be loaded")
 
 
@@ -166,8 +165,8 @@ async def test_a_standby_engine_takes_over_when_the_leader_dies(engine_config: C
     ttl = 1.0
     cfg = engine_config.model_copy(update={"engine": engine_config.engine.model_copy(update={"lease_ttl": ttl})})
     clock = ManualClock(T0)
-    a = Engine(cfg, bus, clock=clock, holder="a")
-    b = Engine(cfg, bus, clock=clock, holder="b")
+    a = await Engine.open(cfg, bus, clock=clock, holder="a")
+    b = await Engine.open(cfg, bus, clock=clock, holder="b")
     both: list[bool] = []
     stop_a, stop_b = asyncio.Event(), asyncio.Event()
     task_a = asyncio.create_task(a.run(stop_a))
@@ -197,7 +196,7 @@ async def test_a_standby_engine_takes_over_when_the_leader_dies(engine_config: C
     record = LeaseRecord.model_validate_json(entry.value)
     assert (record.holder, record.acquired_at) == ("b", expiry)
     await publish(bus, snapshot("n9", clock.now()))
-    await wait_for(lambda: b.core is not None and any(n.name == "n9" for n in b.core.nodes()),
+    await wait_for(lambda: any(n.name == "n9" for n in b.core.nodes()),
                    what="b to consume after taking over")
     stop_b.set()
     await task_b
@@ -216,12 +215,12 @@ rules:
     actions: [{type: log, message: "{{ entity.id }}"}]
 """)
     clock = ManualClock(T0)
-    async with running(Engine(engine_config, bus, clock=clock)) as first:
+    async with running(await Engine.open(engine_config, bus, clock=clock)) as first:
         await publish(bus, snapshot("n1", T0))
         await wait_for(lambda: incident(first, "n1/gpu0"), what="n1 to fire")
         await first.settle()
     clock.advance(120)
-    async with running(Engine(engine_config, bus, clock=clock)) as second:
+    async with running(await Engine.open(engine_config, bus, clock=clock)) as second:
         await publish(bus, snapshot("n1", clock.now(), idle_since=T0), snapshot("n2", clock.now()))
         await wait_for(lambda: incident(second, "n2/gpu0"), what="n2 to fire")
         await second.settle()
@@ -246,7 +245,7 @@ rules:
 """)
     cfg = engine_config.model_copy(update={"engine": engine_config.engine.model_copy(update={"tick": 3600})})
     clock = ManualClock(T0)
-    async with running(Engine(cfg, bus, clock=clock)) as engine:
+    async with running(await Engine.open(cfg, bus, clock=clock)) as engine:
         await publish(bus, snapshot("n1", T0))
         await wait_for(lambda: incident(engine, "n1/gpu0"), what="the pending incident")
         assert incident(engine, "n1/gpu0").status == "pending"
@@ -271,12 +270,12 @@ async def test_an_envelope_that_names_another_node_than_its_subject_is_dead_lett
     """A stolen agent login is fenced to its node's subjects; it must not drive another node by writing that
     node's name into `source`."""
     clock = ManualClock(T0)
-    async with running(Engine(engine_config, bus, clock=clock)) as engine:
+    async with running(await Engine.open(engine_config, bus, clock=clock)) as engine:
         spoof = snapshot("sim-000", T0)
         await bus.js_publish(S.event_subject("c1", "node-a", "node.snapshot"), encode_event(spoof), msg_id=spoof.id)
         await publish(bus, snapshot("node-a", T0))
         await wait_for(lambda: seen(engine, "node-a", T0), what="node-a's own snapshot")
-        assert engine.core is not None and [n.name for n in engine.core.nodes()] == ["node-a"]
+        assert [n.name for n in engine.core.nodes()] == ["node-a"]
         assert incident(engine, "sim-000/gpu0") is None
         assert engine.metrics.malformed.labels(kind="spoofed")._value.get() == 1
     stored = [m async for m in bus.replay(S.STREAM_DLQ, S.DLQ_ALL)]
@@ -292,12 +291,11 @@ rules:
     when: gpu.idle_for_s > 3600
     actions: [{type: log, message: "{{ entity.id }}"}]
 """)
-    async with running(Engine(engine_config, bus, clock=SystemClock())) as engine:
+    async with running(await Engine.open(engine_config, bus, clock=SystemClock())) as engine:
         epoch = datetime(1970, 1, 1, 0, 5, tzinfo=UTC)
         await publish(bus, snapshot("n1", epoch, idle_since=epoch - timedelta(minutes=5)))
-        await wait_for(lambda: engine.core is not None and engine.core.gpus(), what="the snapshot")
+        await wait_for(lambda: engine.core.gpus(), what="the snapshot")
         await engine.settle()
-        assert engine.core is not None
         gpu = engine.core.gpus()[0]
         assert 290 <= gpu.idle_for_s <= 400  # idle for five minutes, by the agent's own account
         assert incident(engine, "n1/gpu0") is None

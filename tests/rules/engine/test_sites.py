@@ -79,8 +79,8 @@ async def test_a_cut_off_site_is_shown_as_a_site_and_no_remedy_is_decided_for_it
     stop = asyncio.Event()
     watch = asyncio.create_task(SiteWatch(bus, SystemClock(), interval=0.2, cut_off_s=3).run(stop))
     try:
-        async with running(Engine(config, bus, clock=SystemClock())) as engine:
-            await wait_for(lambda: engine.core is not None and len(engine.core.state.nodes) == 2, 20,
+        async with running(await Engine.open(config, bus, clock=SystemClock())) as engine:
+            await wait_for(lambda: len(engine.core.state.nodes) == 2, 20,
                            what="both sites' nodes")
             await wait_for(lambda: bus.site_state and not bus.sites_cut_off, 20, 0.1, what="both sites linked")
             assert (await kill(bus, "site-a")).decision == "dry_run"

@@ -90,7 +90,7 @@ async def test_an_idle_slurm_job_is_mailed_to_its_user_then_cancelled(
 
     agent.core.snapshot = spy  # type: ignore[method-assign]  # a spy on the instance
     clock = SystemClock()
-    engine = Engine(config, bus, clock=clock)
+    engine = await Engine.open(config, bus, clock=clock)
     runner = await ActionRunner.open(bus, config, clock)
     stop = asyncio.Event()
     tasks = [asyncio.create_task(engine.run(stop)), asyncio.create_task(runner.run(stop)),

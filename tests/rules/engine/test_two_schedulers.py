@@ -98,7 +98,7 @@ async def test_a_slurm_site_and_a_kubernetes_site_are_one_fleet(
     kube_agent = NodeAgent(kube_config, NvmlSampler(FakeNvml([FakeDevice(uuid=f"GPU-k{i}") for i in range(2)])),
                            node="k8s-0")
     clock = SystemClock()
-    engine = Engine(engine_config, bus, clock=clock)
+    engine = await Engine.open(engine_config, bus, clock=clock)
     stop = asyncio.Event()
     pr = PodResources(sock_dir / "kubelet.sock", ["nvidia.com/gpu"], refresh_s=0.2)
     tasks = [asyncio.create_task(engine.run(stop)),

@@ -25,7 +25,7 @@ async def test_a_running_engine_keeps_the_lease_over_an_unreadable_lease_record(
 ) -> None:
     """Before: LeaseRecord's ValidationError ended the running engine."""
     kv = await bus.kv()
-    engine = Engine(engine_config.model_copy(update={"engine": engine_config.engine.model_copy(
+    engine = await Engine.open(engine_config.model_copy(update={"engine": engine_config.engine.model_copy(
         update={"lease_ttl": 1.5})}), bus, holder="e1")
     stop = asyncio.Event()
     task = asyncio.create_task(engine.run(stop))
@@ -58,7 +58,7 @@ async def test_a_fresh_engine_starts_over_unreadable_lease_incident_and_snooze_v
     await kv.put(bad_incident, b'{"rule": 7}')
     await kv.put(bad_snooze, b"[]")
     before = UNREADABLE.counts.copy()
-    async with running(Engine(engine_config, bus, holder="fresh")) as engine:
+    async with running(await Engine.open(engine_config, bus, holder="fresh")) as engine:
         assert engine.leader.is_set()
         entry = await kv.get(LEASE_KEY)
         assert entry is not None and LeaseRecord.model_validate_json(entry.value).holder == "fresh"

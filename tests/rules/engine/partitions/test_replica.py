@@ -53,7 +53,7 @@ async def replica(config: Config, name: str) -> AsyncIterator[tuple[EngineReplic
     bus = Bus(config.nats, name=name)
     await bus.connect()
     await bus.ensure_streams(PARTITIONS)
-    r = EngineReplica(config, bus, clock=SystemClock(), holder=name)
+    r = await EngineReplica.open(config, bus, clock=SystemClock(), holder=name)
     stop = asyncio.Event()
     task = asyncio.create_task(r.run(stop))
     try:
@@ -83,7 +83,7 @@ async def test_replicas_split_the_fleet_and_a_dead_replicas_partitions_move(
             bus.publish_event(snapshot(n, SystemClock().now()))
         assert await bus.flush(10)
         await wait_for(lambda: sum(len(e.core.open_incidents()) for r in (a, b, c) for e in r.engines
-                                   if e.core is not None and e.leader.is_set()) == len(nodes),
+                                   if e.leader.is_set()) == len(nodes),
                        timeout=30, what="every node's incident open in its partition")
         seen = [n.name async for page in ask_pages(bus) for n in page.nodes]
         assert sorted(seen) == nodes
@@ -105,7 +105,7 @@ async def test_replicas_split_the_fleet_and_a_dead_replicas_partitions_move(
         assert moved_after <= 2 * 2.0 + 2.0  # within two lease periods (and a renewal's slack)
         assert set(lost) <= set(b.held) | set(c.held)
         await wait_for(lambda: sum(len(e.core.open_incidents()) for r in (b, c) for e in r.engines
-                                   if e.core is not None and e.leader.is_set()) == len(nodes),
+                                   if e.leader.is_set()) == len(nodes),
                        timeout=30, what="no incident lost with the dead replica")
         requests = [ActionRequest.model_validate_json(m.data)
                     for m in await stored_messages(bus._jetstream(), S.STREAM_ACTIONS)]
@@ -126,7 +126,7 @@ async def test_publishing_and_consuming_go_on_when_a_nats_server_dies(
         # Every node's event consumed and acted on: its incident is open. (Counted from incidents, which a
         # partition's engine restores from KV when it takes its lease back after the outage, not from the nodes
         # in memory, which a re-taken partition learns again from the nodes' next snapshots.)
-        await wait_for(lambda: sorted(i.node for e in r.engines if e.core is not None and e.leader.is_set()
+        await wait_for(lambda: sorted(i.node for e in r.engines if e.leader.is_set()
                                       for i in e.core.open_incidents()) == sorted(
                            ["before", *(f"after-{i}" for i in range(10))]),
                        timeout=120, what="every node's incident open after a server died")
@@ -137,7 +137,7 @@ async def test_a_replica_with_the_default_holder_name_announces_itself(engine_co
     # itself and two replicas never shared the partitions (found by benchmarks/engine_scaleout.py).
     config = engine_config.model_copy(update={"engine": engine_config.engine.model_copy(update={"partitions": 2})})
     await bus.ensure_streams(2)
-    r = EngineReplica(config, bus, clock=SystemClock(), holder="gpu-host:4242")
+    r = await EngineReplica.open(config, bus, clock=SystemClock(), holder="gpu-host:4242")
     stop = asyncio.Event()
     task = asyncio.create_task(r.run(stop))
     try:

@@ -27,9 +27,9 @@ NODES = [f"n{i}" for i in range(5)]
 
 @pytest.fixture
 async def dashboard(engine_config: Config, bus: Bus) -> AsyncIterator[tuple[Engine, str]]:
-    async with running(Engine(engine_config, bus, clock=ManualClock(T0))) as engine:
+    async with running(await Engine.open(engine_config, bus, clock=ManualClock(T0))) as engine:
         await publish(bus, *(snapshot(n, T0, pid=None if n == "n3" else 4242) for n in NODES))
-        await wait_for(lambda: engine.core is not None and len(engine.core.state.nodes) == len(NODES),
+        await wait_for(lambda: len(engine.core.state.nodes) == len(NODES),
                        what="every node consumed")
         runner = await serve_dashboard(EngineDashboardSource(engine), "127.0.0.1", 0)
         try:
@@ -55,7 +55,6 @@ async def current(base: str) -> dict[str, Any]:
 
 async def test_the_fleet_is_the_json_of_a_fleet_view_and_comes_in_pages(dashboard: tuple[Engine, str]) -> None:
     engine, base = dashboard
-    assert engine.core is not None
     costs = CostModel(engine.config.costs)
     snaps = [readings.node_reading(engine.core, k) for k in readings.node_keys(engine.core)]
     expected = fleet_view([s for s in snaps if s is not None], T0, costs).model_dump(mode="json")

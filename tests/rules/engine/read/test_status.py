@@ -56,7 +56,6 @@ rules:
 
 def known(engine: Engine, name: str) -> bool:
     """Whether the engine's core has taken in a snapshot of that node."""
-    assert engine.core is not None
     return any(ns.name == name for ns in engine.core.state.nodes.values())
 
 
@@ -72,12 +71,11 @@ async def big_engine(engine_config: Config, bus: Bus) -> AsyncIterator[Engine]:
     """An acting engine whose core holds FLEET simulated nodes, stepped into it directly (no agents), node i at
     T0 + i/2 s (so the earlier nodes' incidents have cost more); its clock half an hour on."""
     clock = ManualClock(T0)
-    async with running(Engine(engine_config, bus, clock=clock)) as engine:
-        async with engine._lock:
-            assert engine.core is not None
+    async with running(await Engine.open(engine_config, bus, clock=clock)) as engine:
+        async with engine.hold.held() as core:
             for i in range(FLEET):
-                engine.core.step(big_snapshot(i), T0 + timedelta(seconds=i / 2))
-            engine._changes += 1
+                core.step(big_snapshot(i), T0 + timedelta(seconds=i / 2))
+            engine.hold.changed()
         clock.set(T0 + timedelta(minutes=30))
         yield engine
 
@@ -159,16 +157,15 @@ async def test_the_engine_consumes_while_a_status_is_being_built(big_engine: Eng
 
 
 async def test_free_answers_a_large_fleet_within_the_max_payload(big_engine: Engine, bus: Bus) -> None:
-    async with big_engine._lock:
-        assert big_engine.core is not None
+    async with big_engine.hold.held() as core:
         for i in range(FLEET):  # every GPU free: a full answer would list 2,000 nodes, over 1 MiB
             e = big_snapshot(i)
             assert isinstance(e.data, NodeSnapshot)
             gpus = [g.model_copy(update={"pids": [], "owners": [], "util_pct": 0.0, "idle": True,
                                          "mem_used_mib": 0.0}) for g in e.data.gpus]
-            big_engine.core.step(e.model_copy(update={"data": e.data.model_copy(
+            core.step(e.model_copy(update={"data": e.data.model_copy(
                 update={"gpus": gpus, "processes": []})}), T0 + timedelta(seconds=30))
-        big_engine._changes += 1
+        big_engine.hold.changed()
     raw = await bus.request(S.ENGINE_FREE, b"{}", timeout=60)
     reply = orjson.loads(raw)
     assert reply["ok"] and len(raw) < bus.max_payload
