@@ -173,6 +173,16 @@ async def stop_tasks(tasks: Iterable[asyncio.Task[Any]], title: str, timeout: fl
                     timeout)
 
 
+async def first_of(future: asyncio.Future[Any], stop: asyncio.Event) -> bool:
+    """Wait for `future` or `stop`, whichever is first: True when `future` is done."""
+    stopping: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait([future, stopping], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    return future.done()
+
+
 async def until_stop_or_end(tasks: Iterable[asyncio.Task[Any]], stop: asyncio.Event, what: str) -> None:
     """Return when `stop` is set or one of `tasks` ends: a failure is raised (its guard has logged it), an end
     without `stop` is logged by name; either way `what` should then stop."""

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpuevents.aio import guarded_task, stop_tasks, unless_stopped
+from gpuevents.aio import first_of, guarded_task, stop_tasks, unless_stopped
 from gpuevents.bus import Bus
 from gpuevents.cli.common import PartFailed
 from gpuevents.clock import Clock
@@ -210,16 +210,6 @@ def slack_click_parts(config: Config, bus: Bus, clock: Clock) -> dict[str, Part]
 
         parts["slack-interactivity"] = http
     return parts
-
-
-async def first_of(opened: asyncio.Future[Any], stop: asyncio.Event) -> bool:
-    """Wait for `opened` or `stop`, whichever is first: True when `opened` is done."""
-    stopping: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
-    try:
-        await asyncio.wait([opened, stopping], return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stopping.cancel()
-    return opened.done()
 
 
 async def _dashboard(opened: asyncio.Future[list[Engine]], config: Config, stop: asyncio.Event) -> None:

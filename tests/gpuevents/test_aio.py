@@ -16,6 +16,7 @@ from gpuevents.aio import (
     Backoff,
     Tasks,
     backoff_delay,
+    first_of,
     guarded_task,
     restarting,
     sleep_or_stop,
@@ -220,6 +221,17 @@ def raw_spawns(root: Path) -> list[str]:
                     if name in RAW_SPAWNS:
                         found.append(f"{path.relative_to(root)}:{node.lineno}: {name}")
     return found
+
+
+async def test_first_of_says_which_came_first() -> None:
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[int] = loop.create_future()
+    loop.call_soon(done.set_result, 3)
+    assert await first_of(done, asyncio.Event()) is True
+    stop = asyncio.Event()
+    loop.call_soon(stop.set)
+    pending: asyncio.Future[int] = loop.create_future()
+    assert await first_of(pending, stop) is False and not pending.done()
 
 
 def test_no_task_is_started_outside_gpuevents_aio() -> None:
