@@ -65,7 +65,7 @@ class NodeState:
         return full
 
 
-@dataclass
+@dataclass(slots=True)
 class Change:
     """What an event changed: entities to evaluate, entities that are gone, and for each changed entity that is
     not new the names of the fields its context shows that changed (no entry: evaluate every rule)."""
