@@ -302,6 +302,15 @@ def with_data(env: Envelope, model: type[M], data: BaseModel) -> M:
         "source": env.source, "cluster": env.cluster, "time": t, "type": env.type, "data": data})
 
 
+def as_struct(model: BaseModel) -> msgspec.Struct:
+    """The Struct of `STRUCTS` holding the values of `model` (one of the agents' data models, already valid), every
+    time in it in UTC (one without an offset read as UTC): how what the pydantic path validated (a third party's
+    lax values, an event a rule test wrote) is made the engine's one type once. Nested models become their
+    Structs too."""
+    struct = STRUCTS[type(model)]
+    return msgspec.convert(_utc_values(model.model_dump()), struct)
+
+
 def utc_event(event: E.Event) -> E.Event:
     """`event` with every time in it in UTC (one without an offset read as UTC): what `decode` gives too."""
     if _all_utc(event):

@@ -189,3 +189,34 @@ def test_models_built_from_structs_copy_and_compare_as_validated_ones_do() -> No
     assert b.data.gpus[0].model_fields_set == set(E.GpuInfo.model_fields)
     assert copied == E.GpuInfo.model_validate({**g.model_dump(), "idle_since": T0, "xid": 79})
     assert a.data.gpus[0] == b.data.gpus[0] and a.data.gpus[0] is not b.data.gpus[0]
+
+
+
+def test_a_validated_model_converts_to_its_struct_field_for_field() -> None:
+    naive = datetime(2026, 1, 2, 3, 4, 5)  # read as UTC, as the pydantic path reads it
+    snap = E.NodeSnapshot(node=E.NodeInfo(name="n1", labels={"a": "b"}, last_seen=naive),
+                          jobs=[E.JobInfo(id="j1", gpus=[1], started_at=T0)],
+                          gpus=[gpu(0, idle_since=naive, xid=43, xid_at=T0), gpu(1, 50.0)],
+                          processes=[proc(100, gpus=[1], created=T0 - timedelta(hours=1))])
+    s = messages.as_struct(snap)
+    assert isinstance(s, messages.NodeSnapshot)
+    assert isinstance(s.gpus[0], messages.GpuInfo) and isinstance(s.processes[0], messages.ProcessInfo)
+    assert isinstance(s.jobs[0], messages.JobInfo) and isinstance(s.node, messages.NodeInfo)
+    assert s.gpus[0].idle_since == naive.replace(tzinfo=UTC) and s.node.last_seen == naive.replace(tzinfo=UTC)
+    utc = snap.model_copy(update={"node": snap.node.model_copy(update={"last_seen": naive.replace(tzinfo=UTC)}),
+                                  "gpus": [snap.gpus[0].model_copy(update={"idle_since": naive.replace(tzinfo=UTC)}),
+                                           snap.gpus[1]]})
+    assert msgspec.to_builtins(s) == orjson.loads(utc.model_dump_json())
+
+
+@pytest.mark.parametrize("model", list(messages.STRUCTS), ids=lambda m: m.__name__)
+def test_each_model_converts_to_its_own_struct(model: type[BaseModel]) -> None:
+    required: dict[str, Any] = {"name": "n1", "node": "n1", "index": 0, "pid": 1, "id": "j1", "create_time": T0,
+                                "xid": 79}
+    values = {k: v for k, v in required.items() if k in model.model_fields and model.model_fields[k].is_required()}
+    if model is E.NodeSnapshot:
+        values = {"node": E.NodeInfo(name="n1")}
+    m = model.model_validate(values)
+    s = messages.as_struct(m)
+    assert type(s) is messages.STRUCTS[model]
+    assert msgspec.to_builtins(s) == orjson.loads(m.model_dump_json())
