@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot, ProcessInfo
+from gpuevents.agentdata import GpuInfo, NodeInfo, NodeSnapshot, ProcessInfo
 from rules.lang.views import GpuView
 
 
