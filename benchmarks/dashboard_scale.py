@@ -36,9 +36,9 @@ sys.path.insert(0, str(ROOT))
 
 import aiohttp  # noqa: E402
 
+from gpuevents.agentdata import GpuInfo, NodeInfo, NodeSnapshot  # noqa: E402
 from gpuevents.config import CostsConfig  # noqa: E402
 from gpuevents.costs import CostModel  # noqa: E402
-from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot  # noqa: E402
 from gpuevents.wire.fleet import FleetIncident  # noqa: E402
 from rules.dashboard.fleet_view import FleetView, fleet_view  # noqa: E402
 from rules.dashboard.pages import bound_port, serve_dashboard  # noqa: E402

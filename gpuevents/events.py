@@ -5,10 +5,13 @@ from __future__ import annotations
 import os
 import time as _time
 from datetime import UTC, datetime
-from typing import Annotated, Literal, get_args, overload
+from typing import TYPE_CHECKING, Annotated, Literal, get_args, overload
 
+import msgspec
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, SerializationInfo, TypeAdapter
+
+from gpuevents import agentdata as A
 
 GpuEventType = Literal["gpu.idle", "gpu.active", "gpu.hot", "gpu.memory_full", "gpu.lost"]
 ProcessEventType = Literal["process.started", "process.ended"]
@@ -30,8 +33,7 @@ EventType = Literal[
 ]
 EVENT_TYPES: tuple[str, ...] = get_args(EventType)
 
-MAX_AGE_S = 100 * 365 * 86400.0
-"""Durations on the wire are bounded: a corrupt value is a malformed event, not an overflow later."""
+MAX_AGE_S = A.MAX_AGE_S
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _PAIRS = [a + b for a in _CROCKFORD for b in _CROCKFORD]  # 10 bits -> 2 characters
@@ -224,7 +226,25 @@ class DemandReport(_Model):
     that stopped stops counting); None: until the next report."""
 
 
+def _dump(s: msgspec.Struct, info: SerializationInfo) -> object:
+    return msgspec.to_builtins(s) if info.mode_is_json() else msgspec.to_builtins(s, builtin_types=(datetime,))
+
+
+def _agent_data(model: type[_Model], struct: type[msgspec.Struct]) -> object:
+    """An agent event's `data`: the Struct the engine keeps (gpuevents/agentdata.py). What is not one yet (JSON
+    the pydantic path reads, a model someone wrote) is validated by `model`, as it always was, then made one."""
+
+    def to_struct(v: object) -> object:
+        if isinstance(v, struct):
+            return v
+        return A.struct_of(model.model_validate(v).model_dump(), struct)
+
+    return Annotated[struct, BeforeValidator(to_struct), PlainSerializer(_dump)]
+
+
 class _Envelope(_Model):
+    model_config = ConfigDict(extra="ignore", frozen=True, arbitrary_types_allowed=True)
+
     specversion: Literal["1.0"] = "1.0"
     id: str = Field(default_factory=new_id)
     source: str
@@ -237,29 +257,43 @@ class _Envelope(_Model):
         return self.source.removeprefix("node/")
 
 
+if TYPE_CHECKING:
+    SnapshotData = A.NodeSnapshot
+    GpuData = A.GpuInfo
+    GpuXidData = A.GpuXid
+    ProcessData = A.ProcessInfo
+    AgentData = A.AgentInfo
+else:
+    SnapshotData = _agent_data(NodeSnapshot, A.NodeSnapshot)
+    GpuData = _agent_data(GpuInfo, A.GpuInfo)
+    GpuXidData = _agent_data(GpuXid, A.GpuXid)
+    ProcessData = _agent_data(ProcessInfo, A.ProcessInfo)
+    AgentData = _agent_data(AgentInfo, A.AgentInfo)
+
+
 class SnapshotEvent(_Envelope):
     type: Literal["node.snapshot"] = "node.snapshot"
-    data: NodeSnapshot
+    data: SnapshotData
 
 
 class GpuEvent(_Envelope):
     type: GpuEventType
-    data: GpuInfo
+    data: GpuData
 
 
 class GpuXidEvent(_Envelope):
     type: Literal["gpu.xid"] = "gpu.xid"
-    data: GpuXid
+    data: GpuXidData
 
 
 class ProcessEvent(_Envelope):
     type: ProcessEventType
-    data: ProcessInfo
+    data: ProcessData
 
 
 class AgentEvent(_Envelope):
     type: AgentEventType
-    data: AgentInfo
+    data: AgentData
 
 
 class JobEnded(_Model):
@@ -335,19 +369,19 @@ def encode_event(event: Event) -> bytes:
 
 
 @overload
-def make_event(type_: Literal["node.snapshot"], node: str, data: NodeSnapshot, *, cluster: str = "default",
-               time: datetime | None = None, id: str | None = None) -> SnapshotEvent: ...
+def make_event(type_: Literal["node.snapshot"], node: str, data: NodeSnapshot | A.NodeSnapshot, *,
+               cluster: str = "default", time: datetime | None = None, id: str | None = None) -> SnapshotEvent: ...
 
 
 @overload
-def make_event(type_: str, node: str, data: BaseModel, *, cluster: str = "default", time: datetime | None = None,
-               id: str | None = None) -> Event: ...
+def make_event(type_: str, node: str, data: BaseModel | msgspec.Struct, *, cluster: str = "default",
+               time: datetime | None = None, id: str | None = None) -> Event: ...
 
 
 def make_event(
     type_: str,
     node: str,
-    data: BaseModel,
+    data: BaseModel | msgspec.Struct,
     *,
     cluster: str = "default",
     time: datetime | None = None,

@@ -14,145 +14,33 @@ from validating the same bytes with pydantic, and how `decode` keeps it from sho
 - **Only the agents' events** (`node.snapshot`, `gpu.*`, `process.*`, `agent.*`) have a Struct; the engine's own
   scheduler events (`scheduler.demand`, `job.ended`) are few and keep the pydantic path.
 
-The result is the engine's own model of the event (gpuevents/events.py), built from the decoded values without
-validating them a second time (`_built`).
+The result is the engine's own model of the event (gpuevents/events.py): its envelope built from the decoded values
+without validating them a second time (`_built`), its `data` the decoded Struct itself (gpuevents/agentdata.py),
+which is what the engine keeps.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any, Literal, TypeVar, cast, get_args
+from typing import Any, Literal, TypeVar, cast, get_args
 
 import msgspec
 from pydantic import BaseModel
 
 from gpuevents import events as E
-
-_Age = Annotated[float, msgspec.Meta(ge=0, le=E.MAX_AGE_S)]
-_Time = Annotated[datetime, msgspec.Meta(tz=True)]  # naive: the pydantic path, which reads it as UTC
-
-
-class NodeInfo(msgspec.Struct, kw_only=True, frozen=True):
-    name: str
-    cluster: str = "default"
-    labels: dict[str, str] = {}
-    gpu_count: int = 0
-    gpus_busy: int = 0
-    gpus_idle: int = 0
-    online: bool = True
-    last_seen: _Time | None = None
-    cordoned: bool | None = None
-    driver_version: str | None = None
-    hostname: str | None = None
-    agent_id: str | None = None
-    diag_status: Literal["running", "passed", "failed"] | None = None
-    diag_started_at: _Time | None = None
-    diag_passed_at: _Time | None = None
-    diag_failed_at: _Time | None = None
-    diag_exit_code: int | None = None
-    diag_output: str | None = None
-
-
-class GpuInfo(msgspec.Struct, kw_only=True, frozen=True):
-    node: str
-    index: int
-    uuid: str = ""
-    model: str | None = None
-    util_pct: float | None = None
-    mem_used_mib: float | None = None
-    mem_total_mib: float | None = None
-    mem_pct: float | None = None
-    temp_c: float | None = None
-    power_w: float | None = None
-    power_limit_w: float | None = None
-    fan_pct: float | None = None
-    ecc_uncorrected: int | None = None
-    idle: bool = False
-    activity_known: bool = True
-    idle_since: _Time | None = None
-    idle_for_s: _Age | None = None
-    pids: list[int] = []
-    owners: list[str] = []
-    owner: str | None = None
-    mig_parent: str | None = None
-    lost: bool = False
-    xid: int | None = None
-    xid_at: _Time | None = None
-    allocated: bool | None = None
-    job: str | None = None
-    sm_active_pct: float | None = None
-    tensor_active_pct: float | None = None
-    row_remap_pending: bool | None = None
-    power_cap_w: float | None = None
-    power_cap_saved_w: float | None = None
-
-
-class GpuXid(GpuInfo, kw_only=True, frozen=True):
-    xid: int  # required here, as in events.GpuXid
-
-
-class ProcessInfo(msgspec.Struct, kw_only=True, frozen=True):
-    node: str
-    pid: int
-    name: str = ""
-    exe: str = ""
-    cmdline: str = ""
-    user: str | None = None
-    uid: int | None = None
-    owner: str | None = None
-    create_time: _Time
-    age_s: _Age | None = None
-    ppid: int | None = None
-    job: str | None = None
-    service: str | None = None
-    gpus: list[int] = []
-    gpu_mem_mib: float | None = None
-    gpu_util_pct: float | None = None
-    container_id: str | None = None
-    pod_uid: str | None = None
-    pod: str | None = None
-    labels: dict[str, str] = {}
-
-
-class JobInfo(msgspec.Struct, kw_only=True, frozen=True):
-    id: str
-    scheduler: Literal["slurm", "kubernetes"] = "slurm"
-    name: str | None = None
-    user: str | None = None
-    owner: str | None = None
-    account: str | None = None
-    partition: str | None = None
-    qos: str | None = None
-    namespace: str | None = None
-    controller: str | None = None
-    gpus: list[int] = []
-    pids: list[int] = []
-    started_at: _Time | None = None
-    time_limit_s: Annotated[float, msgspec.Meta(ge=0)] | None = None
-    labels: dict[str, str] = {}
-    annotations: dict[str, str] = {}
-    pods: list[str] = []
-    controller_uid: str | None = None
-    controller_generation: int | None = None
-
-
-class NodeSnapshot(msgspec.Struct, kw_only=True, frozen=True):
-    node: NodeInfo
-    jobs: list[JobInfo] = []
-    gpus: list[GpuInfo] = []
-    processes: list[ProcessInfo] = []
-
-
-class AgentInfo(msgspec.Struct, kw_only=True, frozen=True):
-    node: str
-    version: str = ""
-    sampler: str = ""
-    hostname: str | None = None
-    pid: int | None = None
-    agent_id: str | None = None
-    sample_interval_s: float | None = None
-    snapshot_interval_s: float | None = None
+from gpuevents.agentdata import (
+    AgentInfo,
+    GpuInfo,
+    GpuXid,
+    JobInfo,
+    NodeInfo,
+    NodeSnapshot,
+    ProcessInfo,
+    Time,
+    struct_of,
+    utc_values,
+)
 
 
 class Envelope(msgspec.Struct, kw_only=True, frozen=True):
@@ -162,7 +50,7 @@ class Envelope(msgspec.Struct, kw_only=True, frozen=True):
     id: str | msgspec.UnsetType = msgspec.UNSET  # absent: a new one, as pydantic's default gives (null: refused)
     source: str
     cluster: str = "default"
-    time: _Time
+    time: Time
     type: str
     data: msgspec.Raw
 
@@ -205,54 +93,50 @@ def _utc_opt(t: datetime | None) -> datetime | None:
     return t if t is None or t.tzinfo is UTC else t.astimezone(UTC)
 
 
-_asdict = msgspec.structs.asdict
+_replace = msgspec.structs.replace
 _ZERO = timedelta(0)
+_NODE_TIMES = ("last_seen", "diag_started_at", "diag_passed_at", "diag_failed_at")
 
 
-def _gpu(g: GpuInfo, cls: type[E.GpuInfo] = E.GpuInfo) -> E.GpuInfo:
-    d = _asdict(g)
-    if g.idle_since is not None or g.xid_at is not None:
-        d["idle_since"] = _utc_opt(g.idle_since)
-        d["xid_at"] = _utc_opt(g.xid_at)
-    return _built(cls, d)
+def _gpu(g: GpuInfo) -> GpuInfo:
+    a, b = g.idle_since, g.xid_at
+    if (a is None or a.tzinfo is UTC) and (b is None or b.tzinfo is UTC):
+        return g
+    return _replace(g, idle_since=_utc_opt(a), xid_at=_utc_opt(b))
 
 
-def _process(p: ProcessInfo) -> E.ProcessInfo:
-    d = _asdict(p)
-    d["create_time"] = _utc(p.create_time)
-    return _built(E.ProcessInfo, d)
+def _process(p: ProcessInfo) -> ProcessInfo:
+    return p if p.create_time.tzinfo is UTC else _replace(p, create_time=_utc(p.create_time))
 
 
-def _job(j: JobInfo) -> E.JobInfo:
-    d = _asdict(j)
-    d["started_at"] = _utc_opt(j.started_at)
-    return _built(E.JobInfo, d)
+def _job(j: JobInfo) -> JobInfo:
+    t = j.started_at
+    return j if t is None or t.tzinfo is UTC else _replace(j, started_at=_utc(t))
 
 
-def _snapshot(s: NodeSnapshot) -> E.NodeSnapshot:
-    node = _asdict(s.node)
-    for k in ("last_seen", "diag_started_at", "diag_passed_at", "diag_failed_at"):
-        node[k] = _utc_opt(node[k])
-    return _built(E.NodeSnapshot, {
-        "node": _built(E.NodeInfo, node),
-        "jobs": [_job(j) for j in s.jobs],
-        "gpus": [_gpu(g) for g in s.gpus],
-        "processes": [_process(p) for p in s.processes],
-    })
+def _snapshot(s: NodeSnapshot) -> NodeSnapshot:
+    """`s` with every time in UTC: itself when they are (the agents send UTC), else a copy of what is not."""
+    n = s.node
+    node = n if all(_utc_opt(getattr(n, k)) is getattr(n, k) for k in _NODE_TIMES) else _replace(
+        n, **{k: _utc_opt(getattr(n, k)) for k in _NODE_TIMES})
+    gpus, processes, jobs = list(map(_gpu, s.gpus)), list(map(_process, s.processes)), list(map(_job, s.jobs))
+    if node is n and _same(gpus, s.gpus) and _same(processes, s.processes) and _same(jobs, s.jobs):
+        return s
+    return _replace(s, node=node, gpus=gpus, processes=processes, jobs=jobs)
 
 
-def _xid(g: GpuXid) -> E.GpuInfo:
-    return _gpu(g, E.GpuXid)
+def _same(a: list[Any], b: list[Any]) -> bool:
+    return all(x is y for x, y in zip(a, b, strict=True))
 
 
-def _agent(a: AgentInfo) -> E.AgentInfo:
-    return _built(E.AgentInfo, _asdict(a))
+def _agent(a: AgentInfo) -> AgentInfo:
+    return a
 
 
-_Payload = tuple[type[BaseModel], msgspec.json.Decoder[Any], Callable[[Any], BaseModel]]
+_Payload = tuple[type[BaseModel], msgspec.json.Decoder[Any], Callable[[Any], msgspec.Struct]]
 
 
-def _payload(model: type[BaseModel], struct: type[msgspec.Struct], to: Callable[[Any], BaseModel]) -> _Payload:
+def _payload(model: type[BaseModel], struct: type[msgspec.Struct], to: Callable[[Any], msgspec.Struct]) -> _Payload:
     return model, msgspec.json.Decoder(struct), to
 
 
@@ -262,12 +146,12 @@ _AGENT = _payload(E.AgentEvent, AgentInfo, _agent)
 _PAYLOADS: dict[str, _Payload] = {
     "node.snapshot": _payload(E.SnapshotEvent, NodeSnapshot, _snapshot),
     **dict.fromkeys(get_args(E.GpuEventType), _GPU),
-    "gpu.xid": _payload(E.GpuXidEvent, GpuXid, _xid),
+    "gpu.xid": _payload(E.GpuXidEvent, GpuXid, _gpu),
     **dict.fromkeys(get_args(E.ProcessEventType), _PROCESS),
     **dict.fromkeys(get_args(E.AgentEventType), _AGENT),
 }
-"""Each of the agents' event types: its event model, the decoder of its `data`, and what makes that data the
-model's."""
+"""Each of the agents' event types: its event model, the decoder of its `data`, and what puts that data's times
+in UTC."""
 _ENVELOPE = msgspec.json.Decoder(Envelope)
 
 
@@ -294,7 +178,7 @@ def decode(raw: bytes) -> E.Event | None:
     return cast("E.Event", with_data(env, model, data))
 
 
-def with_data(env: Envelope, model: type[M], data: BaseModel) -> M:
+def with_data(env: Envelope, model: type[M], data: msgspec.Struct) -> M:
     """The event `model` of `env` (its time in UTC) carrying `data`, already valid."""
     t = _utc(env.time)
     return _built(model, {
@@ -302,11 +186,18 @@ def with_data(env: Envelope, model: type[M], data: BaseModel) -> M:
         "source": env.source, "cluster": env.cluster, "time": t, "type": env.type, "data": data})
 
 
+def as_struct(model: BaseModel) -> msgspec.Struct:
+    """The Struct of `STRUCTS` holding the values of `model` (one of the agents' data models, already valid), every
+    time in it in UTC (one without an offset read as UTC): what an event's `data` is made of a validated model."""
+    return struct_of(model.model_dump(), STRUCTS[type(model)])
+
+
 def utc_event(event: E.Event) -> E.Event:
-    """`event` with every time in it in UTC (one without an offset read as UTC): what `decode` gives too."""
+    """`event` with every time in it in UTC (one without an offset read as UTC): what `decode` gives too. An agent
+    event's data is UTC already (its Struct is made so)."""
     if _all_utc(event):
         return event
-    return type(event).model_validate(_utc_values(event.model_dump()))
+    return type(event).model_validate(utc_values(event.model_dump()))
 
 
 def _all_utc(value: object) -> bool:
@@ -317,13 +208,3 @@ def _all_utc(value: object) -> bool:
     if isinstance(value, list):
         return all(_all_utc(v) for v in value)
     return True
-
-
-def _utc_values(value: object) -> object:
-    if isinstance(value, datetime):
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-    if isinstance(value, dict):
-        return {k: _utc_values(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_utc_values(v) for v in value]
-    return value

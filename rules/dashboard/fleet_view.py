@@ -9,8 +9,8 @@ from typing import Protocol
 
 from pydantic import BaseModel, computed_field
 
+from gpuevents.agentdata import GpuInfo, NodeInfo, ProcessInfo
 from gpuevents.costs import CostModel, physical_shares
-from gpuevents.events import GpuInfo, NodeInfo, ProcessInfo
 from gpuevents.holding import held_idle
 from gpuevents.records import AuditRecord
 from gpuevents.wire.fleet import DemandLine, FleetGpu, FleetIncident, FleetNode

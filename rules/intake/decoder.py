@@ -3,7 +3,8 @@ decoded once while its node repeats it."""
 
 from __future__ import annotations
 
-from gpuevents.events import Event, NodeSnapshot, SnapshotEvent, decode_event
+from gpuevents.agentdata import NodeSnapshot
+from gpuevents.events import Event, SnapshotEvent, decode_event
 from gpuevents.wire import messages
 
 

@@ -12,7 +12,10 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
-from gpuevents.events import Event, GpuEvent, GpuInfo, GpuXidEvent, ProcessEvent, ProcessInfo, SnapshotEvent
+from msgspec.structs import replace
+
+from gpuevents.agentdata import GpuInfo, ProcessInfo
+from gpuevents.events import Event, GpuEvent, GpuXidEvent, ProcessEvent, SnapshotEvent
 
 log = logging.getLogger(__name__)
 
@@ -25,11 +28,11 @@ def believable(skew_s: float, limit_s: float) -> bool:
 
 
 def _shift_gpu(g: GpuInfo, d: timedelta) -> GpuInfo:
-    return g.model_copy(update={"idle_since": g.idle_since - d}) if g.idle_since is not None else g
+    return replace(g, idle_since=g.idle_since - d) if g.idle_since is not None else g
 
 
 def _shift_process(p: ProcessInfo, d: timedelta) -> ProcessInfo:
-    return p.model_copy(update={"create_time": p.create_time - d})
+    return replace(p, create_time=p.create_time - d)
 
 
 def shifted(event: Event, d: timedelta) -> Event:
@@ -37,8 +40,8 @@ def shifted(event: Event, d: timedelta) -> Event:
     update: dict[str, object] = {"time": event.time - d}
     if isinstance(event, SnapshotEvent):
         snap = event.data
-        update["data"] = snap.model_copy(update={"gpus": [_shift_gpu(g, d) for g in snap.gpus],
-                                                 "processes": [_shift_process(p, d) for p in snap.processes]})
+        update["data"] = replace(snap, gpus=[_shift_gpu(g, d) for g in snap.gpus],
+                                 processes=[_shift_process(p, d) for p in snap.processes])
     elif isinstance(event, GpuEvent | GpuXidEvent):
         update["data"] = _shift_gpu(event.data, d)
     elif isinstance(event, ProcessEvent):

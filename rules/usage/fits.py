@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple
 
-from gpuevents.events import GpuInfo, JobInfo, NodeSnapshot, ProcessInfo, SnapshotEvent
+from gpuevents.agentdata import GpuInfo, JobInfo, NodeSnapshot, ProcessInfo
+from gpuevents.events import SnapshotEvent
 from gpuevents.holding import held
 from rules.usage.rollup import HOUR, TeamResolver
 

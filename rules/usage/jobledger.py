@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from gpuevents.events import GpuInfo, JobInfo, SnapshotEvent
+from gpuevents.agentdata import GpuInfo, JobInfo
+from gpuevents.events import SnapshotEvent
 from rules.lang.exemptions import parse as parse_exemptions
 from rules.usage.fits import bin_of, mem_bin_of
 

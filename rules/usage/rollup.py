@@ -8,8 +8,9 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import NamedTuple
 
+from gpuevents.agentdata import GpuInfo, NodeSnapshot, ProcessInfo
 from gpuevents.costs import physical_shares
-from gpuevents.events import GpuInfo, NodeSnapshot, ProcessInfo, SnapshotEvent
+from gpuevents.events import SnapshotEvent
 from gpuevents.holding import held_idle
 
 HOUR = 3600

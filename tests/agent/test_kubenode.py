@@ -10,6 +10,7 @@ import logging
 from datetime import UTC, datetime
 from pathlib import Path
 
+import msgspec
 import pytest
 from lightkube.resources.core_v1 import Node
 
@@ -156,7 +157,7 @@ async def test_the_running_agent_publishes_the_node_labels_and_follows_an_uncord
     async def latest_node() -> dict[str, object] | None:
         snaps = [e for m in [m async for m in bus.replay(S.STREAM_EVENTS, S.EVENTS_ALL)]
                  if isinstance(e := decode_event(m.data), SnapshotEvent)]
-        return snaps[-1].data.node.model_dump() if snaps else None
+        return msgspec.to_builtins(snaps[-1].data.node, builtin_types=(datetime,)) if snaps else None
 
     async def cordoned(value: bool) -> bool:
         node = await latest_node()

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
+from gpuevents import agentdata
 from gpuevents import events as E
 from gpuevents.wire import messages
 from rules.intake.decoder import decode
@@ -62,7 +63,7 @@ def test_an_agents_snapshot_takes_the_structs_and_equals_the_pydantic_result() -
     fast = messages.decode(data)
     assert fast is not None  # the Structs took it
     assert fast == E.decode_event(data) and E.encode_event(fast) == E.encode_event(E.decode_event(data))
-    assert isinstance(fast, E.SnapshotEvent) and isinstance(fast.data.gpus[0], E.GpuInfo)
+    assert isinstance(fast, E.SnapshotEvent) and isinstance(fast.data.gpus[0], agentdata.GpuInfo)
 
 
 @pytest.mark.parametrize(("where", "field", "value", "expected"), [
@@ -179,13 +180,43 @@ def test_any_value_is_accepted_or_refused_exactly_as_the_pydantic_path_does(wher
         assert E.encode_event(got[1]) == E.encode_event(want[1])
 
 
-def test_models_built_from_structs_copy_and_compare_as_validated_ones_do() -> None:
+def test_the_data_is_the_struct_the_engine_keeps_and_copies_compare_by_value() -> None:
     a, b = (messages.decode(raw(agent_snapshot())) for _ in range(2))
     assert isinstance(a, E.SnapshotEvent) and isinstance(b, E.SnapshotEvent)
+    assert type(a.data) is agentdata.NodeSnapshot and type(a.data.gpus[0]) is agentdata.GpuInfo
     g = a.data.gpus[0]
-    copied = g.model_copy(update={"idle_since": T0, "xid": 79})
+    copied = msgspec.structs.replace(g, idle_since=T0, xid=79)
     assert copied.idle_since == T0 and copied.xid == 79 and g.xid is None
-    # the fields-set the built models share is not changed by a copy of one of them
-    assert b.data.gpus[0].model_fields_set == set(E.GpuInfo.model_fields)
-    assert copied == E.GpuInfo.model_validate({**g.model_dump(), "idle_since": T0, "xid": 79})
     assert a.data.gpus[0] == b.data.gpus[0] and a.data.gpus[0] is not b.data.gpus[0]
+    # the pydantic path (an event someone wrote) ends in the same Struct, equal to the decoded one
+    assert E.SnapshotEvent.model_validate(a.model_dump()) == a
+
+
+def test_a_validated_model_converts_to_its_struct_field_for_field() -> None:
+    naive = datetime(2026, 1, 2, 3, 4, 5)  # read as UTC, as the pydantic path reads it
+    snap = E.NodeSnapshot(node=E.NodeInfo(name="n1", labels={"a": "b"}, last_seen=naive),
+                          jobs=[E.JobInfo(id="j1", gpus=[1], started_at=T0)],
+                          gpus=[gpu(0, idle_since=naive, xid=43, xid_at=T0), gpu(1, 50.0)],
+                          processes=[proc(100, gpus=[1], created=T0 - timedelta(hours=1))])
+    s = messages.as_struct(snap)
+    assert isinstance(s, agentdata.NodeSnapshot)
+    assert isinstance(s.gpus[0], agentdata.GpuInfo) and isinstance(s.processes[0], agentdata.ProcessInfo)
+    assert isinstance(s.jobs[0], agentdata.JobInfo) and isinstance(s.node, agentdata.NodeInfo)
+    assert s.gpus[0].idle_since == naive.replace(tzinfo=UTC) and s.node.last_seen == naive.replace(tzinfo=UTC)
+    utc = snap.model_copy(update={"node": snap.node.model_copy(update={"last_seen": naive.replace(tzinfo=UTC)}),
+                                  "gpus": [snap.gpus[0].model_copy(update={"idle_since": naive.replace(tzinfo=UTC)}),
+                                           snap.gpus[1]]})
+    assert msgspec.to_builtins(s) == orjson.loads(utc.model_dump_json())
+
+
+@pytest.mark.parametrize("model", list(messages.STRUCTS), ids=lambda m: m.__name__)
+def test_each_model_converts_to_its_own_struct(model: type[BaseModel]) -> None:
+    required: dict[str, Any] = {"name": "n1", "node": "n1", "index": 0, "pid": 1, "id": "j1", "create_time": T0,
+                                "xid": 79}
+    values = {k: v for k, v in required.items() if k in model.model_fields and model.model_fields[k].is_required()}
+    if model is E.NodeSnapshot:
+        values = {"node": E.NodeInfo(name="n1")}
+    m = model.model_validate(values)
+    s = messages.as_struct(m)
+    assert type(s) is messages.STRUCTS[model]
+    assert msgspec.to_builtins(s) == orjson.loads(m.model_dump_json())

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+import msgspec
+from pydantic import BaseModel
 
 from gpuevents.config import Config
 from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot, ProcessInfo, SnapshotEvent
@@ -13,6 +16,20 @@ from rules.lang.loader import load_rule_set
 from rules.lang.model import RuleSet
 
 T0 = datetime(2026, 1, 5, 0, 0, tzinfo=UTC)  # a Monday
+Ev = TypeVar("Ev", bound=BaseModel)
+
+
+def _plain(v: object) -> object:
+    if isinstance(v, BaseModel) or (isinstance(v, list) and any(isinstance(x, BaseModel) for x in v)):
+        return v
+    return msgspec.to_builtins(v, builtin_types=(datetime,))
+
+
+def with_data(ev: Ev, **changes: object) -> Ev:
+    """`ev` (an agent's event) with these fields of its `data` changed, validated as the pydantic path does: what is
+    given as a model (a JobInfo someone wrote) becomes the Struct the engine keeps, as the rest of `data` is."""
+    data = msgspec.to_builtins(ev.__dict__["data"], builtin_types=(datetime,))
+    return type(ev).model_validate({**dict(ev), "data": {**data, **{k: _plain(v) for k, v in changes.items()}}})
 
 
 def at(seconds: float) -> datetime:

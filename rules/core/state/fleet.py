@@ -6,22 +6,19 @@ from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from datetime import datetime, timedelta
 
+from msgspec.structs import replace
+
+from gpuevents.agentdata import GpuInfo, JobInfo, NodeInfo, NodeSnapshot, ProcessInfo
 from gpuevents.events import (
     AgentEvent,
     DemandEvent,
     Event,
     GpuEvent,
-    GpuInfo,
     GpuXidEvent,
     JobEndedEvent,
-    JobInfo,
-    NodeInfo,
-    NodeSnapshot,
     ProcessEvent,
-    ProcessInfo,
     SnapshotEvent,
 )
-from gpuevents.trusted import updated
 from rules.core.state.demand import DemandBook
 from rules.core.state.jobs import Jobs, ended_entity
 from rules.core.state.node import Change, Entity, NodeState
@@ -112,7 +109,7 @@ class FleetState:
             g = event.data
             if isinstance(event, GpuXidEvent):
                 ns.xids[g.index] = (event.data.xid, event.time)
-                g = updated(g, {"xid_at": event.time})
+                g = replace(g, xid_at=event.time)
             ns.snap_valid = False
             ns.gpu_infos[g.index] = self._idle_since(g, ns.gpu_infos.get(g.index), event.time)
         elif isinstance(event, ProcessEvent):
@@ -177,10 +174,10 @@ class FleetState:
             if g.xid is not None:
                 at = g.xid_at or (known[1] if known is not None and known[0] == g.xid else t)
                 if g.xid_at is None:
-                    ns.gpu_infos[idx] = updated(g, {"xid_at": at})
+                    ns.gpu_infos[idx] = replace(g, xid_at=at)
                 ns.xids[idx] = (g.xid, at)
             elif known is not None:
-                ns.gpu_infos[idx] = updated(g, {"xid": known[0], "xid_at": known[1]})
+                ns.gpu_infos[idx] = replace(g, xid=known[0], xid_at=known[1])
 
     def _repeats(self, ns: NodeState, snap: NodeSnapshot, t: datetime) -> bool:
         """Whether `snap` (at `t`) repeats the snapshot the node's views stand on, times aside, while nothing else
@@ -220,7 +217,7 @@ class FleetState:
             since = old.idle_since
         else:
             since = t
-        return updated(g, {"idle_since": since})
+        return replace(g, idle_since=since)
 
     @staticmethod
     def _process_key(node_key: str, p: ProcessInfo, known: Mapping[str, ProcessInfo]) -> str:
@@ -335,4 +332,4 @@ def _allocated(g: GpuInfo, allocation: dict[int, str] | None) -> GpuInfo:
     if allocation is None or g.allocated is not None:
         return g
     job = allocation.get(g.index)
-    return updated(g, {"allocated": job is not None, "job": job})
+    return replace(g, allocated=job is not None, job=job)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from gpuevents.events import JobEnded, JobInfo
+from gpuevents.agentdata import JobInfo
+from gpuevents.events import JobEnded
 from rules.core.state.node import Entity, NodeState
 from rules.lang.exemptions import Exemptions
 from rules.lang.expr import CLOCK_KEY

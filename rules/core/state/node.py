@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot, ProcessInfo
+from gpuevents.agentdata import GpuInfo, NodeInfo, NodeSnapshot, ProcessInfo
 from rules.lang.views import GpuView
 
 
@@ -65,7 +65,7 @@ class NodeState:
         return full
 
 
-@dataclass
+@dataclass(slots=True)
 class Change:
     """What an event changed: entities to evaluate, entities that are gone, and for each changed entity that is
     not new the names of the fields its context shows that changed (no entry: evaluate every rule)."""

@@ -13,33 +13,36 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
 from datetime import datetime, timedelta
-from operator import is_, itemgetter
+from operator import attrgetter, is_
 from typing import Any
 
-from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot, ProcessInfo
+import msgspec
+
+from gpuevents.agentdata import GpuInfo, NodeInfo, NodeSnapshot, ProcessInfo
 from gpuevents.holding import parted_uuids
 from rules.core.state.node import Change, Entity, NodeState
 from rules.lang.expr import CLOCK_KEY
 from rules.lang.views import GPU_FIELDS, PROCESS_FIELDS, EntityView, EvalClock, GpuView, NodeView, ProcessView
 
 
-def _fields_getter(model: type[Any], ignore: frozenset[str]) -> Callable[[Any], tuple[Any, ...]]:
-    """The values of `model`'s fields but `ignore`, as one tuple, to tell whether a snapshot repeats itself."""
-    get = itemgetter(*(k for k in model.model_fields if k not in ignore))
-    return lambda m: get(m.__dict__)
+def _fields_getter(struct: type[msgspec.Struct], ignore: frozenset[str]) -> Callable[[Any], tuple[Any, ...]]:
+    """The values of `struct`'s fields but `ignore`, as one tuple, to tell whether a snapshot repeats itself."""
+    return attrgetter(*(k for k in struct.__struct_fields__ if k not in ignore))
 
 
-DIAG_FIELDS = tuple(f for f in NodeInfo.model_fields if f.startswith("diag_"))
+DIAG_FIELDS = tuple(f for f in NodeInfo.__struct_fields__ if f.startswith("diag_"))
 _node_fields = _fields_getter(NodeInfo, frozenset({"online", "last_seen"}))
 _gpu_fields = _fields_getter(GpuInfo, frozenset({"idle_for_s"}))
 _process_fields = _fields_getter(ProcessInfo, frozenset({"age_s"}))
 
-GPU_COPIED = tuple(sorted(f for f in GPU_FIELDS & set(GpuInfo.model_fields)
+GPU_COPIED = tuple(sorted(f for f in GPU_FIELDS & set(GpuInfo.__struct_fields__)
                           if f not in {"index", "node", "mem_pct", "pids", "owners", "owner", "idle_for_s"}))
 """GPU fields a view shows as the agent reported them; the others are derived (`mem_pct` when not reported,
 `pids`, `processes`, `owners`, `owner`)."""
-PROCESS_COPIED = tuple(sorted(f for f in PROCESS_FIELDS & set(ProcessInfo.model_fields)
+PROCESS_COPIED = tuple(sorted(f for f in PROCESS_FIELDS & set(ProcessInfo.__struct_fields__)
                               if f not in {"node", "owner", "gpus", "labels", "age_s"}))
+_gpu_copied = attrgetter(*GPU_COPIED)
+_process_copied = attrgetter(*PROCESS_COPIED)
 
 
 def _gpu_raw(g: GpuInfo, t: datetime) -> tuple[Any, ...]:
@@ -339,10 +342,8 @@ def _patch(ns: NodeState, clock: EvalClock, owners: Mapping[str, str],
 
 def _patch_process(pv: ProcessView, old: ProcessInfo, p: ProcessInfo, owners: Mapping[str, str]) -> set[str]:
     d: set[str] = set()
-    new_vals, old_vals = p.__dict__, old.__dict__
-    for f in PROCESS_COPIED:
-        v = new_vals[f]
-        if v != old_vals[f]:
+    for f, v, was in zip(PROCESS_COPIED, _process_copied(p), _process_copied(old), strict=True):
+        if v != was:
             setattr(pv, f, v)
             d.add(f)
     if "create_time" in d:
@@ -365,12 +366,12 @@ def _patch_gpu(gv: GpuView, old: GpuInfo, g: GpuInfo, parents: AbstractSet[str],
                on_gpu: list[ProcessView], gpu_owners: list[str]) -> set[str]:
     d: set[str] = set()
     if g is not old:
-        new_vals, old_vals = g.__dict__, old.__dict__
-        for f in GPU_COPIED:
-            v = new_vals[f]
-            if v != old_vals[f]:
-                setattr(gv, f, v)
-                d.add(f)
+        new_vals, old_vals = _gpu_copied(g), _gpu_copied(old)
+        if new_vals != old_vals:
+            for f, v, was in zip(GPU_COPIED, new_vals, old_vals, strict=True):
+                if v != was:
+                    setattr(gv, f, v)
+                    d.add(f)
         if "idle_since" in d:
             gv._idle_since_ts = g.idle_since.timestamp() if g.idle_since is not None else None
         mem_pct = _mem_pct(g)

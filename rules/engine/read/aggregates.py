@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
+from gpuevents.agentdata import GpuInfo, NodeInfo
 from gpuevents.costs import CostModel, physical_shares
-from gpuevents.events import GpuInfo, NodeInfo
 from gpuevents.holding import held_idle
 from gpuevents.wire.fleet import FleetSummary, WorstNode
 from gpuevents.wire.status import TOP

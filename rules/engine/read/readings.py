@@ -6,7 +6,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
-from gpuevents.events import GpuInfo, NodeInfo, ProcessInfo
+from msgspec.structs import replace
+
+from gpuevents.agentdata import GpuInfo, NodeInfo, ProcessInfo
 from gpuevents.holding import count_held_idle
 from gpuevents.wire.fleet import DemandLine, ExemptionView
 from rules.core.core import Core
@@ -46,7 +48,7 @@ def node_reading(core: Core, key: str) -> NodeReading | None:
     ns = core.state.nodes.get(key)
     if ns is None:
         return None
-    info = ns.info.model_copy(update={"online": ns.online, "last_seen": ns.last_seen})
+    info = replace(ns.info, online=ns.online, last_seen=ns.last_seen)
     return NodeReading(node=info, gpus=list(ns.gpu_infos.values()), processes=list(ns.proc_infos.values()))
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 import yaml
+from msgspec.structs import replace
 from typer.testing import CliRunner
 
 from gpuevents.bus import Bus
@@ -135,8 +136,8 @@ async def test_two_agents_claiming_one_node_show_in_status_log_and_metric(
     async with running(await Engine.open(engine_config, bus, clock=clock)) as engine:
         for i in range(6):  # `up`'s agent and an `agent --simulate` both called n1, taking turns
             ev = snapshot("n1", clock.now())
-            node = ev.data.node.model_copy(update={"agent_id": ("up-aaaa1111", "sim-bbbb2222")[i % 2]})
-            bus.publish_event(ev.model_copy(update={"data": ev.data.model_copy(update={"node": node})}))
+            node = replace(ev.data.node, agent_id=("up-aaaa1111", "sim-bbbb2222")[i % 2])
+            bus.publish_event(ev.model_copy(update={"data": replace(ev.data, node=node)}))
         assert await bus.flush(5)
         metric = "gpuevents_node_claim_conflicts_total"
         await wait_for(lambda: engine.metrics.registry.get_sample_value(metric, {"node": "n1"}) == 1,

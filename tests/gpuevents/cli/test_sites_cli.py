@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import orjson
+from msgspec.structs import replace
 
 from gpuevents.bus import Bus
 from gpuevents.clock import SystemClock
@@ -21,7 +22,7 @@ from tests.waiting import wait_for
 
 def site_snapshot(cluster: str, node: str, at: datetime) -> SnapshotEvent:
     one = snapshot(node, at, idle_since=at)
-    data = one.data.model_copy(update={"node": one.data.node.model_copy(update={"cluster": cluster})})
+    data = replace(one.data, node=replace(one.data.node, cluster=cluster))
     event = make_event("node.snapshot", node, data, cluster=cluster, time=at)
     assert isinstance(event, SnapshotEvent)
     return event

@@ -8,8 +8,8 @@ from typing import Any
 
 import msgspec
 
+from gpuevents import agentdata
 from gpuevents.events import GpuInfo, ProcessInfo
-from gpuevents.wire import messages
 from gpuevents.wire.fleet import FleetGpu
 from rules.lang.views import GpuView, ProcessView
 from rules.offline import testfile
@@ -23,8 +23,8 @@ def _public(cls: type[GpuView | ProcessView]) -> set[str]:
 
 
 def test_the_wire_structs_are_the_reading() -> None:
-    assert [f.name for f in msgspec.structs.fields(messages.GpuInfo)] == list(GpuInfo.model_fields)
-    assert [f.name for f in msgspec.structs.fields(messages.ProcessInfo)] == list(ProcessInfo.model_fields)
+    assert [f.name for f in msgspec.structs.fields(agentdata.GpuInfo)] == list(GpuInfo.model_fields)
+    assert [f.name for f in msgspec.structs.fields(agentdata.ProcessInfo)] == list(ProcessInfo.model_fields)
 
 
 def test_the_views_show_the_reading_with_times_measured_when_evaluated() -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
+import msgspec
 from hypothesis import strategies as st
 
 from gpuevents.events import (
@@ -25,14 +26,13 @@ from gpuevents.events import (
     JobEnded,
     JobEndedEvent,
     JobInfo,
-    NodeSnapshot,
     ProcessInfo,
     SnapshotEvent,
     make_event,
 )
 from rules.core.core import CoreInput, ForgetNode, Snooze, Sweep, Tick
 from rules.lang.exemptions import EXCLUDE, KEEP_UNTIL
-from tests.rules.helpers import T0, at, gpu, proc, snapshot
+from tests.rules.helpers import T0, at, gpu, proc, snapshot, with_data
 
 NODES = ["n1", "n2", "n3"]
 CLUSTER = {"n1": "default", "n2": "default", "n3": "east"}  # n3 is another cluster's: its keys are `east:n3/...`
@@ -134,13 +134,14 @@ def inputs(draw: st.DrawFn) -> list[tuple[float, Item]]:
         kind = draw(st.sampled_from(KINDS))
         if kind in ("repeat", "copy") and node in last:
             prev = last[node]
-            data = prev.data if kind == "repeat" else NodeSnapshot.model_validate(prev.data.model_dump())
+            data = prev.data if kind == "repeat" else msgspec.json.decode(msgspec.json.encode(prev.data),
+                                                                             type=type(prev.data))
             out.append((t, prev.model_copy(update={"time": at(t), "data": data})))
         elif kind in ("snap", "repeat", "copy"):
             n = draw(st.integers(0, 3))
             ev = snapshot(at(t), node, gpus=[draw(_gpu(i)) for i in range(n)], processes=_procs(draw, draw(
                 st.integers(0, n))), labels={"pool": draw(st.sampled_from(["a", "a", "b"]))}, cluster=cluster)
-            ev = ev.model_copy(update={"data": ev.data.model_copy(update={"jobs": _jobs(draw)})})
+            ev = with_data(ev, jobs=_jobs(draw))
             last[node] = ev
             out.append((t, ev))
         elif kind in ("gpu", "xid"):

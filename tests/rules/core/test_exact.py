@@ -21,7 +21,7 @@ from gpuevents.events import (
 from rules.core.core import Core, Snooze, Tick
 from rules.core.inputs import StepResult
 from rules.lang.exemptions import EXCLUDE, KEEP_UNTIL
-from tests.rules.helpers import at, config, gpu, proc, rules_from, snapshot
+from tests.rules.helpers import at, config, gpu, proc, rules_from, snapshot, with_data
 
 HELD = """\
 rules:
@@ -84,7 +84,7 @@ rules:
 def kube_job(t: float, node: str, annotations: dict[str, str]) -> SnapshotEvent:
     ev = snapshot(at(t), node, gpus=[gpu(0, 90)])
     job = JobInfo(id="ml/Deployment/chat", scheduler="kubernetes", namespace="ml", gpus=[0], annotations=annotations)
-    return ev.model_copy(update={"data": ev.data.model_copy(update={"jobs": [job]})})
+    return with_data(ev, jobs=[job])
 
 
 def test_a_job_kept_by_its_annotation_exempts_its_processes_on_other_nodes_at_once(tmp_path: Path) -> None:
@@ -107,7 +107,7 @@ rules:
     actions: [{type: log, message: "{{ job.id }}"}]
 """), config(tick="30s"))
     ev = snapshot(at(0), "n1", gpus=[gpu(0, 90)])
-    core.step(ev.model_copy(update={"data": ev.data.model_copy(update={"jobs": [JobInfo(id="7", gpus=[0])]})}), at(0))
+    core.step(with_data(ev, jobs=[JobInfo(id="7", gpus=[0])]), at(0))
     assert [i.status for i in core.open_incidents()] == ["firing"]
     ended = JobEndedEvent(source=f"node/{SCHEDULER_SOURCE}", time=at(10),
                           data=JobEnded(id="7", nodes=["n1"], ended_at=at(10)))
@@ -176,7 +176,7 @@ def test_the_engine_wakes_when_a_job_s_keep_ends(tmp_path: Path) -> None:
 
 def job_part(t: float, node: str, util: float) -> SnapshotEvent:
     ev = snapshot(at(t), node, gpus=[gpu(0, util, idle_since=at(0))])
-    return ev.model_copy(update={"data": ev.data.model_copy(update={"jobs": [JobInfo(id="7", user="erin", gpus=[0])]})})
+    return with_data(ev, jobs=[JobInfo(id="7", user="erin", gpus=[0])])
 
 
 def test_a_job_an_offline_node_changed_is_evaluated_at_its_other_node_s_next_event(tmp_path: Path) -> None:

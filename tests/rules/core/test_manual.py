@@ -13,7 +13,7 @@ from gpuevents.events import JobInfo
 from gpuevents.wire.manual import OperatorAction
 from rules.core import manual
 from rules.core.core import Core
-from tests.rules.helpers import T0, at, gpu, idle_core, proc, snapshot
+from tests.rules.helpers import T0, at, gpu, idle_core, proc, snapshot, with_data
 
 
 def core_with_a_process(tmp_path: Path, cfg: Config, user: str = "alice", name: str = "train.py",
@@ -91,7 +91,7 @@ def test_a_cancel_names_the_job_and_its_scheduler(tmp_path: Path, scheduler: str
     job = JobInfo(id="ns/train-0" if scheduler == "kubernetes" else "7", scheduler=scheduler, user="erin",
                   gpus=[0], pids=[4242])
     snap = snapshot(at(0), gpus=[gpu(0)], processes=[proc(4242, user="erin")])
-    core.step(snap.model_copy(update={"data": snap.data.model_copy(update={"jobs": [job]})}), at(0))
+    core.step(with_data(snap, jobs=[job]), at(0))
     req = OperatorAction(type="cancel", cluster="default", job=job.id, by="ops")
     decided = decide(core, req, cfg)
     assert (decided.type, decided.entity_kind, decided.decision) == ("cancel", "job", "run")

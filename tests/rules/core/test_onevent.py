@@ -11,7 +11,7 @@ from pathlib import Path
 from gpuevents.events import AgentInfo, JobInfo, SnapshotEvent, make_event
 from rules.core.core import Core, ForgetNode, Tick
 from rules.core.inputs import StepResult
-from tests.rules.helpers import at, config, gpu, rules_from, snapshot
+from tests.rules.helpers import at, config, gpu, rules_from, snapshot, with_data
 
 
 def fired(out: StepResult) -> list[tuple[str, str, str]]:
@@ -53,7 +53,7 @@ rules:
 
 def job_snapshot(t: float, node: str, idle_for: float | None = None) -> SnapshotEvent:
     ev = snapshot(at(t), node, gpus=[gpu(0, idle_since=at(0))])
-    return ev.model_copy(update={"data": ev.data.model_copy(update={"jobs": [JobInfo(id="7", user="erin", gpus=[0])]})})
+    return with_data(ev, jobs=[JobInfo(id="7", user="erin", gpus=[0])])
 
 
 def test_a_forgotten_node_re_evaluates_the_jobs_it_held(tmp_path: Path) -> None:
@@ -138,7 +138,7 @@ rules:
     part = JobInfo(id="7", scheduler="kubernetes", gpus=[0],
                    annotations={"gpuevents.io/keep-until": at(60).isoformat().replace("+00:00", "Z")})
     ev = snapshot(at(0), gpus=[gpu(0, idle_since=at(0))])
-    ev = ev.model_copy(update={"data": ev.data.model_copy(update={"jobs": [part]})})
+    ev = with_data(ev, jobs=[part])
     assert fired(core.step(ev, at(0))) == []  # kept until 60
     out = core.step(ev.model_copy(update={"time": at(90)}), at(90))  # a repeat after the keep ended, before a tick
     assert fired(out) == [("job-idle", "job/kubernetes/7", "pending"), ("job-idle", "job/kubernetes/7", "firing")]

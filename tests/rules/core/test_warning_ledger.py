@@ -11,7 +11,7 @@ from rules.core.core import ActionOutcome, Core, StepResult, Tick
 from rules.core.incidents import Incident
 from rules.core.warning_ledger import NOT_DELIVERED
 from rules.lang.loader import load_rule_set
-from tests.rules.helpers import T0, at, gpu, proc, rules_from, snapshot
+from tests.rules.helpers import T0, at, gpu, proc, rules_from, snapshot, with_data
 
 LIBRARY = Path(__file__).resolve().parents[3] / "rules" / "library"
 
@@ -131,11 +131,11 @@ def test_the_library_job_rule_does_not_cancel_a_job_whose_owner_could_not_be_mai
     core = Core(load_rule_set([LIBRARY / "jobs.yaml"]), offline_detection=False)
     job = JobInfo(id="81", gpus=[0], pids=[10], started_at=T0)  # no user: nobody to mail
     snap = snapshot(at(0), gpus=[gpu(0)], processes=[proc(10, user=None)])
-    core.step(snap.model_copy(update={"data": snap.data.model_copy(update={"jobs": [job]})}), at(0))
+    core.step(with_data(snap, jobs=[job]), at(0))
     for n in range(2, 7):  # busy jobs beside it: the idle one is under the rule's 20 % fleet share
         busy = snapshot(at(0), node=f"n{n}", gpus=[gpu(0, 90)])
         jobs = [JobInfo(id=f"9{n}", user="finn", gpus=[0], started_at=T0)]
-        core.step(busy.model_copy(update={"data": busy.data.model_copy(update={"jobs": jobs})}), at(0))
+        core.step(with_data(busy, jobs=jobs), at(0))
     def idle_job_actions(t: int) -> list[ActionRequest]:
         return [a for a in core.step(Tick(), at(t)).actions if a.rule == "job-idle-1h"]
 

@@ -6,13 +6,14 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import msgspec
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from gpuevents.agentdata import GpuInfo, NodeInfo, NodeSnapshot
 from gpuevents.config import CostsConfig
 from gpuevents.costs import CostModel
-from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot
 from gpuevents.records import AuditRecord
 from gpuevents.wire.fleet import FleetIncident
 from rules.dashboard.fleet_view import FleetView, fleet_view
@@ -48,7 +49,7 @@ class FleetSource:
 
     def make_held_idle(self, node: str, index: int) -> None:
         snap = self.nodes[node]
-        gpus = [g.model_copy(update={"util_pct": 0.0, "idle": True, "idle_for_s": 7300.0}) if g.index == index else g
+        gpus = [msgspec.structs.replace(g, util_pct=0.0, idle=True, idle_for_s=7300.0) if g.index == index else g
                 for g in snap.gpus]
         self.set_node(node, gpus)
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot
+from gpuevents.agentdata import GpuInfo, NodeInfo, NodeSnapshot
 from gpuevents.wire.free import FreeAnswer, FreeQuery, parse_labels, parse_mem_mib
 from rules.dashboard.fleet_view import FleetView, fleet_view
 from rules.dashboard.free import free_gpus
@@ -18,7 +19,7 @@ H100 = "NVIDIA H100 80GB HBM3"
 
 
 def gpu(node: str, index: int, *, idle_for: float | None = 600.0, util: float = 0.0, used: float = 500.0,
-        model: str = H100, total: float = 81559, **kw: object) -> GpuInfo:
+        model: str = H100, total: float = 81559, **kw: Any) -> GpuInfo:
     idle = idle_for is not None
     return GpuInfo(node=node, index=index, uuid=f"GPU-{node}-{index}", model=model, util_pct=util if idle else 90.0,
                    mem_used_mib=used, mem_total_mib=total, idle=idle, idle_for_s=idle_for, **kw)

@@ -10,11 +10,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
+from gpuevents.agentdata import GpuInfo, NodeInfo, NodeSnapshot
 from gpuevents.config import CostsConfig, GpuCost
 from gpuevents.costs import CostModel
-from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot
 from gpuevents.wire.fleet import FleetIncident
 from gpuevents.wire.free import FreeQuery
 from rules.dashboard.fleet_view import FleetView, fleet_view
@@ -64,7 +65,7 @@ class Fleet:
     def hold(self, node: str, index: int, owner: str) -> None:
         snap = self.snaps[node]
         gpus = [_gpu(node, index, "idle", owner, 7200.0) if g.index == index else g for g in snap.gpus]
-        self.snaps[node] = snap.model_copy(update={"gpus": gpus})
+        self.snaps[node] = msgspec.structs.replace(snap, gpus=gpus)
 
     def fleet(self) -> FleetView:
         return fleet_view(self.snaps.values(), NOW, COSTS)

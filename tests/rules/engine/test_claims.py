@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from msgspec.structs import replace
+
 from gpuevents.events import AgentInfo, Event, SnapshotEvent, make_event
 from rules.engine.claims import NodeClaims
 from tests.rules.engine.conftest import snapshot
+from tests.rules.helpers import with_data
 
 T0 = datetime(2026, 12, 3, 15, 0, tzinfo=UTC)
 
@@ -14,8 +17,7 @@ T0 = datetime(2026, 12, 3, 15, 0, tzinfo=UTC)
 def from_agent(agent_id: str, s: float, node: str = "vm", pid: int | None = None) -> Event:
     ev = snapshot(node, T0 + timedelta(seconds=s))
     assert isinstance(ev, SnapshotEvent)
-    info = ev.data.node.model_copy(update={"agent_id": agent_id, "hostname": "vm"})
-    return ev.model_copy(update={"data": ev.data.model_copy(update={"node": info})})
+    return with_data(ev, node=replace(ev.data.node, agent_id=agent_id, hostname="vm"))
 
 
 def see_all(claims: NodeClaims, *events: tuple[Event, float]) -> list[str]:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from msgspec.structs import replace
 
 from gpuevents import subjects as S
 from gpuevents.bus import Bus
@@ -41,7 +42,7 @@ async def sites(tmp_path: Path) -> AsyncIterator[Sites]:
 def site_snapshot(cluster: str) -> SnapshotEvent:
     at = SystemClock().now()
     one = snapshot("gpu-0", at, util=90)
-    data = one.data.model_copy(update={"node": one.data.node.model_copy(update={"cluster": cluster})})
+    data = replace(one.data, node=replace(one.data.node, cluster=cluster))
     event = make_event("node.snapshot", "gpu-0", data, cluster=cluster, time=at)
     assert isinstance(event, SnapshotEvent)
     return event

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 
 import pytest
 
+from gpuevents.agentdata import GpuInfo, NodeSnapshot
 from gpuevents.config import ThresholdsConfig
-from gpuevents.events import GpuInfo, NodeSnapshot
 from rules.history.dcgm import Classify, Rebuilder, gpu_of, grid, kube_label, pod_labels
 from rules.history.promapi import Series
 from rules.usage.rollup import TeamResolver, UsageAggregator

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from gpuevents.events import NodeSnapshot, decode_event, encode_event, make_event
+from gpuevents.agentdata import NodeSnapshot
+from gpuevents.events import decode_event, encode_event, make_event
 from rules.intake.decoder import RepeatDecoder
 from tests.quick import examples
 from tests.rules.helpers import T0, at, gpu, proc, snapshot

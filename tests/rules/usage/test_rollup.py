@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuevents import agentdata
 from gpuevents.config import Config, CostsConfig
 from gpuevents.costs import CostModel
 from gpuevents.events import GpuInfo, NodeInfo, NodeSnapshot, SnapshotEvent, make_event
@@ -166,7 +167,7 @@ async def test_recorder_writes_settled_buckets_and_keeps_them_across_reopen(tmp_
 def test_a_repeated_snapshot_object_counts_like_equal_copies_across_drains_and_hours() -> None:
     """The engine hands a node's repeated snapshot over as the very object it holds; the aggregator then
     keeps that snapshot's plan and buckets. Totals must equal counting fresh copies, drains in between."""
-    held: dict[str, NodeSnapshot] = {}
+    held: dict[str, agentdata.NodeSnapshot] = {}
     shared = []
     for e in day_events():
         last = held.get(e.node)
@@ -224,9 +225,8 @@ def test_the_fleet_view_costs_a_mig_gpu_once() -> None:
     from rules.dashboard.fleet_view import fleet_view
 
     snap = _mig_node(0).data
-    for g in snap.gpus:
-        g.__dict__["idle"] = True  # held idle: each instance has a process
-        g.__dict__["pids"] = [100 + g.index] if g.mig_parent else []
+    snap = agentdata.replace(snap, gpus=[  # held idle: each instance has a process
+        agentdata.replace(g, idle=True, pids=[100 + g.index] if g.mig_parent else []) for g in snap.gpus])
     costs = CostModel(COSTS)
     view = fleet_view([snap], DAY_START, costs)
     assert [g.index for g in view.nodes[0].gpus] == [1, 2, 3]

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import orjson
 import pytest
+from msgspec.structs import replace
 
+from gpuevents import agentdata
 from gpuevents import subjects as S
 from gpuevents.bus import Bus
 from gpuevents.cli.ask_status import ask_node, ask_pages, ask_summary
@@ -160,11 +162,10 @@ async def test_free_answers_a_large_fleet_within_the_max_payload(big_engine: Eng
     async with big_engine.hold.held() as core:
         for i in range(FLEET):  # every GPU free: a full answer would list 2,000 nodes, over 1 MiB
             e = big_snapshot(i)
-            assert isinstance(e.data, NodeSnapshot)
-            gpus = [g.model_copy(update={"pids": [], "owners": [], "util_pct": 0.0, "idle": True,
-                                         "mem_used_mib": 0.0}) for g in e.data.gpus]
-            core.step(e.model_copy(update={"data": e.data.model_copy(
-                update={"gpus": gpus, "processes": []})}), T0 + timedelta(seconds=30))
+            assert isinstance(e.data, agentdata.NodeSnapshot)
+            gpus = [replace(g, pids=[], owners=[], util_pct=0.0, idle=True, mem_used_mib=0.0) for g in e.data.gpus]
+            core.step(e.model_copy(update={"data": replace(e.data, gpus=gpus, processes=[])}),
+                      T0 + timedelta(seconds=30))
         big_engine.hold.changed()
     raw = await bus.request(S.ENGINE_FREE, b"{}", timeout=60)
     reply = orjson.loads(raw)
