@@ -170,16 +170,28 @@ def _by_use(shares: list[tuple[str, str]], holders: list[ProcessInfo], teams: Te
     return [used.get(owner, 0.0) / total for owner, _ in shares]
 
 
+_last_signed: list[tuple[NodeSnapshot, tuple[object, ...]]] = []
+
+
+def signature(snap: NodeSnapshot) -> tuple[object, ...]:
+    """What a snapshot's plans (the rollups' and the fits' keys, states, parts and idle jobs) depend on, and nothing
+    that changes with every reading (utilisation, memory, power, temperature): equal signatures, equal plans.
+    The last one is remembered (with its snapshot, so its id is not reused): the fits ask for it next."""
+    if _last_signed and _last_signed[0][0] is snap:
+        return _last_signed[0][1]
+    sig = _signature(snap)
+    _last_signed[:] = [(snap, sig)]
+    return sig
+
+
 def _signature(snap: NodeSnapshot) -> tuple[object, ...]:
-    """What a snapshot's plan (its buckets' keys, states, parts and idle jobs) depends on, and nothing that changes
-    with every reading (utilisation, memory, power, temperature): equal signatures, equal plans."""
     return (
         snap.node.name, snap.node.labels,
         tuple((g.index, g.uuid, g.mig_parent, g.model, g.lost, g.idle, g.activity_known, tuple(g.pids),
                tuple(g.owners), g.owner, g.allocated, g.job) for g in snap.gpus),
         tuple((p.pid, p.owner, p.user, p.labels, p.job, p.pod, p.name, p.create_time, p.gpu_util_pct is None)
               for p in snap.processes),
-        tuple((j.id, j.owner, j.user, j.name) for j in snap.jobs),
+        tuple((j.id, j.scheduler, j.owner, j.user, j.name) for j in snap.jobs),
     )
 
 
@@ -239,7 +251,7 @@ class UsageAggregator:
                 # the engine hands a repeated snapshot over as the object it holds: plan and buckets stay
                 mark.at = mark.counted_until = at
                 return
-            sig = _signature(snap)
+            sig = signature(snap)
             if mark.plan is not None and sig == mark.sig:
                 rates = self._rates(snap, mark.plan)
                 if rates is not None:  # same keys, new readings: the plan and its bound buckets stay
@@ -247,7 +259,7 @@ class UsageAggregator:
                     return
             self._nodes[key] = _NodeMark(snapshot=snap, at=at, counted_until=at, sig=sig)
             return
-        self._nodes[key] = _NodeMark(snapshot=snap, at=at, counted_until=at, sig=_signature(snap))
+        self._nodes[key] = _NodeMark(snapshot=snap, at=at, counted_until=at, sig=signature(snap))
 
     def settle(self, now: datetime) -> None:
         """Count every node's current state up to `now` (capped), so a flush misses nothing."""

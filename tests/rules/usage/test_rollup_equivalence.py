@@ -1,7 +1,7 @@
-"""The usage aggregator keeps a node's plan across readings that change no key; fed the same random snapshots
+"""The usage and fits aggregators keep a node's plan across readings that change no key; fed the same random snapshots
 (owners, pids, idle, power, models and jobs changing, nodes falling silent, redelivered and out-of-order snapshots,
-repeated snapshot objects, flushes and forgotten nodes in between) it drains what the old one did
-(tests/rules/usage/reference_rollup.py), bucket for bucket, within float rounding."""
+repeated snapshot objects, flushes and forgotten nodes in between) they drain what the old ones did
+(tests/rules/usage/reference_rollup.py, reference_fits.py), bucket for bucket, within float rounding."""
 
 from __future__ import annotations
 
@@ -15,8 +15,10 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from gpuevents.events import GpuInfo, JobInfo, NodeInfo, NodeSnapshot, ProcessInfo, SnapshotEvent, make_event
+from rules.usage.fits import FitAggregator
 from rules.usage.rollup import TeamResolver, UsageAggregator
 from tests.quick import examples
+from tests.rules.usage import reference_fits
 from tests.rules.usage import reference_rollup as ref
 
 EXAMPLES = int(os.environ.get("GPUEVENTS_PROPERTY_EXAMPLES", "150"))
@@ -87,7 +89,10 @@ def test_the_aggregator_drains_what_the_old_one_did(steps: list[tuple[Any, ...]]
     new = UsageAggregator(snapshot_interval=15, teams=TEAMS, rated_power_w=_rated)
     old = ref.UsageAggregator(snapshot_interval=15, teams=ref.TeamResolver(
         team_label="team", owners=TEAMS.owners, teams=TEAMS.teams), rated_power_w=_rated)
+    fits_new = FitAggregator(snapshot_interval=15, teams=TEAMS)
+    fits_old = reference_fits.FitAggregator(snapshot_interval=15, teams=TEAMS)
     clock = T0
+    fits_drained = []
     last: dict[str, SnapshotEvent] = {}
     drained = []
     for step in steps:
@@ -110,18 +115,26 @@ def test_the_aggregator_drains_what_the_old_one_did(steps: list[tuple[Any, ...]]
             new.settle(clock)
             old.settle(clock)
             drained.append((_batch(new.drain()), _batch(old.drain())))
+            fits_drained.append((fits_new.drain(), fits_old.drain()))
         elif step[0] == "forget":
             new.forget("default", step[1])
             old.forget("default", step[1])
+            fits_new.forget("default", step[1])
+            fits_old.forget("default", step[1])
         if event is not None:
             new.observe(event, clock + timedelta(seconds=60))
             old.observe(event, clock + timedelta(seconds=60))
+            fits_new.observe(event, clock + timedelta(seconds=60))
+            fits_old.observe(event, clock + timedelta(seconds=60))
             last[event.node] = event
             clock = max(clock, event.time)
     clock += timedelta(seconds=100)
     new.settle(clock)
     old.settle(clock)
     drained.append((_batch(new.drain()), _batch(old.drain())))
+    fits_drained.append((fits_new.drain(), fits_old.drain()))
+    for fits_got, fits_want in fits_drained:
+        assert [(tuple(k), astuple(a)) for k, a in fits_got] == [(tuple(k), astuple(a)) for k, a in fits_want]
     for got, want in drained:
         for mine, theirs in zip(got, want, strict=True):
             assert mine.keys() == theirs.keys()
