@@ -17,7 +17,7 @@ from typing import NamedTuple
 from gpuevents.agentdata import GpuInfo, JobInfo, NodeSnapshot, ProcessInfo
 from gpuevents.events import SnapshotEvent
 from gpuevents.holding import held
-from rules.usage.rollup import HOUR, TeamResolver
+from rules.usage.rollup import HOUR, TeamResolver, signature
 
 BINS = 20
 
@@ -120,6 +120,9 @@ def workload_of(gpu: GpuInfo, procs: list[ProcessInfo], owner: str, info: JobInf
 class _Seen:
     snapshot: NodeSnapshot
     at: float
+    sig: tuple[object, ...]  # what `plan` depends on (rules/usage/rollup.py `signature`)
+    plan: list[tuple[int, str, str, ProcessInfo | None]] | None = None
+    """Per held GPU: its place in the snapshot, its workload, owner and first holder; worked out once per `sig`."""
 
 
 class FitAggregator:
@@ -140,8 +143,17 @@ class FitAggregator:
         if seen is not None:
             if at <= seen.at:
                 return
-            self._count(event.cluster, seen.snapshot, seen.at, min(at - seen.at, self.max_gap))
-        self._nodes[key] = _Seen(event.data, at)
+            self._count(event.cluster, seen, seen.at, min(at - seen.at, self.max_gap))
+            if seen.snapshot is event.data:  # the engine's repeated snapshot: the very object
+                seen.at = at
+                return
+            sig = signature(event.data)
+            if seen.sig == sig:  # same keys, new readings: the plan stays
+                seen.snapshot, seen.at = event.data, at
+                return
+            self._nodes[key] = _Seen(event.data, at, sig)
+            return
+        self._nodes[key] = _Seen(event.data, at, signature(event.data))
 
     def forget(self, cluster: str, node: str) -> None:
         self._nodes.pop((cluster, node), None)
@@ -159,25 +171,34 @@ class FitAggregator:
             else:
                 mine.merge(a)
 
-    def _count(self, cluster: str, snap: NodeSnapshot, at: float, seconds: float) -> None:
-        if seconds <= 0:
-            return
-        hour = int(at // HOUR) * HOUR
+    def _plan(self, snap: NodeSnapshot) -> list[tuple[int, str, str, ProcessInfo | None]]:
         procs = {p.pid: p for p in snap.processes}
         jobs = {j.id: j for j in snap.jobs}
-        per_workload: dict[str, int] = {}
-        for gpu in snap.gpus:
+        plan = []
+        for pos, gpu in enumerate(snap.gpus):
             if gpu.lost or not held(gpu):
                 continue  # nobody holds it: nothing to size
             holders = [procs[pid] for pid in gpu.pids if pid in procs]
             info = jobs.get(gpu.job) if gpu.job else None
             owner = (self.teams.owner_of(holders[0]) if holders else
                      gpu.owner or (info.owner or info.user if info is not None else None) or "unknown")
-            workload = workload_of(gpu, holders, owner, info)
+            plan.append((pos, workload_of(gpu, holders, owner, info), owner, holders[0] if holders else None))
+        return plan
+
+    def _count(self, cluster: str, seen: _Seen, at: float, seconds: float) -> None:
+        if seconds <= 0:
+            return
+        snap = seen.snapshot
+        if seen.plan is None:
+            seen.plan = self._plan(snap)
+        hour = int(at // HOUR) * HOUR
+        per_workload: dict[str, int] = {}
+        for pos, workload, owner, holder in seen.plan:
+            gpu = snap.gpus[pos]
             key = FitKey(hour, cluster, workload)
             a = self._fits.get(key)
             if a is None:
-                team = self.teams.team_of(owner, holders[0] if holders else None, snap.node.labels)
+                team = self.teams.team_of(owner, holder, snap.node.labels)
                 a = self._fits[key] = FitAmounts(owner=owner, team=team, model=gpu.model or "", node=snap.node.name)
             per_workload[workload] = per_workload.get(workload, 0) + 1
             a.held_s += seconds

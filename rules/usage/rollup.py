@@ -119,21 +119,23 @@ class _NodeMark:
     snapshot: NodeSnapshot
     at: float
     counted_until: float
-    plan: list[_GpuPlan] | None = None  # what the snapshot adds per second, worked out once
+    sig: tuple[object, ...] | None = None  # what the plan's keys depend on (see `_signature`), worked out once
+    plan: list[_GpuPlan] | None = None  # what the snapshot adds per second, worked out once per `sig`
+    rates: list[tuple[float, float | None, float]] | None = None  # per plan GPU: kWh/s, util, kWh saved/s
     bound: _Bound | None = None  # the plan's buckets of one hour, looked up once
 
 
 @dataclass(slots=True)
 class _Bound:
     """A plan tied to the buckets of one hour (valid until the aggregator is drained): per share of a GPU, the
-    amounts to add to, its state (0 busy, 1 held, 2 free), its part of the GPU, kWh per second and
-    utilisation; per idle job, its amounts, part and kWh per second."""
+    amounts to add to, its state (0 busy, 1 held, 2 free), its part of the GPU and the GPU's place in the plan (its
+    rates come from the node's latest reading); per idle job, its amounts, part and GPU's place."""
 
     generation: int
     hour: int
     cluster: str
-    usage: list[tuple[UsageAmounts, int, float, float, float | None, float]]
-    jobs: list[tuple[IdleJobAmounts, float, float]]
+    usage: list[tuple[UsageAmounts, int, float, int]]
+    jobs: list[tuple[IdleJobAmounts, float, int]]
 
 
 @dataclass
@@ -141,9 +143,11 @@ class _GpuPlan:
     """One GPU of a snapshot: its state, power, utilisation, and who shares its time."""
 
     index: int
+    pos: int  # its place in the snapshot's `gpus`
     model: str
     state: str  # busy | held | free | unknown
     watts: float
+    rated_w: float  # what it draws when it reports no power
     util_pct: float | None
     shares: list[tuple[str, str]]
     jobs: list[tuple[str, str, ProcessInfo | None, str]]  # (job, name, a process, its owner without one)
@@ -165,6 +169,37 @@ def _by_use(shares: list[tuple[str, str]], holders: list[ProcessInfo], teams: Te
     if total <= 0 or any(owner not in used for owner, _ in shares):  # an owner named otherwise: equal parts
         return None
     return [used.get(owner, 0.0) / total for owner, _ in shares]
+
+
+_last_signed: list[tuple[NodeSnapshot, tuple[object, ...]]] = []
+
+
+def signature(snap: NodeSnapshot) -> tuple[object, ...]:
+    """What a snapshot's plans (the rollups' and the fits' keys, states, parts and idle jobs) depend on, and nothing
+    that changes with every reading (utilisation, memory, power, temperature): equal signatures, equal plans.
+    The last one is remembered (with its snapshot, so its id is not reused): the fits ask for it next."""
+    if _last_signed and _last_signed[0][0] is snap:
+        return _last_signed[0][1]
+    sig = _signature(snap)
+    _last_signed[:] = [(snap, sig)]
+    return sig
+
+
+def _signature(snap: NodeSnapshot) -> tuple[object, ...]:
+    return (
+        snap.node.name, snap.node.labels,
+        tuple((g.index, g.uuid, g.mig_parent, g.model, g.lost, g.idle, g.activity_known, tuple(g.pids),
+               tuple(g.owners), g.owner, g.allocated, g.job) for g in snap.gpus),
+        tuple((p.pid, p.owner, p.user, p.labels, p.job, p.pod, p.name, p.create_time, p.gpu_util_pct is None)
+              for p in snap.processes),
+        tuple((j.id, j.scheduler, j.owner, j.user, j.name) for j in snap.jobs),
+    )
+
+
+def _rates_of(gpu: GpuInfo, plan: _GpuPlan) -> tuple[float, float | None, float]:
+    """kWh per second, utilisation and kWh saved per second of one GPU's reading."""
+    watts = gpu.power_w if gpu.power_w is not None else plan.rated_w
+    return max(watts, 0.0) / 3_600_000, gpu.util_pct, max(0.0, gpu.power_cap_saved_w or 0.0) / 3_600_000
 
 
 def _job_of(process: ProcessInfo) -> tuple[str, str]:
@@ -201,19 +236,31 @@ class UsageAggregator:
         self._generation = 0  # a drain starts new buckets: bound plans look theirs up again
 
     def observe(self, event: SnapshotEvent, now: datetime) -> None:
-        """Count the node's previous state up to this snapshot, then remember this one."""
+        """Count the node's previous state up to this snapshot, then remember this one.
+
+        Per snapshot this only counts the time since the last one; the plan (keys, owners, teams) is worked out
+        again only when what it depends on changed (`_signature`), not when only the readings did."""
         at = min(event.time.timestamp(), now.timestamp())
-        key = (event.cluster, event.data.node.name or event.node)
+        snap = event.data
+        key = (event.cluster, snap.node.name or event.node)
         mark = self._nodes.get(key)
         if mark is not None:
             if at <= mark.at:
                 return  # a redelivered or out-of-order snapshot: already counted
             self._count(key[0], mark, min(at, mark.at + self.max_gap))
-            if mark.snapshot is event.data:
+            if mark.snapshot is snap:
                 # the engine hands a repeated snapshot over as the object it holds: plan and buckets stay
                 mark.at = mark.counted_until = at
                 return
-        self._nodes[key] = _NodeMark(snapshot=event.data, at=at, counted_until=at)
+            sig = signature(snap)
+            if mark.plan is not None and sig == mark.sig:
+                rates = self._rates(snap, mark.plan)
+                if rates is not None:  # same keys, new readings: the plan and its bound buckets stay
+                    mark.snapshot, mark.at, mark.counted_until, mark.rates = snap, at, at, rates
+                    return
+            self._nodes[key] = _NodeMark(snapshot=snap, at=at, counted_until=at, sig=sig)
+            return
+        self._nodes[key] = _NodeMark(snapshot=snap, at=at, counted_until=at, sig=signature(snap))
 
     def settle(self, now: datetime) -> None:
         """Count every node's current state up to `now` (capped), so a flush misses nothing."""
@@ -256,8 +303,9 @@ class UsageAggregator:
         if until <= start:
             return
         mark.counted_until = until
-        if mark.plan is None:
+        if mark.plan is None or mark.rates is None:
             mark.plan = self._plan(mark.snapshot)
+            mark.rates = [_rates_of(mark.snapshot.gpus[g.pos], g) for g in mark.plan]
         t = start
         while t < until:
             hour = int(t // HOUR) * HOUR
@@ -268,7 +316,7 @@ class UsageAggregator:
             ):
                 bound = mark.bound = self._bind(cluster, mark.snapshot.node.name, mark.plan,
                                                 mark.snapshot.node.labels, hour)
-            self._add_interval(bound, end - t)
+            self._add_interval(bound, mark.rates, end - t)
             t = end
 
     def _plan(self, snap: NodeSnapshot) -> list[_GpuPlan]:
@@ -277,7 +325,7 @@ class UsageAggregator:
         job_infos = {j.id: j for j in snap.jobs}
         physical = physical_shares(snap.gpus)
         plan = []
-        for gpu in snap.gpus:
+        for pos, gpu in enumerate(snap.gpus):
             if gpu.lost or not physical[gpu.index]:
                 continue  # a MIG parent is counted through its instances
             holders = [procs[pid] for pid in gpu.pids if pid in procs]
@@ -303,7 +351,8 @@ class UsageAggregator:
                     owner = gpu.owner or (gpu.owners[0] if gpu.owners else None) or job_owner or "unknown"
                     name = f"{info.name} (job {gpu.job})" if info is not None and info.name else f"job {gpu.job}"
                     jobs[f"{JOB_PREFIX}{gpu.job}"] = (name, None, owner)
-            plan.append(_GpuPlan(index=gpu.index, model=gpu.model or "", state=state, watts=watts,
+            plan.append(_GpuPlan(index=gpu.index, pos=pos, model=gpu.model or "", state=state, watts=watts,
+                                 rated_w=self.rated_power_w(gpu.model),
                                  util_pct=gpu.util_pct, shares=shares, weights=_by_use(shares, holders, self.teams),
                                  jobs=[(job, name, p, o) for job, (name, p, o) in jobs.items()],
                                  physical=physical[gpu.index], saved_w=max(0.0, gpu.power_cap_saved_w or 0.0)))
@@ -312,18 +361,17 @@ class UsageAggregator:
     def _bind(self, cluster: str, node: str, plan: list[_GpuPlan], node_labels: Mapping[str, str],
               hour: int) -> _Bound:
         """Look up (or create) the buckets `plan` adds to in `hour`."""
-        usage: list[tuple[UsageAmounts, int, float, float, float | None, float]] = []
-        jobs: list[tuple[IdleJobAmounts, float, float]] = []
-        for gpu in plan:
+        usage: list[tuple[UsageAmounts, int, float, int]] = []
+        jobs: list[tuple[IdleJobAmounts, float, int]] = []
+        for n_gpu, gpu in enumerate(plan):
             state = _STATES[gpu.state]
-            kwh_per_s = max(gpu.watts, 0.0) / 3_600_000
             for n, (owner, team) in enumerate(gpu.shares):
                 part = gpu.physical * (gpu.weights[n] if gpu.weights else 1.0 / len(gpu.shares))
                 key = UsageKey(hour, cluster, node, gpu.index, owner, team)
                 a = self._usage.get(key)
                 if a is None:
                     a = self._usage[key] = UsageAmounts(model=gpu.model)
-                usage.append((a, state, part, kwh_per_s * part, gpu.util_pct, gpu.saved_w / 3_600_000 * part))
+                usage.append((a, state, part, n_gpu))
             if gpu.jobs:
                 job_part = gpu.physical / len(gpu.jobs)
                 for job, name, p, fallback_owner in gpu.jobs:
@@ -335,15 +383,16 @@ class UsageAggregator:
                             name=name, owner=owner, team=self.teams.team_of(owner, p, node_labels),
                             model=gpu.model,
                         )
-                    jobs.append((j, job_part, kwh_per_s * job_part))
+                    jobs.append((j, job_part, n_gpu))
         return _Bound(generation=self._generation, hour=hour, cluster=cluster, usage=usage, jobs=jobs)
 
     @staticmethod
-    def _add_interval(bound: _Bound, seconds: float) -> None:
-        for a, state, part, kwh_per_s, util_pct, saved_kwh_per_s in bound.usage:
+    def _add_interval(bound: _Bound, rates: list[tuple[float, float | None, float]], seconds: float) -> None:
+        for a, state, part, n_gpu in bound.usage:
+            kwh_per_s, util_pct, saved_per_s = rates[n_gpu]
             s = seconds * part
-            kwh = kwh_per_s * seconds
-            a.cap_saved_kwh += saved_kwh_per_s * seconds
+            kwh = kwh_per_s * part * seconds
+            a.cap_saved_kwh += saved_per_s * part * seconds
             if state == 0:
                 a.busy_s += s
                 a.busy_kwh += kwh
@@ -359,9 +408,24 @@ class UsageAggregator:
             if util_pct is not None:
                 a.util_s += util_pct * s
                 a.util_known_s += s
-        for j, part, kwh_per_s in bound.jobs:
+        for j, part, n_gpu in bound.jobs:
             j.held_s += seconds * part
-            j.held_kwh += kwh_per_s * seconds
+            j.held_kwh += rates[n_gpu][0] * part * seconds
+
+    def _rates(self, snap: NodeSnapshot, plan: list[_GpuPlan]) -> list[tuple[float, float | None, float]] | None:
+        """What the plan's GPUs add per second by the readings of `snap`, whose signature is the plan's; None when
+        a shared GPU's split by use changed (the plan is worked out again)."""
+        procs: dict[int, ProcessInfo] | None = None
+        out = []
+        for g in plan:
+            gpu = snap.gpus[g.pos]
+            if len(g.shares) > 1:  # split by use: follows the processes' readings
+                procs = procs if procs is not None else {p.pid: p for p in snap.processes}
+                holders = [procs[pid] for pid in gpu.pids if pid in procs]
+                if _by_use(g.shares, holders, self.teams) != g.weights:
+                    return None
+            out.append(_rates_of(gpu, g))
+        return out
 
     def _shares(
         self, gpu: GpuInfo, holders: list[ProcessInfo], node_labels: Mapping[str, str], job_owner: str | None = None
